@@ -1,0 +1,30 @@
+# Set-up, tests and the demo. Every target runs inside .venv, which `make install` creates.
+PYTHON       := .venv/bin/python
+DEMO_CONFIG  ?= configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py
+DEMO_WORKDIR ?= work_dirs/demo
+DEMO_DATA    := data/shapes
+PYTEST_ARGS  ?=
+
+.PHONY: install test test-slow demo clean
+
+install:
+	@bash tools/install.sh
+
+test: install
+	TRITON_INTERPRET=1 PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	TRITON_INTERPRET=1 PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
+demo: install
+	@start=$$(date +%s); \
+	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA) && \
+	$(PYTHON) tools/train.py $(DEMO_CONFIG) --work-dir $(DEMO_WORKDIR) && \
+	$(PYTHON) tools/test.py $(DEMO_CONFIG) $$(cat $(DEMO_WORKDIR)/last_checkpoint) --work-dir $(DEMO_WORKDIR) \
+		--show-dir predictions && \
+	$(PYTHON) tools/misc/montage.py $(DEMO_WORKDIR) --pattern '*/predictions/*' \
+		--out $(DEMO_WORKDIR)/demo_predictions.png && \
+	echo "demo finished in $$(( $$(date +%s) - start )) s; metrics above, predictions in $(DEMO_WORKDIR)/demo_predictions.png"
+
+clean:
+	rm -rf work_dirs .pytest_cache

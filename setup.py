@@ -1,0 +1,32 @@
+"""Packaging for mmvisattn. The pinned stack itself is installed by `make install`
+(tools/install.sh), because mmcv must be compiled against the local torch first."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+
+
+def read_version() -> str:
+    text = (ROOT / 'mmvisattn' / 'version.py').read_text()
+    return re.search(r"__version__ = '([^']+)'", text).group(1)
+
+
+def read_requirements(name: str) -> list:
+    lines = (ROOT / 'requirements' / name).read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.startswith('#')]
+
+
+setup(
+    name='mmvisattn',
+    version=read_version(),
+    description='Efficient vision attention for the OpenMMLab detection and segmentation stack',
+    long_description=(ROOT / 'README.md').read_text() if (ROOT / 'README.md').exists() else '',
+    long_description_content_type='text/markdown',
+    python_requires='>=3.10',
+    packages=find_packages(include=['mmvisattn', 'mmvisattn.*']),
+    install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
+    extras_require={'tests': read_requirements('tests.txt')},
+    license='Apache-2.0',
+)
