@@ -1,0 +1,15 @@
+"""mmvisattn: efficient vision attention for the OpenMMLab detection and segmentation stack.
+
+Importing the package (directly or through ``custom_imports=dict(imports=['mmvisattn'])`` in a
+config) registers its attentions into ``ATTENTIONS`` and its models into the mmdet and mmseg
+``MODELS`` registries, and applies the compatibility shims of :mod:`mmvisattn.compat`.
+"""
+from .compat import allow_runner_checkpoints
+from .version import __version__
+
+allow_runner_checkpoints()
+
+from . import models  # noqa: E402,F401  (registration happens on import)
+from .registry import ATTENTIONS, build_attention, register_model  # noqa: E402
+
+__all__ = ['__version__', 'ATTENTIONS', 'build_attention', 'register_model']

@@ -1,0 +1,51 @@
+"""Shims the pinned OpenMMLab stack needs on torch 2.13, applied once on ``import mmvisattn``.
+
+Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to
+``weights_only=True`` and mmengine 0.10.7 calls it without the argument, so every checkpoint the
+Runner saves fails to load for ``--resume``, ``load_from`` and ``tools/test.py``: the message hub
+stores ``HistoryBuffer`` objects holding numpy arrays and scalars, and each buffer pickles its
+statistics methods as ``getattr(HistoryBuffer, 'mean')``. Upstream's proposed fix turns
+``weights_only`` off, which lets any pickle run code. Instead the few types a Runner checkpoint
+contains are added to torch's allowlist, and the ``getattr`` global is bound to a stand-in that
+only returns HistoryBuffer's registered statistics methods: loading stays restricted, and a pickle
+that would call anything else is refused before it runs.
+"""
+from pickle import UnpicklingError
+from typing import Any, Callable, List, Tuple, Union
+
+import numpy as np
+import torch
+from mmengine.logging.history_buffer import HistoryBuffer
+
+
+def _numpy_types() -> List[object]:
+    """The globals numpy's pickles of arrays, dtypes and scalars refer to (numpy 1.x and 2.x)."""
+    core = getattr(np, '_core', None) or np.core
+    dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUS']
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtype_classes]
+
+
+# HistoryBuffer fills its class-level ``_statistics_methods`` with these on first instantiation.
+BUILTIN_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+def history_buffer_statistic(owner: Any, name: str) -> Callable:
+    """``getattr`` as a Runner checkpoint uses it, and nothing more: a statistics method
+    (``min``, ``max``, ``current``, ``mean`` or a registered one) of ``HistoryBuffer``."""
+    allowed = set(BUILTIN_STATISTICS) | set(HistoryBuffer._statistics_methods)
+    if (owner is HistoryBuffer or type(owner) is HistoryBuffer) and name in allowed:
+        return getattr(owner, name)
+    raise UnpicklingError(f'refused getattr({owner!r}, {name!r}) while loading a checkpoint: only HistoryBuffer '
+                          f'statistics methods {sorted(allowed)} are allowed')
+
+
+def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
+    """Everything outside torch's default allowlist that an mmengine Runner checkpoint refers to;
+    ``getattr`` (pickled as ``__builtin__.getattr`` by protocol 2) maps to the restricted stand-in."""
+    getattr_names = [(history_buffer_statistic, f'{module}.getattr') for module in ('__builtin__', 'builtins')]
+    return [HistoryBuffer, *_numpy_types(), *getattr_names]
+
+
+def allow_runner_checkpoints() -> None:
+    """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints."""
+    torch.serialization.add_safe_globals(runner_checkpoint_globals())

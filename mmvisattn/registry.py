@@ -1,0 +1,39 @@
+"""Registries of mmvisattn.
+
+``ATTENTIONS`` holds every token-mixing module of the project (one interface, see
+:class:`mmvisattn.models.attentions.BaseAttention`). Backbones, necks, heads and detectors are
+registered straight into the stock ``mmdet`` and ``mmseg`` ``MODELS`` registries by
+:func:`register_model`, so that configs of either scope build them by ``type=`` name.
+"""
+from typing import TypeVar
+
+import torch.nn as nn
+from mmdet.registry import MODELS as MMDET_MODELS
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import Registry
+from mmseg.registry import MODELS as MMSEG_MODELS
+
+ATTENTIONS = Registry(
+    'attention', parent=MMENGINE_MODELS, scope='mmvisattn',
+    locations=['mmvisattn.models.attentions'])
+
+ModelClass = TypeVar('ModelClass', bound=type)
+
+
+def register_model(cls: ModelClass) -> ModelClass:
+    """Class decorator: register ``cls`` in the mmdet and mmseg ``MODELS`` registries."""
+    for registry in (MMDET_MODELS, MMSEG_MODELS):
+        registry.register_module(module=cls)
+    return cls
+
+
+def build_attention(cfg: dict, **defaults) -> nn.Module:
+    """Build an attention from ``cfg``; ``defaults`` (e.g. a stage's width) fill keys it leaves out.
+
+    Raises one line naming the type when it is missing or unknown, instead of the registry's
+    generic message.
+    """
+    attn_type = cfg.get('type')
+    if attn_type is None or ATTENTIONS.get(attn_type) is None:
+        raise KeyError(f'unknown attention type {attn_type!r}; registered: {", ".join(sorted(ATTENTIONS.module_dict))}')
+    return ATTENTIONS.build({**defaults, **cfg})

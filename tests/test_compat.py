@@ -1,0 +1,111 @@
+"""Runner checkpoints load under torch's weights_only loader through an allowlist; anything that
+would execute a callable is still refused, and the callable does not run."""
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.model import BaseModel
+from mmengine.runner import Runner, load_checkpoint
+
+import mmvisattn  # noqa: F401  (applies the allowlist)
+from mmengine.logging.history_buffer import HistoryBuffer
+
+from mmvisattn.compat import history_buffer_statistic, runner_checkpoint_globals
+
+
+class ToyModel(BaseModel):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, inputs, targets=None, mode='tensor'):
+        out = self.linear(inputs)
+        if mode == 'loss':
+            return dict(loss=((out.squeeze(-1) - targets) ** 2).mean())
+        return out
+
+
+class ToyDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        return dict(inputs=torch.full((2,), float(index)), targets=torch.tensor(float(index % 3)))
+
+
+def toy_runner(work_dir: Path, max_iters: int, resume: bool = False) -> Runner:
+    return Runner(
+        model=ToyModel(), work_dir=str(work_dir),
+        train_dataloader=dict(dataset=ToyDataset(), sampler=dict(type='InfiniteSampler'), batch_size=4,
+                              num_workers=0, collate_fn=dict(type='default_collate')),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False)),
+        randomness=dict(seed=0), resume=resume, default_scope='mmengine')
+
+
+def test_runner_checkpoint_resumes(tmp_path):
+    toy_runner(tmp_path, max_iters=2).train()
+    checkpoint = torch.load(tmp_path / 'iter_2.pth')  # weights_only is torch's default
+    assert checkpoint['meta']['iter'] == 2
+    assert checkpoint['message_hub']['log_scalars']
+    runner = toy_runner(tmp_path, max_iters=4, resume=True)
+    runner.train()
+    assert runner.iter == 4
+    assert 'Advance dataloader 2 steps' in (tmp_path / runner.timestamp / f'{runner.timestamp}.log').read_text()
+
+
+def test_mmengine_load_checkpoint_reads_runner_checkpoint(tmp_path):
+    toy_runner(tmp_path, max_iters=2).train()
+    model = ToyModel()
+    load_checkpoint(model, str(tmp_path / 'iter_2.pth'))
+
+
+class Exploit:
+    """Unpickling this calls ``Path.touch`` on a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def test_malicious_checkpoint_is_refused_and_does_not_run(tmp_path):
+    marker = tmp_path / 'pwned'
+    path = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {}, 'meta': Exploit(marker)}, path)
+    with pytest.raises(pickle.UnpicklingError, match='Weights only load failed'):
+        torch.load(path)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(ToyModel(), str(path))
+    assert not marker.exists()
+
+
+def test_allowlist_is_exactly_the_runner_types():
+    entries = runner_checkpoint_globals()
+    classes = [obj for obj in entries if not isinstance(obj, tuple)]
+    names = {f'{obj.__module__}.{obj.__name__}' for obj in classes}
+    assert 'mmengine.logging.history_buffer.HistoryBuffer' in names
+    assert all(name.split('.')[0] in ('numpy', 'mmengine') for name in names), names
+    assert {name for _, name in (e for e in entries if isinstance(e, tuple))} == {'__builtin__.getattr',
+                                                                                 'builtins.getattr'}
+    safe = torch.serialization.get_safe_globals()
+    assert all(entry in safe for entry in entries)
+
+
+class GetattrExploit:
+    """Unpickling this would reach ``os.system`` through ``getattr`` on an allowlisted object."""
+
+    def __reduce__(self):
+        return getattr, (HistoryBuffer, '__init__')
+
+
+def test_getattr_is_limited_to_history_buffer_statistics(tmp_path):
+    path = tmp_path / 'evil.pth'
+    torch.save({'meta': GetattrExploit()}, path)
+    with pytest.raises(pickle.UnpicklingError, match="refused getattr.*'__init__'"):
+        torch.load(path)
+    assert history_buffer_statistic(HistoryBuffer, 'mean') is HistoryBuffer.mean
