@@ -1,0 +1,1 @@
+from . import attentions  # noqa: F401  (registers into ATTENTIONS)

@@ -1,0 +1,6 @@
+from .base import BaseAttention, QKVAttention
+from .linear import LinearAttention
+from .softmax import SoftmaxAttention
+from .spatial_reduction import SpatialReductionAttention
+
+__all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention']

@@ -1,0 +1,99 @@
+"""The one attention interface of mmvisattn.
+
+Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)`` and the grid
+``hw_shape = (H, W)`` of the spatial tokens, and returns a tensor of the same shape. Extra tokens
+(global tokens, a class token) come first. Because the interface is shared, any attention can be
+swapped into any backbone of the project through ``attn_cfg=dict(type=...)``.
+"""
+from typing import Optional, Sequence, Tuple
+
+import torch.nn as nn
+from mmengine.model import BaseModule
+from torch import Tensor
+
+COMPLEXITIES = ('linear', 'quadratic')
+
+
+class BaseAttention(BaseModule):
+    """Base class of every attention in ``ATTENTIONS``.
+
+    Subclasses set the class attribute ``complexity`` (``'linear'`` or ``'quadratic'`` in the number
+    of tokens; for modules with a train-only quadratic branch, the value after
+    ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``.
+
+    Args:
+        embed_dims: Channels ``C`` of the tokens.
+        num_heads: Number of attention heads; must divide ``embed_dims``.
+        init_cfg: mmengine initialisation config.
+    """
+
+    complexity: str = ''
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.complexity and cls.complexity not in COMPLEXITIES:
+            raise TypeError(f'{cls.__name__}.complexity is {cls.complexity!r}; expected one of {COMPLEXITIES}')
+
+    def __init__(self, embed_dims: int, num_heads: int, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if embed_dims <= 0 or num_heads <= 0 or embed_dims % num_heads:
+            raise ValueError(f'{type(self).__name__}: embed_dims={embed_dims} must be a positive multiple '
+                             f'of num_heads={num_heads}')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.num_extra_tokens = 0
+
+    def check_tokens(self, x: Tensor, hw_shape: Sequence[int]) -> Tuple[int, int]:
+        """Validate ``x`` against ``hw_shape``; returns ``(H, W)``."""
+        if x.dim() != 3 or x.shape[-1] != self.embed_dims:
+            raise ValueError(f'{type(self).__name__}: expected tokens of shape (B, N, {self.embed_dims}), '
+                             f'got {tuple(x.shape)}')
+        height, width = hw_shape
+        expected = self.num_extra_tokens + height * width
+        if x.shape[1] != expected:
+            raise ValueError(f'{type(self).__name__}: {x.shape[1]} tokens do not match hw_shape={tuple(hw_shape)} '
+                             f'(expected {self.num_extra_tokens} extra + {height}x{width} = {expected})')
+        return height, width
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """``(B, N, C) -> (B, heads, N, C / heads)``."""
+        batch, tokens, _ = x.shape
+        return x.view(batch, tokens, self.num_heads, self.head_dims).transpose(1, 2)
+
+    @staticmethod
+    def merge_heads(x: Tensor) -> Tensor:
+        """``(B, heads, N, d) -> (B, N, heads * d)``."""
+        batch, heads, tokens, dims = x.shape
+        return x.transpose(1, 2).reshape(batch, tokens, heads * dims)
+
+
+class QKVAttention(BaseAttention):
+    """Attention with a fused ``qkv`` projection and an output ``proj``; subclasses define
+    :meth:`attend` on per-head ``(B, heads, N, d)`` tensors.
+
+    Args:
+        embed_dims: Channels ``C``.
+        num_heads: Number of heads.
+        qkv_bias: Whether the ``qkv`` projection has a bias.
+        attn_drop: Dropout on the attention weights (where the mechanism has explicit weights).
+        proj_drop: Dropout after the output projection.
+        init_cfg: mmengine initialisation config.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        self.qkv = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        hw_shape = self.check_tokens(x, hw_shape)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        out = self.attend(self.split_heads(q), self.split_heads(k), self.split_heads(v), hw_shape)
+        return self.proj_drop(self.proj(self.merge_heads(out)))

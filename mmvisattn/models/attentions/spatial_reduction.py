@@ -1,0 +1,70 @@
+"""Spatial-reduction attention (PVT: Wang et al., ICCV 2021, Sec. 3.3; SegFormer: Xie et al.,
+NeurIPS 2021, Eq. 2): keys and values come from the token map shrunk ``sr_ratio`` times per side."""
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from mmvisattn.registry import ATTENTIONS
+from .base import BaseAttention
+
+
+@ATTENTIONS.register_module()
+class SpatialReductionAttention(BaseAttention):
+    """Softmax attention of all queries against ``(H / r) * (W / r)`` reduced keys and values.
+
+    mmseg's ``EfficientMultiheadAttention`` computes the same thing but adds the residual inside
+    its forward and wraps ``nn.MultiheadAttention``; this class keeps the project's interface
+    (no residual, ``forward(x, hw_shape)``) and uses ``F.scaled_dot_product_attention``.
+    Parameter names follow mmseg (``sr``, ``norm``) with the SegFormer split into ``q`` and ``kv``.
+
+    Args:
+        embed_dims: Channels ``C``.
+        num_heads: Number of heads.
+        sr_ratio: Reduction ratio ``r`` of the key/value map (a stride-``r`` ``r x r`` conv and
+            LayerNorm); 1 means plain softmax attention.
+        qkv_bias: Whether the ``q`` and ``kv`` projections have a bias.
+        attn_drop: Dropout on the attention weights.
+        proj_drop: Dropout after the output projection.
+        init_cfg: mmengine initialisation config.
+    """
+
+    complexity = 'quadratic'
+
+    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 8, qkv_bias: bool = True,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        if not isinstance(sr_ratio, int) or sr_ratio < 1:
+            raise ValueError(f'SpatialReductionAttention: sr_ratio={sr_ratio!r} must be a positive integer')
+        self.sr_ratio = sr_ratio
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
+        if sr_ratio > 1:
+            self.sr = nn.Conv2d(embed_dims, embed_dims, kernel_size=sr_ratio, stride=sr_ratio)
+            self.norm = nn.LayerNorm(embed_dims)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def reduce(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Shrink the spatial tokens ``r`` times per side (rounding down, as mmseg); extra tokens are
+        kept as they are. A side shorter than ``r`` is legal: it is zero-padded to one ``r`` cell.
+        """
+        if self.sr_ratio == 1:
+            return x
+        extra, spatial = x[:, :self.num_extra_tokens], x[:, self.num_extra_tokens:]
+        height, width = hw_shape
+        grid = spatial.transpose(1, 2).reshape(x.shape[0], self.embed_dims, height, width)
+        grid = F.pad(grid, (0, max(0, self.sr_ratio - width), 0, max(0, self.sr_ratio - height)))
+        reduced = self.norm(self.sr(grid).flatten(2).transpose(1, 2))
+        return torch.cat([extra, reduced], dim=1)
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        hw_shape = self.check_tokens(x, hw_shape)
+        k, v = self.kv(self.reduce(x, hw_shape)).chunk(2, dim=-1)
+        out = F.scaled_dot_product_attention(
+            self.split_heads(self.q(x)), self.split_heads(k), self.split_heads(v),
+            dropout_p=self.attn_drop if self.training else 0.0)
+        return self.proj_drop(self.proj(self.merge_heads(out)))

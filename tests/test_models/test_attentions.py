@@ -1,0 +1,108 @@
+"""The attention contract (for every registered attention) and the three baselines against their
+references: explicit softmax, the explicit quadratic form of linear attention, and mmseg's stock
+EfficientMultiheadAttention."""
+import pytest
+import torch
+
+import mmvisattn  # noqa: F401
+from mmvisattn.models.attentions import BaseAttention
+from mmvisattn.models.attentions.linear import elu_feature_map
+from mmvisattn.registry import ATTENTIONS, build_attention
+
+ALL_TYPES = sorted(ATTENTIONS.module_dict)
+
+
+@pytest.mark.parametrize('attn_type', ALL_TYPES)
+@pytest.mark.parametrize('hw_shape', [(7, 9), (1, 1), (16, 16)])
+def test_contract_shapes(attn_type, hw_shape):
+    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4)
+    assert isinstance(attn, BaseAttention)
+    assert attn.complexity in ('linear', 'quadratic')
+    assert isinstance(attn.num_extra_tokens, int)
+    x = torch.randn(2, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], 32, requires_grad=True)
+    out = attn(x, hw_shape)
+    assert out.shape == x.shape
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize('attn_type', ALL_TYPES)
+def test_contract_rejects_wrong_grid(attn_type):
+    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4)
+    x = torch.randn(1, attn.num_extra_tokens + 12, 32)
+    with pytest.raises(ValueError, match=r'12 tokens do not match hw_shape=\(4, 4\)'):
+        attn(x, (4, 4))
+
+
+def test_unknown_type_names_the_type():
+    with pytest.raises(KeyError, match="unknown attention type 'NoSuchAttention'; registered: .*SoftmaxAttention"):
+        build_attention(dict(type='NoSuchAttention'), embed_dims=32, num_heads=4)
+
+
+def test_heads_must_divide_dims():
+    with pytest.raises(ValueError, match='embed_dims=30 must be a positive multiple of num_heads=4'):
+        build_attention(dict(type='SoftmaxAttention'), embed_dims=30, num_heads=4)
+
+
+def heads(attn, x):
+    q, k, v = attn.qkv(x).chunk(3, dim=-1)
+    return attn.split_heads(q), attn.split_heads(k), attn.split_heads(v)
+
+
+def test_softmax_matches_explicit_reference():
+    attn = build_attention(dict(type='SoftmaxAttention'), embed_dims=24, num_heads=3).double().eval()
+    x = torch.randn(2, 5 * 7, 24, dtype=torch.float64)
+    q, k, v = heads(attn, x)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+    expected = attn.proj(attn.merge_heads(weights @ v))
+    torch.testing.assert_close(attn(x, (5, 7)), expected)
+
+
+def test_linear_matches_explicit_quadratic_form():
+    attn = build_attention(dict(type='LinearAttention'), embed_dims=24, num_heads=3).double()
+    x = torch.randn(2, 6 * 5, 24, dtype=torch.float64)
+    q, k, v = heads(attn, x)
+    scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-1, -2)
+    weights = scores / scores.sum(dim=-1, keepdim=True)
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+    expected = attn.proj(attn.merge_heads(weights @ v))
+    torch.testing.assert_close(attn(x, (6, 5)), expected)
+
+
+@pytest.mark.parametrize('sr_ratio,hw_shape', [(1, (5, 6)), (2, (8, 8)), (4, (9, 13)), (8, (16, 8))])
+def test_spatial_reduction_matches_mmseg(sr_ratio, hw_shape):
+    from mmseg.models.backbones.mit import EfficientMultiheadAttention
+    torch.manual_seed(0)
+    ours = build_attention(dict(type='SpatialReductionAttention', sr_ratio=sr_ratio), embed_dims=32,
+                           num_heads=4).eval()
+    stock = EfficientMultiheadAttention(embed_dims=32, num_heads=4, sr_ratio=sr_ratio, qkv_bias=True).eval()
+    with torch.no_grad():
+        stock.attn.in_proj_weight.copy_(torch.cat([ours.q.weight, ours.kv.weight]))
+        stock.attn.in_proj_bias.copy_(torch.cat([ours.q.bias, ours.kv.bias]))
+        stock.attn.out_proj.weight.copy_(ours.proj.weight)
+        stock.attn.out_proj.bias.copy_(ours.proj.bias)
+        if sr_ratio > 1:
+            stock.sr.load_state_dict(ours.sr.state_dict())
+            stock.norm.load_state_dict(ours.norm.state_dict())
+    x = torch.randn(2, hw_shape[0] * hw_shape[1], 32)
+    stock_out = stock(x, hw_shape, identity=torch.zeros_like(x))
+    torch.testing.assert_close(ours(x, hw_shape), stock_out, rtol=1e-4, atol=1e-5)
+
+
+def test_spatial_reduction_map_smaller_than_ratio_is_legal():
+    attn = build_attention(dict(type='SpatialReductionAttention', sr_ratio=8), embed_dims=16, num_heads=2)
+    assert attn(torch.randn(1, 3 * 5, 16), (3, 5)).shape == (1, 15, 16)
+
+
+def test_spatial_reduction_rejects_bad_ratio():
+    with pytest.raises(ValueError, match='sr_ratio=0 must be a positive integer'):
+        build_attention(dict(type='SpatialReductionAttention', sr_ratio=0), embed_dims=16, num_heads=2)
+
+
+def test_dropout_only_in_training():
+    attn = build_attention(dict(type='SoftmaxAttention', attn_drop=0.5), embed_dims=16, num_heads=2)
+    x = torch.randn(1, 16, 16)
+    attn.eval()
+    torch.testing.assert_close(attn(x, (4, 4)), attn(x, (4, 4)))
+    attn.train()
+    assert not torch.allclose(attn(x, (4, 4)), attn(x, (4, 4)))
