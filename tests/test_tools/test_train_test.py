@@ -1,0 +1,115 @@
+"""tools/train.py and tools/test.py as a user runs them: short training, COCO mAP and mIoU
+printed by the test tool, two-process CPU training through dist_train.sh, exact resumption, and
+one-line errors for bad input."""
+import random
+import subprocess
+
+import pytest
+import torch
+
+import mmvisattn  # noqa: F401  (lets torch.load read Runner checkpoints)
+
+from ..conftest import REPO, run_tool, tool_env
+
+DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
+SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
+SHORT = ['train_cfg.max_iters=2', 'train_dataloader.batch_size=2']
+
+
+def train(config, work_dir, cwd, *options, extra=()):
+    return run_tool(['tools/train.py', config, '--work-dir', work_dir, *extra, '--cfg-options', *SHORT, *options],
+                    cwd=cwd)
+
+
+def test_train_then_test_prints_coco_map(workspace, tmp_path):
+    train(DET_DEMO, tmp_path, workspace)
+    assert (tmp_path / 'iter_2.pth').is_file()
+    # after 2 iterations every score is near the 0.01 prior: keep them all so that COCO has results
+    done = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path,
+                     '--show-dir', 'shown', '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=workspace)
+    assert 'coco/bbox_mAP:' in done.stdout + done.stderr
+    assert len(list(tmp_path.glob('*/shown/*.jpg'))) == 50
+
+
+def test_train_then_test_prints_miou(workspace, tmp_path):
+    train(SEG_DEMO, tmp_path, workspace)
+    done = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path], cwd=workspace)
+    assert 'mIoU:' in done.stdout + done.stderr
+
+
+def test_two_process_cpu_training(workspace, tmp_path):
+    env = tool_env()
+    env['PORT'] = str(random.randint(20000, 40000))
+    done = subprocess.run(['bash', str(REPO / 'tools/dist_train.sh'), str(DET_DEMO), '2', '--work-dir', str(tmp_path),
+                           '--cfg-options', *SHORT], cwd=workspace, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-5000:]
+    log = next(tmp_path.glob('*/*.log')).read_text()
+    assert 'Distributed training: True' in log and "dist_cfg: {'backend': 'gloo'}" in log
+    assert 'GPU number: 2' in log  # mmengine's name for the world size
+    assert (tmp_path / 'iter_2.pth').is_file()
+
+
+def deterministic_config(tmp_path):
+    """The detection demo without random augmentation and with a fixed seed, so that two runs of
+    the same iterations give the same weights."""
+    config = tmp_path / 'deterministic.py'
+    config.write_text(
+        f"_base_ = {str(DET_DEMO)!r}\n"
+        "randomness = dict(seed=0)\n"
+        "train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),\n"
+        "                  dict(type='Resize', scale=(128, 128), keep_ratio=True), dict(type='PackDetInputs')]\n"
+        "train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,\n"
+        "                        dataset=dict(pipeline=train_pipeline))\n"
+        "default_hooks = dict(checkpoint=dict(interval=2))\n")
+    return config
+
+
+def test_interrupted_run_resumes_with_identical_weights(workspace, tmp_path):
+    config = deterministic_config(tmp_path)
+    straight, interrupted = tmp_path / 'straight', tmp_path / 'interrupted'
+    run_tool(['tools/train.py', config, '--work-dir', straight, '--cfg-options', 'train_cfg.max_iters=4'], cwd=workspace)
+    run_tool(['tools/train.py', config, '--work-dir', interrupted, '--cfg-options', 'train_cfg.max_iters=2'],
+             cwd=workspace)
+    assert not (interrupted / 'iter_4.pth').exists()
+    done = run_tool(['tools/train.py', config, '--work-dir', interrupted, '--resume',
+                     '--cfg-options', 'train_cfg.max_iters=4'], cwd=workspace)
+    assert 'resumed epoch: 0, iter: 2' in done.stdout + done.stderr
+    expected = torch.load(straight / 'iter_4.pth')
+    resumed = torch.load(interrupted / 'iter_4.pth')
+    assert resumed['meta']['iter'] == 4
+    assert expected['state_dict'].keys() == resumed['state_dict'].keys()
+    for key, value in expected['state_dict'].items():
+        assert torch.equal(value, resumed['state_dict'][key]), key
+
+
+@pytest.mark.parametrize('tool', ['tools/train.py', 'tools/test.py'])
+def test_missing_config_is_one_line(tool, tmp_path):
+    args = [tool, tmp_path / 'nope.py'] + (['ckpt.pth'] if tool.endswith('test.py') else [])
+    done = run_tool(args, cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: config file '{tmp_path / 'nope.py'}' does not exist"
+
+
+def test_missing_data_root_is_one_line(tmp_path):
+    done = run_tool(['tools/train.py', DET_DEMO, '--work-dir', tmp_path], cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: train_dataloader.dataset.data_root 'data/shapes/coco/' does not exist")
+
+
+def test_missing_checkpoint_is_one_line(workspace, tmp_path):
+    done = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'missing.pth'], cwd=workspace, check=False)
+    assert done.returncode == 1
+    assert 'missing.pth' in done.stderr and 'does not exist' in done.stderr
+
+
+def test_corrupted_annotation_is_named(tmp_path):
+    run_tool(['tools/misc/make_demo_data.py', '--out', tmp_path / 'data' / 'shapes', '--num-train', 4, '--num-val', 2],
+             cwd=tmp_path)
+    ann_file = tmp_path / 'data/shapes/coco/annotations/instances_train2017.json'
+    ann_file.write_text(ann_file.read_text()[:100])
+    done = run_tool(['tools/train.py', DET_DEMO, '--work-dir', tmp_path / 'w'], cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: corrupted annotation file 'data/shapes/coco/annotations/instances_train2017.json': not valid JSON")

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Shared by dist_train.sh / dist_test.sh: torchrun NPROC copies of tools/SCRIPT with ARGS.
+# Environment: NNODES, NODE_RANK, PORT, MASTER_ADDR (the stock OpenMMLab variables).
+NPROC=$1
+SCRIPT=$2
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+PORT=${PORT:-29500}
+MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+
+PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
+exec python -m torch.distributed.run \
+    --nnodes=$NNODES \
+    --node_rank=$NODE_RANK \
+    --master_addr=$MASTER_ADDR \
+    --nproc_per_node=$NPROC \
+    --master_port=$PORT \
+    "$(dirname "$0")/$SCRIPT" "${@:3}" --launcher pytorch

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Shared by slurm_train.sh / slurm_test.sh: srun tools/SCRIPT with ARGS on PARTITION.
+# Environment: GPUS (tasks, default 8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS.
+set -x
+PARTITION=$1
+JOB_NAME=$2
+SCRIPT=$3
+GPUS=${GPUS:-8}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+CPUS_PER_TASK=${CPUS_PER_TASK:-5}
+SRUN_ARGS=${SRUN_ARGS:-""}
+
+PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
+exec srun -p ${PARTITION} \
+    --job-name=${JOB_NAME} \
+    --gres=gpu:${GPUS_PER_NODE} \
+    --ntasks=${GPUS} \
+    --ntasks-per-node=${GPUS_PER_NODE} \
+    --cpus-per-task=${CPUS_PER_TASK} \
+    --kill-on-bad-exit=1 \
+    ${SRUN_ARGS} \
+    python -u "$(dirname "$0")/$SCRIPT" "${@:4}" --launcher slurm

@@ -1,0 +1,58 @@
+"""Evaluate a checkpoint on a config's test set (COCO mAP for mmdet configs, mIoU for mmseg ones),
+as the stock ``tools/test.py`` of mmdet and mmseg do; the scope comes from ``default_scope``.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--cfg-options k=v ...]
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import DictAction
+
+import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
+from mmvisattn.apis import load_config, run
+
+TEST_LOADERS = ('test_dataloader',)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Test a model of mmvisattn (or any mmdet/mmseg config)')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the dir to save the evaluation metrics')
+    parser.add_argument('--show-dir', help='save images with predictions drawn into this dir (under the work dir)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, e.g. test_evaluator.classwise=True')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def enable_visualization(cfg, show_dir: str) -> None:
+    """Turn on the visualisation hook of either scope so predictions are drawn into ``show_dir``."""
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise SystemExit('error: --show-dir needs default_hooks.visualization in the config')
+    hook['draw'] = True
+    hook['interval'] = 1
+    if cfg.default_scope == 'mmdet':
+        hook['test_out_dir'] = show_dir
+    else:
+        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    if not osp.isfile(args.checkpoint):
+        raise SystemExit(f'error: checkpoint {args.checkpoint!r} does not exist')
+    cfg.load_from = args.checkpoint
+    if args.show_dir:
+        enable_visualization(cfg, args.show_dir)
+    run(cfg, 'test', TEST_LOADERS)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,47 @@
+"""Train a detector (mmdet scope) or a segmentor (mmseg scope) from a config, as the stock
+``tools/train.py`` of mmdet and mmseg do; the scope comes from the config's ``default_scope``.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
+"""
+import argparse
+import os
+
+from mmengine.config import DictAction
+
+import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
+from mmvisattn.apis import load_config, run
+
+TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Train a model of mmvisattn (or any mmdet/mmseg config)')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument('--amp', action='store_true', help='enable automatic mixed precision')
+    parser.add_argument('--resume', nargs='?', type=str, const='auto',
+                        help='resume from this checkpoint, or from the latest one in the work dir when no path is given')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, e.g. train_cfg.max_iters=10')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    run(cfg, 'train', TRAIN_LOADERS)
+
+
+if __name__ == '__main__':
+    main()
