@@ -1,0 +1,36 @@
+# Stock mmseg SegFormer-B0 from scratch on the Cityscapes-layout shapes data (128x128),
+# the segmentation counterpart of the detection demo.
+_base_ = [
+    'mmseg::_base_/models/segformer_mit-b0.py',
+    '../_base_/datasets/demo_shapes_cityscapes.py',
+    '../_base_/seg_runtime.py',
+]
+
+crop_size = (128, 128)
+data_preprocessor = dict(size=crop_size)
+model = dict(
+    data_preprocessor=data_preprocessor,
+    backbone=dict(init_cfg=None),
+    decode_head=dict(num_classes=4, norm_cfg=dict(type='BN', requires_grad=True)))
+
+max_iters = 600
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01),
+    paramwise_cfg=dict(custom_keys=dict(pos_block=dict(decay_mult=0.0), norm=dict(decay_mult=0.0))))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=50, end=max_iters),
+]
+# mmseg keeps its default hooks in the schedule files, so the demo lists them in full.
+default_hooks = dict(
+    timer=dict(type='IterTimerHook'),
+    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1),
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+    visualization=dict(type='SegVisualizationHook'))
+log_processor = dict(by_epoch=False)

@@ -1,0 +1,75 @@
+"""Every config of the project parses, builds its model in its own scope and takes one loss step
+on a small synthetic batch; the base configs point at the stock dataset layouts."""
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from .conftest import REPO
+
+CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in p.parts)
+BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
+
+
+def detection_batch(model, size=(96, 128), num_classes=3, with_mask=False):
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    samples = []
+    for i in range(2):
+        instances = InstanceData(bboxes=torch.tensor([[8.0, 10.0, 50.0, 60.0], [60.0, 20.0, 90.0, 70.0]]),
+                                 labels=torch.tensor([i % num_classes, (i + 1) % num_classes]))
+        if with_mask:
+            masks = torch.zeros(2, *size, dtype=torch.uint8)
+            masks[0, 10:60, 8:50] = 1
+            masks[1, 20:70, 60:90] = 1
+            instances.masks = BitmapMasks(masks.numpy(), *size)
+        samples.append(DetDataSample(gt_instances=instances, metainfo=dict(
+            img_shape=size, ori_shape=size, pad_shape=size, batch_input_shape=size, scale_factor=(1.0, 1.0))))
+    return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
+                data_samples=samples)
+
+
+def segmentation_batch(model, size=(128, 128), num_classes=4):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    samples = [SegDataSample(gt_sem_seg=PixelData(data=torch.randint(0, num_classes, (1, *size))),
+                             metainfo=dict(img_shape=size, ori_shape=size, pad_shape=size)) for _ in range(2)]
+    return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
+                data_samples=samples)
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: str(p.relative_to(REPO / 'configs')))
+def test_config_builds_and_takes_a_loss_step(path: Path):
+    cfg = Config.fromfile(path)
+    assert cfg.default_scope in ('mmdet', 'mmseg')
+    init_default_scope(cfg.default_scope)
+    if cfg.default_scope == 'mmdet':
+        from mmdet.registry import MODELS
+        with_mask = bool(cfg.model.get('roi_head', {}).get('mask_head'))
+        batch_fn = lambda m: detection_batch(m, num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
+                                             with_mask=with_mask)
+    else:
+        from mmseg.registry import MODELS
+        batch_fn = lambda m: segmentation_batch(m, num_classes=cfg.model.decode_head.num_classes)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    model.train()
+    data = model.data_preprocessor(batch_fn(model), training=True)
+    losses = model.loss(data['inputs'], data['data_samples'])
+    total, _ = model.parse_losses(losses)
+    assert torch.isfinite(total)
+    total.backward()
+
+
+@pytest.mark.parametrize('path', BASES, ids=lambda p: str(p.relative_to(REPO / 'configs')))
+def test_base_configs_parse(path: Path):
+    cfg = Config.fromfile(path)
+    roots = [cfg[name].dataset.get('data_root') for name in ('train_dataloader', 'test_dataloader') if name in cfg]
+    expected_roots = {'coco': 'data/coco/', 'cityscapes': 'data/cityscapes/', 'ade20k': 'data/ade/ADEChallengeData2016'}
+    if 'datasets' in path.parts and not path.name.startswith('demo_'):
+        assert roots and all(root == expected_roots[next(k for k in expected_roots if k in path.name)] for root in roots)
+    if 'schedules' in path.parts:
+        assert cfg.train_cfg and cfg.param_scheduler
