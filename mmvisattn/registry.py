@@ -30,10 +30,13 @@ def register_model(cls: ModelClass) -> ModelClass:
 def build_attention(cfg: dict, **defaults) -> nn.Module:
     """Build an attention from ``cfg``; ``defaults`` (e.g. a stage's width) fill keys it leaves out.
 
-    Raises one line naming the type when it is missing or unknown, instead of the registry's
-    generic message.
+    Looks the type up in ``ATTENTIONS`` itself, whatever the default scope (``ATTENTIONS.build``
+    would switch to the mmdet or mmseg registry inside their runners), and raises one line naming
+    the type when it is missing or unknown.
     """
-    attn_type = cfg.get('type')
-    if attn_type is None or ATTENTIONS.get(attn_type) is None:
+    args = {**defaults, **cfg}
+    attn_type = args.pop('type', None)
+    attn_class = ATTENTIONS.get(attn_type) if attn_type is not None else None
+    if attn_class is None:
         raise KeyError(f'unknown attention type {attn_type!r}; registered: {", ".join(sorted(ATTENTIONS.module_dict))}')
-    return ATTENTIONS.build({**defaults, **cfg})
+    return attn_class(**args)

@@ -75,7 +75,8 @@ def test_spatial_reduction_matches_mmseg(sr_ratio, hw_shape):
     torch.manual_seed(0)
     ours = build_attention(dict(type='SpatialReductionAttention', sr_ratio=sr_ratio), embed_dims=32,
                            num_heads=4).eval()
-    stock = EfficientMultiheadAttention(embed_dims=32, num_heads=4, sr_ratio=sr_ratio, qkv_bias=True).eval()
+    stock = EfficientMultiheadAttention(embed_dims=32, num_heads=4, sr_ratio=sr_ratio, qkv_bias=True,
+                                        norm_cfg=dict(type='LN', eps=1e-6)).eval()
     with torch.no_grad():
         stock.attn.in_proj_weight.copy_(torch.cat([ours.q.weight, ours.kv.weight]))
         stock.attn.in_proj_bias.copy_(torch.cat([ours.q.bias, ours.kv.bias]))

@@ -28,13 +28,15 @@ class SpatialReductionAttention(BaseAttention):
         qkv_bias: Whether the ``q`` and ``kv`` projections have a bias.
         attn_drop: Dropout on the attention weights.
         proj_drop: Dropout after the output projection.
+        norm_eps: Epsilon of the LayerNorm after the reduction (SegFormer and mmseg's MiT: 1e-6).
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'quadratic'
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 8, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, norm_eps: float = 1e-6,
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         if not isinstance(sr_ratio, int) or sr_ratio < 1:
             raise ValueError(f'SpatialReductionAttention: sr_ratio={sr_ratio!r} must be a positive integer')
@@ -43,7 +45,7 @@ class SpatialReductionAttention(BaseAttention):
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
         if sr_ratio > 1:
             self.sr = nn.Conv2d(embed_dims, embed_dims, kernel_size=sr_ratio, stride=sr_ratio)
-            self.norm = nn.LayerNorm(embed_dims)
+            self.norm = nn.LayerNorm(embed_dims, eps=norm_eps)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
