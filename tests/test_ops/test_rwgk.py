@@ -1,0 +1,91 @@
+"""Random-walk graph kernel op: Woodbury form == explicit N x N inverse (Eq. 5 vs Eq. 8),
+normalised rows (Lemma 1), gradients, autocast stability, bad lambda."""
+import pytest
+import torch
+
+from mmvisattn.ops.rwgk import bipartite_graphs, rwgk_attention, rwgk_attention_reference, rwgk_kernel_reference
+
+
+def inputs(batch=2, heads=3, tokens=20, anchors=7, dims=8, dtype=torch.float64, scale=1.0, shared_anchors=True):
+    torch.manual_seed(tokens * 31 + anchors)
+    q, k, v = (scale * torch.randn(batch, heads, tokens, dims, dtype=dtype) for _ in range(3))
+    anchor_batch = 1 if shared_anchors else batch
+    anchor_q, anchor_k = (torch.randn(anchor_batch, heads, anchors, dims, dtype=dtype) for _ in range(2))
+    return q, k, v, anchor_q, anchor_k
+
+
+@pytest.mark.parametrize('lam', [0.1, 0.5, 0.9, 0.99])
+@pytest.mark.parametrize('tokens,anchors,heads', [(20, 7, 3), (33, 1, 1), (9, 16, 2), (64, 64, 4)])
+def test_woodbury_equals_explicit_inverse(lam, tokens, anchors, heads):
+    args = inputs(heads=heads, tokens=tokens, anchors=anchors)
+    torch.testing.assert_close(rwgk_attention(*args, lam=lam), rwgk_attention_reference(*args, lam=lam),
+                               rtol=1e-9, atol=1e-10)
+
+
+def test_per_sample_anchors():
+    args = inputs(shared_anchors=False)
+    torch.testing.assert_close(rwgk_attention(*args), rwgk_attention_reference(*args), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize('lam', [0.1, 0.5, 0.9])
+def test_kernel_rows_sum_to_one(lam):
+    q, k, _, anchor_q, anchor_k = inputs()
+    kernel = rwgk_kernel_reference(q, k, anchor_q, anchor_k, lam)
+    torch.testing.assert_close(kernel.sum(-1), torch.ones_like(kernel.sum(-1)))
+    assert (kernel >= 0).all()
+    graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
+    torch.testing.assert_close((graph_q @ graph_k).sum(-1), torch.ones_like(kernel.sum(-1)))
+
+
+def test_constant_values_pass_through():
+    """A row-stochastic kernel maps a constant value map to itself."""
+    q, k, _, anchor_q, anchor_k = inputs()
+    v = torch.full_like(q, 2.5)
+    torch.testing.assert_close(rwgk_attention(q, k, v, anchor_q, anchor_k), v)
+
+
+def test_gradcheck():
+    args = [t.requires_grad_() for t in inputs(batch=2, heads=2, tokens=6, anchors=3, dims=4)]
+    assert torch.autograd.gradcheck(lambda *a: rwgk_attention(*a, lam=0.7), args)
+
+
+def test_gradients_match_reference():
+    args = [t.requires_grad_() for t in inputs(tokens=15, anchors=5)]
+    weights = torch.randn_like(args[0])
+    fast = torch.autograd.grad((rwgk_attention(*args) * weights).sum(), args)
+    slow = torch.autograd.grad((rwgk_attention_reference(*args) * weights).sum(), args)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('scale', [1.0, 60.0])
+def test_autocast_stays_finite(dtype, scale):
+    """Half-precision graphs with large activations saturate, but the M x M system is solved in
+    float32, so nothing overflows; at ordinary scale the result follows float32."""
+    q, k, v, anchor_q, anchor_k = (t.to(dtype).float() for t in inputs(scale=scale, tokens=256, anchors=64, dims=32))
+    with torch.autocast('cpu', dtype=dtype):
+        out = rwgk_attention(q.to(dtype), k.to(dtype), v.to(dtype), anchor_q, anchor_k, lam=0.9)
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+    if scale == 1.0:
+        reference = rwgk_attention(q, k, v, anchor_q, anchor_k, lam=0.9)
+        assert (out.float() - reference).abs().max() < 0.05 * reference.abs().max()
+
+
+@pytest.mark.parametrize('lam', [0.0, 1.0, -0.5, 1.5])
+def test_lambda_outside_open_interval_is_refused(lam):
+    with pytest.raises(ValueError, match=rf'lam={lam} must lie in the open interval \(0, 1\)'):
+        rwgk_attention(*inputs(), lam=lam)
+
+
+def test_memory_is_linear_in_tokens():
+    """The Woodbury form keeps no N x N tensor: autograd saves O(N M) per head."""
+    def saved_elements(tokens):
+        q, k, v, anchor_q, anchor_k = (t.float().requires_grad_() for t in inputs(tokens=tokens, anchors=16))
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            rwgk_attention(q, k, v, anchor_q, anchor_k)
+        return sum(sizes)
+    small, large = saved_elements(256), saved_elements(1024)
+    assert large < 4.5 * small
