@@ -1,1 +1,1 @@
-from . import attentions  # noqa: F401  (registers into ATTENTIONS)
+from . import attentions, backbones  # noqa: F401  (registers into ATTENTIONS and MODELS)

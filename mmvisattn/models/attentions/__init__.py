@@ -1,6 +1,8 @@
 from .base import BaseAttention, QKVAttention
 from .linear import LinearAttention
+from .rwgk import RWGKAttention
 from .softmax import SoftmaxAttention
 from .spatial_reduction import SpatialReductionAttention
 
-__all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention']
+__all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention',
+           'RWGKAttention']

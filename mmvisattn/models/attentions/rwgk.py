@@ -1,0 +1,90 @@
+"""Random-walk graph kernel attention with learnable anchors (RWGKA) or anchors pooled from the
+tokens (RWGKP), "Improving vision attention with random walk graph kernel" (seed 001), Sec. 3.2,
+Algorithm 1; the op lives in :mod:`mmvisattn.ops.rwgk`."""
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from mmvisattn.ops.rwgk import check_lam, rwgk_attention
+from mmvisattn.registry import ATTENTIONS
+from .base import BaseAttention
+
+ANCHOR_MODES = ('learnable', 'pooled')
+
+
+@ATTENTIONS.register_module()
+class RWGKAttention(BaseAttention):
+    """Multi-head random-walk graph kernel attention over all ``H * W`` tokens in linear time.
+
+    Parameter names follow SegFormer's attention (``q``, ``kv``, ``proj``), so a MiT checkpoint
+    supplies everything but the anchors.
+
+    Args:
+        embed_dims: Channels ``C``.
+        num_heads: Number of heads (Table 5 doubles them at half the anchors).
+        num_anchors: Anchors ``M`` per head. ``'pooled'`` rounds it to the nearest square grid; a
+            grid larger than the token map is legal (pooling then repeats tokens).
+        lam: Random-walk decay in (0, 1) (Table 5: 0.1, 0.5, 0.9; 0.5 by default).
+        anchor_mode: ``'learnable'`` (RWGKA: ``B_Q``, ``B_K`` are parameters of shape
+            ``(heads, M, C / heads)``, Xavier-initialised as the paper's new layers) or ``'pooled'``
+            (RWGKP: ``B_Q`` and ``B_K`` are the queries and keys average-pooled to a
+            ``sqrt(M) x sqrt(M)`` grid).
+        qkv_bias: Whether ``q`` and ``kv`` have a bias.
+        attn_drop: Accepted for interface parity with SegFormer; the mechanism forms no ``N x N``
+            weights to drop, so it must be 0.
+        proj_drop: Dropout after ``proj``.
+        init_cfg: mmengine initialisation config.
+    """
+
+    complexity = 'linear'
+
+    def __init__(self, embed_dims: int, num_heads: int, num_anchors: int = 64, lam: float = 0.5,
+                 anchor_mode: str = 'learnable', qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        if not isinstance(num_anchors, int) or num_anchors <= 0:
+            raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive integer')
+        if anchor_mode not in ANCHOR_MODES:
+            raise ValueError(f'RWGKAttention: anchor_mode={anchor_mode!r}; expected one of {ANCHOR_MODES}')
+        if attn_drop:
+            raise ValueError(f'RWGKAttention: attn_drop={attn_drop} is not supported (no attention weights '
+                             'are formed); use proj_drop')
+        check_lam(lam)
+        self.lam = lam
+        self.anchor_mode = anchor_mode
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+        if anchor_mode == 'learnable':
+            self.num_anchors = num_anchors
+            self.anchor_q = nn.Parameter(torch.empty(num_heads, num_anchors, self.head_dims))
+            self.anchor_k = nn.Parameter(torch.empty(num_heads, num_anchors, self.head_dims))
+            for anchors in (self.anchor_q, self.anchor_k):
+                for head in anchors.data:
+                    nn.init.xavier_uniform_(head)
+        else:
+            self.pool_size = max(1, round(math.sqrt(num_anchors)))
+            self.num_anchors = self.pool_size ** 2
+
+    def pooled_anchors(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors by adaptive average pooling."""
+        batch, heads, _, dims = x.shape
+        grid = x.transpose(-1, -2).reshape(batch, heads * dims, *hw_shape)
+        pooled = F.adaptive_avg_pool2d(grid, self.pool_size)
+        return pooled.reshape(batch, heads, dims, self.num_anchors).transpose(-1, -2)
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        hw_shape = self.check_tokens(x, hw_shape)
+        q = self.split_heads(self.q(x))
+        k, v = (self.split_heads(t) for t in self.kv(x).chunk(2, dim=-1))
+        if self.anchor_mode == 'learnable':
+            anchor_q, anchor_k = self.anchor_q.unsqueeze(0), self.anchor_k.unsqueeze(0)
+        else:
+            anchor_q, anchor_k = self.pooled_anchors(q, hw_shape), self.pooled_anchors(k, hw_shape)
+        out = rwgk_attention(q, k, v, anchor_q, anchor_k, self.lam)
+        return self.proj_drop(self.proj(self.merge_heads(out)))

@@ -1,0 +1,3 @@
+from .mit_rwgka import MixVisionTransformerRWGKA
+
+__all__ = ['MixVisionTransformerRWGKA']

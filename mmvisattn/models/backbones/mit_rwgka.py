@@ -1,0 +1,118 @@
+"""SegFormer's Mix Transformer with random-walk graph kernel attention, "Improving vision attention
+with random walk graph kernel" (seed 001), Sec. 4.1: every spatial-reduction attention of MiT is
+replaced, and its reduction conv dropped (Table 1: B0 3.4M -> 2.9M encoder parameters)."""
+import inspect
+import re
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch.nn as nn
+from mmseg.models.backbones.mit import MixVisionTransformer
+from torch import Tensor
+
+from mmvisattn.registry import ATTENTIONS, build_attention, register_model
+
+AttnCfg = Union[Dict, Sequence[Dict]]
+DEFAULT_ATTN_CFG = dict(type='RWGKAttention', num_anchors=64, lam=0.5)
+
+
+class ResidualAttention(nn.Module):
+    """Adapts a project attention (``forward(x, hw_shape)``, no residual) to the slot of mmseg's
+    ``EfficientMultiheadAttention``, whose forward adds the drop-path residual itself:
+    ``identity + drop_path(attn(x, hw_shape))``."""
+
+    def __init__(self, attn: nn.Module, drop_path: nn.Module) -> None:
+        super().__init__()
+        self.attn = attn
+        self.dropout_layer = drop_path
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int], identity: Tensor = None) -> Tensor:
+        identity = x if identity is None else identity
+        return identity + self.dropout_layer(self.attn(x, hw_shape))
+
+
+def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
+    """One attention config per stage, from a dict shared by all stages or a list of them."""
+    if isinstance(attn_cfg, dict):
+        return [dict(attn_cfg) for _ in range(num_stages)]
+    cfgs = [dict(cfg) for cfg in attn_cfg]
+    if len(cfgs) != num_stages:
+        raise ValueError(f'attn_cfg lists {len(cfgs)} stage settings; the backbone has {num_stages} stages')
+    return cfgs
+
+
+@register_model
+class MixVisionTransformerRWGKA(MixVisionTransformer):
+    """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
+
+    Takes every constructor argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer
+    config switches by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path,
+    ``with_cp``, ``out_indices``, ``init_cfg`` and the forward are mmseg's. Parameter names match
+    mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so
+    ``tools/model_converters/mit2rwgka.py`` turns a stock MiT checkpoint into an initialisation.
+
+    Args:
+        attn_cfg: The attention of every block: one config for all stages or a list with one per
+            stage (Table 5's anchors / lambda per stage). ``embed_dims``, ``num_heads`` (from
+            ``num_heads``), ``qkv_bias``, ``attn_drop`` and ``proj_drop`` are filled in; so is
+            ``sr_ratio`` (from ``sr_ratios``) for attentions that take one, so
+            ``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer. Defaults to
+            ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
+        **kwargs: The arguments of mmseg's ``MixVisionTransformer``.
+    """
+
+    def __init__(self, attn_cfg: Optional[AttnCfg] = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        stock = inspect.signature(MixVisionTransformer).bind(**kwargs)
+        stock.apply_defaults()
+        options = stock.arguments
+        attn_cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
+        for stage_index, (stage, cfg) in enumerate(zip(self.layers, stage_attn_cfgs(attn_cfg, self.num_stages))):
+            defaults = dict(embed_dims=self.embed_dims * self.num_heads[stage_index],
+                            num_heads=self.num_heads[stage_index], qkv_bias=options['qkv_bias'],
+                            attn_drop=options['attn_drop_rate'], proj_drop=options['drop_rate'])
+            if self._takes_sr_ratio(cfg):
+                defaults['sr_ratio'] = self.sr_ratios[stage_index]
+            for block in stage[1]:
+                # the stock attention built by mmseg is dropped here; its drop path is kept
+                block.attn = ResidualAttention(build_attention(cfg, **defaults), block.attn.dropout_layer)
+
+    @staticmethod
+    def _takes_sr_ratio(cfg: Dict) -> bool:
+        attn_class = ATTENTIONS.get(cfg.get('type'))
+        return attn_class is not None and 'sr_ratio' in inspect.signature(attn_class).parameters
+
+
+MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')
+
+
+def convert_mit_state_dict(state_dict: Dict[str, Tensor],
+                           keep_spatial_reduction: bool = False) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+    """Stock mmseg MiT keys -> MixVisionTransformerRWGKA keys (``in_proj`` split into ``q`` and
+    ``kv``, ``out_proj`` renamed ``proj``); returns the converted dict and the dropped keys.
+
+    ``keep_spatial_reduction`` moves ``sr`` and ``norm`` into the attention instead of dropping
+    them, for a backbone built with ``attn_cfg=dict(type='SpatialReductionAttention')``.
+    """
+    converted, dropped = OrderedDict(), []
+    for key, value in state_dict.items():
+        match = MIT_ATTENTION_KEY.match(key)
+        if match is None:
+            converted[key] = value
+            continue
+        prefix, rest = match.group('prefix'), match.group('rest')
+        if rest.startswith(('sr.', 'norm.')):
+            if keep_spatial_reduction:
+                converted[f'{prefix}attn.{rest}'] = value
+            else:
+                dropped.append(key)
+        elif rest in ('attn.in_proj_weight', 'attn.in_proj_bias'):
+            kind = rest.rsplit('_', 1)[1]
+            query, key_value = value[:value.shape[0] // 3], value[value.shape[0] // 3:]
+            converted[f'{prefix}attn.q.{kind}'] = query
+            converted[f'{prefix}attn.kv.{kind}'] = key_value
+        elif rest.startswith('attn.out_proj.'):
+            converted[f'{prefix}attn.proj.{rest.rsplit(".", 1)[1]}'] = value
+        else:
+            converted[key] = value
+    return converted, dropped
