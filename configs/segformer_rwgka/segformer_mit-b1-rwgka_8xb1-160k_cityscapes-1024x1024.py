@@ -1,0 +1,10 @@
+# SegFormer-B1-RWGKA: the B0-RWGKA recipe with the MiT-B1 encoder (layout of mmseg's B1 config).
+_base_ = './segformer_mit-b0-rwgka_8xb1-160k_cityscapes-1024x1024.py'
+
+checkpoint = 'pretrain/mit_b1_rwgka.pth'
+model = dict(
+    backbone=dict(
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint),
+        embed_dims=64,
+        num_layers=[2, 2, 2, 2]),
+    decode_head=dict(in_channels=[64, 128, 320, 512]))

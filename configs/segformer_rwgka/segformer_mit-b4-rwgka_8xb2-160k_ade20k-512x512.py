@@ -1,0 +1,10 @@
+# SegFormer-B4-RWGKA: the B0-RWGKA recipe with the MiT-B4 encoder (layout of mmseg's B4 config).
+_base_ = './segformer_mit-b0-rwgka_8xb2-160k_ade20k-512x512.py'
+
+checkpoint = 'pretrain/mit_b4_rwgka.pth'
+model = dict(
+    backbone=dict(
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint),
+        embed_dims=64,
+        num_layers=[3, 8, 27, 3]),
+    decode_head=dict(in_channels=[64, 128, 320, 512]))

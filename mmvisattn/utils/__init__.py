@@ -1,0 +1,3 @@
+from .complexity import count_flops, count_parameters
+
+__all__ = ['count_flops', 'count_parameters']

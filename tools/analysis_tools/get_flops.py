@@ -1,0 +1,94 @@
+"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation
+config, counting the attention matmuls and linear solves that mmengine's counter misses.
+
+    python tools/analysis_tools/get_flops.py CONFIG [--shape 1024 1024] [--deploy] [--json OUT]
+
+``--deploy`` calls ``switch_to_deploy()`` on every module that has one (train-only branches
+removed) before counting.
+"""
+import argparse
+import json
+from typing import Dict
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.registry import init_default_scope
+
+import mmvisattn  # noqa: F401
+from mmvisattn.utils import count_flops, count_parameters
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('config')
+    parser.add_argument('--shape', type=int, nargs='+', default=[1024, 1024], help='input H W (or one side)')
+    parser.add_argument('--deploy', action='store_true', help='count the model after switch_to_deploy()')
+    parser.add_argument('--json', help='also write the figures to this file')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    args = parser.parse_args(argv)
+    if len(args.shape) == 1:
+        args.shape = args.shape * 2
+    if len(args.shape) != 2 or min(args.shape) < 1:
+        parser.error(f'--shape takes one or two positive sides, got {args.shape}')
+    return args
+
+
+def build_model(cfg: Config) -> torch.nn.Module:
+    init_default_scope(cfg.default_scope)
+    if cfg.default_scope == 'mmdet':
+        from mmdet.registry import MODELS
+    else:
+        from mmseg.registry import MODELS
+    cfg.model.get('backbone', {}).pop('init_cfg', None)  # weights do not change the count
+    return MODELS.build(cfg.model).eval()
+
+
+def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
+    """A closure running the model's ``mode='tensor'`` forward on one ``3 x H x W`` image."""
+    inputs = torch.zeros(1, 3, height, width)
+    meta = dict(img_shape=(height, width), ori_shape=(height, width), pad_shape=(height, width),
+                batch_input_shape=(height, width), scale_factor=(1.0, 1.0))
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        samples = [DetDataSample(metainfo=meta)]
+    else:
+        from mmseg.structures import SegDataSample
+        samples = [SegDataSample(metainfo=meta)]
+    return lambda: model(inputs, samples, mode='tensor')
+
+
+def measure(config: str, shape, deploy: bool = False, cfg_options=None) -> Dict:
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    model = build_model(cfg)
+    if deploy:
+        for module in model.modules():
+            if hasattr(module, 'switch_to_deploy'):
+                module.switch_to_deploy()
+    macs = count_flops(tensor_forward(model, cfg.default_scope, *shape))
+    parts = {name: count_parameters(getattr(model, name))
+             for name in ('backbone', 'neck', 'decode_head', 'bbox_head', 'rpn_head', 'roi_head')
+             if isinstance(getattr(model, name, None), torch.nn.Module)}
+    return dict(config=config, shape=list(shape), deploy=deploy, params=count_parameters(model),
+                params_by_part=parts, gmacs=macs.pop('total') / 1e9,
+                gmacs_by_op={op: n / 1e9 for op, n in sorted(macs.items(), key=lambda kv: -kv[1])})
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    result = measure(args.config, args.shape, args.deploy, args.cfg_options)
+    print(f'config: {args.config}')
+    print(f'input: {args.shape[0]}x{args.shape[1]}{" (deploy)" if args.deploy else ""}')
+    print(f'params: {result["params"] / 1e6:.2f} M  (' + ', '.join(
+        f'{name} {n / 1e6:.2f} M' for name, n in result['params_by_part'].items()) + ')')
+    print(f'FLOPs (multiply-accumulates): {result["gmacs"]:.2f} G')
+    for op, gmacs in result['gmacs_by_op'].items():
+        print(f'  {op:<48} {gmacs:9.3f} G')
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == '__main__':
+    main()
