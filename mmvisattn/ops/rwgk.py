@@ -47,9 +47,10 @@ def bipartite_graphs(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor) -
     Returns:
         ``G_Q`` of shape ``(B, heads, N, M)`` and ``G_K`` of shape ``(B, heads, M, N)``.
     """
+    # scaling the M x d anchors instead of the N x M logits saves a token-sized temporary
     scale = q.shape[-1] ** -0.5
-    graph_q = torch.softmax(q @ anchor_k.transpose(-1, -2) * scale, dim=-1)
-    graph_k = torch.softmax(anchor_q @ k.transpose(-1, -2) * scale, dim=-1)
+    graph_q = torch.softmax(q @ (anchor_k * scale).transpose(-1, -2), dim=-1)
+    graph_k = torch.softmax((anchor_q * scale) @ k.transpose(-1, -2), dim=-1)
     return graph_q, graph_k
 
 
