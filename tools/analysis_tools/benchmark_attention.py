@@ -4,7 +4,10 @@
         'SpatialReductionAttention:sr_ratio=8' --grids 16 32 64 128 --dims 96 --heads 3 --batch 4
 
 A type is ``NAME`` or ``NAME:key=value,key=value`` (values are Python literals), passed to
-``ATTENTIONS.build`` with ``embed_dims`` and ``num_heads``. Every (type, grid) runs in a fresh
+``ATTENTIONS.build`` with ``embed_dims`` and ``num_heads``. A dotted ``NAME`` is imported instead, to
+time a stock module with the same ``forward(x, hw_shape)`` beside ours, e.g.
+``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8`` (SegFormer's attention, which
+adds its residual inside). Every (type, grid) runs in a fresh
 process, so its peak memory is its own: on CPU the growth of the peak resident set
 (``ru_maxrss``) from after the module and input exist to the end of the runs (as
 ``shared/tools/bench_peers.py`` measures the peers), on CUDA ``torch.cuda.max_memory_allocated``
@@ -81,20 +84,29 @@ def median_seconds(fn: Callable[[], None], warmup: int, repeats: int, sync: Call
     return statistics.median(times)
 
 
+def build_module(cfg: Dict, dims: int, heads: int):
+    """An attention of ``ATTENTIONS``, or the class at a dotted import path."""
+    from mmvisattn.registry import build_attention
+    if '.' not in cfg['type']:
+        return build_attention(cfg, embed_dims=dims, num_heads=heads)
+    import importlib
+    module_name, _, class_name = cfg.pop('type').rpartition('.')
+    return getattr(importlib.import_module(module_name), class_name)(embed_dims=dims, num_heads=heads, **cfg)
+
+
 def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     """Build one attention and time it on a ``grid x grid`` map; runs inside the child process."""
     import torch
 
     import mmvisattn  # noqa: F401
-    from mmvisattn.registry import build_attention
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    module = build_attention(parse_type(spec), embed_dims=args.dims, num_heads=args.heads).to(device)
+    module = build_module(parse_type(spec), args.dims, args.heads).to(device)
     if hasattr(module, 'switch_to_deploy'):
         module.switch_to_deploy()
-    tokens = module.num_extra_tokens + grid * grid
+    tokens = getattr(module, 'num_extra_tokens', 0) + grid * grid
     x = torch.randn(args.batch, tokens, args.dims, device=device, requires_grad=True)
     hw_shape = (grid, grid)
     sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
@@ -118,7 +130,7 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
     return dict(type=spec, grid=grid, tokens=tokens, fwd_ms=1e3 * fwd, fwd_bwd_ms=1e3 * fwd_bwd,
-                peak_mb=peak / 2**20, device=args.device, complexity=module.complexity)
+                peak_mb=peak / 2**20, device=args.device, complexity=getattr(module, 'complexity', 'quadratic'))
 
 
 def run_case(spec: str, grid: int, args: argparse.Namespace) -> Dict:
