@@ -20,7 +20,8 @@ test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01),
-    paramwise_cfg=dict(custom_keys=dict(pos_block=dict(decay_mult=0.0), norm=dict(decay_mult=0.0))))
+    paramwise_cfg=dict(custom_keys=dict(
+        pos_block=dict(decay_mult=0.0), norm=dict(decay_mult=0.0), head=dict(lr_mult=10.0))))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
     dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=50, end=max_iters),
