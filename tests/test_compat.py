@@ -6,12 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from mmengine.logging.history_buffer import HistoryBuffer
 from mmengine.model import BaseModel
 from mmengine.runner import Runner, load_checkpoint
 
 import mmvisattn  # noqa: F401  (applies the allowlist)
-from mmengine.logging.history_buffer import HistoryBuffer
-
 from mmvisattn.compat import history_buffer_statistic, runner_checkpoint_globals
 
 

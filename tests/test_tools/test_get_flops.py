@@ -1,5 +1,6 @@
 """The FLOP counter sees attention matmuls and the M x M solve: checked against closed forms on
 single attentions, and the tool runs on a config."""
+import pytest
 import torch
 
 import mmvisattn  # noqa: F401
@@ -36,9 +37,14 @@ def test_rwgk_attention_counts_graphs_walk_and_solve():
     assert macs['total'] == projections + heads * per_head + solve
 
 
-def test_get_flops_tool_prints_params_and_flops(tmp_path):
-    config = REPO / 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'
-    done = run_tool(['tools/analysis_tools/get_flops.py', config, '--shape', 128, '--json', tmp_path / 'f.json'],
-                    cwd=tmp_path)
-    assert 'params: 3.38 M  (backbone 2.98 M, decode_head 0.40 M)' in done.stdout
-    assert '_linalg_solve_ex' in done.stdout and 'FLOPs (multiply-accumulates)' in done.stdout
+@pytest.mark.parametrize('config,params,operator', [
+    ('segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py',
+     'params: 3.38 M  (backbone 2.98 M, decode_head 0.40 M)', '_linalg_solve_ex'),
+    ('demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py',
+     'params: 19.81 M  (backbone 11.18 M, neck 3.77 M, bbox_head 4.87 M)', 'convolution'),
+])
+def test_get_flops_tool_in_both_scopes(tmp_path, config, params, operator):
+    done = run_tool(['tools/analysis_tools/get_flops.py', REPO / 'configs' / config, '--shape', 128,
+                     '--json', tmp_path / 'f.json'], cwd=tmp_path)
+    assert params in done.stdout
+    assert operator in done.stdout and 'FLOPs (multiply-accumulates)' in done.stdout
