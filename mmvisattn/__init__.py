@@ -9,7 +9,7 @@ from .version import __version__
 
 allow_runner_checkpoints()
 
-from . import models  # noqa: E402,F401  (registration happens on import)
+from . import engine, models  # noqa: E402,F401  (registration happens on import)
 from .registry import ATTENTIONS, build_attention, register_model  # noqa: E402
 
 __all__ = ['__version__', 'ATTENTIONS', 'build_attention', 'register_model']

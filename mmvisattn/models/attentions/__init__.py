@@ -1,8 +1,9 @@
 from .base import BaseAttention, QKVAttention
+from .castling import LinearAngularAttention
 from .linear import LinearAttention
 from .rwgk import RWGKAttention
 from .softmax import SoftmaxAttention
 from .spatial_reduction import SpatialReductionAttention
 
 __all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention',
-           'RWGKAttention']
+           'RWGKAttention', 'LinearAngularAttention']

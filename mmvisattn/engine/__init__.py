@@ -1,0 +1,3 @@
+from .hooks import CastlingScheduleHook
+
+__all__ = ['CastlingScheduleHook']

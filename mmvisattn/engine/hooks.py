@@ -1,0 +1,49 @@
+"""Training hooks of mmvisattn."""
+from typing import Optional
+
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class CastlingScheduleHook(Hook):
+    """Fade out and remove the train-only auxiliary branches of castling attentions.
+
+    Castling-ViT (seed 004) trains with an auxiliary masked softmax attention that must vanish
+    before inference; no public source gives how. This hook sets ``aux_weight`` of every module
+    that has one: 1 until ``fade_start`` of training, then linearly down to 0 at ``fade_end``,
+    where it calls ``switch_to_deploy()`` so the rest of training (and every checkpoint after it)
+    runs the linear-time module alone. Fractions refer to ``runner.max_iters``.
+
+    Args:
+        fade_start: Fraction of training at which the auxiliary weight starts to fall.
+        fade_end: Fraction at which it reaches 0 and the branch is removed.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, fade_start: float = 0.5, fade_end: float = 0.75) -> None:
+        if not 0.0 <= fade_start <= fade_end <= 1.0:
+            raise ValueError(f'CastlingScheduleHook: need 0 <= fade_start <= fade_end <= 1, got '
+                             f'fade_start={fade_start}, fade_end={fade_end}')
+        self.fade_start = fade_start
+        self.fade_end = fade_end
+
+    def weight_at(self, progress: float) -> float:
+        """Auxiliary weight at a fraction ``progress`` of training."""
+        if progress < self.fade_start:
+            return 1.0
+        if progress >= self.fade_end:
+            return 0.0
+        return 1.0 - (progress - self.fade_start) / (self.fade_end - self.fade_start)
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None) -> None:
+        model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+        weight = self.weight_at(runner.iter / runner.max_iters)
+        for module in model.modules():
+            if getattr(module, 'has_aux_branch', False):
+                if weight == 0.0:
+                    module.switch_to_deploy()
+                else:
+                    module.aux_weight.fill_(weight)

@@ -1,0 +1,114 @@
+"""Castling attention, "Castling-ViT: Compressing self-attention via switching towards
+linear-angular attention during vision transformer inference" (seed 004): linear-angular attention
+(the constant and linear terms of the angular kernel, :mod:`mmvisattn.ops.linear_angular`), a
+depthwise convolution over the values standing in for the kernel's high-order residual, and an
+auxiliary masked softmax attention used while training only. At inference the auxiliary branch is
+removed ("castling"), leaving a linear-time module.
+
+The talk says only that the auxiliary masks are "regularized to gradually become zeros"; no source
+gives the schedule. Here the auxiliary branch is scaled by ``aux_weight``, which
+:class:`mmvisattn.engine.CastlingScheduleHook` holds at 1, ramps linearly to 0 over a span of
+training and then removes with :meth:`LinearAngularAttention.switch_to_deploy`, so the network
+learns to do without it before it disappears.
+"""
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from mmvisattn.ops.linear_angular import linear_angular_attention
+from mmvisattn.registry import ATTENTIONS
+from .base import QKVAttention
+
+CONV_KINDS = ('tokens', 'spatial')
+NORMALISATIONS = ('kernel', 'token')
+
+
+@ATTENTIONS.register_module()
+class LinearAngularAttention(QKVAttention):
+    """Multi-head linear-angular attention with a depthwise-conv residual and a train-only masked
+    softmax branch. Parameter names follow the official module (``qkv``, ``proj``, ``dconv``).
+
+    Args:
+        embed_dims: Channels ``C``.
+        num_heads: Number of heads.
+        qkv_bias: Whether ``qkv`` has a bias (the official default is False).
+        attn_drop: Dropout on the weights of the auxiliary softmax branch.
+        proj_drop: Dropout after ``proj``.
+        conv: Where the depthwise convolution on V runs: ``'tokens'`` (the official one, a
+            ``(kernel_size, 1)`` convolution along the token axis with one channel per head) or
+            ``'spatial'`` (a ``kernel_size x kernel_size`` convolution over the H x W map, one
+            channel per feature).
+        kernel_size: Size of that convolution (official: 9 along tokens; 3 is usual spatially).
+        normalisation: ``'kernel'`` divides by the kernel's row sums, so the linear term is a
+            weighted average of the values (the kernel view of the talk); ``'token'`` follows the
+            official code for checkpoint compatibility: ``0.5 v + (1/pi) q^ (k^T v)`` (plus the
+            auxiliary term), each output token L2-normalised, then the convolution added.
+        aux_branch: Build the auxiliary masked softmax attention (training only).
+        mask_threshold: Softmax weights at or below this are masked out of the auxiliary branch
+            (official: 0.02).
+        init_cfg: mmengine initialisation config.
+    """
+
+    complexity = 'linear'
+
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',
+                 aux_branch: bool = True, mask_threshold: float = 0.02, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         init_cfg=init_cfg)
+        if conv not in CONV_KINDS:
+            raise ValueError(f'LinearAngularAttention: conv={conv!r}; expected one of {CONV_KINDS}')
+        if normalisation not in NORMALISATIONS:
+            raise ValueError(f'LinearAngularAttention: normalisation={normalisation!r}; expected one of '
+                             f'{NORMALISATIONS}')
+        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
+        self.conv = conv
+        self.normalisation = normalisation
+        self.mask_threshold = mask_threshold
+        if conv == 'tokens':
+            self.dconv = nn.Conv2d(num_heads, num_heads, (kernel_size, 1), padding=(kernel_size // 2, 0),
+                                   groups=num_heads, bias=False)
+        else:
+            self.dconv = nn.Conv2d(embed_dims, embed_dims, kernel_size, padding=kernel_size // 2,
+                                   groups=embed_dims, bias=False)
+        self.has_aux_branch = aux_branch
+        self.register_buffer('aux_weight', torch.tensor(1.0 if aux_branch else 0.0), persistent=False)
+
+    def switch_to_deploy(self) -> None:
+        """Remove the auxiliary softmax branch for good; the module is then linear in the tokens."""
+        if not self.has_aux_branch:
+            raise RuntimeError('LinearAngularAttention.switch_to_deploy() called twice (or on a module built '
+                               'with aux_branch=False): there is no auxiliary branch left to remove')
+        self.has_aux_branch = False
+        self.aux_weight.fill_(0.0)
+
+    def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Masked softmax attention: weights at or below ``mask_threshold`` are dropped (quadratic)."""
+        weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)
+        weights = weights * (weights > self.mask_threshold)
+        weights = F.dropout(weights, self.attn_drop, self.training)
+        return weights @ v
+
+    def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        if self.conv == 'tokens':
+            return self.dconv(v)
+        batch, heads, tokens, dims = v.shape
+        grid = self.merge_heads(v).transpose(1, 2).reshape(batch, heads * dims, *hw_shape)
+        return self.split_heads(self.dconv(grid).flatten(2).transpose(1, 2))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        if self.normalisation == 'kernel':
+            out = linear_angular_attention(q, k, v)
+        else:
+            q_hat, k_hat = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            out = 0.5 * v + q_hat @ (k_hat.transpose(-1, -2) @ v) / math.pi
+        if self.has_aux_branch:
+            out = out + self.aux_weight * self.auxiliary(q, k, v)
+        if self.normalisation == 'token':
+            out = F.normalize(out, dim=-1)
+        return out + self.conv_residual(v, hw_shape)

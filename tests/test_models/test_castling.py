@@ -1,0 +1,83 @@
+"""LinearAngularAttention: deploy output equals training output once the auxiliary weight is 0,
+deploy removes the quadratic branch, the official 'token' normalisation, and the schedule hook."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import mmvisattn  # noqa: F401
+from mmvisattn.engine import CastlingScheduleHook
+from mmvisattn.ops.linear_angular import linear_angular_attention_reference
+from mmvisattn.registry import build_attention
+
+
+def castling(**options):
+    torch.manual_seed(0)
+    return build_attention(dict(type='LinearAngularAttention', **options), embed_dims=24, num_heads=3).double()
+
+
+@pytest.mark.parametrize('conv', ['tokens', 'spatial'])
+@pytest.mark.parametrize('normalisation', ['kernel', 'token'])
+def test_deploy_equals_training_at_zero_aux_weight(conv, normalisation):
+    attn = castling(conv=conv, normalisation=normalisation, kernel_size=3)
+    x = torch.randn(2, 5 * 7, 24, dtype=torch.float64)
+    with_aux = attn(x, (5, 7))
+    attn.aux_weight.fill_(0.0)
+    faded = attn(x, (5, 7))
+    assert not torch.allclose(with_aux, faded)
+    attn.switch_to_deploy()
+    torch.testing.assert_close(attn(x, (5, 7)), faded)
+    assert attn.complexity == 'linear' and not attn.has_aux_branch
+
+
+def test_kernel_normalisation_matches_reference():
+    attn = castling(aux_branch=False)
+    x = torch.randn(2, 4 * 6, 24, dtype=torch.float64)
+    q, k, v = (attn.split_heads(t) for t in attn.qkv(x).chunk(3, dim=-1))
+    expected = linear_angular_attention_reference(q, k, v) + attn.dconv(v)
+    torch.testing.assert_close(attn(x, (4, 6)), attn.proj(attn.merge_heads(expected)))
+
+
+def test_official_token_normalisation():
+    """0.5 v + (1/pi) q^ (k^T v), each token L2-normalised, then dconv(v) added (official order)."""
+    attn = castling(normalisation='token', aux_branch=False)
+    x = torch.randn(1, 3 * 3, 24, dtype=torch.float64)
+    q, k, v = (attn.split_heads(t) for t in attn.qkv(x).chunk(3, dim=-1))
+    qn, kn = (torch.nn.functional.normalize(t, dim=-1) for t in (q, k))
+    mixed = 0.5 * v + qn @ (kn.transpose(-1, -2) @ v) / torch.pi
+    expected = mixed / mixed.norm(dim=-1, keepdim=True) + attn.dconv(v)
+    torch.testing.assert_close(attn(x, (3, 3)), attn.proj(attn.merge_heads(expected)))
+
+
+def test_switch_to_deploy_twice_is_named():
+    attn = castling()
+    attn.switch_to_deploy()
+    with pytest.raises(RuntimeError, match=r'switch_to_deploy\(\) called twice'):
+        attn.switch_to_deploy()
+
+
+@pytest.mark.parametrize('options,message', [
+    (dict(conv='3x3'), "conv='3x3'; expected one of"),
+    (dict(normalisation='softmax'), "normalisation='softmax'; expected one of"),
+    (dict(kernel_size=4), 'kernel_size=4 must be a positive odd integer'),
+])
+def test_bad_settings_name_the_value(options, message):
+    with pytest.raises(ValueError, match=message):
+        castling(**options)
+
+
+def test_schedule_hook_fades_then_removes_the_branch():
+    attns = [castling(), castling()]
+    model = torch.nn.Sequential(*attns)
+    hook = CastlingScheduleHook(fade_start=0.5, fade_end=0.75)
+    seen = []
+    for iteration in range(100):
+        hook.before_train_iter(SimpleNamespace(model=model, iter=iteration, max_iters=100), iteration)
+        seen.append((attns[0].has_aux_branch, float(attns[0].aux_weight)))
+    assert seen[49] == (True, 1.0)
+    assert seen[62] == (True, pytest.approx(1 - 12 / 25))
+    assert seen[74] == (True, pytest.approx(1 / 25))
+    assert seen[75] == (False, 0.0) and seen[99] == (False, 0.0)
+    assert all(not a.has_aux_branch for a in attns)
+    with pytest.raises(ValueError, match='fade_start=0.8, fade_end=0.5'):
+        CastlingScheduleHook(fade_start=0.8, fade_end=0.5)
