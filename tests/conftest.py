@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import List
 
 import pytest
+import torch
+
+# Triton kernels are tested on CPU tensors through the interpreter where there is no GPU; it must
+# be chosen before any kernel is defined, hence here and not in the tests.
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 REPO = Path(__file__).resolve().parents[1]
 

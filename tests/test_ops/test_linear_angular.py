@@ -1,5 +1,6 @@
-"""Linear-angular op: the linear form equals the explicit N x N angular kernel, in value and
-gradient, for odd sizes and batch > 1; the kernel is positive and its rows normalise."""
+"""Linear-angular op: the torch and Triton forms equal the explicit N x N angular kernel, in value
+and gradient, for odd sizes and batch > 1; the kernel is positive and its rows normalise. The
+Triton kernels run on CPU under TRITON_INTERPRET=1 (set by `make test` and tests/conftest.py)."""
 import math
 
 import pytest
@@ -9,29 +10,63 @@ from mmvisattn.ops.linear_angular import (angular_kernel_reference, linear_angul
                                           linear_angular_attention_reference)
 
 
+
 def inputs(batch=2, heads=3, tokens=17, dims=8, value_dims=8):
     torch.manual_seed(tokens)
     shapes = [(batch, heads, tokens, dims)] * 2 + [(batch, heads, tokens, value_dims)]
     return [torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in shapes]
 
 
-@pytest.mark.parametrize('tokens,dims,value_dims', [(17, 8, 8), (1, 4, 4), (64, 16, 5), (9, 3, 12)])
+SIZES = [(17, 8, 8), (1, 4, 4), (64, 16, 5), (9, 3, 12), (130, 32, 33)]
+
+
+@pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
 def test_linear_form_equals_explicit_kernel(tokens, dims, value_dims):
     q, k, v = inputs(tokens=tokens, dims=dims, value_dims=value_dims)
-    torch.testing.assert_close(linear_angular_attention(q, k, v), linear_angular_attention_reference(q, k, v))
+    torch.testing.assert_close(linear_angular_attention(q, k, v, impl='torch'),
+                               linear_angular_attention_reference(q, k, v))
 
 
 def test_gradients_equal_explicit_kernel():
     q, k, v = inputs()
     weights = torch.randn(2, 3, 17, 8, dtype=torch.float64)
-    fast = torch.autograd.grad((linear_angular_attention(q, k, v) * weights).sum(), (q, k, v))
+    fast = torch.autograd.grad((linear_angular_attention(q, k, v, impl='torch') * weights).sum(), (q, k, v))
     slow = torch.autograd.grad((linear_angular_attention_reference(q, k, v) * weights).sum(), (q, k, v))
     for a, b in zip(fast, slow):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
+def test_triton_equals_reference_forward_and_gradients(tokens, dims, value_dims):
+    q, k, v = (t.detach().float().requires_grad_() for t in inputs(tokens=tokens, dims=dims, value_dims=value_dims))
+    weights = torch.randn(*v.shape[:-2], tokens, value_dims)
+    fast = linear_angular_attention(q, k, v, impl='triton')
+    slow = linear_angular_attention_reference(q, k, v)
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    fast_grads = torch.autograd.grad((fast * weights).sum(), (q, k, v))
+    slow_grads = torch.autograd.grad((slow * weights).sum(), (q, k, v))
+    for a, b in zip(fast_grads, slow_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_triton_keeps_half_precision_dtype():
+    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(tokens=40, dims=16, value_dims=16))
+    out = linear_angular_attention(q, k, v, impl='triton')
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), linear_angular_attention_reference(q.float(), k.float(), v.float()),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_auto_picks_torch_on_cpu_and_unknown_impl_is_named():
+    q, k, v = inputs(tokens=6)
+    torch.testing.assert_close(linear_angular_attention(q, k, v), linear_angular_attention(q, k, v, impl='torch'))
+    with pytest.raises(ValueError, match="impl='cuda'; expected one of"):
+        linear_angular_attention(q, k, v, impl='cuda')
+
+
 def test_gradcheck():
-    assert torch.autograd.gradcheck(linear_angular_attention, inputs(batch=1, heads=2, tokens=5, dims=3, value_dims=2))
+    assert torch.autograd.gradcheck(lambda *a: linear_angular_attention(*a, impl='torch'),
+                                    inputs(batch=1, heads=2, tokens=5, dims=3, value_dims=2))
 
 
 def test_kernel_bounds_and_row_normalisation():

@@ -1,0 +1,37 @@
+"""Linear-angular attention, "Castling-ViT" (seed 004): the angular kernel between L2-normalised
+queries and keys keeps only its constant and linear terms,
+
+    Sim(q, k) = 1/2 + (1/pi) q^ . k^,        q^ = q / ||q||,  k^ = k / ||k||,
+
+which lies in [1/2 - 1/pi, 1/2 + 1/pi] (always positive), so attention normalised by its row sums
+is a proper weighted average. Because the kernel is linear in q^ and k^, the ``N x N`` matrix is
+never needed::
+
+    out_i = (1/2 sum_j v_j + 1/pi q^_i (K^T V)) / (N/2 + 1/pi q^_i . sum_j k^_j)
+
+Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (the form above) and
+``triton`` (two fused passes); ``auto`` picks Triton for CUDA tensors and torch otherwise.
+"""
+from torch import Tensor
+
+from .linear import linear_angular_attention_torch
+from .reference import angular_kernel_reference, linear_angular_attention_reference
+
+IMPLS = ('auto', 'reference', 'torch', 'triton')
+
+
+def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto') -> Tensor:
+    """Row-normalised linear-angular attention of ``(B, heads, N, d)`` tensors."""
+    if impl not in IMPLS:
+        raise ValueError(f'linear_angular_attention: impl={impl!r}; expected one of {IMPLS}')
+    if impl == 'auto':
+        impl = 'triton' if q.is_cuda else 'torch'
+    if impl == 'reference':
+        return linear_angular_attention_reference(q, k, v)
+    if impl == 'triton':
+        from .triton import linear_angular_attention_triton
+        return linear_angular_attention_triton(q, k, v)
+    return linear_angular_attention_torch(q, k, v)
+
+
+__all__ = ['linear_angular_attention', 'linear_angular_attention_reference', 'angular_kernel_reference', 'IMPLS']

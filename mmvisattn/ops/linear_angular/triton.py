@@ -1,0 +1,107 @@
+"""Triton kernels for the linear-angular core on normalised queries and keys.
+
+Two passes per (batch, head): ``_summarise`` accumulates ``K^T V``, ``sum_j k_j`` and ``sum_j v_j``
+over blocks of tokens; ``_mix`` turns each block of queries into
+``(1/2 sum v + 1/pi q (K^T V)) / (N/2 + 1/pi q . sum k)``. The backward recomputes the torch form
+(:mod:`.linear`) under autograd: the summaries are O(d^2) per head, so nothing token-sized beyond
+the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .linear import linear_angular_attention_torch
+
+
+@triton.jit
+def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dims,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    head = tl.program_id(0)
+    rows = tl.arange(0, BLOCK_N)
+    cols_k = tl.arange(0, BLOCK_D)
+    cols_v = tl.arange(0, BLOCK_DV)
+    k_base = k_ptr + head * tokens * dims
+    v_base = v_ptr + head * tokens * value_dims
+    key_values = tl.zeros((BLOCK_D, BLOCK_DV), dtype=tl.float32)
+    key_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
+    for start in range(0, tokens, BLOCK_N):
+        in_rows = (start + rows) < tokens
+        k = tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
+                    mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32)
+        v = tl.load(v_base + (start + rows)[:, None] * value_dims + cols_v[None, :],
+                    mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(tl.float32)
+        key_values += tl.dot(tl.trans(k), v)
+        key_sum += tl.sum(k, axis=0)
+        value_sum += tl.sum(v, axis=0)
+    tl.store(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :], key_values)
+    tl.store(ksum_ptr + head * BLOCK_D + cols_k, key_sum)
+    tl.store(vsum_ptr + head * BLOCK_DV + cols_v, value_sum)
+
+
+@triton.jit
+def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, inv_pi,
+         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    head = tl.program_id(0)
+    rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols_k = tl.arange(0, BLOCK_D)
+    cols_v = tl.arange(0, BLOCK_DV)
+    in_rows = rows < tokens
+    q = tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
+                mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32)
+    key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
+    key_sum = tl.load(ksum_ptr + head * BLOCK_D + cols_k)
+    value_sum = tl.load(vsum_ptr + head * BLOCK_DV + cols_v)
+    numerator = 0.5 * value_sum[None, :] + tl.dot(q, key_values) * inv_pi
+    normaliser = 0.5 * tokens + tl.sum(q * key_sum[None, :], axis=1) * inv_pi
+    out = numerator / normaliser[:, None]
+    tl.store(out_ptr + head * tokens * value_dims + rows[:, None] * value_dims + cols_v[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
+
+
+def _block(size: int) -> int:
+    return max(16, triton.next_power_of_2(size))  # tl.dot needs at least 16 along each side
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
+    *batch, tokens, dims = q.shape
+    value_dims = v.shape[-1]
+    heads = q.numel() // (tokens * dims)
+    q = F.normalize(q, dim=-1).contiguous()
+    k = F.normalize(k, dim=-1).contiguous()
+    v = v.contiguous()
+    block_d, block_dv = _block(dims), _block(value_dims)
+    key_values = torch.empty(heads, block_d, block_dv, device=q.device, dtype=torch.float32)
+    key_sum = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
+    value_sum = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
+    _summarise[(heads,)](k, v, key_values, key_sum, value_sum, tokens, dims, value_dims,
+                         BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv)
+    out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
+    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_sum, value_sum, out, tokens, dims, value_dims,
+                                                 1.0 / math.pi, BLOCK_N=block_n, BLOCK_D=block_d,
+                                                 BLOCK_DV=block_dv)
+    return out
+
+
+class LinearAngularTriton(torch.autograd.Function):
+    """Triton forward; backward through the torch form recomputed from the saved inputs."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        ctx.save_for_backward(q, k, v)
+        return _forward(q, k, v)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+        with torch.enable_grad():
+            out = linear_angular_attention_torch(*inputs)
+        return torch.autograd.grad(out, inputs, grad_out)
+
+
+def linear_angular_attention_triton(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return LinearAngularTriton.apply(q, k, v)
