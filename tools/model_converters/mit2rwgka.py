@@ -13,36 +13,11 @@ converted weights are checked against it: the parameters that stay newly initial
 anchors) are listed, and any key or shape that does not fit fails the conversion.
 """
 import argparse
-from typing import Dict, List
 
 import torch
-from torch import Tensor
 
 from mmvisattn.models.backbones.mit_rwgka import MIT_ATTENTION_KEY, convert_mit_state_dict
-
-def check_against(config: str, converted: Dict[str, Tensor]) -> List[str]:
-    """Build the config's backbone; returns its parameter names the checkpoint does not set."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    import mmvisattn  # noqa: F401
-    cfg = Config.fromfile(config)
-    init_default_scope(cfg.default_scope)
-    from mmseg.registry import MODELS
-    backbone_cfg = cfg.model.backbone
-    backbone_cfg.pop('init_cfg', None)
-    expected = MODELS.build(backbone_cfg).state_dict()
-    prefix = 'backbone.' if any(k.startswith('backbone.') for k in converted) else ''
-    weights = {k[len(prefix):]: v for k, v in converted.items() if k.startswith(prefix)}
-    unexpected = sorted(set(weights) - set(expected))
-    if unexpected:
-        raise SystemExit(f'error: {len(unexpected)} checkpoint keys have no place in the backbone of {config}, '
-                         f'e.g. {unexpected[:3]}')
-    for key, value in weights.items():
-        if value.shape != expected[key].shape:
-            raise SystemExit(f'error: checkpoint {key} has shape {tuple(value.shape)}, the backbone of {config} '
-                             f'expects {tuple(expected[key].shape)} (a checkpoint of another width?)')
-    return sorted(set(expected) - set(weights))
+from mmvisattn.utils import save_converted
 
 
 def main(argv=None) -> None:
@@ -61,11 +36,7 @@ def main(argv=None) -> None:
     converted, dropped = convert_mit_state_dict(state_dict, args.keep_spatial_reduction)
     print(f'converted {len(state_dict)} tensors: {len(dropped)} spatial-reduction tensors dropped, '
           f'attention in_proj/out_proj renamed to q, kv, proj')
-    if args.config:
-        new = check_against(args.config, converted)
-        print(f'newly initialised in the backbone ({len(new)}): ' + (', '.join(new) if new else 'none'))
-    torch.save({'state_dict': converted}, args.dst)
-    print(f'saved {args.dst}')
+    save_converted(converted, args.dst, args.config)
 
 
 if __name__ == '__main__':

@@ -95,11 +95,13 @@ class LinearAngularAttention(QKVAttention):
         return weights @ v
 
     def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Depthwise conv of the values; over the map, extra tokens (a class token) get none."""
         if self.conv == 'tokens':
             return self.dconv(v)
-        batch, heads, tokens, dims = v.shape
-        grid = self.merge_heads(v).transpose(1, 2).reshape(batch, heads * dims, *hw_shape)
-        return self.split_heads(self.dconv(grid).flatten(2).transpose(1, 2))
+        extra, spatial = v[:, :, :self.num_extra_tokens], v[:, :, self.num_extra_tokens:]
+        grid = self.merge_heads(spatial).transpose(1, 2).reshape(v.shape[0], self.embed_dims, *hw_shape)
+        mixed = self.split_heads(self.dconv(grid).flatten(2).transpose(1, 2))
+        return torch.cat([torch.zeros_like(extra), mixed], dim=2)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         if self.normalisation == 'kernel':

@@ -72,9 +72,10 @@ class RWGKAttention(BaseAttention):
             self.num_anchors = self.pool_size ** 2
 
     def pooled_anchors(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors by adaptive average pooling."""
+        """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors by adaptive average pooling
+        of the spatial tokens (extra tokens such as a class token are not pooled)."""
         batch, heads, _, dims = x.shape
-        grid = x.transpose(-1, -2).reshape(batch, heads * dims, *hw_shape)
+        grid = x[:, :, self.num_extra_tokens:].transpose(-1, -2).reshape(batch, heads * dims, *hw_shape)
         pooled = F.adaptive_avg_pool2d(grid, self.pool_size)
         return pooled.reshape(batch, heads, dims, self.num_anchors).transpose(-1, -2)
 

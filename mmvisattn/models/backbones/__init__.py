@@ -1,3 +1,4 @@
+from .castling_vit import CastlingViT
 from .mit_rwgka import MixVisionTransformerRWGKA
 
-__all__ = ['MixVisionTransformerRWGKA']
+__all__ = ['MixVisionTransformerRWGKA', 'CastlingViT']

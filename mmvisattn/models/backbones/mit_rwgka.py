@@ -6,29 +6,14 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-import torch.nn as nn
 from mmseg.models.backbones.mit import MixVisionTransformer
 from torch import Tensor
 
 from mmvisattn.registry import ATTENTIONS, build_attention, register_model
+from ..layers import ResidualAttention
 
 AttnCfg = Union[Dict, Sequence[Dict]]
 DEFAULT_ATTN_CFG = dict(type='RWGKAttention', num_anchors=64, lam=0.5)
-
-
-class ResidualAttention(nn.Module):
-    """Adapts a project attention (``forward(x, hw_shape)``, no residual) to the slot of mmseg's
-    ``EfficientMultiheadAttention``, whose forward adds the drop-path residual itself:
-    ``identity + drop_path(attn(x, hw_shape))``."""
-
-    def __init__(self, attn: nn.Module, drop_path: nn.Module) -> None:
-        super().__init__()
-        self.attn = attn
-        self.dropout_layer = drop_path
-
-    def forward(self, x: Tensor, hw_shape: Sequence[int], identity: Tensor = None) -> Tensor:
-        identity = x if identity is None else identity
-        return identity + self.dropout_layer(self.attn(x, hw_shape))
 
 
 def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:

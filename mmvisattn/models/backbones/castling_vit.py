@@ -1,0 +1,87 @@
+"""Castling-ViT backbone (seed 004): mmseg's plain ViT with castling (linear-angular) attention
+in every block, for Mask2Former / UperNet-style dense heads."""
+import inspect
+import re
+from collections import OrderedDict
+from typing import Dict, List, Optional, Tuple
+
+from mmseg.models.backbones.vit import VisionTransformer
+from torch import Tensor
+
+from mmvisattn.registry import build_attention, register_model
+from ..layers import ResidualAttention, TokenGrid
+
+DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
+
+
+@register_model
+class CastlingViT(VisionTransformer):
+    """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
+
+    Takes every constructor argument of mmseg's ``VisionTransformer``, so a stock ViT config (for
+    example the ViT-UperNet ones) switches by changing ``type``; patch embedding, position
+    embedding, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
+    The class token, when present, reaches every attention as one extra token
+    (``num_extra_tokens = 1``); the token grid is recorded from the patch embedding, since mmseg's
+    layers call their attention without it.
+
+    Parameter names follow mmseg's ViT but for the attention internals
+    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``tools/model_converters/vit2castling.py`` maps
+    timm / MAE ViT checkpoints onto them.
+
+    Args:
+        attn_cfg: The attention of every layer; ``embed_dims``, ``num_heads``, ``qkv_bias``,
+            ``attn_drop`` and ``proj_drop`` are filled in. Defaults to ``LinearAngularAttention``
+            (linear-angular kernel, depthwise conv along the tokens, auxiliary softmax branch that
+            ``CastlingScheduleHook`` fades out and ``switch_to_deploy()`` removes).
+        **kwargs: The arguments of mmseg's ``VisionTransformer``.
+    """
+
+    def __init__(self, attn_cfg: Optional[Dict] = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        stock = inspect.signature(VisionTransformer).bind(**kwargs)
+        stock.apply_defaults()
+        options = stock.arguments
+        self.token_grid = TokenGrid()
+        self.patch_embed.register_forward_hook(self.token_grid.record)
+        cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
+        for layer in self.layers:
+            attn = build_attention(cfg, embed_dims=options['embed_dims'], num_heads=options['num_heads'],
+                                   qkv_bias=options['qkv_bias'], attn_drop=options['attn_drop_rate'],
+                                   proj_drop=options['drop_rate'])
+            attn.num_extra_tokens = int(options['with_cls_token'])
+            # mmseg's attention is dropped here; its residual dropout is kept
+            layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
+
+    def switch_to_deploy(self) -> None:
+        """Remove every train-only branch (``switch_to_deploy`` of each attention that has one)."""
+        for layer in self.layers:
+            if hasattr(layer.attn.attn, 'switch_to_deploy'):
+                layer.attn.attn.switch_to_deploy()
+
+
+# timm / MAE ViT names -> CastlingViT (mmseg ViT) names; the first matching rule applies
+TIMM_TO_CASTLING = [
+    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
+    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
+    (r'^blocks\.(\d+)\.attn\.(qkv|proj)\.', r'layers.\1.attn.attn.\2.'),
+    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
+    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
+    (r'^norm\.', 'ln1.'),
+    (r'^(cls_token|pos_embed)$', r'\1'),
+]
+
+
+def convert_timm_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+    """timm / MAE ViT keys -> CastlingViT keys; returns the converted dict and the dropped keys
+    (classification head, ``fc_norm``, MAE decoder and anything else without a place)."""
+    converted, dropped = OrderedDict(), []
+    for key, value in state_dict.items():
+        for pattern, replacement in TIMM_TO_CASTLING:
+            if re.match(pattern, key):
+                converted[re.sub(pattern, replacement, key)] = value
+                break
+        else:
+            dropped.append(key)
+    return converted, dropped

@@ -1,0 +1,3 @@
+from .residual_attention import ResidualAttention, TokenGrid
+
+__all__ = ['ResidualAttention', 'TokenGrid']

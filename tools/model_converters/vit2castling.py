@@ -1,0 +1,36 @@
+"""Turn a timm or MAE ViT checkpoint into an initialisation of CastlingViT.
+
+    python tools/model_converters/vit2castling.py SRC DST [--config CONFIG]
+
+SRC is a timm state dict (``blocks.{i}.attn.qkv`` ...) or an MAE checkpoint (the same keys under
+``model``). Patch embedding, position embedding, class token, blocks and the final norm are
+renamed to mmseg's ViT names; the classification head, ``fc_norm`` and MAE's decoder are dropped.
+With ``--config`` the converted weights are checked against that config's backbone: what stays
+newly initialised (the castling depthwise convolutions) is listed, and a key or shape that does
+not fit (a checkpoint of another width) fails in one line.
+"""
+import argparse
+
+import torch
+
+from mmvisattn.models.backbones.castling_vit import convert_timm_vit_state_dict
+from mmvisattn.utils import save_converted
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('src', help='timm or MAE ViT checkpoint')
+    parser.add_argument('dst', help='where to save the converted checkpoint')
+    parser.add_argument('--config', help='check the result against the backbone of this config')
+    args = parser.parse_args(argv)
+    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
+    state_dict = checkpoint.get('model', checkpoint.get('state_dict', checkpoint))
+    if not any(key.startswith('blocks.') for key in state_dict):
+        raise SystemExit(f'error: {args.src} holds no timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
+    converted, dropped = convert_timm_vit_state_dict(state_dict)
+    print(f'converted {len(converted)} tensors, dropped {len(dropped)}: {", ".join(dropped) or "none"}')
+    save_converted(converted, args.dst, args.config)
+
+
+if __name__ == '__main__':
+    main()
