@@ -59,7 +59,8 @@ def test_switch_to_deploy_removes_every_auxiliary_branch():
     for layer in model.layers:
         layer.attn.attn.aux_weight.fill_(0.0)
     faded = model(x)
-    model.switch_to_deploy()
+    for layer in model.layers:
+        layer.attn.attn.switch_to_deploy()
     assert not any(layer.attn.attn.has_aux_branch for layer in model.layers)
     for a, b in zip(faded, model(x)):
         torch.testing.assert_close(a, b)

@@ -7,6 +7,7 @@ config, counting the attention matmuls and linear solves that mmengine's counter
 removed) before counting.
 """
 import argparse
+import inspect
 import json
 from typing import Dict
 
@@ -51,9 +52,13 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
         samples = [DetDataSample(metainfo=meta)]
-    else:
-        from mmseg.structures import SegDataSample
-        samples = [SegDataSample(metainfo=meta)]
+        return lambda: model(inputs, samples, mode='tensor')
+    from mmseg.structures import SegDataSample
+    samples = [SegDataSample(metainfo=meta)]
+    head = model.decode_head
+    if 'batch_data_samples' in inspect.signature(head.forward).parameters:
+        # query-based heads (Mask2Former) need the image metas that mmseg's tensor mode does not pass
+        return lambda: head(model.extract_feat(inputs), samples)
     return lambda: model(inputs, samples, mode='tensor')
 
 

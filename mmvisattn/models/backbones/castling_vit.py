@@ -53,12 +53,6 @@ class CastlingViT(VisionTransformer):
             # mmseg's attention is dropped here; its residual dropout is kept
             layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
 
-    def switch_to_deploy(self) -> None:
-        """Remove every train-only branch (``switch_to_deploy`` of each attention that has one)."""
-        for layer in self.layers:
-            if hasattr(layer.attn.attn, 'switch_to_deploy'):
-                layer.attn.attn.switch_to_deploy()
-
 
 # timm / MAE ViT names -> CastlingViT (mmseg ViT) names; the first matching rule applies
 TIMM_TO_CASTLING = [

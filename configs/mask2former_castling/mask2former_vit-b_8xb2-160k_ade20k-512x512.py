@@ -1,0 +1,40 @@
+# Mask2Former with a plain ViT-B/16 (softmax attention) on ADE20K 512x512: the softmax baseline of
+# Castling-ViT (seed 004). mmseg's Mask2Former ADE20K recipe (AdamW 1e-4, poly, 160k iterations,
+# batch 8x2); the single-scale ViT features of blocks 4, 6, 8 and 12 become a stride 4-32 pyramid
+# through mmseg's MultiLevelNeck (512 channels, which puts the whole model at the slides' 118M). Start from MAE ViT-B weights converted by
+# tools/model_converters/vit2castling.py (the same keys serve the softmax ViT: qkv, proj).
+_base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+
+custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
+checkpoint = 'pretrain/mae_vit-b16_castling.pth'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='CastlingViT',
+        attn_cfg=dict(type='SoftmaxAttention'),
+        img_size=(512, 512),
+        patch_size=16,
+        embed_dims=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_ratio=4,
+        out_indices=(3, 5, 7, 11),
+        qkv_bias=True,
+        patch_bias=True,
+        drop_path_rate=0.1,
+        norm_cfg=dict(type='LN', eps=1e-6),
+        interpolate_mode='bicubic',
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint)),
+    neck=dict(type='MultiLevelNeck', in_channels=[768, 768, 768, 768], out_channels=512, scales=[4, 2, 1, 0.5]),
+    decode_head=dict(in_channels=[512, 512, 512, 512]))
+
+# the backbone learns at a tenth of the head's rate, as mmseg's transformer-backbone Mask2Former recipes
+optim_wrapper = dict(
+    paramwise_cfg=dict(custom_keys={
+        'backbone': dict(lr_mult=0.1, decay_mult=1.0),
+        'backbone.pos_embed': dict(lr_mult=0.1, decay_mult=0.0),
+        'backbone.cls_token': dict(lr_mult=0.1, decay_mult=0.0),
+        'query_embed': dict(lr_mult=1.0, decay_mult=0.0),
+        'query_feat': dict(lr_mult=1.0, decay_mult=0.0),
+        'level_embed': dict(lr_mult=1.0, decay_mult=0.0),
+    }, norm_decay_mult=0.0))
