@@ -13,7 +13,7 @@ CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in 
 BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 
-def detection_batch(model, size=(96, 128), num_classes=3, with_mask=False):
+def detection_batch(size=(96, 128), num_classes=3, with_mask=False):
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
@@ -32,7 +32,7 @@ def detection_batch(model, size=(96, 128), num_classes=3, with_mask=False):
                 data_samples=samples)
 
 
-def segmentation_batch(model, size=(128, 128), num_classes=4):
+def segmentation_batch(size=(128, 128), num_classes=4):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
     samples = [SegDataSample(gt_sem_seg=PixelData(data=torch.randint(0, num_classes, (1, *size))),
@@ -62,16 +62,15 @@ def test_config_builds_and_takes_a_loss_step(path: Path):
         cfg.model.data_preprocessor.size = (128, 128)  # pad the small test batch, not to the crop size
     if cfg.default_scope == 'mmdet':
         from mmdet.registry import MODELS
-        with_mask = bool(cfg.model.get('roi_head', {}).get('mask_head'))
-        batch_fn = lambda m: detection_batch(m, num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
-                                             with_mask=with_mask)
+        batch = detection_batch(num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
+                                with_mask=bool(cfg.model.get('roi_head', {}).get('mask_head')))
     else:
         from mmseg.registry import MODELS
-        batch_fn = lambda m: segmentation_batch(m, num_classes=cfg.model.decode_head.num_classes)
+        batch = segmentation_batch(num_classes=cfg.model.decode_head.num_classes)
     model = MODELS.build(cfg.model)
     model.init_weights()
     model.train()
-    data = model.data_preprocessor(batch_fn(model), training=True)
+    data = model.data_preprocessor(batch, training=True)
     losses = model.loss(data['inputs'], data['data_samples'])
     total, _ = model.parse_losses(losses)
     assert torch.isfinite(total)
@@ -84,7 +83,8 @@ def test_base_configs_parse(path: Path):
     roots = [cfg[name].dataset.get('data_root') for name in ('train_dataloader', 'test_dataloader') if name in cfg]
     expected_roots = {'coco': 'data/coco/', 'cityscapes': 'data/cityscapes/', 'ade20k': 'data/ade/ADEChallengeData2016'}
     if 'datasets' in path.parts and not path.name.startswith('demo_'):
-        assert roots and all(root == expected_roots[next(k for k in expected_roots if k in path.name)] for root in roots)
+        expected = expected_roots[next(k for k in expected_roots if k in path.name)]
+        assert roots and all(root == expected for root in roots)
     if 'schedules' in path.parts:
         assert cfg.train_cfg and cfg.param_scheduler
 

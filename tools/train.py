@@ -20,7 +20,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--amp', action='store_true', help='enable automatic mixed precision')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
-                        help='resume from this checkpoint, or from the latest one in the work dir when no path is given')
+                        help='resume from this checkpoint, or from the latest one in the work dir '
+                             'when no path is given')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. train_cfg.max_iters=10')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')

@@ -8,7 +8,7 @@ from mmseg.registry import MODELS
 import mmvisattn  # noqa: F401
 from mmvisattn.models.backbones.castling_vit import convert_timm_vit_state_dict
 
-from ..conftest import REPO, run_tool
+from ..conftest import run_tool
 
 SMALL = dict(img_size=(64, 64), patch_size=16, embed_dims=96, num_layers=2, num_heads=3, out_indices=(0, 1))
 
@@ -19,8 +19,11 @@ def castling(**options):
 
 
 @pytest.mark.parametrize('options', [
-    dict(), dict(with_cls_token=False), dict(attn_cfg=dict(type='LinearAngularAttention', conv='spatial', kernel_size=3)),
-    dict(attn_cfg=dict(type='RWGKAttention', anchor_mode='pooled', num_anchors=4)), dict(attn_cfg=dict(type='SoftmaxAttention')),
+    dict(),
+    dict(with_cls_token=False),
+    dict(attn_cfg=dict(type='LinearAngularAttention', conv='spatial', kernel_size=3)),
+    dict(attn_cfg=dict(type='RWGKAttention', anchor_mode='pooled', num_anchors=4)),
+    dict(attn_cfg=dict(type='SoftmaxAttention')),
 ])
 @pytest.mark.parametrize('size', [(64, 64), (80, 48)])
 def test_shapes(options, size):
@@ -70,22 +73,29 @@ def timm_state_dict(embed_dims=96, layers=2, tokens=17):
     """Random weights under timm's ViT names and shapes, plus a head and an fc_norm to drop."""
     hidden = 4 * embed_dims
     sd = {'cls_token': torch.randn(1, 1, embed_dims), 'pos_embed': torch.randn(1, tokens, embed_dims),
-          'patch_embed.proj.weight': torch.randn(embed_dims, 3, 16, 16), 'patch_embed.proj.bias': torch.randn(embed_dims),
+          'patch_embed.proj.weight': torch.randn(embed_dims, 3, 16, 16),
+          'patch_embed.proj.bias': torch.randn(embed_dims),
           'norm.weight': torch.randn(embed_dims), 'norm.bias': torch.randn(embed_dims),
           'fc_norm.weight': torch.randn(embed_dims), 'head.weight': torch.randn(1000, embed_dims)}
     for i in range(layers):
-        for name, shape in (('norm1', (embed_dims,)), ('norm2', (embed_dims,)), ('attn.qkv', (3 * embed_dims, embed_dims)),
-                            ('attn.proj', (embed_dims, embed_dims)), ('mlp.fc1', (hidden, embed_dims)),
-                            ('mlp.fc2', (embed_dims, hidden))):
+        for name, shape in (('norm1', (embed_dims,)), ('norm2', (embed_dims,)),
+                            ('attn.qkv', (3 * embed_dims, embed_dims)), ('attn.proj', (embed_dims, embed_dims)),
+                            ('mlp.fc1', (hidden, embed_dims)), ('mlp.fc2', (embed_dims, hidden))):
             sd[f'blocks.{i}.{name}.weight'] = torch.randn(*shape)
             sd[f'blocks.{i}.{name}.bias'] = torch.randn(shape[0])
     return sd
 
 
-def test_timm_converter_then_init_cfg(tmp_path):
+def small_config(tmp_path):
+    """A config whose backbone is the small CastlingViT with timm's patch bias and final norm."""
     config = tmp_path / 'castling_small.py'
-    config.write_text("default_scope = 'mmseg'\n"
-                      f"model = dict(backbone=dict(type='CastlingViT', **{SMALL!r}, patch_bias=True, final_norm=True))\n")
+    backbone = dict(type='CastlingViT', **SMALL, patch_bias=True, final_norm=True)
+    config.write_text(f"default_scope = 'mmseg'\nmodel = dict(backbone={backbone!r})\n")
+    return config
+
+
+def test_timm_converter_then_init_cfg(tmp_path):
+    config = small_config(tmp_path)
     weights = timm_state_dict()
     torch.save({'model': weights}, tmp_path / 'mae.pth')
     done = run_tool(['tools/model_converters/vit2castling.py', tmp_path / 'mae.pth', tmp_path / 'out.pth',
@@ -100,9 +110,7 @@ def test_timm_converter_then_init_cfg(tmp_path):
 
 
 def test_timm_converter_names_a_checkpoint_of_another_width(tmp_path):
-    config = tmp_path / 'castling_small.py'
-    config.write_text("default_scope = 'mmseg'\n"
-                      f"model = dict(backbone=dict(type='CastlingViT', **{SMALL!r}, patch_bias=True, final_norm=True))\n")
+    config = small_config(tmp_path)
     torch.save(timm_state_dict(embed_dims=192), tmp_path / 'wide.pth')
     done = run_tool(['tools/model_converters/vit2castling.py', tmp_path / 'wide.pth', tmp_path / 'out.pth',
                      '--config', config], cwd=tmp_path, check=False)

@@ -35,10 +35,12 @@ def test_backbone_shapes(size):
     model.init_weights()
     outs = model(torch.randn(2, 3, *size))
     assert [o.shape[1] for o in outs] == [32, 64, 160, 256]
-    height, width = size
+    grid = size
     for index, out in enumerate(outs):
-        height, width = (height + 1) // 2 if index else (height + 3) // 4, (width + 1) // 2 if index else (width + 3) // 4
-        assert out.shape[-2:] == (height, width)
+        # overlapping patch embeddings: 7x7 stride 4 padding 3, then 3x3 stride 2 padding 1
+        kernel, stride = (3, 2) if index else (7, 4)
+        grid = tuple((side + 2 * (kernel // 2) - kernel) // stride + 1 for side in grid)
+        assert out.shape[-2:] == grid
 
 
 def test_spatial_reduction_attn_cfg_rebuilds_stock_segformer():
@@ -56,7 +58,8 @@ def test_spatial_reduction_attn_cfg_rebuilds_stock_segformer():
 
 
 def test_per_stage_attention_settings():
-    cfgs = [dict(type='RWGKAttention', num_anchors=m, lam=lam) for m, lam in ((16, 0.1), (32, 0.5), (64, 0.9), (8, 0.5))]
+    settings = ((16, 0.1), (32, 0.5), (64, 0.9), (8, 0.5))
+    cfgs = [dict(type='RWGKAttention', num_anchors=m, lam=lam) for m, lam in settings]
     model = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'), attn_cfg=cfgs))
     attns = [stage[1][0].attn.attn for stage in model.layers]
     assert [a.num_anchors for a in attns] == [16, 32, 64, 8]

@@ -8,7 +8,8 @@ from ..conftest import REPO
 
 
 def run_install(env):
-    return subprocess.run([shutil.which('bash'), str(REPO / 'tools/install.sh')], env=env, capture_output=True, text=True,
+    return subprocess.run([shutil.which('bash'), str(REPO / 'tools/install.sh')], env=env, capture_output=True,
+                          text=True,
                           timeout=60)
 
 
@@ -27,4 +28,5 @@ def test_missing_compiler_is_named(tmp_path):
     os.symlink(sys.executable, bin_dir / 'python3.11')
     done = run_install({'PATH': str(bin_dir), 'HOME': str(tmp_path)})
     assert done.returncode == 1
-    assert done.stderr.strip() == "make install: error: no C++ compiler on PATH (install g++); mmcv's ops must be compiled"
+    assert done.stderr.strip() == ("make install: error: no C++ compiler on PATH (install g++); "
+                                   "mmcv's ops must be compiled")

@@ -68,7 +68,8 @@ def deterministic_config(tmp_path):
 def test_interrupted_run_resumes_with_identical_weights(workspace, tmp_path):
     config = deterministic_config(tmp_path)
     straight, interrupted = tmp_path / 'straight', tmp_path / 'interrupted'
-    run_tool(['tools/train.py', config, '--work-dir', straight, '--cfg-options', 'train_cfg.max_iters=4'], cwd=workspace)
+    run_tool(['tools/train.py', config, '--work-dir', straight, '--cfg-options', 'train_cfg.max_iters=4'],
+             cwd=workspace)
     run_tool(['tools/train.py', config, '--work-dir', interrupted, '--cfg-options', 'train_cfg.max_iters=2'],
              cwd=workspace)
     assert not (interrupted / 'iter_4.pth').exists()
