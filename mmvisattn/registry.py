@@ -20,9 +20,19 @@ ATTENTIONS = Registry(
 ModelClass = TypeVar('ModelClass', bound=type)
 
 
+SCOPE_MODELS = {'mmdet': MMDET_MODELS, 'mmseg': MMSEG_MODELS}
+
+
+def models_of_scope(scope: str) -> Registry:
+    """The ``MODELS`` registry of a config's ``default_scope`` (``'mmdet'`` or ``'mmseg'``)."""
+    if scope not in SCOPE_MODELS:
+        raise KeyError(f'default_scope={scope!r}; expected one of {sorted(SCOPE_MODELS)}')
+    return SCOPE_MODELS[scope]
+
+
 def register_model(cls: ModelClass) -> ModelClass:
     """Class decorator: register ``cls`` in the mmdet and mmseg ``MODELS`` registries."""
-    for registry in (MMDET_MODELS, MMSEG_MODELS):
+    for registry in SCOPE_MODELS.values():
         registry.register_module(module=cls)
     return cls
 

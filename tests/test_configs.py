@@ -7,6 +7,8 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
+from mmvisattn.registry import models_of_scope
+
 from .conftest import REPO
 
 CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in p.parts)
@@ -61,13 +63,11 @@ def test_config_builds_and_takes_a_loss_step(path: Path):
     if cfg.model.get('data_preprocessor', {}).get('size'):
         cfg.model.data_preprocessor.size = (128, 128)  # pad the small test batch, not to the crop size
     if cfg.default_scope == 'mmdet':
-        from mmdet.registry import MODELS
         batch = detection_batch(num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
                                 with_mask=bool(cfg.model.get('roi_head', {}).get('mask_head')))
     else:
-        from mmseg.registry import MODELS
         batch = segmentation_batch(num_classes=cfg.model.decode_head.num_classes)
-    model = MODELS.build(cfg.model)
+    model = models_of_scope(cfg.default_scope).build(cfg.model)
     model.init_weights()
     model.train()
     data = model.data_preprocessor(batch, training=True)

@@ -67,16 +67,21 @@ def _first_slurm_host() -> str:
 
 def check_data_roots(cfg: Config, dataloaders: Sequence[str]) -> None:
     """Fail with one line when a dataloader's ``data_root`` is missing, before any model is built."""
+    for name, dataset in _configured_datasets(cfg, dataloaders):
+        root = dataset.get('data_root')
+        if root and not osp.isdir(root):
+            hint = (' (write the demo data with: python tools/misc/make_demo_data.py --out data/shapes)'
+                    if 'shapes' in root else '')
+            raise SystemExit(f'error: {name}.dataset.data_root {root!r} does not exist{hint}')
+
+
+def _configured_datasets(cfg: Config, dataloaders: Sequence[str]):
+    """``(dataloader name, dataset config)`` for every leaf dataset of the named dataloaders."""
     for name in dataloaders:
         loader = cfg.get(name)
-        if not loader:
-            continue
-        for dataset in _leaf_datasets(loader['dataset']):
-            root = dataset.get('data_root')
-            if root and not osp.isdir(root):
-                hint = (' (write the demo data with: python tools/misc/make_demo_data.py --out data/shapes)'
-                        if 'shapes' in root else '')
-                raise SystemExit(f'error: {name}.dataset.data_root {root!r} does not exist{hint}')
+        if loader:
+            for dataset in _leaf_datasets(loader['dataset']):
+                yield name, dataset
 
 
 def _leaf_datasets(dataset: dict):
@@ -99,23 +104,19 @@ def find_corrupted_annotation(cfg: Config, dataloaders: Sequence[str]) -> Option
     Called only after a run failed, so a healthy run never parses its annotations twice.
     """
     import json
-    for name in dataloaders:
-        loader = cfg.get(name)
-        if not loader:
+    for _, dataset in _configured_datasets(cfg, dataloaders):
+        ann_file = dataset.get('ann_file') or ''
+        path = osp.join(dataset.get('data_root') or '', ann_file)
+        if not ann_file.endswith('.json') or not osp.isfile(path):
             continue
-        for dataset in _leaf_datasets(loader['dataset']):
-            ann_file = dataset.get('ann_file') or ''
-            path = osp.join(dataset.get('data_root') or '', ann_file)
-            if not ann_file.endswith('.json') or not osp.isfile(path):
-                continue
-            try:
-                with open(path) as f:
-                    content = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return f'error: corrupted annotation file {path!r}: not valid JSON ({exc})'
-            missing = [key for key in COCO_KEYS if not isinstance(content, dict) or key not in content]
-            if missing:
-                return f'error: corrupted annotation file {path!r}: expected COCO keys {COCO_KEYS}, missing {missing}'
+        try:
+            with open(path) as f:
+                content = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return f'error: corrupted annotation file {path!r}: not valid JSON ({exc})'
+        missing = [key for key in COCO_KEYS if not isinstance(content, dict) or key not in content]
+        if missing:
+            return f'error: corrupted annotation file {path!r}: expected COCO keys {COCO_KEYS}, missing {missing}'
     return None
 
 

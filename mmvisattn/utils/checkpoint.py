@@ -11,16 +11,12 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor]) -> List[str]
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
 
-    import mmvisattn  # noqa: F401
+    from mmvisattn.registry import models_of_scope
     cfg = Config.fromfile(config)
     init_default_scope(cfg.default_scope)
-    if cfg.default_scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        from mmseg.registry import MODELS
     backbone_cfg = cfg.model.backbone
     backbone_cfg.pop('init_cfg', None)
-    expected = MODELS.build(backbone_cfg).state_dict()
+    expected = models_of_scope(cfg.default_scope).build(backbone_cfg).state_dict()
     prefix = 'backbone.' if any(k.startswith('backbone.') for k in weights) else ''
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     unexpected = sorted(set(weights) - set(expected))

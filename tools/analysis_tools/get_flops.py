@@ -16,6 +16,7 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
 import mmvisattn  # noqa: F401
+from mmvisattn.registry import models_of_scope
 from mmvisattn.utils import count_flops, count_parameters
 
 
@@ -36,12 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_model(cfg: Config) -> torch.nn.Module:
     init_default_scope(cfg.default_scope)
-    if cfg.default_scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        from mmseg.registry import MODELS
     cfg.model.get('backbone', {}).pop('init_cfg', None)  # weights do not change the count
-    return MODELS.build(cfg.model).eval()
+    return models_of_scope(cfg.default_scope).build(cfg.model).eval()
 
 
 def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
