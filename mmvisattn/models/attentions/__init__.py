@@ -1,9 +1,10 @@
 from .base import BaseAttention, QKVAttention
 from .castling import LinearAngularAttention
 from .linear import LinearAttention
+from .ripple import RippleAttention, RippleLinearAttention
 from .rwgk import RWGKAttention
 from .softmax import SoftmaxAttention
 from .spatial_reduction import SpatialReductionAttention
 
 __all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention',
-           'RWGKAttention', 'LinearAngularAttention']
+           'RWGKAttention', 'LinearAngularAttention', 'RippleAttention', 'RippleLinearAttention']

@@ -1,0 +1,128 @@
+"""Ripple attention and its linearized twin, "Ripple attention for visual perception with
+sub-quadratic complexity" (seed 000): §3 (Eq. 4-6), Appendix C.1 (the deterministic adaptive feature
+map of Eq. 13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid).
+
+No stock module fits: mmcv/mmdet/mmseg have no linearized attention with a learnable trig+ReLU
+feature map, nor spatially weighted linearized attention. The operator itself is
+:func:`mmvisattn.ops.ripple.ripple_attention`.
+
+Parameters per module (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features,
+default ``d``; with ``qkv_bias``):
+
+* :class:`RippleLinearAttention`: ``qkv`` ``3C^2 + 3C``, ``proj`` ``C^2 + C``, feature map
+  ``W1`` ``m d`` + ``W2, b2`` ``2 m d + d`` (shared by the heads) ->
+  ``4C^2 + 4C + 3md + d`` (``4C^2 + 4C + 3d^2 + d`` by default).
+* :class:`RippleAttention`: that plus the stick units of C.3 -- the value projection
+  ``d^2 + d`` (shared by the heads) and ``R_max`` embeddings of size ``d`` per head ``C R_max`` ->
+  ``4C^2 + 4C + 3md + 2d + d^2 + C R_max``.
+
+E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and 153,152; ``C = 256, h = 8``
+(SMCA, Table 3): 266,272 and 268,352 with ``R_max = 4``.
+"""
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from mmvisattn.ops.ripple import IMPLS, ripple_attention
+from mmvisattn.ops.ripple.common import global_terms
+from mmvisattn.registry import ATTENTIONS
+from .base import QKVAttention
+
+
+class TrigReLUFeatureMap(nn.Module):
+    """``phi(x) = ReLU(W2 [sin(W1 x); cos(W1 x)] + b2)`` (Eq. 13), ``W1`` initialised with standard
+    Gaussian samples and learnt (C.1). ``W1`` is a bare parameter so that initialisers aimed at
+    ``nn.Linear`` layers leave its Gaussian start alone.
+
+    Args:
+        dims: Input (and output) dimension ``d``.
+        num_features: Rows ``m`` of ``W1``.
+    """
+
+    def __init__(self, dims: int, num_features: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(num_features, dims))
+        self.fc = nn.Linear(2 * num_features, dims)
+
+    def forward(self, x: Tensor) -> Tensor:
+        projected = x @ self.w1.t()
+        return F.relu(self.fc(torch.cat([projected.sin(), projected.cos()], dim=-1)))
+
+
+@ATTENTIONS.register_module()
+class RippleLinearAttention(QKVAttention):
+    """Linearized attention with the feature map of Eq. 13 (no spatial weighting): SMCA-LA's encoder
+    and the upper layers of DeiT-Ripple (C.5). Queries and keys are scaled by ``d^{-1/4}`` before
+    the map (the softmax temperature the paper omits in footnote 1, split between the two).
+
+    Args:
+        embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, init_cfg: see :class:`QKVAttention`;
+            ``attn_drop`` has no explicit weights to drop here.
+        num_features: Rows of ``W1`` (default ``head_dims``).
+        eps: Added to the normaliser.
+    """
+
+    complexity = 'linear'
+
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0, num_features: Optional[int] = None, eps: float = 1e-6,
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         init_cfg=init_cfg)
+        num_features = self.head_dims if num_features is None else num_features
+        if num_features < 1:
+            raise ValueError(f'{type(self).__name__}: num_features={num_features}; expected a positive integer')
+        self.feature_map = TrigReLUFeatureMap(self.head_dims, num_features)
+        self.eps = eps
+
+    def features(self, q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
+        scale = self.head_dims ** -0.25
+        return self.feature_map(q * scale), self.feature_map(k * scale)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        numerator, denominator = global_terms(*self.features(q, k), v)
+        return numerator / (denominator + self.eps)
+
+
+@ATTENTIONS.register_module()
+class RippleAttention(RippleLinearAttention):
+    """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value vector is
+    projected (``stick_proj``, shared by the heads) and dotted with ``R_max`` embeddings of its head
+    (``stick_embeds``), giving per-head, per-query logits and hence per-head spatial weights (C.5).
+    All tokens must lie on the ``hw_shape`` grid (no class token; DeiT-Ripple mean-pools).
+
+    Args:
+        embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, num_features, eps, init_cfg: see
+            :class:`RippleLinearAttention`.
+        r_max: Groups ``0 .. r_max - 1`` get their own weight, farther ones are merged (C.2).
+        tau: Threshold of the stick left over, in (0, 1) (§3.2; C.2 uses 0.001).
+        impl: Operator implementation, one of :data:`mmvisattn.ops.ripple.IMPLS`.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3, qkv_bias: bool = True,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, num_features: Optional[int] = None,
+                 eps: float = 1e-6, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         num_features=num_features, eps=eps, init_cfg=init_cfg)
+        if not isinstance(r_max, int) or r_max < 1:
+            raise ValueError(f'RippleAttention: r_max={r_max!r}; expected an integer >= 1')
+        if not 0 < tau < 1:
+            raise ValueError(f'RippleAttention: tau={tau!r}; expected 0 < tau < 1')
+        if impl not in IMPLS:
+            raise ValueError(f'RippleAttention: impl={impl!r}; expected one of {IMPLS}')
+        self.r_max = r_max
+        self.tau = tau
+        self.impl = impl
+        self.stick_proj = nn.Linear(self.head_dims, self.head_dims)
+        self.stick_embeds = nn.Parameter(torch.randn(num_heads, r_max, self.head_dims) * 0.02)
+
+    def stick_logits(self, v: Tensor) -> Tensor:
+        """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``o_r(i, j)`` (C.3)."""
+        return torch.einsum('bhnd,hrd->bhnr', self.stick_proj(v), self.stick_embeds)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        q, k = self.features(q, k)
+        return ripple_attention(q, k, v, self.stick_logits(v), hw_shape, self.tau, self.impl, self.eps)
