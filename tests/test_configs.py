@@ -62,6 +62,8 @@ def test_config_builds_and_takes_a_loss_step(path: Path):
     init_default_scope(cfg.default_scope)
     if cfg.model.get('data_preprocessor', {}).get('size'):
         cfg.model.data_preprocessor.size = (128, 128)  # pad the small test batch, not to the crop size
+    if cfg.model.get('data_preprocessor', {}).get('batch_augments'):
+        cfg.model.data_preprocessor.batch_augments = None  # no multi-scale resize of the small test batch
     if cfg.default_scope == 'mmdet':
         batch = detection_batch(num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
                                 with_mask=bool(cfg.model.get('roi_head', {}).get('mask_head')))

@@ -1,1 +1,1 @@
-from . import attentions, backbones  # noqa: F401  (registers into ATTENTIONS and MODELS)
+from . import attentions, backbones, dense_heads, detectors, necks  # noqa: F401  (registers into ATTENTIONS and MODELS)

@@ -1,4 +1,7 @@
+from .castling_levit import CastlingLeViT
 from .castling_vit import CastlingViT
+from .esnet import ESNet
 from .mit_rwgka import MixVisionTransformerRWGKA
+from .pervit import PerViT
 
-__all__ = ['MixVisionTransformerRWGKA', 'CastlingViT']
+__all__ = ['MixVisionTransformerRWGKA', 'CastlingViT', 'CastlingLeViT', 'ESNet', 'PerViT']

@@ -1,0 +1,115 @@
+"""A LeViT-style hybrid backbone with castling attention, for PicoDet (seed 004: the Castling-ViT
+talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no layout).
+
+The layout follows LeViT (Graham et al. 2021, §4: a convolutional stem, BatchNorm instead of
+LayerNorm, attention and 2x MLP blocks as residuals, hard swish), with three changes for dense,
+linear-time detection:
+
+* The stem has three stride-2 convolutions instead of four, so the stages run at strides 8, 16
+  and 32: the levels PicoDet's CSP-PAN takes from ESNet.
+* The stages are joined by a stride-2 depthwise-separable convolution instead of LeViT's shrink
+  attention, whose subsampled queries against all keys form a softmax over N/4 x N scores; with
+  the convolution every block stays linear in the tokens once the auxiliary branch is removed.
+* Attention is :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its 3x3
+  depthwise convolution over the map (``conv='spatial'``), the usual choice for images of any size.
+
+Widths are chosen so that PicoDet with each arch is within 2 % of the size of PicoDet with the
+ESNet of the same letter (0.99 M, 2.15 M, 3.30 M): comparisons are at equal size.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch.nn as nn
+from mmcv.cnn import ConvModule, DepthwiseSeparableConvModule
+from mmcv.cnn.bricks import DropPath
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmvisattn.registry import build_attention, register_model
+
+HSWISH = dict(type='HSwish')
+BN = dict(type='BN')
+
+
+class CastlingBlock(BaseModule):
+    """``x + attn(BN(x))`` then ``x + MLP(x)`` on a ``(B, C, H, W)`` map; the MLP is LeViT's pair of
+    1x1 convolutions with BatchNorm and hard swish."""
+
+    def __init__(self, channels: int, num_heads: int, mlp_ratio: float, drop_path: float, attn_cfg: dict) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm2d(channels)
+        self.attn = build_attention(attn_cfg, embed_dims=channels, num_heads=num_heads)
+        hidden = int(channels * mlp_ratio)
+        self.mlp = nn.Sequential(ConvModule(channels, hidden, 1, norm_cfg=BN, act_cfg=HSWISH),
+                                 ConvModule(hidden, channels, 1, norm_cfg=BN, act_cfg=None))
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, channels, height, width = x.shape
+        tokens = self.attn(self.norm(x).flatten(2).transpose(1, 2), (height, width))
+        x = x + self.drop_path(tokens.transpose(1, 2).reshape(batch, channels, height, width))
+        return x + self.drop_path(self.mlp(x))
+
+
+@register_model
+class CastlingLeViT(BaseModule):
+    """Three stages of castling blocks at strides 8, 16 and 32 (see the module docstring).
+
+    Args:
+        arch: ``'s' | 'm' | 'l'`` or a dict with ``widths``, ``depths`` and ``num_heads`` (3 each).
+        out_indices: Stages to return.
+        mlp_ratio: Hidden width of the MLPs over the block width (LeViT: 2).
+        drop_path_rate: Stochastic depth, rising linearly over the blocks.
+        attn_cfg: The attention of every block; any type of ``ATTENTIONS`` serves.
+        init_cfg: mmengine initialisation config.
+    """
+
+    arch_zoo = {
+        's': dict(widths=(48, 96, 160), depths=(1, 2, 2), num_heads=(2, 3, 5)),
+        'm': dict(widths=(64, 128, 256), depths=(1, 2, 2), num_heads=(2, 4, 8)),
+        'l': dict(widths=(80, 160, 320), depths=(1, 2, 2), num_heads=(2, 5, 10)),
+    }
+
+    def __init__(self, arch='s', out_indices: Sequence[int] = (0, 1, 2), mlp_ratio: float = 2.0,
+                 drop_path_rate: float = 0.0,
+                 attn_cfg: dict = dict(type='LinearAngularAttention', conv='spatial', kernel_size=3),
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        layout = self._layout(arch)
+        if not set(out_indices) <= {0, 1, 2}:
+            raise ValueError(f'CastlingLeViT: out_indices={tuple(out_indices)}; expected stages among (0, 1, 2)')
+        widths, depths, heads = layout['widths'], layout['depths'], layout['num_heads']
+        self.out_indices = tuple(out_indices)
+        self.out_channels = [widths[i] for i in self.out_indices]
+        self.stem = nn.Sequential(ConvModule(3, widths[0] // 4, 3, stride=2, padding=1, norm_cfg=BN, act_cfg=HSWISH),
+                                  ConvModule(widths[0] // 4, widths[0] // 2, 3, stride=2, padding=1, norm_cfg=BN,
+                                             act_cfg=HSWISH),
+                                  ConvModule(widths[0] // 2, widths[0], 3, stride=2, padding=1, norm_cfg=BN,
+                                             act_cfg=None))
+        rates = iter([drop_path_rate * i / max(sum(depths) - 1, 1) for i in range(sum(depths))])
+        self.downsamples = nn.ModuleList(
+            DepthwiseSeparableConvModule(widths[i - 1], widths[i], 3, stride=2, padding=1, norm_cfg=BN,
+                                         act_cfg=HSWISH) for i in range(1, len(widths)))
+        self.stages = nn.ModuleList(
+            nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg) for _ in range(depth)))
+            for width, depth, num_heads in zip(widths, depths, heads))
+
+    def _layout(self, arch) -> dict:
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise KeyError(f'CastlingLeViT: arch={arch!r}; expected one of {sorted(self.arch_zoo)} or a dict')
+            return self.arch_zoo[arch]
+        keys = ('widths', 'depths', 'num_heads')
+        if not isinstance(arch, dict) or set(arch) != set(keys) or any(len(arch[k]) != 3 for k in keys):
+            raise ValueError(f'CastlingLeViT: arch={arch!r}; expected a dict of three-entry {keys}')
+        return arch
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        x = self.stem(x)
+        outs: List[Tensor] = []
+        for index, stage in enumerate(self.stages):
+            if index:
+                x = self.downsamples[index - 1](x)
+            x = stage(x)
+            if index in self.out_indices:
+                outs.append(x)
+        return tuple(outs)

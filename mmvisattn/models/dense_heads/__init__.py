@@ -1,0 +1,3 @@
+from .pico_head import PicoHead
+
+__all__ = ['PicoHead']

@@ -1,0 +1,3 @@
+from .csp_pan import CSPPAN
+
+__all__ = ['CSPPAN']
