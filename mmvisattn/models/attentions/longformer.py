@@ -1,0 +1,121 @@
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (seed 003, Sec. 3.2, Eq. 3, App. C, D):
+local queries attend to the global tokens and to a 2-D window around them, global queries attend to
+every token, with relative-position bias for local-local, global-local and global-global pairs."""
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+from mmengine.model.weight_init import trunc_normal_
+from torch import Tensor
+
+from mmvisattn.ops.sliding_chunk import MASKINGS, check_window, sliding_chunk_attention
+from mmvisattn.ops.sliding_chunk.layout import global_rows
+from mmvisattn.registry import ATTENTIONS
+from .base import BaseAttention
+
+RANDOM_SHIFT_MODES = (-1, 0, 1)  # own chunk only, all neighbours, random shifting
+
+
+@ATTENTIONS.register_module()
+class LongformerAttention(BaseAttention):
+    """Sliding-chunk local attention with global tokens (the ViL attention).
+
+    No stock module computes 2-D local attention with global memory; the op is
+    :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`. Parameter names follow the
+    official ``Long2DSCSelfAttention`` (``query``, ``kv``, ``proj``, their ``*_global`` twins when
+    global weights are not shared, ``local_relative_position_bias_table``,
+    ``g2l_relative_position_bias``, ``g2g_relative_position_bias``).
+
+    Args:
+        embed_dims: Channels ``C``.
+        num_heads: Heads.
+        window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: 15 = 2*7+1).
+        num_global: Global tokens ``G`` in front of the map (``num_extra_tokens``).
+        masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'`` (App. C).
+        mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D): in
+            training each step draws one neighbour in 1..8; evaluation uses all eight.
+            ``ViLRandomShiftHook`` switches it to 0 late in training.
+        rel_pos: Learn relative-position biases (the ViL-*-RPB models).
+        share_global_weights: Global queries use the local projections (as the detection models).
+        qkv_bias: Bias of the query / key-value projections.
+        proj_drop: Dropout after the output projection.
+        impl: Op implementation, ``'auto' | 'reference' | 'torch' | 'triton'``.
+        init_cfg: mmengine initialisation config.
+    """
+
+    complexity = 'linear'
+
+    def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_global: int = 1, masking: str = 'chunk',
+                 mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True, qkv_bias: bool = True,
+                 proj_drop: float = 0.0, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        self.window = check_window(window, type(self).__name__)
+        if masking not in MASKINGS:
+            raise ValueError(f'LongformerAttention: masking={masking!r}; expected one of {MASKINGS}')
+        if isinstance(num_global, bool) or not isinstance(num_global, int) or num_global < 0:
+            raise ValueError(f'LongformerAttention: num_global={num_global!r}; expected an integer >= 0')
+        self.num_extra_tokens = num_global
+        self.masking = masking
+        self.mode = mode
+        self.impl = impl
+        self.query = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.share_global_weights = share_global_weights or num_global == 0
+        if not self.share_global_weights:
+            self.query_global = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+            self.kv_global = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
+            self.proj_global = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.rel_pos = rel_pos
+        if rel_pos:
+            side = 4 * self.window - 1
+            self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side, num_heads))
+            trunc_normal_(self.local_relative_position_bias_table, std=0.02)
+            if num_global:
+                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads, num_global))
+                self.g2g_relative_position_bias = nn.Parameter(torch.zeros(num_heads, num_global, num_global))
+                trunc_normal_(self.g2l_relative_position_bias, std=0.02)
+                trunc_normal_(self.g2g_relative_position_bias, std=0.02)
+
+    @property
+    def mode(self) -> int:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: int) -> None:
+        if isinstance(mode, bool) or mode not in RANDOM_SHIFT_MODES:
+            raise ValueError(f'LongformerAttention: mode={mode!r}; expected one of {RANDOM_SHIFT_MODES} '
+                             '(-1 own chunk, 0 all neighbours, 1 random shifting)')
+        self._mode = mode
+
+    def step_mode(self) -> int:
+        """The op mode of this call: a random neighbour 1..8 when random shifting in training."""
+        if self._mode == 1:
+            return int(torch.randint(1, 9, ())) if self.training else 0
+        return self._mode
+
+    def bias_tables(self):
+        if not self.rel_pos:
+            return None
+        if not self.num_extra_tokens:
+            return self.local_relative_position_bias_table, None, None
+        return (self.local_relative_position_bias_table, self.g2l_relative_position_bias,
+                self.g2g_relative_position_bias)
+
+    def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        hw_shape = self.check_tokens(x, hw_shape)
+        num_global = self.num_extra_tokens
+        q = self.split_heads(self.query(x))
+        k, v = (self.split_heads(t) for t in self.kv(x).chunk(2, dim=-1))
+        rel_pos = self.bias_tables()
+        out = sliding_chunk_attention(q, k, v, hw_shape, self.window, num_global, self.masking, self.step_mode(),
+                                      rel_pos, impl=self.impl)
+        if self.share_global_weights:
+            return self.proj_drop(self.proj(self.merge_heads(out)))
+        # separate global projections: the global rows are recomputed with them (G x N, cheap)
+        local = self.proj(self.merge_heads(out[:, :, num_global:]))
+        q_glob = self.split_heads(self.query_global(x[:, :num_global])) * self.head_dims ** -0.5
+        k_glob, v_glob = (self.split_heads(t) for t in self.kv_global(x).chunk(2, dim=-1))
+        glob = self.proj_global(self.merge_heads(global_rows(q_glob, k_glob, v_glob, num_global, rel_pos)))
+        return self.proj_drop(torch.cat([glob, local], dim=1))

@@ -1,0 +1,102 @@
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (seed 003, Sec. 3.2, App. C, D).
+
+Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global
+tokens and to a 2-D window of the map; a global query attends to every token. The window is
+computed with sliding chunks: the map is cut into ``w x w`` chunks and the queries of a chunk attend
+to the ``3 x 3`` chunks around it (window ``2w+1`` or more), under one of three masking modes:
+
+* ``'exact'``: only keys within ``w`` of the query along both axes (the conv-like ``(2w+1)^2`` window);
+* ``'chunk'`` (default): whole neighbour chunks, none beyond the border ("without padding");
+* ``'cyclic'``: whole neighbour chunks, the chunk grid wrapped around at the border.
+
+``mode`` selects the neighbour chunks (App. D): 0 all eight, -1 none (own chunk only), ``i`` in
+1..8 the own chunk and neighbour ``i`` (random-shifting training draws ``i`` per step).
+Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: ``table``
+``((4w-1)^2, heads)`` for local-local pairs, ``g2l`` ``(2, heads, G)`` (row 0: global query to a
+local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
+
+Implementations: ``reference`` (masked full attention, tests only), ``torch`` (sliding chunks,
+hand-written backward) and ``triton`` (fused kernels); ``auto`` picks Triton for CUDA tensors.
+"""
+from numbers import Integral
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .chunked import ChunkGrid, sliding_chunk_local_torch
+from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, padded_grid, slot_bias,
+                     slot_tables, to_chunks, visited_neighbours)
+from .reference import sliding_chunk_attention_reference
+
+IMPLS = ('auto', 'reference', 'torch', 'triton')
+
+
+def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
+    """``window`` must be a positive integer (``bool`` excluded); returns it as ``int``."""
+    if isinstance(window, bool) or not isinstance(window, Integral) or window < 1:
+        raise ValueError(f'{owner}: window={window!r}; expected a positive integer')
+    return int(window)
+
+
+def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: int,
+           impl: str) -> int:
+    window = check_window(window)
+    if masking not in MASKINGS:
+        raise ValueError(f'sliding_chunk_attention: masking={masking!r}; expected one of {MASKINGS}')
+    if isinstance(mode, bool) or mode not in MODES:
+        raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8')
+    if impl not in IMPLS:
+        raise ValueError(f'sliding_chunk_attention: impl={impl!r}; expected one of {IMPLS}')
+    if q.dim() != 4 or q.shape[2] != num_global + hw_shape[0] * hw_shape[1]:
+        raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
+                         f'+ {hw_shape[0]}x{hw_shape[1]} tokens as (B, heads, N, d)')
+    return window
+
+
+def _flat_globals(x: Tensor, num_global: int) -> Tensor:
+    return x[:, :, :num_global].reshape(x.shape[0] * x.shape[1], num_global, x.shape[-1])
+
+
+def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+                            num_global: int = 0, masking: str = 'chunk', mode: int = 0,
+                            rel_pos: Optional[Sequence[Optional[Tensor]]] = None, scale: Optional[float] = None,
+                            impl: str = 'auto') -> Tensor:
+    """Longformer attention of ``(B, heads, G + h*w, d)`` tensors -> ``(B, heads, G + h*w, d)``.
+
+    Args:
+        hw_shape: ``(h, w)`` of the map. window: chunk side ``w`` (attention window ``2w+1``);
+        larger than the map is legal (one chunk then covers it all). num_global: ``G``.
+        masking: ``'chunk' | 'exact' | 'cyclic'``. mode: -1, 0 or 1..8. rel_pos: see the module
+        docstring. scale: defaults to ``d ** -0.5``. impl: ``'auto' | 'reference' | 'torch' | 'triton'``.
+    """
+    hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
+    window = _check(q, hw_shape, window, num_global, masking, mode, impl)
+    if impl == 'reference':
+        return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
+    if impl == 'auto':
+        impl = 'triton' if q.is_cuda else 'torch'
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q = q * scale
+    batch, heads = q.shape[:2]
+    index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
+    bias = slot_bias(rel_pos, window, num_global, mode, heads)
+    chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
+    if impl == 'triton':
+        from .triton import sliding_chunk_local_triton
+        keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
+        local = sliding_chunk_local_triton(chunks, keys, values, index, invalid, bias)
+    else:
+        grid = ChunkGrid(*padded_grid(hw_shape, window), [NEIGHBOURS[i] for i in visited_neighbours(mode)],
+                         masking == 'cyclic', q.device)
+        keys, values = (to_chunks(t[:, :, num_global:], hw_shape, window).view(*grid.shape(chunks)) for t in (k, v))
+        local = sliding_chunk_local_torch(chunks, keys, values, _flat_globals(k, num_global),
+                                          _flat_globals(v, num_global), grid, invalid, bias)
+    local = from_chunks(local, batch, hw_shape, window)
+    if num_global == 0:
+        return local
+    return torch.cat([global_rows(q, k, v, num_global, rel_pos), local], dim=2)
+
+
+__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'IMPLS', 'MASKINGS',
+           'MODES']

@@ -1,0 +1,143 @@
+"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of seed 003).
+
+The map (padded with zeros to a multiple of ``w`` on both sides) is cut into ``w x w`` chunks. The
+queries of a chunk share one list of key *slots*: first the ``G`` global tokens, then ``w^2`` slots
+for each neighbour chunk the mode visits (all 3 x 3 for mode 0, the own chunk for -1, the own chunk
+and neighbour ``i`` for mode ``i`` in 1..8, App. D), in the neighbour order of the official code:
+(-1,-1), (-1,0), (-1,1), (0,-1), (0,0), (0,1), (1,-1), (1,0), (1,1). Slots index a flat key table
+``[globals, padded local map, one zero row]``; the masking mode decides which slots a query may use.
+The fast paths (torch and Triton) share these tables; the reference builds its mask independently.
+"""
+from functools import lru_cache
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MASKINGS = ('chunk', 'exact', 'cyclic')
+MODES = tuple(range(-1, 9))
+NEIGHBOURS = tuple((dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1))
+CENTRE = 4
+
+
+def visited_neighbours(mode: int) -> Tuple[int, ...]:
+    """Indices into :data:`NEIGHBOURS` that a chunk attends to in ``mode`` (-1, 0 or 1..8)."""
+    if mode == 0:
+        return tuple(range(9))
+    if mode == -1:
+        return (CENTRE,)
+    return CENTRE, mode - 1 if mode <= 4 else mode
+
+
+def relative_index(window: int, offsets: Sequence[int]) -> Tensor:
+    """``(w^2, len(offsets) * w^2)`` indices into the ``(4w-1)^2`` relative-position table."""
+    inner = torch.arange(window)
+    qx, qy = inner.repeat_interleave(window), inner.repeat(window)
+    side = 4 * window - 1
+    blocks = []
+    for offset in offsets:
+        dx, dy = NEIGHBOURS[offset]
+        rel_x = qx[:, None] - (dx * window + qx[None, :]) + 2 * window - 1
+        rel_y = qy[:, None] - (dy * window + qy[None, :]) + 2 * window - 1
+        blocks.append(rel_x * side + rel_y)
+    return torch.cat(blocks, dim=1)
+
+
+@lru_cache(maxsize=64)
+def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+                device: torch.device) -> Tuple[Tensor, Tensor]:
+    """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk.
+
+    ``C`` is the number of chunks and ``S = G + len(visited) * w^2``. Masked slots point at the
+    zero row. ``'chunk'`` drops neighbours outside the chunk grid and padded positions; ``'cyclic'``
+    wraps the chunk grid around (padded positions stay masked); ``'exact'`` also drops keys farther
+    than ``w`` from the query along either axis, giving the conv-like ``(2w+1)^2`` window.
+    """
+    height, width = hw_shape
+    rows, cols = -(-height // window), -(-width // window)
+    padded = rows * window * cols * window
+    inner = torch.arange(window)
+    kx, ky = inner.repeat_interleave(window), inner.repeat(window)
+    cx = torch.arange(rows).repeat_interleave(cols)[:, None, None]
+    cy = torch.arange(cols).repeat(rows)[:, None, None]
+    indices, invalid = [], []
+    for offset in visited_neighbours(mode):
+        dx, dy = NEIGHBOURS[offset]
+        key_cx, key_cy = cx + dx, cy + dy
+        outside = (key_cx < 0) | (key_cx >= rows) | (key_cy < 0) | (key_cy >= cols)
+        if masking == 'cyclic':
+            key_cx, key_cy, outside = key_cx % rows, key_cy % cols, torch.zeros_like(outside)
+        key_x, key_y = key_cx * window + kx, key_cy * window + ky  # (C, 1, w^2)
+        bad = outside | (key_x >= height) | (key_y >= width)
+        indices.append(torch.where(bad, padded, key_x * cols * window + key_y)[:, 0] + num_global)
+        if masking == 'exact':
+            query_x = (cx * window + kx).transpose(1, 2)  # (C, w^2, 1)
+            query_y = (cy * window + ky).transpose(1, 2)
+            bad = bad | ((key_x - query_x).abs() > window) | ((key_y - query_y).abs() > window)
+        invalid.append(bad)
+    invalid = torch.cat(invalid, dim=-1)
+    invalid = F.pad(invalid, (num_global, 0), value=False)
+    glob = torch.arange(num_global).expand(rows * cols, -1)
+    index = torch.cat([glob, torch.cat(indices, dim=-1)], dim=-1)
+    return index.to(device), invalid.to(device)
+
+
+def padded_grid(hw_shape: Sequence[int], window: int) -> Tuple[int, int]:
+    """Chunk rows and columns of a map padded to multiples of ``window``."""
+    return -(-hw_shape[0] // window), -(-hw_shape[1] // window)
+
+
+def to_chunks(x: Tensor, hw_shape: Sequence[int], window: int) -> Tensor:
+    """``(B, H, h*w, d)`` local tokens -> ``(B*H, C, w^2, d)`` zero-padded chunks."""
+    batch, heads, _, dims = x.shape
+    rows, cols = padded_grid(hw_shape, window)
+    grid = x.reshape(batch * heads, hw_shape[0], hw_shape[1], dims)
+    grid = F.pad(grid, (0, 0, 0, cols * window - hw_shape[1], 0, rows * window - hw_shape[0]))
+    grid = grid.view(batch * heads, rows, window, cols, window, dims).transpose(2, 3)
+    return grid.reshape(batch * heads, rows * cols, window * window, dims)
+
+
+def from_chunks(x: Tensor, batch: int, hw_shape: Sequence[int], window: int) -> Tensor:
+    """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)`` (padding cropped)."""
+    rows, cols = padded_grid(hw_shape, window)
+    dims = x.shape[-1]
+    grid = x.view(-1, rows, cols, window, window, dims).transpose(2, 3)
+    grid = grid.reshape(-1, rows * window, cols * window, dims)[:, :hw_shape[0], :hw_shape[1]]
+    return grid.reshape(batch, -1, hw_shape[0] * hw_shape[1], dims)
+
+
+def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tensor:
+    """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded tokens + 1, d)``: globals, padded map, zero row."""
+    batch, heads, _, dims = x.shape
+    local = to_chunks(x[:, :, num_global:], hw_shape, window)
+    rows, cols = padded_grid(hw_shape, window)
+    local = local.view(batch * heads, rows, cols, window, window, dims).transpose(2, 3)
+    parts = [x[:, :, :num_global].reshape(batch * heads, num_global, dims),
+             local.reshape(batch * heads, -1, dims), x.new_zeros(batch * heads, 1, dims)]
+    return torch.cat(parts, dim=1)
+
+
+def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, mode: int,
+              heads: int) -> Optional[Tensor]:
+    """``(heads, w^2, S)`` relative-position bias of the local queries' slots, or ``None``."""
+    if rel_pos is None or rel_pos[0] is None:
+        return None
+    table, local_to_global = rel_pos[0], rel_pos[1]
+    index = relative_index(window, visited_neighbours(mode)).to(table.device)
+    local = table[index.view(-1)].view(window * window, -1, heads).permute(2, 0, 1)
+    if num_global == 0:
+        return local
+    to_global = local_to_global[1][:, None, :].expand(-1, window * window, -1)
+    return torch.cat([to_global, local], dim=-1)
+
+
+def global_rows(q: Tensor, k: Tensor, v: Tensor, num_global: int,
+                rel_pos: Optional[Sequence[Optional[Tensor]]]) -> Tensor:
+    """The global queries attend to every token: ``(B, H, G, d)`` (``q`` already scaled)."""
+    scores = q[:, :, :num_global] @ k.transpose(-1, -2)
+    if rel_pos is not None and rel_pos[1] is not None:
+        tokens = k.shape[2] - num_global
+        bias = torch.cat([rel_pos[2], rel_pos[1][0][..., None].expand(-1, -1, tokens)], dim=-1)
+        scores = scores + bias
+    return scores.softmax(dim=-1) @ v

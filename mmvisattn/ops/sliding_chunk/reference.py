@@ -1,0 +1,71 @@
+"""The slow twin: one full softmax attention over all ``G + h*w`` tokens with an explicit additive
+``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern forbids a pair (tests and
+benchmarks only; quadratic in the number of tokens, App. C of seed 003).
+
+It is built from token coordinates, not from the slot tables of the fast paths. A local key may
+lie in several visited neighbour chunks of a query (cyclic wrapping on grids of fewer than three
+chunks); the fast paths then see it once per chunk, each time with that chunk's relative-position
+bias, which equals one entry of bias ``log(sum_copies exp(b))``.
+"""
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .layout import NEIGHBOURS, visited_neighbours
+
+
+def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:
+    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 = forbidden)."""
+    height, width = hw_shape
+    pos = torch.arange(height * width, device=table.device)
+    x, y = pos // width, pos % width
+    rows, cols = -(-height // window), -(-width // window)
+    side = 4 * window - 1
+    weights = table.new_zeros(table.shape[1], pos.numel(), pos.numel())
+    for offset in visited_neighbours(mode):
+        dx, dy = NEIGHBOURS[offset]
+        target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy  # (N, 1) key chunk
+        inside = (target_x >= 0) & (target_x < rows) & (target_y >= 0) & (target_y < cols)
+        if masking == 'cyclic':
+            inside = torch.ones_like(inside)
+        match = inside & (x[None, :] // window == target_x % rows) & (y[None, :] // window == target_y % cols)
+        if masking == 'exact':
+            match &= ((x[:, None] - x[None, :]).abs() <= window) & ((y[:, None] - y[None, :]).abs() <= window)
+        virtual_x = target_x * window + x[None, :] % window  # where the fast path places the key
+        virtual_y = target_y * window + y[None, :] % window
+        rel = (x[:, None] - virtual_x + 2 * window - 1) * side + (y[:, None] - virtual_y + 2 * window - 1)
+        bias = table[rel.clamp(0, side * side - 1)].permute(2, 0, 1)
+        weights = weights + torch.where(match, bias.exp(), torch.zeros_like(bias))
+    return weights
+
+
+def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int, heads: int,
+               rel_pos: Optional[Sequence[Optional[Tensor]]], like: Tensor) -> Tensor:
+    """``(heads, G + N, G + N)`` additive bias with ``-inf`` on forbidden pairs."""
+    side = 4 * window - 1
+    table = rel_pos[0] if rel_pos is not None and rel_pos[0] is not None else like.new_zeros(side * side, heads)
+    weights = _local_weights(hw_shape, window, masking, mode, table)
+    local = torch.where(weights > 0, weights.clamp_min(1e-300).log(), torch.full_like(weights, float('-inf')))
+    if num_global == 0:
+        return local
+    tokens = local.shape[-1]
+    if rel_pos is not None and rel_pos[1] is not None:
+        to_global, from_global, among = rel_pos[1][1], rel_pos[1][0], rel_pos[2]
+    else:
+        to_global = from_global = like.new_zeros(heads, num_global)
+        among = like.new_zeros(heads, num_global, num_global)
+    top = torch.cat([among, from_global[..., None].expand(-1, -1, tokens)], dim=-1)
+    bottom = torch.cat([to_global[:, None, :].expand(-1, tokens, -1), local], dim=-1)
+    return torch.cat([top, bottom], dim=1)
+
+
+def sliding_chunk_attention_reference(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+                                      num_global: int = 0, masking: str = 'chunk', mode: int = 0,
+                                      rel_pos: Optional[Sequence[Optional[Tensor]]] = None,
+                                      scale: Optional[float] = None) -> Tensor:
+    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    bias = dense_bias(hw_shape, window, num_global, masking, mode, q.shape[1], rel_pos, q)
+    scores = (q * scale) @ k.transpose(-1, -2) + bias
+    return scores.softmax(dim=-1) @ v
