@@ -1,0 +1,173 @@
+"""PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; seed 002, §3.2,
+Eq. 10, Appendix E Table A5) for detection and segmentation.
+
+A columnar ViT: a convolutional stem (four stride-2 ``3 x 3`` conv-BN-ReLU and a ``1 x 1`` conv)
+makes stride-16 tokens, then 12 blocks ``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') +
+FFN(LN(x'))`` in four stages of widths ``embed_dims``; the last block of a stage changes the width
+in its FFN and a linear residual path (as the official code). Every stage output has stride 16, so
+dense heads need a simple feature pyramid (the configs use stock ``ChannelMapper`` +
+``Feature2Pyramid`` + ``FPN``).
+
+Parameter names follow the official code (``stem`` for ``conv_layers``, ``blocks.{i}.{cpe, norm1,
+attn, norm2, res_path, mlp}``, one ``rpe_proj`` shared by every layer's peripheral attention);
+``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+from torch import Tensor
+
+from mmvisattn.registry import ATTENTIONS, build_attention, register_model
+from ..attentions.peripheral import PeripheralAttention, build_distance_proj, peripheral_initialization
+
+# Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
+ARCH_SETTINGS = {
+    'tiny': dict(num_heads=4, depths=(2, 2, 6, 2), embed_dims=(128, 192, 224, 280),
+                 stem_channels=(48, 64, 96, 128)),
+    'small': dict(num_heads=8, depths=(2, 2, 6, 2), embed_dims=(272, 320, 368, 464),
+                  stem_channels=(64, 128, 192, 272)),
+    'medium': dict(num_heads=12, depths=(2, 2, 6, 2), embed_dims=(312, 468, 540, 684),
+                   stem_channels=(64, 192, 256, 312)),
+}
+STEM_STRIDE = 16
+
+
+class PerViTBlock(nn.Module):
+    """Eq. 10 with the official width change: ``x = x + MPA(LN(CPE(x)))`` then
+    ``x = res_path(x) + FFN(LN(x))``, ``FFN: dims -> mlp_ratio * dims -> out_dims``.
+
+    A new class because mmcv's ``FFN`` keeps the width and mmseg's transformer layers have no
+    convolutional position encoding inside the attention branch.
+    """
+
+    def __init__(self, dims: int, out_dims: int, attn: nn.Module, mlp_ratio: float = 4.0, drop: float = 0.0,
+                 drop_path: float = 0.0) -> None:
+        super().__init__()
+        self.cpe = nn.Conv2d(dims, dims, 3, padding=1, groups=dims)
+        self.norm1 = nn.LayerNorm(dims, eps=1e-6)
+        self.attn = attn
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dims, eps=1e-6)
+        self.res_path = nn.Linear(dims, out_dims) if out_dims != dims else nn.Identity()
+        hidden = int(dims * mlp_ratio)
+        self.mlp = nn.Sequential(OrderedDict(fc1=nn.Linear(dims, hidden), act=nn.GELU(), drop1=nn.Dropout(drop),
+                                             fc2=nn.Linear(hidden, out_dims), drop2=nn.Dropout(drop)))
+
+    def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        batch, tokens, dims = x.shape
+        grid = x.transpose(1, 2).reshape(batch, dims, *hw_shape)
+        x = x + self.drop_path(self.attn(self.norm1(self.cpe(grid).flatten(2).transpose(1, 2)), hw_shape))
+        return self.res_path(x) + self.drop_path(self.mlp(self.norm2(x)))
+
+
+@register_model
+class PerViT(BaseModule):
+    """Peripheral Vision Transformer for dense prediction (mmdet and mmseg).
+
+    Args:
+        arch: ``'tiny'``, ``'small'``, ``'medium'`` (Table A5) or a dict with ``num_heads``,
+            ``depths``, ``embed_dims`` and ``stem_channels``.
+        in_channels: Image channels.
+        mlp_ratio: FFN expansion.
+        drop_rate: Dropout in the FFNs and after each attention's projection.
+        drop_path_rate: Stochastic depth, rising linearly over the blocks (paper: 0 / 0.1 / 0.2).
+        out_indices: Stages whose outputs are returned (each ``(B, C_i, H / 16, W / 16)``; stage
+            ``i`` ends with the width of stage ``i + 1``).
+        attn_cfg: Attention of every block; ``embed_dims`` and ``num_heads`` are filled in, and for
+            ``PeripheralAttention`` also the shared distance weighting and the peripheral
+            initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
+        norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
+        init_cfg: mmengine initialisation config (e.g. ``Pretrained`` with a converted checkpoint).
+    """
+
+    def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
+                 drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),
+                 attn_cfg: Optional[Dict] = None, norm_cfg: Optional[Dict] = None,
+                 init_cfg: Optional[Dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        settings = self.arch_settings(arch)
+        depths, embed_dims = settings['depths'], settings['embed_dims']
+        if any(not 0 <= i < len(depths) for i in out_indices):
+            raise ValueError(f'PerViT: out_indices={tuple(out_indices)}; expected stages in 0..{len(depths) - 1}')
+        self.num_heads = settings['num_heads']
+        self.out_indices = tuple(out_indices)
+        widths = [w for w, d in zip(embed_dims, depths) for _ in range(d)] + [embed_dims[-1]]
+        self.stage_ends = [sum(depths[:i + 1]) - 1 for i in range(len(depths))]
+        self.out_channels = [widths[end + 1] for end in self.stage_ends]
+        self.stem = self._stem(in_channels, settings['stem_channels'], norm_cfg or dict(type='BN'))
+        attn_cfg = dict(type='PeripheralAttention') if attn_cfg is None else attn_cfg
+        peripheral = self._is_peripheral(attn_cfg)
+        self.rpe_proj = build_distance_proj(4 * self.num_heads) if peripheral else None
+        schedule = peripheral_initialization(len(widths) - 1)
+        rates = torch.linspace(0, drop_path_rate, len(widths) - 1, device='cpu').tolist()
+        self.blocks = nn.ModuleList()
+        for i, (dims, out_dims) in enumerate(zip(widths[:-1], widths[1:])):
+            extra = dict(distance_proj=self.rpe_proj, norm_init=schedule[i]) if peripheral else {}
+            attn = build_attention(attn_cfg, embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate,
+                                   **extra)
+            self.blocks.append(PerViTBlock(dims, out_dims, attn, mlp_ratio, drop_rate, rates[i]))
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', nn.LayerNorm(self.out_channels[i], eps=1e-6))
+        self._init_linear_layers()
+
+    @staticmethod
+    def arch_settings(arch: Union[str, Dict]) -> Dict:
+        if isinstance(arch, str):
+            if arch not in ARCH_SETTINGS:
+                raise KeyError(f'PerViT: unknown arch {arch!r}; expected one of {sorted(ARCH_SETTINGS)} or a dict')
+            return ARCH_SETTINGS[arch]
+        missing = {'num_heads', 'depths', 'embed_dims', 'stem_channels'} - set(arch)
+        if missing or len(arch['depths']) != len(arch['embed_dims']):
+            raise KeyError(f'PerViT: arch dict {arch} lacks {sorted(missing)} or has depths and embed_dims '
+                           'of different lengths')
+        return arch
+
+    @staticmethod
+    def _is_peripheral(attn_cfg: Dict) -> bool:
+        attn_class = ATTENTIONS.get(attn_cfg.get('type'))
+        return attn_class is not None and issubclass(attn_class, PeripheralAttention)
+
+    @staticmethod
+    def _stem(in_channels: int, channels: Sequence[int], norm_cfg: Dict) -> nn.Sequential:
+        """§3.2: four ``3 x 3`` stride-2 conv-norm-ReLU (conv biases kept, as the official code)
+        and a ``1 x 1`` conv."""
+        layers, previous = [], in_channels
+        for width in channels:
+            layers.append(nn.Sequential(nn.Conv2d(previous, width, 3, stride=2, padding=1),
+                                        build_norm_layer(norm_cfg, width)[1], nn.ReLU(inplace=True)))
+            previous = width
+        layers.append(nn.Conv2d(previous, previous, 1))
+        return nn.Sequential(*layers)
+
+    def _init_linear_layers(self) -> None:
+        """The official init: truncated normal (std 0.02) linear layers with zero biases, except the
+        peripheral parameters, which keep Eq. 9."""
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear) and not name.endswith('rpe_proj') and 'distance_proj' not in name:
+                trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, x: Tensor) -> List[Tensor]:
+        if x.shape[-2] < STEM_STRIDE or x.shape[-1] < STEM_STRIDE:
+            raise ValueError(f'PerViT: image of {x.shape[-2]}x{x.shape[-1]} is smaller than the stem stride '
+                             f'{STEM_STRIDE}; expected at least {STEM_STRIDE}x{STEM_STRIDE}')
+        x = self.stem(x)
+        batch, _, height, width = x.shape
+        hw_shape = (height, width)
+        x = x.flatten(2).transpose(1, 2)
+        outs = []
+        for i, block in enumerate(self.blocks):
+            x = block(x, hw_shape)
+            stage = self.stage_ends.index(i) if i in self.stage_ends else None
+            if stage in self.out_indices:
+                out = getattr(self, f'norm{stage}')(x)
+                outs.append(out.transpose(1, 2).reshape(batch, -1, height, width))
+        return outs
+

@@ -1,0 +1,59 @@
+"""Peripheral attention, "Peripheral Vision Transformer" (seed 002, Eq. 5-8): content attention
+``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key distances,
+normalised over the keys::
+
+    out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V
+
+Two ops, each with a reference twin:
+
+* :func:`peripheral_attention` mixes and normalises: ``reference`` (explicit ``N x N`` Eq. 5),
+  ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (online softmax with the
+  bias, backward through the SDPA form); ``auto`` picks Triton for CUDA tensors, torch otherwise.
+* :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
+  first peripheral projection on the map of relative offsets (:mod:`.position`), ``reference``
+  on the full ``HW x HW x D_r`` distance tensor.
+"""
+from typing import Sequence
+
+from torch import Tensor
+
+from .position import PositionParams, grid_step, key_distances, peripheral_padding
+from .position import position_logits as _position_logits_torch
+from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
+from .sdpa import peripheral_attention_sdpa
+
+IMPLS = ('auto', 'reference', 'torch', 'triton')
+POSITION_IMPLS = ('reference', 'torch')
+
+
+def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float,
+                         impl: str = 'auto') -> Tensor:
+    """``Normalize[exp(scale q k^T) * Phi_p] v`` of ``(B, heads, N, d)`` tensors; ``log_phi_p`` is
+    ``(heads, N, N)``, shared by the batch."""
+    if impl not in IMPLS:
+        raise ValueError(f'peripheral_attention: impl={impl!r}; expected one of {IMPLS}')
+    if log_phi_p.shape != (q.shape[1], q.shape[2], k.shape[2]):
+        raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; expected '
+                         f'(heads, queries, keys) = {(q.shape[1], q.shape[2], k.shape[2])}')
+    if impl == 'auto':
+        impl = 'triton' if q.is_cuda else 'torch'
+    if impl == 'reference':
+        return peripheral_attention_reference(q, k, v, log_phi_p, scale)
+    if impl == 'triton':
+        from .triton import peripheral_attention_triton
+        return peripheral_attention_triton(q, k, v, log_phi_p, scale)
+    return peripheral_attention_sdpa(q, k, v, log_phi_p, scale)
+
+
+def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'torch') -> Tensor:
+    """Pre-sigmoid ``Phi_p`` logits ``(heads, HW, HW)`` on an ``H x W`` grid (Eq. 8)."""
+    if impl not in POSITION_IMPLS:
+        raise ValueError(f'position_logits: impl={impl!r}; expected one of {POSITION_IMPLS}')
+    if impl == 'reference':
+        return position_logits_reference(params, hw_shape)
+    return _position_logits_torch(params, hw_shape)
+
+
+__all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_reference',
+           'peripheral_attention_reference', 'position_logits_reference', 'key_distances', 'grid_step',
+           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS']

@@ -1,0 +1,106 @@
+"""Position-based attention ``Phi_p`` of PerViT (seed 002, Eq. 6-8) without the ``N x N x D_r`` tensor.
+
+Coordinates are normalised as in the paper (Appendix E): the longer side of the ``H x W`` token
+grid spans ``[-1, 1]`` and the shorter one uses the same step, so distances stay Euclidean on
+non-square maps (for a square map this is the official ``linspace(-1, 1, side)``). Keys are padded
+by ``P = 2 * (K // 2)`` cells of extrapolated coordinates on every side and the two ``K x K``
+peripheral projections are valid convolutions, as in the official code.
+
+Because the weighted distances ``R_{q,k} = w ||k - q|| + b`` depend on ``k - q`` only, the first
+peripheral projection is translation invariant: it is computed once on the ``(2H - 1 + 2P) x
+(2W - 1 + 2P)`` map of relative offsets, and each query's ``(H + P) x (W + P)`` key window is a
+crop of it (a strided view, copied once). Only the instance norms depend on the query, so the
+``N x N x D_r`` distance tensor and the first projection over it (the dominant cost of the
+official code) are never formed. The literal form is ``reference.position_logits_reference``.
+"""
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class PositionParams(NamedTuple):
+    """Parameters of ``Phi_p``: ``R = distance_weight * d + distance_bias`` (``D_r`` channels,
+    Eq. 6's ``w_r``), the two peripheral projections (``K x K`` convolutions) and their instance
+    norms (Eq. 8)."""
+    distance_weight: Tensor
+    distance_bias: Tensor
+    conv1_weight: Tensor
+    conv1_bias: Tensor
+    norm1_weight: Tensor
+    norm1_bias: Tensor
+    conv2_weight: Tensor
+    conv2_bias: Tensor
+    norm2_weight: Tensor
+    norm2_bias: Tensor
+
+
+def peripheral_padding(kernel_size: int) -> int:
+    """Cells of extra keys per side that two valid ``K x K`` convolutions consume."""
+    return 2 * (kernel_size // 2)
+
+
+def grid_step(height: int, width: int) -> float:
+    """Distance between neighbouring tokens when the longer side spans ``[-1, 1]``."""
+    return 2.0 / max(max(height, width) - 1, 1)
+
+
+def _axis(size: int, pad: int, step: float, like: Tensor) -> Tensor:
+    index = torch.arange(-pad, size + pad, device=like.device, dtype=like.dtype)
+    return (index - (size - 1) / 2) * step
+
+
+def key_distances(height: int, width: int, pad: int, like: Tensor) -> Tensor:
+    """``(H * W, H + 2 pad, W + 2 pad)``: distance from each query to each key of the padded grid."""
+    step = grid_step(height, width)
+    ys, xs = _axis(height, pad, step, like), _axis(width, pad, step, like)
+    query_y, query_x = ys[pad:pad + height], xs[pad:pad + width]
+    dy = ys.view(1, 1, -1, 1) - query_y.view(-1, 1, 1, 1)
+    dx = xs.view(1, 1, 1, -1) - query_x.view(1, -1, 1, 1)
+    return torch.sqrt(dy ** 2 + dx ** 2).flatten(0, 1)
+
+
+def relative_distances(height: int, width: int, pad: int, like: Tensor) -> Tensor:
+    """``(2H - 1 + 2 pad, 2W - 1 + 2 pad)``: length of every offset ``k - q`` a padded key can have."""
+    step = grid_step(height, width)
+    dy = torch.arange(-(height - 1) - pad, height + pad, device=like.device, dtype=like.dtype) * step
+    dx = torch.arange(-(width - 1) - pad, width + pad, device=like.device, dtype=like.dtype) * step
+    return torch.sqrt(dy.view(-1, 1) ** 2 + dx.view(1, -1) ** 2)
+
+
+def query_windows(relative: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    """Crop each query's key window out of a ``(C, 2H - 1 + 2p, 2W - 1 + 2p)`` map of a
+    translation-invariant quantity: ``(H * W, C, H + 2p, W + 2p)``.
+
+    The window of query ``(i, j)`` starts at offset ``(H - 1 - i, W - 1 - j)``, so the strided
+    windows come in reversed query order and are flipped back (the one copy)."""
+    height, width = hw_shape
+    channels, rows, cols = relative.shape
+    windows = relative.unfold(1, rows - height + 1, 1).unfold(2, cols - width + 1, 1)
+    return windows.permute(1, 2, 0, 3, 4).flip(0, 1).reshape(height * width, channels, rows - height + 1,
+                                                              cols - width + 1)
+
+
+def instance_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """Per-sample, per-channel normalisation over the spatial dims of ``(B, C, H, W)`` (GroupNorm
+    with one group per channel, as the official code); a single value normalises to 0 (a 1 x 1
+    token grid), where ``F.group_norm`` refuses."""
+    if x.shape[-1] * x.shape[-2] == 1:
+        return torch.zeros_like(x) + bias.view(1, -1, 1, 1)
+    return F.group_norm(x, x.shape[1], weight, bias, eps)
+
+
+def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float = 1e-5) -> Tensor:
+    """Pre-sigmoid ``Phi_p`` logits ``(heads, HW, HW)`` (Eq. 8 before the sigmoid); the first
+    peripheral projection runs on the map of relative offsets."""
+    height, width = hw_shape
+    kernel_size = params.conv1_weight.shape[-1]
+    distances = relative_distances(height, width, peripheral_padding(kernel_size), params.conv1_weight)
+    weighted = distances * params.distance_weight.view(-1, 1, 1) + params.distance_bias.view(-1, 1, 1)
+    hidden = F.conv2d(weighted.unsqueeze(0), params.conv1_weight, params.conv1_bias)[0]
+    hidden = query_windows(hidden, (height, width))
+    hidden = F.relu(instance_norm(hidden, params.norm1_weight, params.norm1_bias, eps))
+    logits = F.conv2d(hidden, params.conv2_weight, params.conv2_bias)
+    logits = instance_norm(logits, params.norm2_weight, params.norm2_bias, eps)
+    return logits.flatten(2).transpose(0, 1)

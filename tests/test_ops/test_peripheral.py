@@ -1,0 +1,106 @@
+"""Peripheral-attention ops (PerViT, seed 002): the SDPA and Triton mixing equal the explicit
+Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
+value and gradient, for odd and non-square grids and batch > 1. Triton runs on CPU under
+TRITON_INTERPRET=1 (tests/conftest.py)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_attention_reference,
+                                      peripheral_attention, peripheral_attention_reference, position_logits)
+
+
+def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64):
+    torch.manual_seed(tokens)
+    q, k, v = (torch.randn(batch, heads, tokens, dims, dtype=dtype, requires_grad=True) for _ in range(3))
+    log_phi_p = F.logsigmoid(3 * torch.randn(heads, tokens, tokens, dtype=dtype)).requires_grad_()
+    return q, k, v, log_phi_p
+
+
+def position_params(kernel_size=3, heads=2, hidden=8, dtype=torch.float64) -> PositionParams:
+    torch.manual_seed(kernel_size)
+
+    def rand(*shape):
+        return torch.randn(*shape, dtype=dtype, requires_grad=True)
+    return PositionParams(rand(hidden, 1), rand(hidden), rand(hidden, hidden, kernel_size, kernel_size), rand(hidden),
+                          rand(hidden), rand(hidden), rand(heads, hidden, kernel_size, kernel_size), rand(heads),
+                          rand(heads), rand(heads))
+
+
+def gradients(out, inputs, weights):
+    """Gradients of ``(out * weights).sum()``; zeros for inputs it does not use (a 1 x 1 grid
+    normalises everything but the last bias away)."""
+    grads = torch.autograd.grad((out * weights).sum(), inputs, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(inputs, grads)]
+
+
+SIZES = [(1, 17, 8), (2, 1, 4), (3, 64, 16), (2, 30, 5)]
+
+
+@pytest.mark.parametrize('batch,tokens,dims', SIZES)
+def test_sdpa_form_equals_explicit_mixing(batch, tokens, dims):
+    q, k, v, log_phi_p = attention_inputs(batch=batch, tokens=tokens, dims=dims)
+    fast = peripheral_attention(q, k, v, log_phi_p, 0.3, impl='torch')
+    slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.3)
+    torch.testing.assert_close(fast, slow)
+    weights = torch.randn_like(fast)
+    inputs = (q, k, v, log_phi_p)
+    for a, b in zip(torch.autograd.grad((fast * weights).sum(), inputs),
+                    torch.autograd.grad((slow * weights).sum(), inputs)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('batch,tokens,dims', [(2, 17, 8), (1, 40, 5)])
+def test_triton_equals_reference_forward_and_gradients(batch, tokens, dims):
+    q, k, v, log_phi_p = (t.detach().float().requires_grad_() for t in attention_inputs(batch, 2, tokens, dims))
+    fast = peripheral_attention(q, k, v, log_phi_p, 0.4, impl='triton')
+    slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.4)
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    weights = torch.randn_like(fast)
+    inputs = (q, k, v, log_phi_p)
+    for a, b in zip(torch.autograd.grad((fast * weights).sum(), inputs),
+                    torch.autograd.grad((slow * weights).sum(), inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_mixed_attention_is_content_times_position_normalised():
+    q, k, _, log_phi_p = attention_inputs(batch=1, tokens=9)
+    mixed = mixed_attention_reference(q, k, log_phi_p, 0.5)
+    torch.testing.assert_close(mixed.sum(-1), torch.ones_like(mixed[..., 0]))
+    unnormalised = torch.exp(0.5 * q @ k.transpose(-2, -1)) * log_phi_p.exp()
+    torch.testing.assert_close(mixed, unnormalised / unnormalised.sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize('hw_shape', [(4, 4), (3, 5), (6, 2), (1, 1), (1, 4), (7, 7)])
+@pytest.mark.parametrize('kernel_size', [1, 3, 5])
+def test_relative_position_form_equals_full_distance_tensor(hw_shape, kernel_size):
+    params = position_params(kernel_size)
+    fast = position_logits(params, hw_shape, impl='torch')
+    slow = position_logits(params, hw_shape, impl='reference')
+    assert fast.shape == (2, hw_shape[0] * hw_shape[1], hw_shape[0] * hw_shape[1])
+    torch.testing.assert_close(fast, slow)
+    weights = torch.randn_like(fast)
+    for a, b in zip(gradients(fast, params, weights), gradients(slow, params, weights)):
+        torch.testing.assert_close(a, b)
+
+
+def test_coordinates_span_minus_one_to_one_along_the_longer_side():
+    distances = key_distances(5, 5, 0, torch.zeros(()))
+    assert distances.shape == (25, 5, 5)
+    assert distances[0, -1, -1].item() == pytest.approx(2 * math.sqrt(2))  # corner to corner of [-1, 1]^2
+    wide = key_distances(3, 9, 2, torch.zeros(()))
+    assert wide.shape == (27, 7, 13)
+    assert wide[0, 2, 2 + 8].item() == pytest.approx(2.0)  # first to last token of the long side
+    assert wide[0, 4, 2].item() == pytest.approx(0.5)  # two rows down: same step as along the long side
+
+
+def test_bad_impl_and_bias_shape_are_named():
+    q, k, v, log_phi_p = attention_inputs(tokens=5)
+    with pytest.raises(ValueError, match="impl='cuda'"):
+        peripheral_attention(q, k, v, log_phi_p, 1.0, impl='cuda')
+    with pytest.raises(ValueError, match=r'log_phi_p of shape \(3, 4, 4\)'):
+        peripheral_attention(q, k, v, log_phi_p[:, :4, :4], 1.0)
+    with pytest.raises(ValueError, match="impl='triton'"):
+        position_logits(position_params(), (3, 3), impl='triton')
