@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from mmvisattn.ops.ripple import IMPLS, ripple_attention
 from mmvisattn.ops.ripple.common import global_terms
@@ -78,9 +79,14 @@ class RippleLinearAttention(QKVAttention):
         self.feature_map = TrigReLUFeatureMap(self.head_dims, num_features)
         self.eps = eps
 
+    def scaled_features(self, x: Tensor) -> Tensor:
+        return self.feature_map(x * self.head_dims ** -0.25)
+
     def features(self, q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
-        scale = self.head_dims ** -0.25
-        return self.feature_map(q * scale), self.feature_map(k * scale)
+        """``phi(q), phi(k)``, recomputed in the backward: Eq. 13 keeps six token-sized intermediates
+        per call, which would otherwise outweigh the attention itself."""
+        return (checkpoint(self.scaled_features, q, use_reentrant=False),
+                checkpoint(self.scaled_features, k, use_reentrant=False))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         numerator, denominator = global_terms(*self.features(q, k), v)

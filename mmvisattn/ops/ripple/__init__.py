@@ -7,17 +7,28 @@ the merged stick equally (Eq. 6)::
     out_ij = phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k) v^T
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
-Implementations (``impl=``): ``reference`` (explicit per-token group weights, O(H^2 W^2)).
-``auto`` picks the reference until the fast paths exist.
+Implementations (``impl=``):
+
+* ``reference``: explicit per-token group weights, O(H^2 W^2) (tests and benchmarks only);
+* ``sat``: the paper's dynamic programming over summed-area tables (Algorithm 1) with the
+  hand-written backward of Appendix B, O(H W R_max D E) time, O(H W D E) memory;
+* ``torch``: groups inside ``R_max`` as a distance-weighted local attention on tiles plus the merged
+  groups through global sums, hand-written backward, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory;
+* ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
+
+``auto`` picks ``triton`` for CUDA tensors and ``torch`` otherwise: with the ``R_max`` of the paper
+(2-16) the local form needs fewer operations than the tables and far less memory.
 """
 from typing import Sequence
 
 from torch import Tensor
 
 from .common import check_inputs, ring_weights, stick_breaking, truncate
+from .local import ripple_attention_local
 from .reference import group_weights_reference, ripple_attention_reference
+from .sat import ripple_attention_sat, vicinal_sum
 
-IMPLS = ('auto', 'reference')
+IMPLS = ('auto', 'reference', 'sat', 'torch', 'triton')
 
 
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
@@ -40,8 +51,17 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     if impl not in IMPLS:
         raise ValueError(f'ripple_attention: impl={impl!r}; expected one of {IMPLS}')
     check_inputs(q, k, v, logits, hw_shape, tau)
-    return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
+    if impl == 'auto':
+        impl = 'triton' if q.is_cuda else 'torch'
+    if impl == 'reference':
+        return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
+    if impl == 'sat':
+        return ripple_attention_sat(q, k, v, logits, hw_shape, tau, eps)
+    if impl == 'triton':
+        from .triton import ripple_attention_triton
+        return ripple_attention_triton(q, k, v, logits, hw_shape, tau, eps)
+    return ripple_attention_local(q, k, v, logits, hw_shape, tau, eps)
 
 
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'group_weights_reference', 'stick_breaking',
-           'truncate', 'ring_weights', 'IMPLS']
+           'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS']

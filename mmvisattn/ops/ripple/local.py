@@ -1,0 +1,177 @@
+"""Ripple attention as a distance-weighted local attention plus a global linearized attention.
+
+With the weights of :func:`~.common.ring_weights`, every token carries the merged weight ``w_m`` and
+the ``(2 R_max - 1)^2`` tokens of groups ``r < R_max`` carry ``beta_r`` on top, so::
+
+    num_ij = w_m(i, j) phi(q_ij) sum_all phi(k) v^T
+             + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} (phi(q_ij) . phi(k)) v
+    den_ij = the same with v = 1
+
+The global part is Eq. 2 (``D x E`` statistics per head); the local part never forms
+``phi(k) v^T`` per position, which is what keeps memory near the inputs' size where the
+summed-area tables of :mod:`.sat` need ``D E`` channels per position.
+
+The torch local part (:class:`LocalRipple`) runs on tiles of ``T x T`` queries: each tile's
+queries meet its halo of ``(T + 2 R_max - 2)^2`` keys in two batched matrix products, the scores are
+weighted by ``beta`` of their Chebyshev group (zero beyond ``R_max - 1``), and slices are processed
+in chunks. The backward is written out and recomputes the scores chunk by chunk, so only the inputs
+are saved: O(H W R_max^2) time, O(H W) memory. Halos of neighbouring tiles overlap; their key and
+value gradients are added back by ``F.fold``, the adjoint of the ``F.unfold`` that cut them.
+"""
+from typing import Callable, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .common import global_terms, ring_weights
+
+CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
+
+
+def tile_size(r_max: int) -> int:
+    """Tile side ``T`` minimising the work per query: ``(T + 2 R_max - 2)^2`` scores, plus gathering
+    the halo's keys and values (about four score passes' worth spread over ``T^2`` queries)."""
+    return min((1, 2, 4, 8, 16), key=lambda tile: (tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2))
+
+
+def to_tiles(x: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
+    """``(S, H * W, C) -> (S * L, T * T, C)``, the map zero-padded to whole ``T x T`` tiles."""
+    (height, width), channels = hw_shape, x.shape[-1]
+    rows, cols = -(-height // tile), -(-width // tile)
+    grid = F.pad(x.reshape(-1, height, width, channels), (0, 0, 0, cols * tile - width, 0, rows * tile - height))
+    grid = grid.reshape(-1, rows, tile, cols, tile, channels).transpose(2, 3)
+    return grid.reshape(-1, tile * tile, channels)
+
+
+def from_tiles(tiles: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
+    """Inverse of :func:`to_tiles`: ``(S * L, T * T, C) -> (S, H * W, C)``."""
+    (height, width), channels = hw_shape, tiles.shape[-1]
+    rows, cols = -(-height // tile), -(-width // tile)
+    grid = tiles.reshape(-1, rows, cols, tile, tile, channels).transpose(2, 3)
+    grid = grid.reshape(-1, rows * tile, cols * tile, channels)[:, :height, :width]
+    return grid.reshape(-1, height * width, channels)
+
+
+class Geometry:
+    """Index tensors of one (map, tile, R_max): the Chebyshev group of every (query, halo key) pair of
+    a tile, and the cutting of a map into overlapping halos and the adding of them back."""
+
+    def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
+        height, width = hw_shape
+        self.hw_shape, self.r_max, self.tile, self.halo = tuple(hw_shape), r_max, tile, r_max - 1
+        self.side = tile + 2 * self.halo
+        self.tiles = -(-height // tile) * -(-width // tile)
+        self.padded = (-(-height // tile) * tile + 2 * self.halo, -(-width // tile) * tile + 2 * self.halo)
+        local = torch.arange(tile, device=device)
+        span = torch.arange(self.side, device=device) - self.halo
+        rows_q, cols_q = local.repeat_interleave(tile), local.repeat(tile)
+        rows_k, cols_k = span.repeat_interleave(self.side), span.repeat(self.side)
+        distance = torch.maximum((rows_q[:, None] - rows_k[None]).abs(), (cols_q[:, None] - cols_k[None]).abs())
+        group = distance.clamp(max=r_max)  # (T * T, K); r_max points at a zero weight
+        # flat positions in a tile's (T * T, R_max + 1) weights, so gathering them is one index_select
+        self.weight_index = (torch.arange(tile * tile, device=device)[:, None] * (r_max + 1) + group).reshape(-1)
+        # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a tile
+        self.group_masks = F.one_hot(group, r_max + 1)[..., :r_max].float()
+
+    def halos(self, x: Tensor) -> Tensor:
+        """``(s, H * W, C) -> (s * L, K, C)``: each tile's keys with ``R_max - 1`` around, zeros outside
+        (strided windows of the padded map, copied once into the layout of the matrix products)."""
+        (height, width), channels, halo = self.hw_shape, x.shape[-1], self.halo
+        grid = F.pad(x.reshape(-1, height, width, channels),
+                     (0, 0, halo, self.padded[1] - width - halo, halo, self.padded[0] - height - halo))
+        windows = grid.unfold(1, self.side, self.tile).unfold(2, self.side, self.tile)  # (s, nH, nW, C, side, side)
+        return windows.permute(0, 1, 2, 4, 5, 3).reshape(-1, self.side ** 2, channels)
+
+    def fold(self, halos: Tensor) -> Tensor:
+        """Adjoint of :meth:`halos`: ``(s * L, K, C) -> (s, H * W, C)``, overlapping halos added."""
+        (height, width), channels, halo = self.hw_shape, halos.shape[-1], self.halo
+        columns = halos.view(-1, self.tiles, self.side ** 2, channels).permute(0, 3, 2, 1).reshape(
+            -1, channels * self.side ** 2, self.tiles)
+        grid = F.fold(columns, self.padded, self.side, stride=self.tile)[..., halo:halo + height, halo:halo + width]
+        return grid.reshape(-1, channels, height * width).transpose(1, 2)
+
+    def chunks(self, slices: int):
+        """Ranges of whole slices whose score matrices hold about :data:`CHUNK_ELEMENTS` entries."""
+        step = max(1, CHUNK_ELEMENTS // (self.tiles * self.tile ** 2 * self.side ** 2))
+        for start in range(0, slices, step):
+            yield start, min(start + step, slices)
+
+    def scores(self, q_tiles: Tensor, keys: Tensor, beta_tiles: Tensor) -> Tuple[Tensor, Tensor]:
+        """Scores ``phi(q) . phi(k)`` of tiles against their halos, and the ``beta`` of each pair's group
+        (``beta_tiles`` carry a last zero column for groups ``>= R_max``)."""
+        count = q_tiles.shape[0]
+        weights = beta_tiles.reshape(count, -1).index_select(1, self.weight_index).view(count, self.tile ** 2, -1)
+        return q_tiles @ keys.transpose(1, 2), weights
+
+    def query_tiles(self, q: Tensor, beta: Tensor) -> Tuple[Tensor, Tensor]:
+        """Query tiles and their ``beta`` with the zero column that far groups point at."""
+        return to_tiles(q, self.hw_shape, self.tile), F.pad(to_tiles(beta, self.hw_shape, self.tile), (0, 1))
+
+
+class LocalRipple(torch.autograd.Function):
+    """``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and ``den_ij = sum beta_r(i, j) (q_ij . k_mn)``
+    over the tokens ``(m, n)`` of groups ``r < R_max``; ``q, k`` ``(S, N, D)``, ``v`` ``(S, N, E)``,
+    ``beta`` ``(S, N, R_max)``. Both directions run over chunks of whole slices."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
+        ctx.save_for_backward(q, k, v, beta)
+        ctx.hw_shape = hw_shape
+        geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+        num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
+        for start, stop in geometry.chunks(q.shape[0]):
+            q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
+            scores, weights = geometry.scores(q_tiles, geometry.halos(k[start:stop]), beta_tiles)
+            weighted = scores * weights
+            num[start:stop] = from_tiles(weighted @ geometry.halos(v[start:stop]), hw_shape, geometry.tile)
+            den[start:stop] = from_tiles(weighted.sum(dim=-1, keepdim=True), hw_shape, geometry.tile)
+        return num, den
+
+    @staticmethod
+    def backward(ctx, grad_num: Tensor, grad_den: Tensor):
+        q, k, v, beta = ctx.saved_tensors
+        hw_shape = ctx.hw_shape
+        geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+        grads = [torch.empty_like(t) for t in (q, k, v, beta)]
+        masks = geometry.group_masks.to(q.dtype)
+        for start, stop in geometry.chunks(q.shape[0]):
+            q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
+            keys, values = geometry.halos(k[start:stop]), geometry.halos(v[start:stop])
+            out_grad = to_tiles(grad_num[start:stop], hw_shape, geometry.tile)
+            scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
+            grad_weighted = out_grad @ values.transpose(1, 2) + to_tiles(grad_den[start:stop], hw_shape,
+                                                                         geometry.tile)
+            by_group = grad_weighted * scores
+            grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
+            grad_scores = grad_weighted * weights
+            grads[0][start:stop] = from_tiles(grad_scores @ keys, hw_shape, geometry.tile)
+            grads[1][start:stop] = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
+            grads[2][start:stop] = geometry.fold((scores * weights).transpose(1, 2) @ out_grad)
+            grads[3][start:stop] = from_tiles(grad_beta, hw_shape, geometry.tile)
+        return (*grads, None)
+
+
+LocalFn = Callable[[Tensor, Tensor, Tensor, Tensor, Sequence[int]], Tuple[Tensor, Tensor]]
+
+
+def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
+                      eps: float, local: LocalFn) -> Tensor:
+    """Ripple attention from a local part ``local(q, k, v, beta, hw_shape) -> (num, den)`` on
+    ``(S, N, .)`` tensors and the global sums weighted by ``w_m``."""
+    *lead, tokens, dims = q.shape
+    beta, merged_weight = ring_weights(logits, hw_shape, tau)
+    num_global, den_global = global_terms(q, k, v)
+    num_local, den_local = local(q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
+                                 v.reshape(-1, tokens, v.shape[-1]), beta.reshape(-1, tokens, beta.shape[-1]),
+                                 tuple(hw_shape))
+    merged_weight = merged_weight.unsqueeze(-1)
+    numerator = merged_weight * num_global + num_local.reshape(*lead, tokens, -1)
+    denominator = merged_weight * den_global + den_local.reshape(*lead, tokens, 1)
+    return numerator / (denominator + eps)
+
+
+def ripple_attention_local(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
+                           eps: float) -> Tensor:
+    """Ripple attention with the tiled torch local part (:class:`LocalRipple`)."""
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, LocalRipple.apply)
