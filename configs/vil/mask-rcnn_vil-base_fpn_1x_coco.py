@@ -1,0 +1,12 @@
+# Mask R-CNN with ViL-Base (seed 003) on COCO, 1x schedule: the ViL-Small recipe with
+# Table 9's base row (drop path 0.2, the lower end of its range; lr 8e-5); backbone from an
+# ImageNet-21K checkpoint converted by tools/model_converters/vil2mmdet.py.
+_base_ = './mask-rcnn_vil-small_fpn_1x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='base',
+        drop_path_rate=0.2,
+        init_cfg=dict(type='Pretrained', checkpoint='pretrain/vil-base_in21k_mmdet.pth')))
+
+optim_wrapper = dict(optimizer=dict(lr=8e-5))

@@ -1,0 +1,221 @@
+"""Multi-scale Vision Longformer (ViL), "Multi-Scale Vision Longformer: A New Vision Transformer for
+High-Resolution Image Encoding" (seed 003): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each a patch
+embedding with LayerNorm, global tokens and optional 2-D absolute position embedding, followed by
+blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the windows."""
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks.drop import DropPath
+from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
+from mmengine.model import BaseModule, ModuleList
+from mmengine.model.weight_init import trunc_normal_
+from torch import Tensor
+
+from mmvisattn.registry import ATTENTIONS, build_attention, register_model
+from ..attentions import LongformerAttention
+
+ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
+_DETECTION = dict(patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
+# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
+# whose last stage has no global token.
+ARCH_SETTINGS = {
+    'tiny': dict(embed_dims=(48, 96, 192, 384), depths=(1, 1, 9, 1), num_heads=(1, 3, 3, 6), **_DETECTION),
+    'small': dict(embed_dims=(96, 192, 384, 768), depths=(1, 2, 8, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
+    'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
+    'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
+}
+
+
+def resolve_arch(arch: Union[str, Dict]) -> Dict[str, Tuple[int, ...]]:
+    """An ``ARCH_SETTINGS`` name or a dict with one entry per stage for every key of ``ARCH_KEYS``
+    (``abs_pos`` optional)."""
+    if isinstance(arch, str):
+        if arch not in ARCH_SETTINGS:
+            raise ValueError(f'ViL: arch={arch!r}; expected one of {sorted(ARCH_SETTINGS)} or a dict')
+        arch = ARCH_SETTINGS[arch]
+    missing = [key for key in ARCH_KEYS if key not in arch]
+    if missing:
+        raise ValueError(f'ViL: arch dict misses {missing}; expected keys {ARCH_KEYS} (+ abs_pos)')
+    stages = len(arch['depths'])
+    settings = {key: tuple(arch.get(key, (False,) * stages)) for key in ARCH_KEYS + ('abs_pos',)}
+    uneven = [key for key, value in settings.items() if len(value) != stages]
+    if uneven:
+        raise ValueError(f'ViL: arch entries {uneven} do not have one value for each of the {stages} stages')
+    return settings
+
+
+class ViLBlock(BaseModule):
+    """Pre-norm attention then pre-norm MLP, each with drop path (one attention block + one MLP
+    block of the official ``MsViT``; mmcv's ``FFN`` is the MLP)."""
+
+    def __init__(self, attn: nn.Module, embed_dims: int, drop_path: float, norm_cfg: Dict, with_cp: bool) -> None:
+        super().__init__()
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = attn
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.ffn = FFN(embed_dims, 4 * embed_dims, act_cfg=dict(type='GELU'),
+                       dropout_layer=dict(type='DropPath', drop_prob=drop_path) if drop_path > 0 else None)
+        self.with_cp = with_cp
+
+    def _forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
+        return self.ffn(self.norm2(x), identity=x)
+
+    def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._forward, x, hw_shape, use_reentrant=False)
+        return self._forward(x, hw_shape)
+
+
+class ViLStage(BaseModule):
+    """Patch embedding (conv + LayerNorm, any input size through adaptive padding), global tokens,
+    optional 2-D absolute position embedding (half the channels along each axis, resized to the
+    map), then the blocks; returns the map without the global tokens."""
+
+    def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int, abs_pos: bool,
+                 blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
+        super().__init__()
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, kernel_size=patch_size, stride=patch_size,
+                                      norm_cfg=norm_cfg)
+        self.num_global = num_global
+        if num_global:
+            self.cls_token = nn.Parameter(torch.zeros(1, num_global, embed_dims))
+        self.abs_pos = abs_pos
+        if abs_pos:
+            self.x_pos_embed = nn.Parameter(torch.zeros(1, pos_size, embed_dims // 2))
+            self.y_pos_embed = nn.Parameter(torch.zeros(1, pos_size, embed_dims - embed_dims // 2))
+            self.cls_pos_embed = nn.Parameter(torch.zeros(1, num_global, embed_dims))
+        self.blocks = ModuleList(blocks)
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        for name in ('cls_token', 'x_pos_embed', 'y_pos_embed', 'cls_pos_embed'):
+            if hasattr(self, name):
+                trunc_normal_(getattr(self, name), std=0.02)
+
+    @staticmethod
+    def _resize(embed: Tensor, size: int) -> Tensor:
+        if embed.shape[1] == size:
+            return embed
+        return F.interpolate(embed.transpose(1, 2), size=size, mode='linear', align_corners=False).transpose(1, 2)
+
+    def _position(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        height, width = hw_shape
+        along_x = self._resize(self.x_pos_embed, height)[:, :, None].expand(-1, -1, width, -1)
+        along_y = self._resize(self.y_pos_embed, width)[:, None].expand(-1, height, -1, -1)
+        grid = torch.cat([along_x, along_y], dim=-1).flatten(1, 2)
+        return x + torch.cat([self.cls_pos_embed, grid], dim=1)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        x, hw_shape = self.patch_embed(x)
+        if self.num_global:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        if self.abs_pos:
+            x = self._position(x, hw_shape)
+        for block in self.blocks:
+            x = block(x, hw_shape)
+        return x[:, self.num_global:], hw_shape
+
+
+@register_model
+class ViL(BaseModule):
+    """Multi-scale Vision Longformer backbone for mmdet and mmseg.
+
+    No stock backbone stacks E-ViT stages with global tokens, so this is new; patch embedding,
+    MLP, norms and drop path are mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the
+    stages in ``out_indices`` (global tokens dropped), strides 4, 8, 16, 32 for the 4-stage models.
+
+    Args:
+        arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token
+            in the first three stages as the official detection models) or a dict with per-stage
+            ``embed_dims``, ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global``
+            and optionally ``abs_pos`` (any layout, the 3-stage variants of Table 8 included).
+        in_channels: Image channels.
+        drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
+        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for
+            ``LongformerAttention``, ``window`` and ``num_global`` of the stage are filled in.
+            Another registered attention brings its own extra tokens (``num_extra_tokens``).
+        out_indices: Stages whose maps are returned.
+        frozen_stages: The first ``frozen_stages`` stages are frozen (no gradient, eval mode);
+            -1 or 0 freezes none.
+        with_cp: Activation checkpointing of every block.
+        pos_size: Length of the absolute position embeddings (resized to each map).
+        norm_eps: LayerNorm epsilon (1e-6 as the official code).
+        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of a
+            checkpoint converted by ``tools/model_converters/vil2mmdet.py``.
+    """
+
+    def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
+                 attn_cfg: Optional[Dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
+                 with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
+                 init_cfg: Optional[Dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.arch = resolve_arch(arch)
+        num_stages = len(self.arch['depths'])
+        if any(not -num_stages <= index < num_stages for index in out_indices):
+            raise ValueError(f'ViL: out_indices={tuple(out_indices)}; expected stage indices below {num_stages}')
+        self.out_indices = tuple(index % num_stages for index in out_indices)
+        self.frozen_stages = frozen_stages
+        attn_cfg = dict(type='LongformerAttention') if attn_cfg is None else attn_cfg
+        norm_cfg = dict(type='LN', eps=norm_eps)
+        rates = torch.linspace(0, drop_path_rate, sum(self.arch['depths'])).tolist()
+        self.stages = ModuleList()
+        channels, stride = in_channels, 1
+        for index in range(num_stages):
+            dims, heads = self.arch['embed_dims'][index], self.arch['num_heads'][index]
+            blocks = []
+            for _ in range(self.arch['depths'][index]):
+                attn = build_attention(attn_cfg, embed_dims=dims, num_heads=heads,
+                                       **self._longformer_defaults(attn_cfg, index))
+                blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
+            stride *= self.arch['patch_sizes'][index]
+            num_global = blocks[0].attn.num_extra_tokens if blocks else self.arch['num_global'][index]
+            self.stages.append(ViLStage(channels, dims, self.arch['patch_sizes'][index], num_global,
+                                        self.arch['abs_pos'][index], blocks, norm_cfg,
+                                        max(1, math.ceil(pos_size * 4 / stride))))
+            channels = dims
+        self.in_channels = in_channels
+        self._freeze()
+
+    def _longformer_defaults(self, attn_cfg: Dict, index: int) -> Dict:
+        attn_class = ATTENTIONS.get(attn_cfg.get('type'))
+        if attn_class is None or not issubclass(attn_class, LongformerAttention):
+            return {}
+        return dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index])
+
+    def _freeze(self) -> None:
+        for stage in self.stages[:max(0, self.frozen_stages)]:
+            stage.eval()
+            for param in stage.parameters():
+                param.requires_grad = False
+
+    def init_weights(self) -> None:
+        if self.init_cfg is None:
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    trunc_normal_(module.weight, std=0.02)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+        super().init_weights()
+
+    def train(self, mode: bool = True) -> 'ViL':
+        super().train(mode)
+        self._freeze()
+        return self
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f'ViL: input of shape {tuple(x.shape)}; expected (B, {self.in_channels}, H, W) images')
+        outs = []
+        for index, stage in enumerate(self.stages):
+            tokens, (height, width) = stage(x)
+            x = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, height, width)
+            if index in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
