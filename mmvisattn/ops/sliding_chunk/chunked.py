@@ -82,7 +82,7 @@ class SlidingChunkAttention(torch.autograd.Function):
         slots = invalid.shape[-1]
         heads = 1 if bias is None else bias.shape[0]
         probs = q.new_empty(batch_heads, chunks, queries, slots)
-        out = torch.empty_like(q)
+        out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for start, stop in _slices(batch_heads, chunks, slots, dims):
             keys = grid.gather(k[start:stop], k_glob[start:stop])
             scores = torch.matmul(q[start:stop], keys.transpose(-1, -2), out=probs[start:stop])
