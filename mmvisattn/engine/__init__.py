@@ -1,3 +1,4 @@
 from .hooks import CastlingScheduleHook
+from .vil_hooks import ViLRandomShiftHook
 
-__all__ = ['CastlingScheduleHook']
+__all__ = ['CastlingScheduleHook', 'ViLRandomShiftHook']
