@@ -23,36 +23,53 @@ from .local import local_plus_global
 
 
 @triton.jit
+def _rows(base, index, valid, size, BLOCK_C: tl.constexpr):
+    """``(BLOCK, BLOCK_C)`` float32 rows ``index`` of a row-major ``(tokens, size)`` array, 0 where invalid."""
+    cols = tl.arange(0, BLOCK_C)
+    return tl.load(base + index[:, None] * size + cols[None, :], mask=valid[:, None] & (cols[None, :] < size),
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_rows(base, index, valid, size, value, BLOCK_C: tl.constexpr):
+    cols = tl.arange(0, BLOCK_C)
+    tl.store(base + index[:, None] * size + cols[None, :], value.to(base.dtype.element_ty),
+             mask=valid[:, None] & (cols[None, :] < size))
+
+
+@triton.jit
+def _block(height, width, BLOCK: tl.constexpr):
+    """Positions of this program's block, whether they are on the map, their rows and columns."""
+    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    return pos, pos < height * width, pos // width, pos % width
+
+
+@triton.jit
+def _shifted(row, col, dy, dx, inside, height, width):
+    """Index of the token ``(dy, dx)`` away, whether it is on the map, and its group ``max(|dy|, |dx|)``."""
+    shifted_row, shifted_col = row + dy, col + dx
+    valid = inside & (shifted_row >= 0) & (shifted_row < height) & (shifted_col >= 0) & (shifted_col < width)
+    return shifted_row * width + shifted_col, valid, tl.maximum(tl.abs(dy), tl.abs(dx))
+
+
+@triton.jit
 def _forward(q_ptr, k_ptr, v_ptr, beta_ptr, num_ptr, den_ptr, height, width, dims, value_dims, r_max,
              BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head = tl.program_id(0)
-    tokens = height * width
-    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    inside = pos < tokens
-    row, col = pos // width, pos % width
-    cols_d, cols_e = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_E)
-    mask_d, mask_e = cols_d[None, :] < dims, cols_e[None, :] < value_dims
-    q_base, k_base = q_ptr + head * tokens * dims, k_ptr + head * tokens * dims
-    v_base, beta_base = v_ptr + head * tokens * value_dims, beta_ptr + head * tokens * r_max
-    q = tl.load(q_base + pos[:, None] * dims + cols_d[None, :], mask=inside[:, None] & mask_d, other=0.0)
-    q = q.to(tl.float32)
+    head, tokens = tl.program_id(0), height * width
+    pos, inside, row, col = _block(height, width, BLOCK)
+    k_base, v_base = k_ptr + head * tokens * dims, v_ptr + head * tokens * value_dims
+    beta_base = beta_ptr + head * tokens * r_max
+    q = _rows(q_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
     num = tl.zeros((BLOCK, BLOCK_E), dtype=tl.float32)
     den = tl.zeros((BLOCK,), dtype=tl.float32)
     for dy in range(1 - r_max, r_max):
         for dx in range(1 - r_max, r_max):
-            group = tl.maximum(tl.abs(dy), tl.abs(dx))
-            key_row, key_col = row + dy, col + dx
-            valid = inside & (key_row >= 0) & (key_row < height) & (key_col >= 0) & (key_col < width)
-            key = key_row * width + key_col
-            k = tl.load(k_base + key[:, None] * dims + cols_d[None, :], mask=valid[:, None] & mask_d, other=0.0)
-            v = tl.load(v_base + key[:, None] * value_dims + cols_e[None, :], mask=valid[:, None] & mask_e,
-                        other=0.0)
+            key, valid, group = _shifted(row, col, dy, dx, inside, height, width)
             weight = tl.load(beta_base + pos * r_max + group, mask=inside, other=0.0).to(tl.float32)
-            weighted = tl.sum(q * k.to(tl.float32), axis=1) * weight
-            num += weighted[:, None] * v.to(tl.float32)
+            weighted = tl.sum(q * _rows(k_base, key, valid, dims, BLOCK_D), axis=1) * weight
+            num += weighted[:, None] * _rows(v_base, key, valid, value_dims, BLOCK_E)
             den += weighted
-    tl.store(num_ptr + head * tokens * value_dims + pos[:, None] * value_dims + cols_e[None, :],
-             num.to(num_ptr.dtype.element_ty), mask=inside[:, None] & mask_e)
+    _store_rows(num_ptr + head * tokens * value_dims, pos, inside, value_dims, num, BLOCK_E)
     tl.store(den_ptr + head * tokens + pos, den.to(den_ptr.dtype.element_ty), mask=inside)
 
 
@@ -60,79 +77,49 @@ def _forward(q_ptr, k_ptr, v_ptr, beta_ptr, num_ptr, den_ptr, height, width, dim
 def _backward_queries(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, grad_q_ptr, grad_beta_ptr,
                       height, width, dims, value_dims, r_max,
                       BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head = tl.program_id(0)
-    tokens = height * width
-    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    inside = pos < tokens
-    row, col = pos // width, pos % width
-    cols_d, cols_e = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_E)
-    mask_d, mask_e = cols_d[None, :] < dims, cols_e[None, :] < value_dims
+    head, tokens = tl.program_id(0), height * width
+    pos, inside, row, col = _block(height, width, BLOCK)
     k_base, v_base = k_ptr + head * tokens * dims, v_ptr + head * tokens * value_dims
     beta_base, grad_beta_base = beta_ptr + head * tokens * r_max, grad_beta_ptr + head * tokens * r_max
-    q = tl.load(q_ptr + head * tokens * dims + pos[:, None] * dims + cols_d[None, :],
-                mask=inside[:, None] & mask_d, other=0.0).to(tl.float32)
-    grad_num = tl.load(grad_num_ptr + head * tokens * value_dims + pos[:, None] * value_dims + cols_e[None, :],
-                       mask=inside[:, None] & mask_e, other=0.0).to(tl.float32)
+    q = _rows(q_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
+    grad_num = _rows(grad_num_ptr + head * tokens * value_dims, pos, inside, value_dims, BLOCK_E)
     grad_den = tl.load(grad_den_ptr + head * tokens + pos, mask=inside, other=0.0).to(tl.float32)
     grad_q = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
     for dy in range(1 - r_max, r_max):
         for dx in range(1 - r_max, r_max):
-            group = tl.maximum(tl.abs(dy), tl.abs(dx))
-            key_row, key_col = row + dy, col + dx
-            valid = inside & (key_row >= 0) & (key_row < height) & (key_col >= 0) & (key_col < width)
-            key = key_row * width + key_col
-            k = tl.load(k_base + key[:, None] * dims + cols_d[None, :], mask=valid[:, None] & mask_d,
-                        other=0.0).to(tl.float32)
-            v = tl.load(v_base + key[:, None] * value_dims + cols_e[None, :], mask=valid[:, None] & mask_e,
-                        other=0.0).to(tl.float32)
+            key, valid, group = _shifted(row, col, dy, dx, inside, height, width)
+            k = _rows(k_base, key, valid, dims, BLOCK_D)
             weight = tl.load(beta_base + pos * r_max + group, mask=inside, other=0.0).to(tl.float32)
-            grad_weighted = tl.sum(grad_num * v, axis=1) + grad_den
+            grad_weighted = tl.sum(grad_num * _rows(v_base, key, valid, value_dims, BLOCK_E), axis=1) + grad_den
             grad_q += (grad_weighted * weight)[:, None] * k
-            slot = grad_beta_base + pos * r_max + group
-            grad_weight = tl.load(slot, mask=inside, other=0.0) + grad_weighted * tl.sum(q * k, axis=1)
-            tl.store(slot, grad_weight, mask=inside)
-    tl.store(grad_q_ptr + head * tokens * dims + pos[:, None] * dims + cols_d[None, :],
-             grad_q.to(grad_q_ptr.dtype.element_ty), mask=inside[:, None] & mask_d)
+            slot = grad_beta_base + pos * r_max + group  # this program's rows only: no race
+            tl.store(slot, tl.load(slot, mask=inside, other=0.0) + grad_weighted * tl.sum(q * k, axis=1), mask=inside)
+    _store_rows(grad_q_ptr + head * tokens * dims, pos, inside, dims, grad_q, BLOCK_D)
 
 
 @triton.jit
 def _backward_keys(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, grad_k_ptr, grad_v_ptr,
                    height, width, dims, value_dims, r_max,
                    BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head = tl.program_id(0)
-    tokens = height * width
-    pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    inside = pos < tokens
-    row, col = pos // width, pos % width
-    cols_d, cols_e = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_E)
-    mask_d, mask_e = cols_d[None, :] < dims, cols_e[None, :] < value_dims
+    head, tokens = tl.program_id(0), height * width
+    pos, inside, row, col = _block(height, width, BLOCK)
     q_base, beta_base = q_ptr + head * tokens * dims, beta_ptr + head * tokens * r_max
     grad_num_base, grad_den_base = grad_num_ptr + head * tokens * value_dims, grad_den_ptr + head * tokens
-    k = tl.load(k_ptr + head * tokens * dims + pos[:, None] * dims + cols_d[None, :],
-                mask=inside[:, None] & mask_d, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + head * tokens * value_dims + pos[:, None] * value_dims + cols_e[None, :],
-                mask=inside[:, None] & mask_e, other=0.0).to(tl.float32)
+    k = _rows(k_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
+    v = _rows(v_ptr + head * tokens * value_dims, pos, inside, value_dims, BLOCK_E)
     grad_k = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
     grad_v = tl.zeros((BLOCK, BLOCK_E), dtype=tl.float32)
     for dy in range(1 - r_max, r_max):
         for dx in range(1 - r_max, r_max):
-            group = tl.maximum(tl.abs(dy), tl.abs(dx))
-            query_row, query_col = row - dy, col - dx
-            valid = inside & (query_row >= 0) & (query_row < height) & (query_col >= 0) & (query_col < width)
-            query = query_row * width + query_col
-            q = tl.load(q_base + query[:, None] * dims + cols_d[None, :], mask=valid[:, None] & mask_d,
-                        other=0.0).to(tl.float32)
-            grad_num = tl.load(grad_num_base + query[:, None] * value_dims + cols_e[None, :],
-                               mask=valid[:, None] & mask_e, other=0.0).to(tl.float32)
+            query, valid, group = _shifted(row, col, -dy, -dx, inside, height, width)
+            q = _rows(q_base, query, valid, dims, BLOCK_D)
+            grad_num = _rows(grad_num_base, query, valid, value_dims, BLOCK_E)
             grad_den = tl.load(grad_den_base + query, mask=valid, other=0.0).to(tl.float32)
             weight = tl.load(beta_base + query * r_max + group, mask=valid, other=0.0).to(tl.float32)
-            grad_weighted = tl.sum(grad_num * v, axis=1) + grad_den
-            grad_k += (grad_weighted * weight)[:, None] * q
+            grad_k += ((tl.sum(grad_num * v, axis=1) + grad_den) * weight)[:, None] * q
             grad_v += (tl.sum(q * k, axis=1) * weight)[:, None] * grad_num
-    tl.store(grad_k_ptr + head * tokens * dims + pos[:, None] * dims + cols_d[None, :],
-             grad_k.to(grad_k_ptr.dtype.element_ty), mask=inside[:, None] & mask_d)
-    tl.store(grad_v_ptr + head * tokens * value_dims + pos[:, None] * value_dims + cols_e[None, :],
-             grad_v.to(grad_v_ptr.dtype.element_ty), mask=inside[:, None] & mask_e)
+    _store_rows(grad_k_ptr + head * tokens * dims, pos, inside, dims, grad_k, BLOCK_D)
+    _store_rows(grad_v_ptr + head * tokens * value_dims, pos, inside, value_dims, grad_v, BLOCK_E)
 
 
 BLOCK = 32

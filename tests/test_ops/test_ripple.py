@@ -1,0 +1,164 @@
+"""Ripple op (seed 000): the spatial weights (Eq. 5, C.3, tau, Eq. 6), the explicit reference against
+a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
+local/global split, the Triton kernels) against the reference in value and every gradient -- odd
+maps, batch and heads with per-head weights, R_max beyond the map, the tau merge. Triton runs on
+CPU under TRITON_INTERPRET=1 (set by tests/conftest.py)."""
+import pytest
+import torch
+
+from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
+                                  stick_breaking, truncate, vicinal_sum)
+from mmvisattn.ops.ripple.common import query_reach
+from mmvisattn.ops.ripple.local import LocalRipple
+
+
+def inputs(hw_shape, r_max, batch=2, heads=3, dims=4, value_dims=5, dtype=torch.float64, scale=2.0):
+    torch.manual_seed(hw_shape[0] * 100 + hw_shape[1] * 10 + r_max)
+    tokens = hw_shape[0] * hw_shape[1]
+    q, k = (torch.rand(batch, heads, tokens, dims, dtype=dtype) for _ in range(2))  # features are >= 0
+    v = torch.randn(batch, heads, tokens, value_dims, dtype=dtype)
+    logits = torch.randn(batch, heads, tokens, r_max, dtype=dtype) * scale
+    return [t.requires_grad_() for t in (q, k, v, logits)]
+
+
+# (H, W, R_max, tau): odd maps, R_max beyond the map (merged set empty), one token, R_max = 1, and a
+# large tau so that r_hat < R_max and the merge of Eq. 6 starts early for many queries
+CASES = [(5, 7, 3, 1e-3), (9, 4, 4, 1e-3), (4, 4, 6, 1e-3), (1, 1, 2, 1e-3), (6, 5, 1, 1e-3), (7, 6, 4, 0.3)]
+
+
+def assert_matches_reference(impl, hw_shape, r_max, tau, dtype=torch.float64, tol=None, **sizes):
+    args = inputs(hw_shape, r_max, dtype=dtype, **sizes)
+    fast = ripple_attention(*args, hw_shape, tau, impl=impl)
+    slow = ripple_attention_reference(*args, hw_shape, tau)
+    torch.testing.assert_close(fast, slow, **(tol or {}))
+    weights = torch.randn_like(slow)
+    fast_grads = torch.autograd.grad((fast * weights).sum(), args)
+    slow_grads = torch.autograd.grad((slow * weights).sum(), args)
+    for name, a, b in zip('q k v logits'.split(), fast_grads, slow_grads):
+        torch.testing.assert_close(a, b, **(tol or {}), msg=lambda m: f'd{name}: {m}')
+
+
+@pytest.mark.parametrize('impl', ['sat', 'torch'])
+@pytest.mark.parametrize('height,width,r_max,tau', CASES)
+def test_fast_paths_equal_reference(impl, height, width, r_max, tau):
+    assert_matches_reference(impl, (height, width), r_max, tau)
+
+
+@pytest.mark.parametrize('height,width,r_max,tau', [(5, 7, 2, 1e-3), (3, 4, 4, 0.3)])
+def test_triton_equals_reference(height, width, r_max, tau):
+    assert_matches_reference('triton', (height, width), r_max, tau, dtype=torch.float32,
+                             tol=dict(rtol=1e-4, atol=1e-5), batch=1, heads=2)
+
+
+def test_gradcheck_summed_area_backward():
+    """The hand-written Appendix-B backward of the summed-area-table DP, in float64."""
+    torch.manual_seed(0)
+    args = [torch.randn(2, 4, 5, 3, dtype=torch.float64), torch.randn(2, 4, 5, 3, dtype=torch.float64),
+            torch.randn(2, 4, 5, dtype=torch.float64)]
+    assert torch.autograd.gradcheck(vicinal_sum, [t.requires_grad_() for t in args], fast_mode=True)
+
+
+def test_gradcheck_local_backward():
+    """The hand-written backward of the tiled local part (overlapping halos folded back), float64."""
+    torch.manual_seed(0)
+    hw_shape, r_max = (3, 5), 3
+    args = [torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64),
+            torch.randn(2, 15, 2, dtype=torch.float64), torch.randn(2, 15, r_max, dtype=torch.float64)]
+    assert torch.autograd.gradcheck(lambda *a: LocalRipple.apply(*a, hw_shape), [t.requires_grad_() for t in args],
+                                    fast_mode=True)
+
+
+def test_reference_equals_per_token_loop():
+    """Eq. 4 and 6 spelt out for every (query, token) pair with Python scalars."""
+    hw_shape, r_max, tau = (4, 5), 2, 0.2
+    q, k, v, logits = (t.detach() for t in inputs(hw_shape, r_max, batch=1, heads=1))
+    alpha, _ = stick_breaking(logits)
+    expected = torch.zeros_like(v)
+    positions = [(i, j) for i in range(4) for j in range(5)]
+    for query, (i, j) in enumerate(positions):
+        a = alpha[0, 0, query].tolist()
+        r_hat = next((r for r in range(r_max) if 1 - sum(a[:r + 1]) < tau), r_max)
+        reach = max(i, 3 - i, j, 4 - j)
+        share = (1 - sum(a[:r_hat])) / (reach - r_hat + 1)
+        num, den = torch.zeros(v.shape[-1], dtype=v.dtype), 0.0
+        for token, (m, n) in enumerate(positions):
+            group = max(abs(m - i), abs(n - j))
+            score = float(q[0, 0, query] @ k[0, 0, token]) * (a[group] if group < r_hat else share)
+            num, den = num + score * v[0, 0, token], den + score
+        expected[0, 0, query] = num / (den + 1e-6)
+    torch.testing.assert_close(ripple_attention_reference(q, k, v, logits, hw_shape, tau), expected)
+
+
+def test_weights_on_the_simplex():
+    logits = torch.randn(3, 7, 5, dtype=torch.float64) * 3
+    alpha, remaining = stick_breaking(logits)
+    assert (alpha > 0).all()
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(3, 7, dtype=torch.float64))
+    torch.testing.assert_close(remaining[..., -1], alpha[..., -1])
+    uniform, _ = stick_breaking(torch.zeros(2, 4))  # the modified sigmoid of C.3: zero logits, equal weights
+    torch.testing.assert_close(uniform, torch.full((2, 5), 0.2))
+    # on a 13 x 13 map every query's farthest group lies beyond R_max = 5: the Eq. 6 weights of its
+    # non-empty groups sum to one
+    weights = group_weights_reference(logits[:1, :1].expand(1, 169, 5), (13, 13), 1e-3)
+    non_empty = torch.arange(13)[None] <= query_reach((13, 13))[:, None]
+    torch.testing.assert_close((weights * non_empty).sum(-1), torch.ones(1, 169, dtype=torch.float64))
+
+
+def test_tau_stops_the_sticks_and_merges_the_rest():
+    # sticks of lengths 1/2 each (logit log(R_max - r) cancels the offset): remaining 1/2, 1/4, 1/8, 1/16
+    r_max = 4
+    logits = torch.log(torch.arange(r_max, 0, -1, dtype=torch.float64)).expand(1, r_max)
+    for tau, r_hat in [(0.3, 1), (0.2, 2), (0.1, 3), (0.01, 4)]:
+        alpha, got, merged = truncate(logits, tau)
+        assert got.item() == r_hat
+        torch.testing.assert_close(merged, torch.tensor([0.5 ** r_hat], dtype=torch.float64))
+    # a 1 x 9 map, query in the middle: groups 0-4; with tau = 0.2 groups 2, 3, 4 share 1/4 equally
+    beta, merged_weight = ring_weights(logits.expand(9, r_max), (1, 9), 0.2)
+    torch.testing.assert_close(merged_weight[4], torch.tensor(0.25 / 3, dtype=torch.float64))
+    torch.testing.assert_close(beta[4], torch.tensor([0.5, 0.25, 0, 0], dtype=torch.float64)
+                               - torch.tensor([0.25 / 3] * 2 + [0] * 2, dtype=torch.float64))
+
+
+def test_auto_picks_torch_on_cpu():
+    args = inputs((3, 5), 2)
+    torch.testing.assert_close(ripple_attention(*args, (3, 5)), ripple_attention(*args, (3, 5), impl='torch'))
+
+
+@pytest.mark.parametrize('change,message', [
+    (dict(impl='cuda'), r"impl='cuda'; expected one of"),
+    (dict(tau=0.0), r'tau=0.0; expected 0 < tau < 1'),
+    (dict(tau=1.5), r'tau=1.5; expected 0 < tau < 1'),
+    (dict(hw_shape=(4, 4)), r'15 tokens do not match hw_shape=\(4, 4\)'),
+    (dict(r_max=0), r'R_max=0 \(logits.shape\[-1\]\); expected R_max >= 1'),
+])
+def test_bad_input_one_line(change, message):
+    q, k, v, logits = inputs((3, 5), 2)
+    if 'r_max' in change:
+        logits = logits[..., :0]
+    call = dict(hw_shape=(3, 5), tau=1e-3, impl='torch')
+    call.update({key: value for key, value in change.items() if key != 'r_max'})
+    with pytest.raises(ValueError, match=message):
+        ripple_attention(q, k, v, logits, **call)
+
+
+@pytest.mark.parametrize('impl', ['sat', 'torch'])
+def test_saved_memory_is_linear_in_tokens(impl):
+    """What autograd keeps grows with the tokens, not with their square (R_max fixed)."""
+    def saved_elements(hw_shape):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            ripple_attention(*(t.detach().float().requires_grad_() for t in inputs(hw_shape, 4)), hw_shape,
+                             impl=impl)
+        return sum(sizes)
+    assert saved_elements((16, 32)) < 2.2 * saved_elements((16, 16))
+    assert saved_elements((32, 32)) < 4.4 * saved_elements((16, 16))
+
+
+def test_local_part_keeps_only_its_inputs():
+    """The tiled local part recomputes its scores in the backward: it saves q, k, v and beta only."""
+    q, k, v, logits = (t.detach().requires_grad_() for t in inputs((12, 10), 4))
+    beta = logits.detach().reshape(-1, 120, 4).requires_grad_()
+    sizes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+        LocalRipple.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta, (12, 10))
+    assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4)
