@@ -3,6 +3,8 @@ High-Resolution Image Encoding" (seed 003): a stack of E-ViT stages (Sec. 3.1, F
 embedding with LayerNorm, global tokens and optional 2-D absolute position embedding, followed by
 blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the windows."""
 import math
+import re
+from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -219,3 +221,101 @@ class ViL(BaseModule):
             if index in self.out_indices:
                 outs.append(x)
         return tuple(outs)
+
+
+# official MsViT names (after the 'module.' / 'backbone.bottom_up.' prefix) -> ViL names
+_OFFICIAL_KEY = re.compile(r'^layer(?P<stage>\d+)\.(?P<index>\d+)\.(?P<rest>.+)$')
+_EMBED_NAMES = {'proj.': 'patch_embed.projection.', 'norm_embed.': 'patch_embed.norm.'}
+_MLP_NAMES = {'norm.': 'norm2.', 'mlp.fc1.': 'ffn.layers.0.0.', 'mlp.fc2.': 'ffn.layers.1.'}
+
+
+def _official_name(key: str) -> Optional[str]:
+    """The ViL name of one official key, or ``None`` when it has no place (head, final norm, FPN)."""
+    match = _OFFICIAL_KEY.match(key)
+    if match is None:
+        return None
+    stage, index, rest = int(match['stage']) - 1, int(match['index']), match['rest']
+    if index == 0:
+        for old, new in _EMBED_NAMES.items():
+            if rest.startswith(old):
+                return f'stages.{stage}.{new}{rest[len(old):]}'
+        return f'stages.{stage}.{rest}'
+    block = f'stages.{stage}.blocks.{(index - 1) // 2}.'
+    if index % 2:
+        return block + ('norm1.' + rest[len('norm.'):] if rest.startswith('norm.') else rest)
+    for old, new in _MLP_NAMES.items():
+        if rest.startswith(old):
+            return block + new + rest[len(old):]
+    return None
+
+
+def _resize_tokens(value: Tensor, size: int, dim: int) -> Tensor:
+    """Global-token entries along ``dim``: the first one repeated, or the first ``size`` kept."""
+    if value.shape[dim] >= size:
+        return value.narrow(dim, 0, size)
+    first = value.narrow(dim, 0, 1)
+    return torch.cat([value, first.expand(*[size - value.shape[dim] if d == dim else -1
+                                            for d in range(value.dim())])], dim=dim)
+
+
+def _fit(name: str, value: Tensor, shape: torch.Size) -> Tensor:
+    """``value`` resized to ``shape``: relative-position tables 2-D, position embeddings 1-D,
+    global-token parameters by repeating the first token; anything else must already fit."""
+    if value.shape == shape:
+        return value
+    leaf = name.rsplit('.', 1)[-1]
+    if leaf == 'local_relative_position_bias_table':
+        old, new = math.isqrt(value.shape[0]), math.isqrt(shape[0])
+        grid = value.t().reshape(1, -1, old, old)
+        return F.interpolate(grid, size=(new, new), mode='bilinear', align_corners=False)[0].flatten(1).t()
+    if leaf in ('x_pos_embed', 'y_pos_embed') and value.shape[2] == shape[2]:
+        return ViLStage._resize(value, shape[1])
+    if leaf in ('cls_token', 'cls_pos_embed'):
+        return _resize_tokens(value, shape[1], 1)
+    if leaf == 'g2l_relative_position_bias':
+        return _resize_tokens(value, shape[2], 2)
+    if leaf == 'g2g_relative_position_bias':
+        return _resize_tokens(_resize_tokens(value, shape[1], 1), shape[2], 2)
+    raise ValueError(f'{name}: checkpoint shape {tuple(value.shape)} does not fit {tuple(shape)} '
+                     '(a checkpoint of another layout?)')
+
+
+def _expand_attention(name: str, value: Tensor, target: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """Full-attention ``qkv`` split into ``query`` / ``kv``, and the local projections copied to
+    their ``*_global`` twins when the target has separate ones and the checkpoint does not."""
+    out = {}
+    if '.attn.qkv.' in name:
+        dims = value.shape[0] // 3
+        out[name.replace('.attn.qkv.', '.attn.query.')] = value[:dims]
+        out[name.replace('.attn.qkv.', '.attn.kv.')] = value[dims:]
+    else:
+        out[name] = value
+    for local in list(out):
+        for part in ('query', 'kv', 'proj'):
+            twin = local.replace(f'.attn.{part}.', f'.attn.{part}_global.')
+            if twin != local and twin in target:
+                out.setdefault(twin, out[local])
+    return out
+
+
+def convert_vil_state_dict(state_dict: Dict[str, Tensor],
+                           target: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+    """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``)
+    -> the ViL backbone whose state dict is ``target``; returns the converted dict and the
+    official keys without a place (head, final norm, FPN, ``relative_position_index``, and
+    ``*_global`` copies when the target shares the global projections)."""
+    converted, unmapped = OrderedDict(), []
+    for key, value in state_dict.items():
+        short = key[len('module.'):] if key.startswith('module.') else key
+        short = short[len('backbone.bottom_up.'):] if short.startswith('backbone.bottom_up.') else short
+        name = _official_name(short)
+        if name is None:
+            unmapped.append(key)
+            continue
+        for new, tensor in _expand_attention(name, value, target).items():
+            if new not in target:
+                unmapped.append(key)
+                continue
+            if new == name or new not in converted:  # a key of the checkpoint wins over a derived copy
+                converted[new] = _fit(new, tensor, target[new].shape)
+    return converted, sorted(set(unmapped))

@@ -1,0 +1,45 @@
+# Demo: RetinaNet with a small Vision Longformer trained from scratch on the embedded shapes data
+# (python tools/misc/make_demo_data.py --out data/shapes), the recipe of the stock demo
+# (configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py: AdamW lr 1e-3, 600 iterations of
+# batch 8 at 128x128). The layout is a four-stage ViL narrower and shallower than ViL-Tiny, with
+# the Table 15 window (w = 7, so the 32x32 first stage is 5x5 chunks) and one global token in
+# stages 1-3; the last stage (4x4) is covered by one window.
+_base_ = [
+    'mmdet::_base_/models/retinanet_r50_fpn.py',
+    '../_base_/datasets/demo_shapes_coco_detection.py',
+    '../_base_/det_runtime.py',
+]
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='ViL',
+        arch=dict(embed_dims=(32, 64, 128, 256), depths=(1, 1, 3, 1), num_heads=(1, 2, 4, 8),
+                  patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0)),
+        drop_path_rate=0.0,
+        out_indices=(1, 2, 3)),
+    neck=dict(in_channels=[64, 128, 256], start_level=0, add_extra_convs='on_input', num_outs=5),
+    bbox_head=dict(num_classes=3))
+
+max_iters = 600
+train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+    clip_grad=dict(max_norm=10, norm_type=2),
+    paramwise_cfg=dict(custom_keys={
+        'norm': dict(decay_mult=0.0),
+        'cls_token': dict(decay_mult=0.0),
+        'relative_position': dict(decay_mult=0.0),
+    }))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[450], gamma=0.1),
+]
+default_hooks = dict(
+    logger=dict(interval=50),
+    checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1))
+log_processor = dict(by_epoch=False)
+auto_scale_lr = dict(enable=False, base_batch_size=8)

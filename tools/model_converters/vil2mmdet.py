@@ -1,0 +1,54 @@
+"""Turn an official Vision Longformer checkpoint into an initialisation of the ViL backbone.
+
+    python tools/model_converters/vil2mmdet.py SRC DST --config CONFIG
+
+SRC is a classification checkpoint of microsoft/vision-longformer (weights under ``net`` with a
+``module.`` prefix) or a detectron2 checkpoint of microsoft/VisionLongformerForObjectDetection
+(under ``model``, prefix ``backbone.bottom_up.``). CONFIG gives the target backbone: relative-position
+tables are resized to its windows (2-D), absolute position embeddings to its grid (1-D), global-token
+parameters to its number of global tokens, full-attention ``qkv`` is split into ``query`` / ``kv``.
+Official keys without a place are listed; the conversion fails if a backbone weight stays unset.
+"""
+import argparse
+
+import torch
+
+from mmvisattn.models.backbones.vil import convert_vil_state_dict
+from mmvisattn.utils import save_converted
+from mmvisattn.utils.checkpoint import check_backbone_weights
+
+
+def target_state_dict(config: str) -> dict:
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from mmvisattn.registry import models_of_scope
+    cfg = Config.fromfile(config)
+    init_default_scope(cfg.default_scope)
+    cfg.model.backbone.pop('init_cfg', None)
+    return models_of_scope(cfg.default_scope).build(cfg.model.backbone).state_dict()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('src', help='official ViL checkpoint (classification or detectron2)')
+    parser.add_argument('dst', help='where to save the converted checkpoint')
+    parser.add_argument('--config', required=True, help='config whose ViL backbone receives the weights')
+    args = parser.parse_args(argv)
+    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
+    state_dict = checkpoint.get('net', checkpoint.get('model', checkpoint))
+    try:
+        converted, unmapped = convert_vil_state_dict(state_dict, target_state_dict(args.config))
+        unset = check_backbone_weights(args.config, converted)
+    except ValueError as exc:
+        raise SystemExit(f'error: {exc}') from None
+    print(f'converted {len(converted)} tensors; official keys without a place ({len(unmapped)}): '
+          f'{", ".join(unmapped) or "none"}')
+    if unset:
+        raise SystemExit(f'error: {len(unset)} backbone weights stay unset, e.g. {unset[:3]}; '
+                         f'is {args.src} a ViL checkpoint of this layout?')
+    save_converted(converted, args.dst)
+
+
+if __name__ == '__main__':
+    main()
