@@ -143,7 +143,7 @@ class ViL(BaseModule):
         attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for
             ``LongformerAttention``, ``window`` and ``num_global`` of the stage are filled in.
             Another registered attention brings its own extra tokens (``num_extra_tokens``).
-        out_indices: Stages whose maps are returned.
+        out_indices: Stages whose maps are returned (default: all).
         frozen_stages: The first ``frozen_stages`` stages are frozen (no gradient, eval mode);
             -1 or 0 freezes none.
         with_cp: Activation checkpointing of every block.
@@ -154,19 +154,20 @@ class ViL(BaseModule):
     """
 
     def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
-                 attn_cfg: Optional[Dict] = None, out_indices: Sequence[int] = (0, 1, 2, 3), frozen_stages: int = -1,
+                 attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
                  with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch = resolve_arch(arch)
         num_stages = len(self.arch['depths'])
+        out_indices = range(num_stages) if out_indices is None else out_indices
         if any(not -num_stages <= index < num_stages for index in out_indices):
             raise ValueError(f'ViL: out_indices={tuple(out_indices)}; expected stage indices below {num_stages}')
         self.out_indices = tuple(index % num_stages for index in out_indices)
         self.frozen_stages = frozen_stages
         attn_cfg = dict(type='LongformerAttention') if attn_cfg is None else attn_cfg
         norm_cfg = dict(type='LN', eps=norm_eps)
-        rates = torch.linspace(0, drop_path_rate, sum(self.arch['depths'])).tolist()
+        rates = torch.linspace(0, drop_path_rate, sum(self.arch['depths']), device='cpu').tolist()
         self.stages = ModuleList()
         channels, stride = in_channels, 1
         for index in range(num_stages):
