@@ -1,0 +1,65 @@
+"""DeiT-Ripple backbone, "Ripple attention for visual perception with sub-quadratic complexity"
+(seed 000, C.4-C.5, Table 1: 5.78M parameters with the 1000-class head, Table 7: 9 ripple layers):
+DeiT-Tiny (12 layers, 192 dims) with 6 heads, ripple attention in the lower layers, linearized
+attention with the same feature map in the upper ones, and no class token (mean pooling)."""
+from typing import Dict, Optional, Tuple
+
+from torch import Tensor
+
+from mmvisattn.registry import build_attention, register_model
+from .castling_vit import CastlingViT
+
+OUT_TYPES = ('featmap', 'avg_featmap')
+
+
+@register_model
+class DeiTRipple(CastlingViT):
+    """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`, which puts ``ATTENTIONS`` into
+    its layers) with DeiT-Tiny's sizes and the hybrid attention of C.5.
+
+    Ripple attention works on the 2-D token grid, so there is no class token: for classification
+    the tokens are mean-pooled (``out_type='avg_featmap'``, C.5); dense heads take the
+    ``(B, C, H, W)`` maps of ``out_indices`` (``out_type='featmap'``). Every other argument of
+    mmseg's ``VisionTransformer`` (``img_size``, ``patch_size``, ``out_indices``, ``final_norm``,
+    ``init_cfg`` ...) passes through.
+
+    Args:
+        num_ripple_layers: How many of the lowest layers use ``ripple_cfg`` (9 by default, C.5 and
+            Table 7); the rest use ``attn_cfg``.
+        ripple_cfg: Attention of the lower layers.
+        attn_cfg: Attention of the upper layers.
+        out_type: ``'featmap'`` or ``'avg_featmap'`` (mean of each output map's tokens).
+        embed_dims, num_layers, num_heads, qkv_bias, drop_rate, attn_drop_rate, drop_path_rate,
+            with_cls_token, final_norm, norm_cfg: as in mmseg's ``VisionTransformer``, with
+            DeiT-Tiny's values (6 heads as in C.4, LayerNorm eps 1e-6, stochastic depth 0.1).
+        **kwargs: The other arguments of mmseg's ``VisionTransformer``.
+    """
+
+    def __init__(self, num_ripple_layers: int = 9, ripple_cfg: Optional[Dict] = None,
+                 attn_cfg: Optional[Dict] = None, out_type: str = 'featmap', embed_dims: int = 192,
+                 num_layers: int = 12, num_heads: int = 6, qkv_bias: bool = True, drop_rate: float = 0.0,
+                 attn_drop_rate: float = 0.0, drop_path_rate: float = 0.1, with_cls_token: bool = False,
+                 final_norm: bool = True, norm_cfg: Optional[Dict] = None, **kwargs) -> None:
+        if not 0 <= num_ripple_layers <= num_layers:
+            raise ValueError(f'DeiTRipple: num_ripple_layers={num_ripple_layers}; expected 0 .. {num_layers}')
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'DeiTRipple: out_type={out_type!r}; expected one of {OUT_TYPES}')
+        if with_cls_token:
+            raise ValueError('DeiTRipple: with_cls_token=True; ripple attention needs every token on the grid '
+                             '(the model mean-pools instead, C.5)')
+        super().__init__(attn_cfg=attn_cfg or dict(type='RippleLinearAttention'), embed_dims=embed_dims,
+                         num_layers=num_layers, num_heads=num_heads, qkv_bias=qkv_bias, drop_rate=drop_rate,
+                         attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate, with_cls_token=False,
+                         final_norm=final_norm, norm_cfg=norm_cfg or dict(type='LN', eps=1e-6), **kwargs)
+        self.out_type = out_type
+        self.num_ripple_layers = num_ripple_layers
+        for layer in self.layers[:num_ripple_layers]:
+            layer.attn.attn = build_attention(ripple_cfg or dict(type='RippleAttention'), embed_dims=embed_dims,
+                                              num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate,
+                                              proj_drop=drop_rate)
+
+    def forward(self, inputs: Tensor) -> Tuple[Tensor, ...]:
+        outs = super().forward(inputs)
+        if self.out_type == 'avg_featmap':
+            return tuple(out.mean(dim=(2, 3)) for out in outs)
+        return outs

@@ -1,0 +1,3 @@
+from .smca import SMCA
+
+__all__ = ['SMCA']

@@ -1,0 +1,84 @@
+"""SMCA detector (Gao et al., "Fast convergence of DETR with spatially modulated co-attention",
+ICCV 2021), single scale, with the encoder attention chosen by config: softmax (SMCA), linearized
+(SMCA-LA) or ripple (SMCA-Ripple) as in the ripple-attention paper (seed 000, C.4, Table 3)."""
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch.nn as nn
+from mmdet.models.detectors import DETR
+from mmdet.models.layers import SinePositionalEncoding
+from mmdet.structures import OptSampleList
+from torch import Tensor
+
+from mmvisattn.registry import register_model
+from ..layers.smca_transformer import SMCATransformerDecoder, SMCATransformerEncoder
+
+
+def reference_scale(batch_data_samples: OptSampleList, feat: Tensor) -> Tensor:
+    """``(B, 2)`` unpadded width and height of each image in feature cells: the span of SMCA's
+    normalised centres (the official code's ``(W, H) / 32`` for a stride-32 map)."""
+    batch_h, batch_w = batch_data_samples[0].batch_input_shape
+    feat_h, feat_w = feat.shape[-2:]
+    sizes = [(s.img_shape[1] * feat_w / batch_w, s.img_shape[0] * feat_h / batch_h) for s in batch_data_samples]
+    return feat.new_tensor(sizes)
+
+
+@register_model
+class SMCA(DETR):
+    """Single-scale SMCA: DETR whose decoder modulates its co-attention with a Gaussian-like map
+    around centres and scales predicted from every object query (see
+    :mod:`mmvisattn.models.layers.smca_transformer`).
+
+    mmdet has no SMCA. ``DETR`` supplies the backbone / neck / positional encoding / query flow and
+    mmdet's ``ConditionalDETRHead`` serves as the head unchanged: it adds the decoder's reference
+    centres (as logits) to the box-centre logits of every layer and trains with sigmoid focal loss,
+    L1 and GIoU under Hungarian matching, which is SMCA's head. New here: the encoder takes its
+    attention from ``ATTENTIONS`` (``encoder.layer_cfg.attn_cfg``), and the decoder gets the
+    feature grid and the reference span of each image.
+
+    Args: those of mmdet's ``DETR``; ``encoder`` configures :class:`SMCATransformerEncoder`,
+    ``decoder`` :class:`SMCATransformerDecoder`.
+    """
+
+    def _init_layers(self) -> None:
+        self.positional_encoding = SinePositionalEncoding(**self.positional_encoding)
+        self.encoder = SMCATransformerEncoder(**self.encoder)
+        self.decoder = SMCATransformerDecoder(**self.decoder)
+        self.embed_dims = self.encoder.embed_dims
+        self.query_embedding = nn.Embedding(self.num_queries, self.embed_dims)
+        if 2 * self.positional_encoding.num_feats != self.embed_dims:
+            raise ValueError(f'positional_encoding.num_feats={self.positional_encoding.num_feats}; expected half '
+                             f'of embed_dims={self.embed_dims}')
+
+    def init_weights(self) -> None:
+        """DETR's Xavier initialisation of the transformer (C.6: "Xavier initialization") on the
+        weights of linear layers and of the stock attentions' input projections, which are all the
+        matrices of DETR's transformer; other parameters of an attention (the Gaussian feature-map
+        weights and stick-unit embeddings of ripple attention) keep their own start. Scales start at 1."""
+        super(DETR, self).init_weights()
+        for coder in self.encoder, self.decoder:
+            for module in coder.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.xavier_uniform_(module.weight)
+                elif isinstance(module, nn.MultiheadAttention):
+                    nn.init.xavier_uniform_(module.in_proj_weight)
+        for layer in self.decoder.layers:
+            layer.init_scales()
+
+    def pre_transformer(self, img_feats: Tuple[Tensor], batch_data_samples: OptSampleList = None) -> Tuple[Dict, Dict]:
+        encoder_inputs, decoder_inputs = super().pre_transformer(img_feats, batch_data_samples)
+        hw_shape = tuple(img_feats[-1].shape[-2:])
+        encoder_inputs.update(hw_shape=hw_shape)
+        decoder_inputs.update(hw_shape=hw_shape, ref_scale=reference_scale(batch_data_samples, img_feats[-1]))
+        return encoder_inputs, decoder_inputs
+
+    def forward_encoder(self, feat: Tensor, feat_mask: Optional[Tensor], feat_pos: Tensor,
+                        hw_shape: Sequence[int]) -> Dict:
+        return dict(memory=self.encoder(query=feat, query_pos=feat_pos, key_padding_mask=feat_mask, hw_shape=hw_shape))
+
+    def forward_decoder(self, query: Tensor, query_pos: Tensor, memory: Tensor, memory_mask: Optional[Tensor],
+                        memory_pos: Tensor, hw_shape: Sequence[int], ref_scale: Tensor) -> Dict:
+        hidden_states, references = self.decoder(query=query, key=memory, value=memory, query_pos=query_pos,
+                                                 key_pos=memory_pos, key_padding_mask=memory_mask,
+                                                 hw_shape=hw_shape, ref_scale=ref_scale)
+        return dict(hidden_states=hidden_states, references=references)
+
