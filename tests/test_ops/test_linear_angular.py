@@ -64,9 +64,18 @@ def test_auto_picks_torch_on_cpu_and_unknown_impl_is_named():
         linear_angular_attention(q, k, v, impl='cuda')
 
 
-def test_gradcheck():
+@pytest.mark.parametrize('batch,tokens,dims,value_dims', [(1, 5, 3, 2), (2, 7, 4, 5)])
+def test_hand_written_backward_passes_gradcheck(batch, tokens, dims, value_dims):
     assert torch.autograd.gradcheck(lambda *a: linear_angular_attention(*a, impl='torch'),
-                                    inputs(batch=1, heads=2, tokens=5, dims=3, value_dims=2))
+                                    inputs(batch=batch, heads=2, tokens=tokens, dims=dims, value_dims=value_dims))
+
+
+def test_backward_saves_only_the_inputs():
+    q, k, v = (t.detach().float().requires_grad_() for t in inputs(tokens=64))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        linear_angular_attention(q, k, v, impl='torch')
+    assert [t.data_ptr() for t in saved] == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
 
 
 def test_kernel_bounds_and_row_normalisation():

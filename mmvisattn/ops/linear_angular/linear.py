@@ -1,14 +1,68 @@
-"""Linear-angular attention in O(N d^2) with torch operations (see the package docstring)."""
-import math
+"""Linear-angular attention in O(N d^2) with torch operations and a hand-written backward.
 
-import torch.nn.functional as F
+With ``q^``, ``k^`` the L2-normalised queries and keys, the keys and values are summarised once per
+head into ``S = [K^T V, sum_j k^_j] / pi`` (``d x (d_v + 1)``); one matmul ``q^ S`` then gives the
+numerator's linear term and the normaliser's together. The backward saves only ``q``, ``k`` and
+``v`` and recomputes the summaries (O(N d^2)), so nothing token-sized is stored beyond the inputs
+(autograd through the forward would keep the normalised copies, ``q^ S``, the numerator and the
+normaliser).
+"""
+import math
+from typing import Tuple
+
+import torch
 from torch import Tensor
+
+
+def _normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
+    norm = x.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # F.normalize's eps
+    return x / norm, norm
+
+
+def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Summary ``S``, the mixed ``q^ S`` with the value sums and ``N / 2`` added, and ``out``."""
+    summary = torch.cat([k_hat.transpose(-1, -2) @ v, k_hat.sum(dim=-2).unsqueeze(-1)], dim=-1) / math.pi
+    mixed = q_hat @ summary
+    value_dims = v.shape[-1]
+    numerator = mixed[..., :value_dims] + 0.5 * v.sum(dim=-2, keepdim=True)
+    normaliser = mixed[..., value_dims:] + 0.5 * k_hat.shape[-2]
+    return summary, normaliser, numerator / normaliser
+
+
+def _normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor:
+    """Gradient through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over ``||x||``."""
+    return (grad_hat - x_hat * (x_hat * grad_hat).sum(dim=-1, keepdim=True)) / norm
+
+
+class LinearAngularFunction(torch.autograd.Function):
+    """``(1/2 sum v + q^ K^T V / pi) / (N/2 + q^ . sum k^ / pi)`` with the backward below."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        ctx.save_for_backward(q, k, v)
+        return _mix(_normalise(q)[0], _normalise(k)[0], v)[2]
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        q, k, v = ctx.saved_tensors
+        return linear_angular_backward(q, k, v, grad_out)
+
+
+def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Gradients of the row-normalised linear-angular attention from its inputs (recomputed)."""
+    (q_hat, q_norm), (k_hat, k_norm) = _normalise(q), _normalise(k)
+    summary, normaliser, out = _mix(q_hat, k_hat, v)
+    grad_numerator = grad_out / normaliser
+    grad_normaliser = -(grad_out * out).sum(dim=-1, keepdim=True) / normaliser
+    grad_mixed = torch.cat([grad_numerator, grad_normaliser], dim=-1)  # (B, h, N, d_v + 1)
+    grad_q_hat = grad_mixed @ summary.transpose(-1, -2)
+    grad_summary = q_hat.transpose(-1, -2) @ grad_mixed / math.pi  # (B, h, d, d_v + 1)
+    value_dims = v.shape[-1]
+    grad_k_hat = v @ grad_summary[..., :value_dims].transpose(-1, -2) + grad_summary[..., value_dims:].transpose(-1, -2)
+    grad_v = k_hat @ grad_summary[..., :value_dims] + 0.5 * grad_numerator.sum(dim=-2, keepdim=True)
+    return _normalise_backward(grad_q_hat, q_hat, q_norm), _normalise_backward(grad_k_hat, k_hat, k_norm), grad_v
 
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values -> ``(B, heads, N, d_v)``."""
-    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-    key_values = k.transpose(-1, -2) @ v  # (B, h, d, d_v)
-    numerator = 0.5 * v.sum(dim=-2, keepdim=True) + q @ key_values / math.pi
-    normaliser = 0.5 * k.shape[-2] + q @ k.sum(dim=-2).unsqueeze(-1) / math.pi  # (B, h, N, 1)
-    return numerator / normaliser
+    return LinearAngularFunction.apply(q, k, v)

@@ -2,9 +2,9 @@
 
 Two passes per (batch, head): ``_summarise`` accumulates ``K^T V``, ``sum_j k_j`` and ``sum_j v_j``
 over blocks of tokens; ``_mix`` turns each block of queries into
-``(1/2 sum v + 1/pi q (K^T V)) / (N/2 + 1/pi q . sum k)``. The backward recomputes the torch form
-(:mod:`.linear`) under autograd: the summaries are O(d^2) per head, so nothing token-sized beyond
-the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
+``(1/2 sum v + 1/pi q (K^T V)) / (N/2 + 1/pi q . sum k)``. The backward is the torch one
+(:func:`.linear.linear_angular_backward`), which recomputes the O(d^2) summaries, so nothing
+token-sized beyond the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 """
 import math
 
@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .linear import linear_angular_attention_torch
+from .linear import linear_angular_backward
 
 
 @triton.jit
@@ -88,7 +88,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
 
 
 class LinearAngularTriton(torch.autograd.Function):
-    """Triton forward; backward through the torch form recomputed from the saved inputs."""
+    """Triton forward; the torch backward, recomputing from the saved inputs."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -97,10 +97,7 @@ class LinearAngularTriton(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
-        with torch.enable_grad():
-            out = linear_angular_attention_torch(*inputs)
-        return torch.autograd.grad(out, inputs, grad_out)
+        return linear_angular_backward(*ctx.saved_tensors, grad_out)
 
 
 def linear_angular_attention_triton(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
