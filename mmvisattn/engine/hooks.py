@@ -39,8 +39,22 @@ class CastlingScheduleHook(Hook):
         return 1.0 - (progress - self.fade_start) / (self.fade_end - self.fade_start)
 
     def before_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None) -> None:
+        self._apply(runner, self.weight_at(runner.iter / runner.max_iters))
+
+    def before_val_epoch(self, runner) -> None:
+        """Validate with the current weight: EMAHook, which runs first, swaps every buffer of the
+        averaged copy in, and that copy's ``aux_weight`` is never averaged (it is not a weight)."""
+        self._apply(runner, self.weight_at(runner.iter / runner.max_iters))
+
+    def before_test_epoch(self, runner) -> None:
+        """``tools/test.py`` evaluates the model that is deployed: without the auxiliary branches.
+        (Checkpoints do not record the fade, which is a training schedule, not a weight.)"""
+        self._apply(runner, 0.0)
+
+    @staticmethod
+    def _apply(runner, weight: float) -> None:
+        """Set ``aux_weight`` of every castling module; at 0, remove the branch for good."""
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        weight = self.weight_at(runner.iter / runner.max_iters)
         for module in model.modules():
             if getattr(module, 'has_aux_branch', False):
                 if weight == 0.0:

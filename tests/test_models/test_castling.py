@@ -81,3 +81,14 @@ def test_schedule_hook_fades_then_removes_the_branch():
     assert all(not a.has_aux_branch for a in attns)
     with pytest.raises(ValueError, match='fade_start=0.8, fade_end=0.5'):
         CastlingScheduleHook(fade_start=0.8, fade_end=0.5)
+
+
+def test_schedule_hook_sets_the_weight_for_validation_and_deploys_for_testing():
+    attn = castling()
+    runner = SimpleNamespace(model=torch.nn.Sequential(attn), iter=60, max_iters=100)
+    hook = CastlingScheduleHook(fade_start=0.5, fade_end=0.75)
+    attn.aux_weight.fill_(1.0)  # what EMAHook's buffer swap leaves before validation
+    hook.before_val_epoch(runner)
+    assert attn.has_aux_branch and float(attn.aux_weight) == pytest.approx(0.6)
+    hook.before_test_epoch(runner)
+    assert not attn.has_aux_branch and float(attn.aux_weight) == 0.0
