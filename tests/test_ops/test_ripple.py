@@ -9,7 +9,7 @@ import torch
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
                                   stick_breaking, truncate, vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach
-from mmvisattn.ops.ripple.local import LocalRipple
+from mmvisattn.ops.ripple.local import TILED, RippleLocalGlobal
 
 
 def inputs(hw_shape, r_max, batch=2, heads=3, dims=4, value_dims=5, dtype=torch.float64, scale=2.0):
@@ -58,14 +58,16 @@ def test_gradcheck_summed_area_backward():
     assert torch.autograd.gradcheck(vicinal_sum, [t.requires_grad_() for t in args], fast_mode=True)
 
 
-def test_gradcheck_local_backward():
-    """The hand-written backward of the tiled local part (overlapping halos folded back), float64."""
+def test_gradcheck_local_global_backward():
+    """The hand-written backward of the tiled local part (overlapping halos folded back) together with
+    the global sums and the normalisation, in float64."""
     torch.manual_seed(0)
     hw_shape, r_max = (3, 5), 3
     args = [torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64),
-            torch.randn(2, 15, 2, dtype=torch.float64), torch.randn(2, 15, r_max, dtype=torch.float64)]
-    assert torch.autograd.gradcheck(lambda *a: LocalRipple.apply(*a, hw_shape), [t.requires_grad_() for t in args],
-                                    fast_mode=True)
+            torch.randn(2, 15, 2, dtype=torch.float64), torch.randn(2, 15, r_max, dtype=torch.float64),
+            torch.rand(2, 15, dtype=torch.float64)]
+    assert torch.autograd.gradcheck(lambda *a: RippleLocalGlobal.apply(*a, hw_shape, 1e-6, TILED),
+                                    [t.requires_grad_() for t in args], fast_mode=True)
 
 
 def test_reference_equals_per_token_loop():
@@ -154,11 +156,14 @@ def test_saved_memory_is_linear_in_tokens(impl):
     assert saved_elements((32, 32)) < 4.4 * saved_elements((16, 16))
 
 
-def test_local_part_keeps_only_its_inputs():
-    """The tiled local part recomputes its scores in the backward: it saves q, k, v and beta only."""
+def test_local_global_keeps_only_inputs_and_output():
+    """The scores are recomputed in the backward: saved are q, k, v, beta, w_m, the output and the
+    normaliser."""
     q, k, v, logits = (t.detach().requires_grad_() for t in inputs((12, 10), 4))
     beta = logits.detach().reshape(-1, 120, 4).requires_grad_()
+    merged_weight = torch.rand(6, 120, dtype=torch.float64, requires_grad=True)
     sizes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
-        LocalRipple.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta, (12, 10))
-    assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4)
+        RippleLocalGlobal.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta,
+                                merged_weight, (12, 10), 1e-6, TILED)
+    assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4 + 1 + 5 + 1)

@@ -25,10 +25,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from mmvisattn.ops.ripple import IMPLS, ripple_attention
-from mmvisattn.ops.ripple.common import global_terms
+from mmvisattn.ops.ripple.common import CHUNK_TOKENS, checkpointed_chunks, global_terms
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -83,10 +82,9 @@ class RippleLinearAttention(QKVAttention):
         return self.feature_map(x * self.head_dims ** -0.25)
 
     def features(self, q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
-        """``phi(q), phi(k)``, recomputed in the backward: Eq. 13 keeps six token-sized intermediates
-        per call, which would otherwise outweigh the attention itself."""
-        return (checkpoint(self.scaled_features, q, use_reentrant=False),
-                checkpoint(self.scaled_features, k, use_reentrant=False))
+        """``phi(q), phi(k)`` over chunks of tokens, each recomputed in the backward: Eq. 13 has six
+        token-sized intermediates, which would otherwise outweigh the attention itself."""
+        return tuple(checkpointed_chunks(self.scaled_features, (x,), CHUNK_TOKENS) for x in (q, k))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         numerator, denominator = global_terms(*self.features(q, k), v)
@@ -131,4 +129,5 @@ class RippleAttention(RippleLinearAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         q, k = self.features(q, k)
-        return ripple_attention(q, k, v, self.stick_logits(v), hw_shape, self.tau, self.impl, self.eps)
+        logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS)  # recomputed like the features
+        return ripple_attention(q, k, v, logits, hw_shape, self.tau, self.impl, self.eps)

@@ -5,10 +5,11 @@ of vicinal groups, and the global linear-attention sums (Eq. 2) that carry the m
 Shapes: ``logits`` ``(..., N, R_max)`` hold the stick logits ``o_r(i, j)`` of every query, one
 per stick unit ``r = 0 .. R_max - 1``; ``N = H * W`` tokens in row-major order.
 """
-from typing import Sequence, Tuple
+from typing import Callable, Sequence, Tuple
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -79,15 +80,35 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tuple[T
 
     ``w_m`` is Eq. 6: the merged mass shared equally by the ``reach - r_hat + 1`` non-empty groups
     ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the non-empty
-    groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``.
+    groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``. Computed
+    over chunks of tokens, each recomputed in the backward (:func:`checkpointed_chunks`).
     """
+    reach = query_reach(hw_shape, logits.device).unsqueeze(-1)
+    beta, merged_weight = checkpointed_chunks(_ring_weights, (logits, reach), CHUNK_TOKENS, tau)
+    return beta, merged_weight.squeeze(-1)
+
+
+def _ring_weights(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
     alpha, r_hat, merged = truncate(logits, tau)
-    reach = query_reach(hw_shape, logits.device)
-    merged_weight = merged / (reach - r_hat + 1).clamp(min=1)
+    merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).clamp(min=1)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
                        torch.zeros_like(alpha[..., :-1]))
-    return beta, merged_weight
+    return beta, merged_weight.unsqueeze(-1)
+
+
+CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
+
+
+def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *args):
+    """``fn(*parts, *args)`` over chunks of ``chunk`` tokens (dim -2) of ``tensors``, each chunk
+    recomputed in the backward, the outputs (tensors or tuples of them, dim -2) concatenated: the
+    intermediates of ``fn`` then never exist for more than one chunk at a time."""
+    pieces = zip(*(t.split(chunk, dim=-2) for t in tensors))
+    outputs = [checkpoint(fn, *parts, *args, use_reentrant=False) for parts in pieces]
+    if isinstance(outputs[0], tuple):
+        return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
+    return torch.cat(outputs, dim=-2)
 
 
 def global_terms(q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:

@@ -11,20 +11,21 @@ The global part is Eq. 2 (``D x E`` statistics per head); the local part never f
 ``phi(k) v^T`` per position, which is what keeps memory near the inputs' size where the
 summed-area tables of :mod:`.sat` need ``D E`` channels per position.
 
-The torch local part (:class:`LocalRipple`) runs on tiles of ``T x T`` queries: each tile's
-queries meet its halo of ``(T + 2 R_max - 2)^2`` keys in two batched matrix products, the scores are
-weighted by ``beta`` of their Chebyshev group (zero beyond ``R_max - 1``), and slices are processed
-in chunks. The backward is written out and recomputes the scores chunk by chunk, so only the inputs
-are saved: O(H W R_max^2) time, O(H W) memory. Halos of neighbouring tiles overlap; their key and
-value gradients are added back by ``F.fold``, the adjoint of the ``F.unfold`` that cut them.
+The torch local part (:func:`tiled_forward`, :func:`tiled_backward`) runs on tiles of ``T x T``
+queries: each tile's queries meet its halo of ``(T + 2 R_max - 2)^2`` keys in two batched matrix
+products, the scores are weighted by ``beta`` of their Chebyshev group (zero beyond ``R_max - 1``),
+and slices are processed in chunks. :class:`RippleLocalGlobal` adds the global sums and normalises,
+with the backward written out: the scores are recomputed chunk by chunk and only the inputs, the
+output and the normaliser are saved -- O(H W R_max^2) time, O(H W) memory. Halos of neighbouring
+tiles overlap; their key and value gradients are added back by ``F.fold``.
 """
-from typing import Callable, Sequence, Tuple
+from typing import Callable, NamedTuple, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .common import global_terms, ring_weights
+from .common import ring_weights
 
 CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
 
@@ -109,69 +110,99 @@ class Geometry:
         return to_tiles(q, self.hw_shape, self.tile), F.pad(to_tiles(beta, self.hw_shape, self.tile), (0, 1))
 
 
-class LocalRipple(torch.autograd.Function):
-    """``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and ``den_ij = sum beta_r(i, j) (q_ij . k_mn)``
+def tiled_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
+    """Local part: ``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and ``den_ij = sum beta_r(i, j) (q_ij . k_mn)``
     over the tokens ``(m, n)`` of groups ``r < R_max``; ``q, k`` ``(S, N, D)``, ``v`` ``(S, N, E)``,
-    ``beta`` ``(S, N, R_max)``. Both directions run over chunks of whole slices."""
+    ``beta`` ``(S, N, R_max)`` -> ``(S, N, E)``, ``(S, N, 1)``. Runs over chunks of whole slices."""
+    geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+    num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
+    for start, stop in geometry.chunks(q.shape[0]):
+        q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
+        scores, weights = geometry.scores(q_tiles, geometry.halos(k[start:stop]), beta_tiles)
+        weighted = scores * weights
+        num[start:stop] = from_tiles(weighted @ geometry.halos(v[start:stop]), hw_shape, geometry.tile)
+        den[start:stop] = from_tiles(weighted.sum(dim=-1, keepdim=True), hw_shape, geometry.tile)
+    return num, den
+
+
+def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
+                   grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of :func:`tiled_forward` for ``q, k, v, beta``, recomputing the scores chunk by chunk."""
+    geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+    grads = [torch.empty_like(t) for t in (q, k, v, beta)]
+    masks = geometry.group_masks.to(q.dtype)
+    for start, stop in geometry.chunks(q.shape[0]):
+        q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
+        keys, values = geometry.halos(k[start:stop]), geometry.halos(v[start:stop])
+        out_grad = to_tiles(grad_num[start:stop], hw_shape, geometry.tile)
+        scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
+        grad_weighted = out_grad @ values.transpose(1, 2) + to_tiles(grad_den[start:stop], hw_shape, geometry.tile)
+        by_group = grad_weighted * scores
+        grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
+        grad_scores = grad_weighted * weights
+        grads[0][start:stop] = from_tiles(grad_scores @ keys, hw_shape, geometry.tile)
+        grads[1][start:stop] = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
+        grads[2][start:stop] = geometry.fold((scores * weights).transpose(1, 2) @ out_grad)
+        grads[3][start:stop] = from_tiles(grad_beta, hw_shape, geometry.tile)
+    return tuple(grads)
+
+
+class LocalKernels(NamedTuple):
+    """A local part: ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
+    ``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``."""
+    forward: Callable
+    backward: Callable
+
+
+TILED = LocalKernels(tiled_forward, tiled_backward)
+
+
+class RippleLocalGlobal(torch.autograd.Function):
+    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(S, N, .)`` tensors,
+    with the backward written out: only the inputs, the output and the normaliser are saved
+    (no token-sized intermediates of the sum and the division)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
-        ctx.save_for_backward(q, k, v, beta)
-        ctx.hw_shape = hw_shape
-        geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
-        num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
-        for start, stop in geometry.chunks(q.shape[0]):
-            q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
-            scores, weights = geometry.scores(q_tiles, geometry.halos(k[start:stop]), beta_tiles)
-            weighted = scores * weights
-            num[start:stop] = from_tiles(weighted @ geometry.halos(v[start:stop]), hw_shape, geometry.tile)
-            den[start:stop] = from_tiles(weighted.sum(dim=-1, keepdim=True), hw_shape, geometry.tile)
-        return num, den
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
+                eps: float, kernels: LocalKernels) -> Tensor:
+        num, den = kernels.forward(q, k, v, beta, hw_shape)
+        weight = merged_weight.unsqueeze(-1)
+        num += weight * (q @ (k.transpose(1, 2) @ v))
+        den += weight * (q @ k.sum(dim=1).unsqueeze(-1)) + eps
+        out = num.div_(den)
+        ctx.save_for_backward(q, k, v, beta, merged_weight, out, den)
+        ctx.hw_shape, ctx.kernels = hw_shape, kernels
+        return out
 
     @staticmethod
-    def backward(ctx, grad_num: Tensor, grad_den: Tensor):
-        q, k, v, beta = ctx.saved_tensors
-        hw_shape = ctx.hw_shape
-        geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
-        grads = [torch.empty_like(t) for t in (q, k, v, beta)]
-        masks = geometry.group_masks.to(q.dtype)
-        for start, stop in geometry.chunks(q.shape[0]):
-            q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
-            keys, values = geometry.halos(k[start:stop]), geometry.halos(v[start:stop])
-            out_grad = to_tiles(grad_num[start:stop], hw_shape, geometry.tile)
-            scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
-            grad_weighted = out_grad @ values.transpose(1, 2) + to_tiles(grad_den[start:stop], hw_shape,
-                                                                         geometry.tile)
-            by_group = grad_weighted * scores
-            grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
-            grad_scores = grad_weighted * weights
-            grads[0][start:stop] = from_tiles(grad_scores @ keys, hw_shape, geometry.tile)
-            grads[1][start:stop] = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
-            grads[2][start:stop] = geometry.fold((scores * weights).transpose(1, 2) @ out_grad)
-            grads[3][start:stop] = from_tiles(grad_beta, hw_shape, geometry.tile)
-        return (*grads, None)
-
-
-LocalFn = Callable[[Tensor, Tensor, Tensor, Tensor, Sequence[int]], Tuple[Tensor, Tensor]]
+    def backward(ctx, grad_out: Tensor):
+        q, k, v, beta, merged_weight, out, den = ctx.saved_tensors
+        grad_num = grad_out / den
+        grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
+        key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
+        grad_merged = (grad_num * (q @ key_values)).sum(dim=-1) + (grad_den * (q @ key_sum)).squeeze(-1)
+        weight = merged_weight.unsqueeze(-1)
+        weighted_num, weighted_den = weight * grad_num, weight * grad_den
+        grad_key_values, grad_key_sum = q.transpose(1, 2) @ weighted_num, q.transpose(1, 2) @ weighted_den
+        grad_q, grad_k, grad_v, grad_beta = ctx.kernels.backward(q, k, v, beta, ctx.hw_shape, grad_num, grad_den)
+        grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
+        grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
+        grad_v += k @ grad_key_values
+        return grad_q, grad_k, grad_v, grad_beta, grad_merged, None, None, None
 
 
 def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
-                      eps: float, local: LocalFn) -> Tensor:
-    """Ripple attention from a local part ``local(q, k, v, beta, hw_shape) -> (num, den)`` on
-    ``(S, N, .)`` tensors and the global sums weighted by ``w_m``."""
+                      eps: float, kernels: LocalKernels) -> Tensor:
+    """Ripple attention from a local part (``kernels``) and the global sums weighted by ``w_m``."""
     *lead, tokens, dims = q.shape
     beta, merged_weight = ring_weights(logits, hw_shape, tau)
-    num_global, den_global = global_terms(q, k, v)
-    num_local, den_local = local(q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
-                                 v.reshape(-1, tokens, v.shape[-1]), beta.reshape(-1, tokens, beta.shape[-1]),
-                                 tuple(hw_shape))
-    merged_weight = merged_weight.unsqueeze(-1)
-    numerator = merged_weight * num_global + num_local.reshape(*lead, tokens, -1)
-    denominator = merged_weight * den_global + den_local.reshape(*lead, tokens, 1)
-    return numerator / (denominator + eps)
+    out = RippleLocalGlobal.apply(q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
+                                  v.reshape(-1, tokens, v.shape[-1]), beta.reshape(-1, tokens, beta.shape[-1]),
+                                  merged_weight.reshape(-1, tokens), tuple(hw_shape), eps, kernels)
+    return out.reshape(*lead, tokens, -1)
 
 
 def ripple_attention_local(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                            eps: float) -> Tensor:
-    """Ripple attention with the tiled torch local part (:class:`LocalRipple`)."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, LocalRipple.apply)
+    """Ripple attention with the tiled torch local part."""
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, TILED)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .local import local_plus_global
+from .local import LocalKernels, local_plus_global
 
 
 @triton.jit
@@ -133,31 +133,30 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: in
                                                  BLOCK_E=triton.next_power_of_2(value_dims))
 
 
-class LocalRippleTriton(torch.autograd.Function):
-    """The local part of :class:`.local.LocalRipple` in Triton; same arguments and results."""
+def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
+    """The local part of :func:`.local.tiled_forward` in Triton; same arguments and results."""
+    q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
+    num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)
+    _launch(_forward, (q, k, v, beta, num, den), hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])
+    return num, den
 
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
-        q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
-        ctx.save_for_backward(q, k, v, beta)
-        ctx.hw_shape = hw_shape
-        num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)
-        _launch(_forward, (q, k, v, beta, num, den), hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])
-        return num, den
 
-    @staticmethod
-    def backward(ctx, grad_num: Tensor, grad_den: Tensor):
-        q, k, v, beta = ctx.saved_tensors
-        grad_num, grad_den = grad_num.contiguous(), grad_den.contiguous()
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        grad_beta = torch.zeros(beta.shape, device=beta.device, dtype=torch.float32)
-        sizes = (ctx.hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])
-        _launch(_backward_queries, (q, k, v, beta, grad_num, grad_den, grad_q, grad_beta), *sizes)
-        _launch(_backward_keys, (q, k, v, beta, grad_num, grad_den, grad_k, grad_v), *sizes)
-        return grad_q, grad_k, grad_v, grad_beta.to(beta.dtype), None
+def triton_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
+                    grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of :func:`triton_forward` for ``q, k, v, beta``."""
+    q, k, v, beta, grad_num, grad_den = (t.contiguous() for t in (q, k, v, beta, grad_num, grad_den))
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grad_beta = torch.zeros(beta.shape, device=beta.device, dtype=torch.float32)
+    sizes = (hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])
+    _launch(_backward_queries, (q, k, v, beta, grad_num, grad_den, grad_q, grad_beta), *sizes)
+    _launch(_backward_keys, (q, k, v, beta, grad_num, grad_den, grad_k, grad_v), *sizes)
+    return grad_q, grad_k, grad_v, grad_beta.to(beta.dtype)
+
+
+TRITON = LocalKernels(triton_forward, triton_backward)
 
 
 def ripple_attention_triton(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                             eps: float) -> Tensor:
-    """Ripple attention with the local part in Triton (:class:`LocalRippleTriton`)."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, LocalRippleTriton.apply)
+    """Ripple attention with the local part in Triton."""
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, TRITON)
