@@ -34,10 +34,6 @@ class ChunkGrid:
             index = torch.where(outside, rows * cols, target_row * cols + target_col)
         self.index = index.reshape(-1).to(device)  # (C * len(offsets),) chunk ids, rows*cols = zero chunk
 
-    def shape(self, chunks: Tensor) -> Tuple[int, ...]:
-        """Grid shape ``(b, rows, cols, L, d)`` of tensors laid out like ``chunks`` ``(b, C, L, d)``."""
-        return chunks.shape[0], self.rows, self.cols, chunks.shape[2], chunks.shape[3]
-
     def gather(self, grid: Tensor, glob: Tensor) -> Tensor:
         """``(b, rows, cols, L, d)`` chunks and ``(b, G, d)`` globals -> ``(b, C, G + len(offsets) L, d)``."""
         batch, rows, cols, size, dims = grid.shape

@@ -19,13 +19,26 @@ BLOCK_S = 16
 
 
 @triton.jit
+def _rows(ptr, row_base, offs_l, queries, offs_c, width):
+    """A ``(BLOCK_L, BLOCK_C)`` block of rows ``row_base + l`` of a ``(rows, width)`` tensor, in float32."""
+    return tl.load(ptr + (row_base + offs_l[:, None]) * width + offs_c[None, :],
+                   mask=(offs_l[:, None] < queries) & (offs_c[None, :] < width), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _gather(base, idx, in_s, offs_c, width):
+    """The table rows ``idx`` of one block of slots, ``(BLOCK_S, BLOCK_C)`` in float32."""
+    return tl.load(base + idx[:, None] * width + offs_c[None, :], mask=in_s[:, None] & (offs_c[None, :] < width),
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s, offs_d, queries, slots, dims,
             invalid_rows, HAS_BIAS: tl.constexpr):
     """Scores of one block of slots, ``-inf`` where masked; also returns the slot indices."""
     in_s = offs_s < slots
     idx = tl.load(index_ptr + chunk * slots + offs_s, mask=in_s, other=0)
-    keys = tl.load(k_base + idx[:, None] * dims + offs_d[None, :], mask=in_s[:, None] & (offs_d[None, :] < dims),
-                   other=0.0).to(tl.float32)
+    keys = _gather(k_base, idx, in_s, offs_d, dims)
     scores = tl.dot(q, tl.trans(keys))
     in_ls = (offs_l[:, None] < queries) & in_s[None, :]
     if HAS_BIAS:
@@ -45,8 +58,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, out_p
     head = bh % heads
     offs_l, offs_d, offs_dv = tl.arange(0, BLOCK_L), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     row_base = (bh * chunks + chunk) * queries
-    q = tl.load(q_ptr + (row_base + offs_l[:, None]) * dims + offs_d[None, :],
-                mask=(offs_l[:, None] < queries) & (offs_d[None, :] < dims), other=0.0).to(tl.float32)
+    q = _rows(q_ptr, row_base, offs_l, queries, offs_d, dims)
     k_base, v_base = k_ptr + bh * tokens * dims, v_ptr + bh * tokens * value_dims
     row_max = tl.full((BLOCK_L,), float('-inf'), tl.float32)
     row_sum = tl.zeros((BLOCK_L,), tl.float32)
@@ -55,8 +67,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, out_p
         offs_s = start + tl.arange(0, BLOCK_S)
         scores, idx, _, in_s = _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s,
                                        offs_d, queries, slots, dims, invalid_rows, HAS_BIAS)
-        values = tl.load(v_base + idx[:, None] * value_dims + offs_dv[None, :],
-                         mask=in_s[:, None] & (offs_dv[None, :] < value_dims), other=0.0).to(tl.float32)
+        values = _gather(v_base, idx, in_s, offs_dv, value_dims)
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         shift = tl.where(new_max == float('-inf'), 0.0, new_max)  # rows with nothing seen yet
         probs = tl.exp(scores - shift[:, None])
@@ -82,10 +93,8 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad
     offs_l, offs_d, offs_dv = tl.arange(0, BLOCK_L), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
     in_l = offs_l < queries
     row_base = (bh * chunks + chunk) * queries
-    q = tl.load(q_ptr + (row_base + offs_l[:, None]) * dims + offs_d[None, :],
-                mask=in_l[:, None] & (offs_d[None, :] < dims), other=0.0).to(tl.float32)
-    grad_out = tl.load(grad_out_ptr + (row_base + offs_l[:, None]) * value_dims + offs_dv[None, :],
-                       mask=in_l[:, None] & (offs_dv[None, :] < value_dims), other=0.0).to(tl.float32)
+    q = _rows(q_ptr, row_base, offs_l, queries, offs_d, dims)
+    grad_out = _rows(grad_out_ptr, row_base, offs_l, queries, offs_dv, value_dims)
     lse = tl.load(lse_ptr + row_base + offs_l, mask=in_l, other=0.0)
     delta = tl.load(delta_ptr + row_base + offs_l, mask=in_l, other=0.0)
     k_base, v_base = k_ptr + bh * tokens * dims, v_ptr + bh * tokens * value_dims
@@ -94,8 +103,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad
         offs_s = start + tl.arange(0, BLOCK_S)
         scores, idx, keys, in_s = _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s,
                                           offs_d, queries, slots, dims, invalid_rows, HAS_BIAS)
-        values = tl.load(v_base + idx[:, None] * value_dims + offs_dv[None, :],
-                         mask=in_s[:, None] & (offs_dv[None, :] < value_dims), other=0.0).to(tl.float32)
+        values = _gather(v_base, idx, in_s, offs_dv, value_dims)
         probs = tl.exp(scores - lse[:, None])
         grad_scores = probs * (tl.dot(grad_out, tl.trans(values)) - delta[:, None])
         grad_q += tl.dot(grad_scores, keys)
