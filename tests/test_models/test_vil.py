@@ -62,6 +62,17 @@ def test_random_shifting_draws_a_neighbour_in_training_only():
     assert attn.step_mode() == 0
 
 
+def test_attention_maps_show_the_exact_window():
+    torch.manual_seed(0)
+    attn = LongformerAttention(12, 3, window=2, num_global=1, masking='exact')
+    maps = attn.attention_maps(tokens(), (5, 6), (1, 4))['attention']
+    assert maps.shape == (3, 5, 6)
+    rows, cols = torch.meshgrid(torch.arange(5), torch.arange(6), indexing='ij')
+    inside = ((rows - 1).abs() <= 2) & ((cols - 4).abs() <= 2)
+    assert (maps[:, ~inside] == 0).all() and (maps[:, inside] > 0).all()
+    assert (maps.sum(dim=(1, 2)) < 1).all()  # the global token takes the rest
+
+
 def test_hook_switches_random_shifting_off_at_three_quarters():
     model = torch.nn.Sequential(LongformerAttention(12, 3, mode=1), LongformerAttention(12, 3, mode=-1))
     hook = ViLRandomShiftHook()

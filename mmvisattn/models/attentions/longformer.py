@@ -1,7 +1,7 @@
 """Vision Longformer attention, "Multi-Scale Vision Longformer" (seed 003, Sec. 3.2, Eq. 3, App. C, D):
 local queries attend to the global tokens and to a 2-D window around them, global queries attend to
 every token, with relative-position bias for local-local, global-local and global-global pairs."""
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -10,6 +10,7 @@ from torch import Tensor
 
 from mmvisattn.ops.sliding_chunk import MASKINGS, check_window, sliding_chunk_attention
 from mmvisattn.ops.sliding_chunk.layout import global_rows
+from mmvisattn.ops.sliding_chunk.reference import dense_bias
 from mmvisattn.registry import ATTENTIONS
 from .base import BaseAttention
 
@@ -119,3 +120,19 @@ class LongformerAttention(BaseAttention):
         k_glob, v_glob = (self.split_heads(t) for t in self.kv_global(x).chunk(2, dim=-1))
         glob = self.proj_global(self.merge_heads(global_rows(q_glob, k_glob, v_glob, num_global, rel_pos)))
         return self.proj_drop(torch.cat([glob, local], dim=1))
+
+    @torch.no_grad()
+    def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
+        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the weights
+        the spatial token at ``query = (row, col)`` of the first image gives to the map, ``(heads, H, W)``
+        (the rest of its unit weight goes to the global tokens), as evaluation computes them."""
+        height, width = self.check_tokens(x, hw_shape)
+        num_global = self.num_extra_tokens
+        row = num_global + query[0] * width + query[1]
+        q = self.split_heads(self.query(x[:1, row:row + 1])) * self.head_dims ** -0.5
+        k = self.split_heads(self.kv(x[:1]).chunk(2, dim=-1)[0])
+        mode = 0 if self._mode == 1 else self._mode
+        bias = dense_bias((height, width), self.window, num_global, self.masking, mode, self.num_heads,
+                          self.bias_tables(), q)[:, row]
+        weights = ((q @ k.transpose(-1, -2))[0, :, 0] + bias).softmax(dim=-1)
+        return dict(attention=weights[:, num_global:].reshape(-1, height, width))
