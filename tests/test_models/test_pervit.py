@@ -8,6 +8,7 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.attentions import PeripheralAttention
+from mmvisattn.models.attentions.peripheral import cell_distances, nonlocality, region_radii, region_scores
 from mmvisattn.models.backbones import PerViT
 from mmvisattn.registry import build_attention
 
@@ -42,12 +43,6 @@ def test_position_attention_is_rotation_symmetric_only_without_neighbourhoods():
     assert (torch.rot90(projected, 1, (1, 2)) - projected).abs().max() > 1e-3
 
 
-def nonlocality(phi_p: torch.Tensor, side: int) -> torch.Tensor:
-    """Eq. 13 per head: mean over query-key pairs of Phi_p times the distance (in cells)."""
-    cells = torch.cartesian_prod(torch.arange(float(side)), torch.arange(float(side)))
-    return (phi_p * torch.cdist(cells, cells)).mean(dim=(1, 2))
-
-
 def test_peripheral_initialization_scores_nearer_keys_higher_in_early_layers():
     side = 14
     model = PerViT(dict(num_heads=4, depths=(2, 2, 6, 2), embed_dims=(16, 16, 16, 16), stem_channels=(8, 8, 8, 16)))
@@ -61,8 +56,16 @@ def test_peripheral_initialization_scores_nearer_keys_higher_in_early_layers():
     scores = centre_map(first, side).flatten(1)
     rings = [scores[:, (distance >= r) & (distance < r + 1)].mean(1) for r in range(6)]
     assert all((near > far).all() for near, far in zip(rings, rings[1:]))
-    assert (nonlocality(first, side) < 0.5 * nonlocality(last, side)).all()
+    assert (nonlocality(first, (side, side)) < 0.5 * nonlocality(last, (side, side))).all()
     assert last.std() < 0.01  # the last layer starts nearly uniform (global)
+
+
+def test_region_classification_uses_the_radii_of_appendix_b():
+    assert [round(r, 2) for r in region_radii((14, 14))] == [1.19, 3.37, 5.83, 7.9]
+    distance = cell_distances((14, 14))
+    rings = torch.stack([(distance < 1).float(), ((distance >= 2) & (distance < 3)).float(),
+                         ((distance >= 4) & (distance < 5)).float(), ((distance >= 6) & (distance < 7)).float()])
+    assert region_scores(rings, (14, 14)).argmax(dim=1).tolist() == [0, 1, 2, 3]
 
 
 def test_mixed_attention_rows_sum_to_one_and_match_the_module_output():

@@ -12,6 +12,7 @@ Parameter names follow the official code (``stem`` for ``conv_layers``, ``blocks
 attn, norm2, res_path, mlp}``, one ``rpe_proj`` shared by every layer's peripheral attention);
 ``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them.
 """
+import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -171,3 +172,39 @@ class PerViT(BaseModule):
                 outs.append(out.transpose(1, 2).reshape(batch, -1, height, width))
         return outs
 
+
+
+# official pervit keys -> PerViT keys; the first matching rule applies, None drops the tensor
+OFFICIAL_TO_PERVIT = [
+    (r'^conv_layers\.conv_layers\.(\d+)\.', r'stem.\1.'),
+    (r'^conv_layers\.conv1x1\.', 'stem.{stem_proj}.'),
+    (r'^blocks\.(\d+)\.conv\.proj\.', r'blocks.\1.cpe.'),
+    (r'^blocks\.(\d+)\.attn\.to_qkv\.', r'blocks.\1.attn.qkv.'),
+    (r'^blocks\.(\d+)\.attn\.activation\.gn(\d)\.', r'blocks.\1.attn.position.norm\2.'),
+    (r'^blocks\.(\d+)\.attn\.activation\.conv(\d)\.', r'blocks.\1.attn.position.conv\2.'),
+    (r'^blocks\.(\d+)\.(norm1|norm2|res_path|attn\.proj|mlp\.fc1|mlp\.fc2)\.', r'blocks.\1.\2.'),
+    (r'^rpe_proj\.', 'rpe_proj.'),
+    (r'^norm\.', 'norm{last_stage}.'),
+    (r'^head\.', None),
+]
+OFFICIAL_KEY = re.compile(r'^blocks\.\d+\.attn\.activation\.')
+
+
+def convert_official_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int = 4,
+                                last_stage: int = 3) -> Tuple[Dict[str, Tensor], List[str]]:
+    """Rename an official PerViT checkpoint (``juhongm999/pervit``) to :class:`PerViT` keys; returns
+    the converted dict and the dropped keys (the ImageNet head). Raises ``KeyError`` for a key no
+    rule knows."""
+    converted, dropped = {}, []
+    for key, value in state_dict.items():
+        for pattern, target in OFFICIAL_TO_PERVIT:
+            if re.match(pattern, key):
+                if target is None:
+                    dropped.append(key)
+                else:
+                    target = target.format(stem_proj=num_stem_convs, last_stage=last_stage)
+                    converted[re.sub(pattern, target, key)] = value
+                break
+        else:
+            raise KeyError(f'official PerViT key {key!r} matches no conversion rule')
+    return converted, dropped

@@ -1,0 +1,44 @@
+"""Turn an official PerViT ImageNet checkpoint (``juhongm999/pervit``) into an initialisation of
+mmvisattn's PerViT backbone.
+
+    python tools/model_converters/pervit2mmvisattn.py SRC DST [--config CONFIG]
+
+SRC is the official ``pervit_{tiny,small,medium}`` checkpoint (weights under ``model``, or a bare
+state dict). The convolutional stem ``conv_layers.conv_layers.{i}`` / ``conv_layers.conv1x1``
+becomes ``stem.{i}`` / ``stem.4``, each block's ``conv.proj`` becomes ``cpe``, ``attn.to_qkv``
+``attn.qkv`` and the peripheral position encoding ``attn.activation.{conv1, gn1, conv2, gn2}``
+``attn.position.{conv1, norm1, conv2, norm2}``; the shared ``rpe_proj`` keeps its name, the final
+``norm`` becomes the last stage's output norm ``norm3`` and the classifier ``head`` is dropped. With
+``--config`` the backbone of that config is built and the converted weights are checked against it:
+a checkpoint of another width fails in one line, and the parameters left newly initialised (the
+output norms of the other stages) are listed.
+"""
+import argparse
+
+import torch
+
+from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_official_state_dict
+from mmvisattn.utils import save_converted
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('src', help='official PerViT checkpoint')
+    parser.add_argument('dst', help='where to save the converted checkpoint')
+    parser.add_argument('--config', help='check the result against the backbone of this config')
+    args = parser.parse_args(argv)
+    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
+    state_dict = checkpoint.get('model', checkpoint.get('state_dict', checkpoint))
+    if not any(OFFICIAL_KEY.match(k) for k in state_dict):
+        raise SystemExit(f'error: {args.src} holds no official PerViT attention keys (blocks.I.attn.activation.*); '
+                         'is it a juhongm999/pervit checkpoint?')
+    try:
+        converted, dropped = convert_official_state_dict(state_dict)
+    except KeyError as exc:
+        raise SystemExit(f'error: {exc.args[0]}') from None
+    print(f'converted {len(converted)} tensors, dropped {len(dropped)} ({", ".join(dropped) or "none"})')
+    save_converted(converted, args.dst, args.config)
+
+
+if __name__ == '__main__':
+    main()
