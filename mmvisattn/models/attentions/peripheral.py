@@ -140,7 +140,9 @@ class PeripheralAttention(QKVAttention):
         if self.training and not self.freeze_position:
             return F.logsigmoid(position_logits(params, hw_shape, self.position_impl))
         first = params.conv1_weight
-        key = (tuple(hw_shape), first.device, first.dtype, tuple(p._version for p in params))
+        # inference-mode tensors cannot be saved for a later backward, so they are kept apart
+        key = (tuple(hw_shape), first.device, first.dtype, torch.is_inference_mode_enabled(),
+               tuple(p._version for p in params))
         if key not in self._cache:
             with torch.no_grad():
                 self._cache[key] = F.logsigmoid(position_logits(params, hw_shape, self.position_impl))
