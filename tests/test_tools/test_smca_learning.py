@@ -1,15 +1,7 @@
 """The SMCA demo learns through the stock tools: a shrunken demo (64x64 images, half-width ResNet-18
 stages, 200 iterations) beats the untrained model's COCO bbox mAP on the shapes data."""
-import re
-
-import torch
-from mmdet.registry import MODELS
-from mmengine.config import Config
-from mmengine.registry import init_default_scope
-
-import mmvisattn  # noqa: F401
-
 from ..conftest import REPO, run_tool
+from .test_learning import metric, untrained_checkpoint
 
 DEMO = REPO / 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py'
 SMALL = """
@@ -31,19 +23,6 @@ randomness = dict(seed=0)
 """
 
 
-def untrained_checkpoint(config, path):
-    cfg = Config.fromfile(config)
-    init_default_scope(cfg.default_scope)
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    torch.save({'state_dict': model.state_dict(), 'meta': {}}, path)
-
-
-def bbox_map(output: str) -> float:
-    return float(re.findall(r'coco/bbox_mAP: ([0-9.]+)', output)[-1])
-
-
 def test_smca_demo_learns(workspace, tmp_path, monkeypatch):
     """One torch thread per tool: with 2 threads on a shared 2-core machine OpenMP's spinning made
     each iteration 30x slower here (measured: 12 s against 0.4 s)."""
@@ -54,6 +33,6 @@ def test_smca_demo_learns(workspace, tmp_path, monkeypatch):
     before = run_tool(['tools/test.py', config, tmp_path / 'untrained.pth', '--work-dir', tmp_path / 'before'],
                       cwd=workspace)
     trained = run_tool(['tools/train.py', config, '--work-dir', tmp_path / 'train'], cwd=workspace)
-    untrained_map = bbox_map(before.stdout + before.stderr)
-    trained_map = bbox_map(trained.stdout + trained.stderr)
+    untrained_map = metric(before.stdout + before.stderr, 'coco/bbox_mAP')
+    trained_map = metric(trained.stdout + trained.stderr, 'coco/bbox_mAP')
     assert trained_map > untrained_map, (untrained_map, trained_map)
