@@ -84,7 +84,8 @@ class RippleLinearAttention(QKVAttention):
     def features(self, q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
         """``phi(q), phi(k)`` over chunks of tokens, each recomputed in the backward: Eq. 13 has six
         token-sized intermediates, which would otherwise outweigh the attention itself."""
-        return tuple(checkpointed_chunks(self.scaled_features, (x,), CHUNK_TOKENS) for x in (q, k))
+        params = list(self.feature_map.parameters())
+        return tuple(checkpointed_chunks(self.scaled_features, (x,), CHUNK_TOKENS, params=params) for x in (q, k))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         numerator, denominator = global_terms(*self.features(q, k), v)
@@ -129,5 +130,6 @@ class RippleAttention(RippleLinearAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         q, k = self.features(q, k)
-        logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS)  # recomputed like the features
+        logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS,  # recomputed like the features
+                                     params=[*self.stick_proj.parameters(), self.stick_embeds])
         return ripple_attention(q, k, v, logits, hw_shape, self.tau, self.impl, self.eps)

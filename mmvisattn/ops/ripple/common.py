@@ -9,7 +9,6 @@ from typing import Callable, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -100,15 +99,52 @@ def _ring_weights(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Te
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
 
 
-def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *args):
-    """``fn(*parts, *args)`` over chunks of ``chunk`` tokens (dim -2) of ``tensors``, each chunk
-    recomputed in the backward, the outputs (tensors or tuples of them, dim -2) concatenated: the
-    intermediates of ``fn`` then never exist for more than one chunk at a time."""
-    pieces = zip(*(t.split(chunk, dim=-2) for t in tensors))
-    outputs = [checkpoint(fn, *parts, *args, use_reentrant=False) for parts in pieces]
-    if isinstance(outputs[0], tuple):
+class ChunkedRecompute(torch.autograd.Function):
+    """``fn`` over chunks of tokens (dim -2) that keeps none of ``fn``'s intermediates: the forward runs
+    without a graph, the backward recomputes one chunk at a time (``torch.utils.checkpoint`` would do
+    the same but pulls in the compiler stack on first use, some 100 MB of modules)."""
+
+    @staticmethod
+    def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
+        inputs = tensors[:num_inputs]
+        ctx.fn, ctx.chunk, ctx.params = fn, chunk, tensors[num_inputs:]  # parameters: leaves, kept anyway
+        ctx.save_for_backward(*inputs)
+        with torch.no_grad():
+            outputs = [fn(*parts) for parts in zip(*(t.split(chunk, dim=-2) for t in inputs))]
         return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
-    return torch.cat(outputs, dim=-2)
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor):
+        inputs = ctx.saved_tensors
+        grad_params = [torch.zeros_like(p) for p in ctx.params]
+        grad_inputs = [[] for _ in inputs]
+        grad_chunks = [g.split(ctx.chunk, dim=-2) for g in grads]
+        for index, parts in enumerate(zip(*(t.split(ctx.chunk, dim=-2) for t in inputs))):
+            parts = [p.detach().requires_grad_(p.is_floating_point()) for p in parts]
+            with torch.enable_grad():
+                outputs = ctx.fn(*parts)
+            wanted = [p for p in parts if p.requires_grad] + list(ctx.params)
+            found = iter(torch.autograd.grad(outputs, wanted, [g[index] for g in grad_chunks], allow_unused=True))
+            for part, collected in zip(parts, grad_inputs):
+                collected.append(next(found) if part.requires_grad else None)
+            for total, grad in zip(grad_params, found):
+                if grad is not None:
+                    total += grad
+        inputs_grads = [torch.cat(g, dim=-2) if g[0] is not None else None for g in grad_inputs]
+        return (None, None, None, *inputs_grads, *grad_params)
+
+
+def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *args, params: Sequence[Tensor] = ()):
+    """``fn(*parts, *args)`` over chunks of ``chunk`` tokens (dim -2) of ``tensors``, each chunk
+    recomputed in the backward, the outputs (a tensor or a tuple of them) concatenated along dim -2: the
+    intermediates of ``fn`` never exist for more than one chunk. ``params`` are the parameters ``fn``
+    uses, which receive their gradients."""
+    def call(*parts: Tensor) -> Tuple[Tensor, ...]:
+        out = fn(*parts, *args)
+        return out if isinstance(out, tuple) else (out,)
+
+    outputs = ChunkedRecompute.apply(call, chunk, len(tensors), *tensors, *params)
+    return outputs if len(outputs) > 1 else outputs[0]
 
 
 def global_terms(q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
