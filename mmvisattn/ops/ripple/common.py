@@ -108,6 +108,8 @@ class ChunkedRecompute(torch.autograd.Function):
     def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
         inputs = tensors[:num_inputs]
         ctx.fn, ctx.chunk, ctx.params = fn, chunk, tensors[num_inputs:]  # parameters: leaves, kept anyway
+        device = inputs[0].device.type
+        ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         ctx.save_for_backward(*inputs)
         with torch.no_grad():
             outputs = [fn(*parts) for parts in zip(*(t.split(chunk, dim=-2) for t in inputs))]
@@ -121,8 +123,8 @@ class ChunkedRecompute(torch.autograd.Function):
         grad_chunks = [g.split(ctx.chunk, dim=-2) for g in grads]
         for index, parts in enumerate(zip(*(t.split(ctx.chunk, dim=-2) for t in inputs))):
             parts = [p.detach().requires_grad_(p.is_floating_point()) for p in parts]
-            with torch.enable_grad():
-                outputs = ctx.fn(*parts)
+            with torch.enable_grad(), torch.autocast(ctx.autocast[0], ctx.autocast[1], enabled=ctx.autocast[2]):
+                outputs = ctx.fn(*parts)  # under the forward's autocast state, so dtypes match
             wanted = [p for p in parts if p.requires_grad] + list(ctx.params)
             found = iter(torch.autograd.grad(outputs, wanted, [g[index] for g in grad_chunks], allow_unused=True))
             for part, collected in zip(parts, grad_inputs):
