@@ -117,12 +117,19 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seque
     geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
     num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
     for start, stop in geometry.chunks(q.shape[0]):
-        q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
-        scores, weights = geometry.scores(q_tiles, geometry.halos(k[start:stop]), beta_tiles)
-        weighted = scores * weights
-        num[start:stop] = from_tiles(weighted @ geometry.halos(v[start:stop]), hw_shape, geometry.tile)
-        den[start:stop] = from_tiles(weighted.sum(dim=-1, keepdim=True), hw_shape, geometry.tile)
+        num[start:stop], den[start:stop] = _forward_chunk(geometry, q[start:stop], k[start:stop], v[start:stop],
+                                                          beta[start:stop])
     return num, den
+
+
+def _forward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tuple[Tensor, Tensor]:
+    """One chunk of :func:`tiled_forward`; its temporaries end with the call."""
+    q_tiles, beta_tiles = geometry.query_tiles(q, beta)
+    scores, weights = geometry.scores(q_tiles, geometry.halos(k), beta_tiles)
+    weighted = scores.mul_(weights)
+    tile = geometry.tile
+    return (from_tiles(weighted @ geometry.halos(v), geometry.hw_shape, tile),
+            from_tiles(weighted.sum(dim=-1, keepdim=True), geometry.hw_shape, tile))
 
 
 def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
@@ -130,21 +137,33 @@ def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
     """Gradients of :func:`tiled_forward` for ``q, k, v, beta``, recomputing the scores chunk by chunk."""
     geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
     grads = [torch.empty_like(t) for t in (q, k, v, beta)]
-    masks = geometry.group_masks.to(q.dtype)
     for start, stop in geometry.chunks(q.shape[0]):
-        q_tiles, beta_tiles = geometry.query_tiles(q[start:stop], beta[start:stop])
-        keys, values = geometry.halos(k[start:stop]), geometry.halos(v[start:stop])
-        out_grad = to_tiles(grad_num[start:stop], hw_shape, geometry.tile)
-        scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
-        grad_weighted = out_grad @ values.transpose(1, 2) + to_tiles(grad_den[start:stop], hw_shape, geometry.tile)
-        by_group = grad_weighted * scores
-        grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
-        grad_scores = grad_weighted * weights
-        grads[0][start:stop] = from_tiles(grad_scores @ keys, hw_shape, geometry.tile)
-        grads[1][start:stop] = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
-        grads[2][start:stop] = geometry.fold((scores * weights).transpose(1, 2) @ out_grad)
-        grads[3][start:stop] = from_tiles(grad_beta, hw_shape, geometry.tile)
+        chunk = [t[start:stop] for t in (q, k, v, beta, grad_num, grad_den)]
+        for grad, part in zip(grads, _backward_chunk(geometry, *chunk)):
+            grad[start:stop] = part
     return tuple(grads)
+
+
+def _backward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, grad_num: Tensor,
+                    grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One chunk of :func:`tiled_backward`; score-sized temporaries are updated in place and end with
+    the call."""
+    hw_shape, tile = geometry.hw_shape, geometry.tile
+    q_tiles, beta_tiles = geometry.query_tiles(q, beta)
+    keys = geometry.halos(k)
+    out_grad = to_tiles(grad_num, hw_shape, tile)
+    scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
+    grad_weighted = (out_grad @ geometry.halos(v).transpose(1, 2)).add_(to_tiles(grad_den, hw_shape, tile))
+    by_group = grad_weighted * scores
+    masks = geometry.group_masks.to(q.dtype)
+    grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
+    del by_group
+    grad_scores = grad_weighted.mul_(weights)
+    grad_q = from_tiles(grad_scores @ keys, hw_shape, tile)
+    grad_k = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
+    del grad_scores, grad_weighted
+    grad_v = geometry.fold(scores.mul_(weights).transpose(1, 2) @ out_grad)
+    return grad_q, grad_k, grad_v, from_tiles(grad_beta, hw_shape, tile)
 
 
 class LocalKernels(NamedTuple):
