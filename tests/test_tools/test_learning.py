@@ -31,6 +31,17 @@ randomness = dict(seed=0)
 
 DET_SMALL = """
 _base_ = {base!r}
+size = (64, 64)
+train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
+                  dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
+                  dict(type='PackDetInputs')]
+test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
+                 dict(type='LoadAnnotations', with_bbox=True),
+                 dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
+model = dict(data_preprocessor=dict(batch_augments=None))
+train_dataloader = dict(batch_size=8, dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
 train_cfg = dict(max_iters={iters}, val_interval={iters})
 param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=20)]
 default_hooks = dict(checkpoint=dict(interval={iters}))
@@ -48,7 +59,12 @@ def untrained_checkpoint(config, path):
 
 
 def metric(output: str, name: str) -> float:
-    return float(re.findall(rf'{name}: ([0-9.]+)', output)[-1])
+    """The last value of ``name`` in a tool's log; 0 when mmdet's COCO metric had no detection
+    at all to score (an untrained detector whose scores all fall below the threshold)."""
+    values = re.findall(rf'{name}: ([0-9.]+)', output)
+    if not values and 'The testing results of the whole dataset is empty' in output:
+        return 0.0
+    return float(values[-1])
 
 
 def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, name: str):
@@ -64,7 +80,7 @@ def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, 
 
 ALL_BACKGROUND_MIOU = 22.66  # background IoU 90.6 / 4 classes on the validation split
 CASTLING_SEG_ITERS = 200
-PICODET_ITERS = 150
+PICODET_ITERS = 200
 
 
 def test_segformer_rwgka_demo_learns(workspace, tmp_path):
@@ -87,7 +103,7 @@ def test_castling_segmentation_demo_learns(workspace, tmp_path):
 
 
 def test_picodet_castling_demo_learns(workspace, tmp_path):
-    """PicoDet-S-Castling from scratch at 96-160 px: bbox mAP above the untrained model's."""
+    """PicoDet-S-Castling from scratch at 64x64: bbox mAP above the untrained model's."""
     untrained, trained = before_and_after(
         workspace, tmp_path, DET_SMALL, 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
         PICODET_ITERS, 'bbox_mAP')
