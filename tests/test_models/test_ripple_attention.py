@@ -103,3 +103,18 @@ def test_chunked_recompute_matches_the_direct_computation():
     for a, b in zip(torch.autograd.grad((chunked * weights).sum(), [q, *params]),
                     torch.autograd.grad((direct * weights).sum(), [q, *params])):
         torch.testing.assert_close(a, b)
+
+
+def test_attention_maps_are_rings_around_the_query():
+    from mmvisattn.ops.ripple.reference import chebyshev_distances
+    attn = build_attention(dict(type='RippleAttention'), embed_dims=32, num_heads=2, r_max=3).eval()
+    x = torch.randn(2, 5 * 7, 32)
+    maps = attn.attention_maps(x, (5, 7), (2, 3))['spatial_weights']
+    assert maps.shape == (2, 5, 7)
+    distance = chebyshev_distances((5, 7))[2 * 7 + 3].view(5, 7)
+    for ring in range(distance.max() + 1):
+        values = maps[:, distance == ring]
+        torch.testing.assert_close(values, values[:, :1].expand_as(values))  # one weight per ring
+    group_sizes = torch.bincount(distance.flatten()).float()
+    per_group = torch.stack([maps[:, distance == ring][:, 0] for ring in range(len(group_sizes))], dim=1)
+    torch.testing.assert_close(per_group.sum(dim=1), torch.ones(2))  # group weights on the simplex

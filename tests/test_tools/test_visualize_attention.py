@@ -51,3 +51,11 @@ def test_visualiser_refuses_a_model_without_maps(tmp_path):
                      '--out', tmp_path / 'pictures'], cwd=tmp_path, check=False)
     assert done.returncode == 1
     assert 'no attention of this model exposes attention_maps(x, hw_shape, query)' in done.stderr
+
+
+def test_visualiser_draws_ripple_rings(tmp_path):
+    config, image = write_inputs(tmp_path, attn=", attn_cfg=dict(type='RippleAttention', r_max=2)")
+    out = tmp_path / 'pictures'
+    run_tool(['tools/analysis_tools/visualize_attention.py', '--config', config, '--image', image,
+              '--out', out, '--queries', 1], cwd=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ['spatial_weights_centre.png', 'spatial_weights_query-2x2.png']

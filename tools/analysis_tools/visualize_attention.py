@@ -158,6 +158,7 @@ def draw_regions(regions: Dict[str, List[int]], names: Sequence[str], path: Path
     plt.close(figure)
 
 
+@torch.no_grad()
 def main(argv=None) -> None:
     args = parse_args(argv)
     from mmvisattn.models.attentions.peripheral import REGION_NAMES, region_scores
@@ -177,11 +178,10 @@ def main(argv=None) -> None:
             draw_grid(maps, query, f'{map_name} attention of token {query} on the {records[0][3]} grid', path)
             written.append(path)
     regions = {}
-    with torch.no_grad():
-        for layer, module, _, hw_shape in records:
-            if callable(getattr(module, 'position_attention', None)):
-                scores = region_scores(module.position_attention(hw_shape), hw_shape)
-                regions[layer] = scores.argmax(dim=1).tolist()
+    for layer, module, _, hw_shape in records:
+        if callable(getattr(module, 'position_attention', None)):
+            scores = region_scores(module.position_attention(hw_shape), hw_shape)
+            regions[layer] = scores.argmax(dim=1).tolist()
     if regions:
         draw_regions(regions, REGION_NAMES, args.out / 'regions.png')
         named = {layer: [REGION_NAMES[i] for i in heads] for layer, heads in regions.items()}

@@ -19,7 +19,7 @@ default ``d``; with ``qkv_bias``):
 E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and 153,152; ``C = 256, h = 8``
 (SMCA, Table 3): 266,272 and 268,352 with ``R_max = 4``.
 """
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -28,6 +28,7 @@ from torch import Tensor
 
 from mmvisattn.ops.ripple import IMPLS, ripple_attention
 from mmvisattn.ops.ripple.common import CHUNK_TOKENS, checkpointed_chunks, global_terms
+from mmvisattn.ops.ripple.reference import chebyshev_distances, group_weights_reference
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -133,3 +134,15 @@ class RippleAttention(RippleLinearAttention):
         logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS,  # recomputed like the features
                                      params=[*self.stick_proj.parameters(), self.stick_embeds])
         return ripple_attention(q, k, v, logits, hw_shape, self.tau, self.impl, self.eps)
+
+    def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
+        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the spatial
+        weight (Eq. 5-6) of every token for the query at ``query = (row, col)`` of the first image,
+        ``(heads, H, W)``: rings of equal weight around the query, the merged groups beyond ``r_hat``
+        sharing one value. The content term multiplies these per key."""
+        height, width = self.check_tokens(x, hw_shape)
+        v = self.split_heads(self.qkv(x[:1]).chunk(3, dim=-1)[2])
+        index = query[0] * width + query[1]
+        weights = group_weights_reference(self.stick_logits(v), (height, width), self.tau)[0, :, index]
+        rings = weights[:, chebyshev_distances((height, width), x.device)[index]]
+        return dict(spatial_weights=rings.reshape(self.num_heads, height, width))
