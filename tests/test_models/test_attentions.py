@@ -29,8 +29,9 @@ def test_contract_shapes(attn_type, hw_shape):
 @pytest.mark.parametrize('attn_type', ALL_TYPES)
 def test_contract_rejects_wrong_grid(attn_type):
     attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4)
-    x = torch.randn(1, attn.num_extra_tokens + 12, 32)
-    with pytest.raises(ValueError, match=r'12 tokens do not match hw_shape=\(4, 4\)'):
+    tokens = attn.num_extra_tokens + 12
+    x = torch.randn(1, tokens, 32)
+    with pytest.raises(ValueError, match=rf'\b{tokens} tokens do not match hw_shape=\(4, 4\)'):
         attn(x, (4, 4))
 
 
