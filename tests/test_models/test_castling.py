@@ -92,3 +92,9 @@ def test_schedule_hook_sets_the_weight_for_validation_and_deploys_for_testing():
     assert attn.has_aux_branch and float(attn.aux_weight) == pytest.approx(0.6)
     hook.before_test_epoch(runner)
     assert not attn.has_aux_branch and float(attn.aux_weight) == 0.0
+
+
+def test_token_conv_equals_the_official_conv2d():
+    attn = castling()
+    v = torch.randn(2, attn.num_heads, 37, attn.head_dims, dtype=torch.float64)
+    torch.testing.assert_close(attn.token_conv(v), attn.dconv(v))
