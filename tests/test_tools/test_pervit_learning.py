@@ -1,8 +1,7 @@
 """Learning check of the PerViT segmentation demo: a narrow PerViT with UperNet, trained through the
 stock tools for about a minute on 64x64 shapes, beats the untrained model and the all-background
 answer. The full demo and its figures: configs/pervit/README.md."""
-from ..conftest import REPO, run_tool
-from .test_learning import metric, untrained_checkpoint
+from .test_learning import ALL_BACKGROUND_MIOU, before_and_after
 
 SMALL = """
 _base_ = {base!r}
@@ -34,14 +33,7 @@ def test_pervit_upernet_demo_learns(workspace, tmp_path, monkeypatch):
     """300 iterations of batch 8 at 64x64 (a 4x4 token grid), single-threaded: the many small ops
     of this model ran 15x slower with two OpenMP threads each on a shared, busy machine."""
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
-    config = tmp_path / 'small.py'
-    base = REPO / 'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py'
-    config.write_text(SMALL.format(base=str(base), iters=300))
-    untrained_checkpoint(config, tmp_path / 'untrained.pth')
-    before = run_tool(['tools/test.py', config, tmp_path / 'untrained.pth', '--work-dir', tmp_path / 'before'],
-                      cwd=workspace)
-    trained = run_tool(['tools/train.py', config, '--work-dir', tmp_path / 'train'], cwd=workspace)
-    untrained_miou = metric(before.stdout + before.stderr, 'mIoU')
-    trained_miou = metric(trained.stdout + trained.stderr, 'mIoU')
-    all_background_miou = 22.66  # background IoU 90.6 / 4 classes on the validation split
-    assert trained_miou > max(untrained_miou, all_background_miou), (untrained_miou, trained_miou)
+    untrained, trained = before_and_after(workspace, tmp_path, SMALL,
+                                          'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py', 300,
+                                          'mIoU')
+    assert trained > max(untrained, ALL_BACKGROUND_MIOU), (untrained, trained)

@@ -1,9 +1,8 @@
 """The SMCA demo learns through the stock tools: a shrunken demo (64x64 images, half-width ResNet-18
 stages, 200 iterations) beats the untrained model's COCO bbox mAP on the shapes data."""
-from ..conftest import REPO, run_tool
-from .test_learning import metric, untrained_checkpoint
+from .test_learning import before_and_after
 
-DEMO = REPO / 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py'
+DEMO = 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py'
 SMALL = """
 _base_ = {base!r}
 size = (64, 64)
@@ -27,12 +26,5 @@ def test_smca_demo_learns(workspace, tmp_path, monkeypatch):
     """One torch thread per tool: with 2 threads on a shared 2-core machine OpenMP's spinning made
     each iteration 30x slower here (measured: 12 s against 0.4 s)."""
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
-    config = tmp_path / 'small.py'
-    config.write_text(SMALL.format(base=str(DEMO), iters=200))
-    untrained_checkpoint(config, tmp_path / 'untrained.pth')
-    before = run_tool(['tools/test.py', config, tmp_path / 'untrained.pth', '--work-dir', tmp_path / 'before'],
-                      cwd=workspace)
-    trained = run_tool(['tools/train.py', config, '--work-dir', tmp_path / 'train'], cwd=workspace)
-    untrained_map = metric(before.stdout + before.stderr, 'coco/bbox_mAP')
-    trained_map = metric(trained.stdout + trained.stderr, 'coco/bbox_mAP')
-    assert trained_map > untrained_map, (untrained_map, trained_map)
+    untrained, trained = before_and_after(workspace, tmp_path, SMALL, DEMO, 200, 'coco/bbox_mAP')
+    assert trained > untrained, (untrained, trained)
