@@ -1,6 +1,6 @@
 # Set-up, tests and the demo. Every target runs inside .venv, which `make install` creates.
 PYTHON       := .venv/bin/python
-DEMO_CONFIG  ?= configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py
+DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py
 DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
