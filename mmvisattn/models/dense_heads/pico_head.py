@@ -122,11 +122,12 @@ class PicoHead(GFLHead):
             zero = bins.sum() * 0
             return dict(loss_cls=loss_cls, loss_bbox=zero, loss_dfl=zero)
 
-        weights = logits.detach().sigmoid().max(dim=1).values[pos_inds]
+        weights = logits[pos_inds].detach().sigmoid().max(dim=1).values
         weight_sum = reduce_mean(weights.sum()).clamp(min=1e-6)
         loss_bbox = self.loss_bbox(boxes[pos_inds], pos_gt_boxes, weight=weights, avg_factor=weight_sum)
-        pos_strides = priors[:, 2].repeat(num_images)[pos_inds, None]
-        pos_centres = priors[:, :2].repeat(num_images, 1)[pos_inds] / pos_strides
+        pos_priors = priors[pos_inds % priors.size(0)]  # the batch shares one prior table
+        pos_strides = pos_priors[:, 2:3]
+        pos_centres = pos_priors[:, :2] / pos_strides
         target_bins = self.bbox_coder.encode(pos_centres, pos_gt_boxes / pos_strides, self.reg_max)
         loss_dfl = self.loss_dfl(bins[pos_inds].reshape(-1, self.reg_max + 1), target_bins.reshape(-1),
                                  weight=weights.repeat_interleave(4), avg_factor=4.0 * weight_sum)
