@@ -4,6 +4,7 @@ _base_ = [
     'mmseg::_base_/models/segformer_mit-b0.py',
     '../_base_/datasets/demo_shapes_cityscapes.py',
     '../_base_/seg_runtime.py',
+    '../_base_/schedules/demo_600i.py',
 ]
 
 crop_size = (128, 128)
@@ -13,25 +14,21 @@ model = dict(
     backbone=dict(init_cfg=None),
     decode_head=dict(num_classes=4, norm_cfg=dict(type='BN', requires_grad=True)))
 
-max_iters = 600
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
 optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01),
+    optimizer=dict(betas=(0.9, 0.999), weight_decay=0.01),
+    clip_grad=None,
     paramwise_cfg=dict(custom_keys=dict(
         pos_block=dict(decay_mult=0.0), norm=dict(decay_mult=0.0), head=dict(lr_mult=10.0))))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=50, end=max_iters),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=50, end={{_base_.max_iters}}),
 ]
 # mmseg keeps its default hooks in the schedule files, so the demo lists them in full.
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1),
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='SegVisualizationHook'))
 log_processor = dict(by_epoch=False)

@@ -5,6 +5,7 @@
 _base_ = [
     '../_base_/datasets/demo_shapes_coco_detection.py',
     '../_base_/det_runtime.py',
+    '../_base_/schedules/demo_600i.py',
 ]
 
 model = dict(
@@ -24,22 +25,14 @@ model = dict(
     test_cfg=dict(nms_pre=1000, score_thr=0.025, nms=dict(type='nms', iou_threshold=0.6), max_per_img=100))
 train_dataloader = dict(batch_size=16)
 
-max_iters = 600
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
-    paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0),
-    clip_grad=dict(max_norm=10, norm_type=2))
+optim_wrapper = dict(optimizer=dict(lr=2e-3), paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=50, end=max_iters, T_max=max_iters - 50),
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=50, end={{_base_.max_iters}}),
 ]
 default_hooks = dict(
     logger=dict(interval=50),
-    checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1),
+    checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1),
     castling=dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75))
 log_processor = dict(by_epoch=False)
-auto_scale_lr = dict(enable=False, base_batch_size=16)
+auto_scale_lr = dict(base_batch_size=16)

@@ -6,6 +6,7 @@
 _base_ = [
     '../_base_/datasets/demo_shapes_coco_detection.py',
     '../_base_/det_runtime.py',
+    '../_base_/schedules/demo_600i.py',
 ]
 
 embed_dims = 128
@@ -51,20 +52,9 @@ model = dict(
             ])),
     test_cfg=dict(max_per_img=10))
 
-max_iters = 600
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=2e-4, weight_decay=1e-4),
-    clip_grad=dict(max_norm=1.0, norm_type=2))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[450], gamma=0.1),
-]
+# DETR-style optimisation: a lower learning rate and tight gradient clipping.
+optim_wrapper = dict(optimizer=dict(lr=2e-4, weight_decay=1e-4), clip_grad=dict(max_norm=1.0))
 default_hooks = dict(
     logger=dict(interval=50),
-    checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1))
+    checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)
-auto_scale_lr = dict(enable=False, base_batch_size=8)

@@ -9,6 +9,7 @@ _base_ = [
     'mmdet::_base_/models/retinanet_r50_fpn.py',
     '../_base_/datasets/demo_shapes_coco_detection.py',
     '../_base_/det_runtime.py',
+    '../_base_/schedules/demo_600i.py',
 ]
 
 model = dict(
@@ -22,25 +23,12 @@ model = dict(
     neck=dict(in_channels=[64, 128, 256], out_channels=128, start_level=0, add_extra_convs='on_input', num_outs=5),
     bbox_head=dict(num_classes=3, in_channels=128, feat_channels=128))
 
-max_iters = 600
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-    clip_grad=dict(max_norm=10, norm_type=2),
-    paramwise_cfg=dict(custom_keys={
-        'norm': dict(decay_mult=0.0),
-        'cls_token': dict(decay_mult=0.0),
-        'relative_position': dict(decay_mult=0.0),
-    }))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[450], gamma=0.1),
-]
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'norm': dict(decay_mult=0.0),
+    'cls_token': dict(decay_mult=0.0),
+    'relative_position': dict(decay_mult=0.0),
+}))
 default_hooks = dict(
     logger=dict(interval=50),
-    checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1))
+    checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)
-auto_scale_lr = dict(enable=False, base_batch_size=8)
