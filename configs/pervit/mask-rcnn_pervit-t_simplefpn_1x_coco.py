@@ -3,7 +3,9 @@
 # strides 4-32 out of stock parts: ChannelMapper (1x1 convs to 256 channels), mmseg's Feature2Pyramid
 # (2 deconvs / 1 deconv / identity / max-pool) and an FPN that adds the lateral and output convs and
 # the stride-64 level. Start from ImageNet weights converted by
-# tools/model_converters/pervit2mmvisattn.py (official pervit_tiny checkpoint).
+# tools/model_converters/pervit2mmvisattn.py (official pervit_tiny checkpoint). At 1333x800 the
+# grid is 50x84 and training Phi_p keeps about 5 GB of hidden maps per layer (60 GB for the 12),
+# so the blocks are recomputed in the backward pass (with_cp): one layer's maps at a time.
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     '../_base_/datasets/coco_instance.py',
@@ -21,6 +23,7 @@ model = dict(
         arch=arch,
         drop_path_rate=0.1,
         out_indices=(0, 1, 2, 3),
+        with_cp=True,
         init_cfg=dict(type='Pretrained', checkpoint=checkpoint)),
     neck=[
         dict(type='ChannelMapper', in_channels=stage_channels, out_channels=256, kernel_size=1, act_cfg=None,

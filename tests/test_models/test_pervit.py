@@ -2,6 +2,7 @@
 initialization, normalised attention rows, the eval-mode cache, forward at several resolutions,
 sizes against Table A5 and one-line errors."""
 import math
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -122,6 +123,37 @@ def test_backbone_outputs_four_stride16_stages_at_several_sizes():
     swapped = PerViT(dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 16, 16), stem_channels=(8, 8, 8, 16)),
                      out_indices=(3,), attn_cfg=dict(type='SoftmaxAttention'))
     assert swapped.rpe_proj is None and swapped(torch.randn(1, 3, 32, 32))[0].shape == (1, 16, 2, 2)
+
+
+def saved_bytes(model: PerViT, image: torch.Tensor) -> Tuple[int, List[torch.Tensor]]:
+    """Bytes that autograd keeps from the forward pass for the backward pass, and the outputs."""
+    total = 0
+
+    def keep(tensor):
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        outs = model(image)
+    return total, outs
+
+
+def test_with_cp_recomputes_blocks_with_the_same_outputs_and_gradients():
+    torch.manual_seed(0)
+    arch = dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 24, 24), stem_channels=(8, 8, 8, 16))
+    plain, checkpointed = PerViT(arch), PerViT(arch, with_cp=True)
+    checkpointed.load_state_dict(plain.state_dict())
+    image = torch.randn(2, 3, 160, 192)
+    results = []
+    for model in (plain, checkpointed):
+        kept, outs = saved_bytes(model, image)
+        sum(out.square().sum() for out in outs).backward()
+        results.append((kept, outs, [p.grad for p in model.parameters()]))
+    (kept_plain, outs_plain, grads_plain), (kept_cp, outs_cp, grads_cp) = results
+    for a, b in zip(outs_plain + grads_plain, outs_cp + grads_cp):
+        torch.testing.assert_close(a, b)
+    assert kept_cp < kept_plain / 4, (kept_cp, kept_plain)  # Phi_p's hidden maps are not kept
 
 
 # Table A5: size (M) with the ImageNet head, and the share of Phi_p (M)

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
@@ -84,14 +85,18 @@ class PerViT(BaseModule):
             ``PeripheralAttention`` also the shared distance weighting and the peripheral
             initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
+        with_cp: Recompute each block in the backward pass (``torch.utils.checkpoint``) instead of
+            keeping its activations. Training ``Phi_p`` holds about ``N x 4 N_h x (H + 2) x (W + 2)``
+            values per layer (1.2 GB for PerViT-T at COCO's 50x84 grid), so the COCO configs set it.
         init_cfg: mmengine initialisation config (e.g. ``Pretrained`` with a converted checkpoint).
     """
 
     def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),
-                 attn_cfg: Optional[Dict] = None, norm_cfg: Optional[Dict] = None,
+                 attn_cfg: Optional[Dict] = None, norm_cfg: Optional[Dict] = None, with_cp: bool = False,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
+        self.with_cp = with_cp
         settings = self.arch_settings(arch)
         depths, embed_dims = settings['depths'], settings['embed_dims']
         if any(not 0 <= i < len(depths) for i in out_indices):
@@ -165,13 +170,15 @@ class PerViT(BaseModule):
         x = x.flatten(2).transpose(1, 2)
         outs = []
         for i, block in enumerate(self.blocks):
-            x = block(x, hw_shape)
+            if self.with_cp and torch.is_grad_enabled():
+                x = cp.checkpoint(block, x, hw_shape, use_reentrant=False)
+            else:
+                x = block(x, hw_shape)
             stage = self.stage_ends.index(i) if i in self.stage_ends else None
             if stage in self.out_indices:
                 out = getattr(self, f'norm{stage}')(x)
                 outs.append(out.transpose(1, 2).reshape(batch, -1, height, width))
         return outs
-
 
 
 # official pervit keys -> PerViT keys; the first matching rule applies, None drops the tensor
