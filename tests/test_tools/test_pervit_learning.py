@@ -78,10 +78,10 @@ def test_pervit_upernet_demo_learns(workspace, tmp_path, monkeypatch):
 
 
 def test_pervit_mask_rcnn_demo_learns(workspace, tmp_path, monkeypatch):
-    """120 iterations of batch 8 at 96x96 (a 6x6 token grid): box AP50 above the untrained
-    model's (measured: 0.051 against 0.001; mask AP50 0.025 against 0.000)."""
+    """100 iterations of batch 8 at 96x96 (a 6x6 token grid): box AP50 above the untrained
+    model's (measured: 0.041 against 0.001; mask AP50 0.013 against 0.000)."""
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     untrained, trained = before_and_after(workspace, tmp_path, MASK_RCNN_SMALL,
                                           'configs/pervit/mask-rcnn_pervit-t_simplefpn_1xb8-600i_shapes-coco-128.py',
-                                          120, 'bbox_mAP_50')
+                                          100, 'bbox_mAP_50')
     assert trained > untrained, (untrained, trained)
