@@ -29,16 +29,20 @@ randomness = dict(seed=0)
 """
 
 
-DET_SMALL = """
-_base_ = {base!r}
-size = (64, 64)
+# Box-only pipelines resized to a template's ``size``, for the short detection runs.
+DET_PIPELINES = """
 train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
                   dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
                   dict(type='PackDetInputs')]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
                  dict(type='LoadAnnotations', with_bbox=True),
                  dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
-model = dict(data_preprocessor=dict(batch_augments=None))
+"""
+
+DET_SMALL = """
+_base_ = {base!r}
+size = (64, 64)
+""" + DET_PIPELINES + """model = dict(data_preprocessor=dict(batch_augments=None))
 train_dataloader = dict(batch_size=8, dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader

@@ -1,18 +1,12 @@
 """The SMCA demo learns through the stock tools: a shrunken demo (64x64 images, half-width ResNet-18
 stages, 200 iterations) beats the untrained model's COCO bbox mAP on the shapes data."""
-from .test_learning import before_and_after
+from .test_learning import DET_PIPELINES, before_and_after
 
 DEMO = 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py'
 SMALL = """
 _base_ = {base!r}
 size = (64, 64)
-train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
-                  dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
-                  dict(type='PackDetInputs')]
-test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
-                 dict(type='LoadAnnotations', with_bbox=True),
-                 dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
-train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+""" + DET_PIPELINES + """train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 model = dict(backbone=dict(base_channels=32), neck=dict(in_channels=[64]))

@@ -1,17 +1,11 @@
 """The ViL RetinaNet demo learns: a short run of its config through the stock tools beats the
 untrained model's bbox mAP on the shapes data. The full demo run and its figures: configs/vil/README.md."""
-from .test_learning import before_and_after
+from .test_learning import DET_PIPELINES, before_and_after
 
 DET_SMALL = """
 _base_ = {base!r}
 size = (96, 96)
-train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
-                  dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
-                  dict(type='PackDetInputs')]
-test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
-                 dict(type='LoadAnnotations', with_bbox=True),
-                 dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
-loader = dict(num_workers=0, persistent_workers=False)
+""" + DET_PIPELINES + """loader = dict(num_workers=0, persistent_workers=False)
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline), **loader)
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline), **loader)
 test_dataloader = val_dataloader
