@@ -86,8 +86,8 @@ class PerViT(BaseModule):
             initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
         with_cp: Recompute each block in the backward pass (``torch.utils.checkpoint``) instead of
-            keeping its activations. Training ``Phi_p`` holds about ``N x 4 N_h x (H + 2) x (W + 2)``
-            values per layer (1.2 GB for PerViT-T at COCO's 50x84 grid), so the COCO configs set it.
+            keeping its activations. Training ``Phi_p`` keeps several ``N x 4 N_h x (H + 2) x (W + 2)``
+            maps per layer (about 5 GB for PerViT-T at COCO's 50x84 grid), so the COCO configs set it.
         init_cfg: mmengine initialisation config (e.g. ``Pretrained`` with a converted checkpoint).
     """
 
