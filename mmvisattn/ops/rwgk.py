@@ -23,13 +23,15 @@ Two implementations share :func:`bipartite_graphs`:
 * :func:`rwgk_attention` follows Algorithm 1 with a linear solve instead of an explicit inverse:
   O(N M d + N M^2 + M^3) time, O(N M + M^2) extra memory.
 
-Both run the ``M x M`` system in float32 (float64 stays float64) even under fp16/bf16 autocast,
-where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
+:func:`rwgk_attention` runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
+(:mod:`mmvisattn.ops.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
 """
 from typing import Tuple
 
 import torch
 from torch import Tensor
+
+from .amp import float32_math
 
 
 def check_lam(lam: float) -> None:
@@ -54,10 +56,7 @@ def bipartite_graphs(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor) -
     return graph_q, graph_k
 
 
-def _solve_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
+@float32_math
 def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                    lam: float = 0.5) -> Tensor:
     """Algorithm 1 / Eq. (8): ``(1 - lam) (G_Q (I - lam G_K G_Q)^-1) (G_K V)`` in linear time.
@@ -68,19 +67,14 @@ def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: 
         lam: Decay of longer random walks, in (0, 1).
 
     Returns:
-        ``(B, heads, N, d)`` in the dtype of ``v``.
+        ``(B, heads, N, d)`` in the dtype of ``q``.
     """
     check_lam(lam)
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
-    dtype = _solve_dtype(v)
-    with torch.autocast(device_type=v.device.type, enabled=False):
-        graph_q, graph_k, values = graph_q.to(dtype), graph_k.to(dtype), v.to(dtype)
-        anchor_values = graph_k @ values  # (B, h, M, d): one walk step from tokens to anchors
-        eye = torch.eye(graph_k.shape[-2], dtype=dtype, device=v.device)
-        system = eye - lam * (graph_k @ graph_q)  # (B, h, M, M), strictly diagonally dominant
-        walked = torch.linalg.solve(system, anchor_values)
-        out = (1.0 - lam) * (graph_q @ walked)
-    return out.to(v.dtype)
+    anchor_values = graph_k @ v  # (B, h, M, d): one walk step from tokens to anchors
+    eye = torch.eye(graph_k.shape[-2], dtype=v.dtype, device=v.device)
+    system = eye - lam * (graph_k @ graph_q)  # (B, h, M, M), strictly diagonally dominant
+    return (1.0 - lam) * (graph_q @ torch.linalg.solve(system, anchor_values))
 
 
 def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5) -> Tensor:

@@ -19,7 +19,8 @@ class BaseAttention(BaseModule):
 
     Subclasses set the class attribute ``complexity`` (``'linear'`` or ``'quadratic'`` in the number
     of tokens; for modules with a train-only quadratic branch, the value after
-    ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``.
+    ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``. A module whose op has
+    several implementations takes ``impl=`` and lists the values in the class attribute ``impls``.
 
     Args:
         embed_dims: Channels ``C`` of the tokens.
@@ -28,6 +29,7 @@ class BaseAttention(BaseModule):
     """
 
     complexity: str = ''
+    impls: Tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -11,7 +11,6 @@ gives the schedule. Here the auxiliary branch is scaled by ``aux_weight``, which
 training and then removes with :meth:`LinearAngularAttention.switch_to_deploy`, so the network
 learns to do without it before it disappears.
 """
-import math
 from typing import Optional, Sequence
 
 import torch
@@ -19,7 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.linear_angular import linear_angular_attention
+from mmvisattn.ops.amp import norm_eps, upcast
+from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -50,14 +50,21 @@ class LinearAngularAttention(QKVAttention):
         aux_branch: Build the auxiliary masked softmax attention (training only).
         mask_threshold: Softmax weights at or below this are masked out of the auxiliary branch
             (official: 0.02).
+        impl: Implementation of the linear-angular op (``normalisation='kernel'``), one of
+            :data:`mmvisattn.ops.linear_angular.IMPLS`.
         init_cfg: mmengine initialisation config.
+
+    Mixed precision: the attention terms are computed in float32 whatever the inputs' dtype (the
+    op's rule, :mod:`mmvisattn.ops.amp`), the depthwise convolution in the inputs' dtype.
     """
 
     complexity = 'linear'
+    impls = IMPLS
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',
-                 aux_branch: bool = True, mask_threshold: float = 0.02, init_cfg: Optional[dict] = None) -> None:
+                 aux_branch: bool = True, mask_threshold: float = 0.02, impl: str = 'auto',
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
                          init_cfg=init_cfg)
         if conv not in CONV_KINDS:
@@ -67,6 +74,9 @@ class LinearAngularAttention(QKVAttention):
                              f'{NORMALISATIONS}')
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
+        if impl not in IMPLS:
+            raise ValueError(f'LinearAngularAttention: impl={impl!r}; expected one of {IMPLS}')
+        self.impl = impl
         self.conv = conv
         self.normalisation = normalisation
         self.mask_threshold = mask_threshold
@@ -88,11 +98,14 @@ class LinearAngularAttention(QKVAttention):
         self.aux_weight.fill_(0.0)
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Masked softmax attention: weights at or below ``mask_threshold`` are dropped (quadratic)."""
-        weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)
-        weights = weights * (weights > self.mask_threshold)
-        weights = F.dropout(weights, self.attn_drop, self.training)
-        return weights @ v
+        """Masked softmax attention: weights at or below ``mask_threshold`` are dropped (quadratic).
+        In float32: half logits of large inputs overflow before the softmax."""
+        with torch.autocast(q.device.type, enabled=False):
+            q, k, values = upcast(q, k, v)
+            weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)
+            weights = weights * (weights > self.mask_threshold)
+            weights = F.dropout(weights, self.attn_drop, self.training)
+            return (weights @ values).to(v.dtype)
 
     def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Depthwise conv of the values; over the map, extra tokens (a class token) get none."""
@@ -115,12 +128,11 @@ class LinearAngularAttention(QKVAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         if self.normalisation == 'kernel':
-            out = linear_angular_attention(q, k, v)
+            out = linear_angular_attention(q, k, v, self.impl)
         else:
-            q_hat, k_hat = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-            out = 0.5 * v + q_hat @ (k_hat.transpose(-1, -2) @ v) / math.pi
+            out = linear_angular_unnormalised(q, k, v)
         if self.has_aux_branch:
             out = out + self.aux_weight * self.auxiliary(q, k, v)
         if self.normalisation == 'token':
-            out = F.normalize(out, dim=-1)
+            out = F.normalize(upcast(out)[0], dim=-1, eps=norm_eps(out.dtype)).to(out.dtype)
         return out + self.conv_residual(v, hw_shape)

@@ -8,7 +8,7 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
-from mmvisattn.ops.sliding_chunk import MASKINGS, check_window, sliding_chunk_attention
+from mmvisattn.ops.sliding_chunk import IMPLS, MASKINGS, check_window, sliding_chunk_attention
 from mmvisattn.ops.sliding_chunk.layout import global_rows
 from mmvisattn.ops.sliding_chunk.reference import dense_bias
 from mmvisattn.registry import ATTENTIONS
@@ -45,6 +45,7 @@ class LongformerAttention(BaseAttention):
     """
 
     complexity = 'linear'
+    impls = IMPLS
 
     def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_global: int = 1, masking: str = 'chunk',
                  mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True, qkv_bias: bool = True,

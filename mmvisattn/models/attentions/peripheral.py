@@ -82,6 +82,7 @@ class PeripheralAttention(QKVAttention):
     """
 
     complexity = 'quadratic'
+    impls = IMPLS
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, proj_drop: float = 0.0,
                  kernel_size: int = 3, hidden_dims: Optional[int] = None,

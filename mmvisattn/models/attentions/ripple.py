@@ -27,7 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.ripple import IMPLS, ripple_attention
-from mmvisattn.ops.ripple.common import CHUNK_TOKENS, checkpointed_chunks, global_terms
+from mmvisattn.ops.amp import upcast
+from mmvisattn.ops.linearized import linearized_attention
+from mmvisattn.ops.ripple.common import CHUNK_TOKENS, checkpointed_chunks
 from mmvisattn.ops.ripple.reference import chebyshev_distances, group_weights_reference
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -49,8 +51,12 @@ class TrigReLUFeatureMap(nn.Module):
         self.fc = nn.Linear(2 * num_features, dims)
 
     def forward(self, x: Tensor) -> Tensor:
-        projected = x @ self.w1.t()
-        return F.relu(self.fc(torch.cat([projected.sin(), projected.cos()], dim=-1)))
+        # float32 under autocast: sin and cos of Gaussian projections (arguments of size ~|x| sqrt(d))
+        # keep none of their digits in half precision; the features themselves lie in [-1, 1]
+        with torch.autocast(x.device.type, enabled=False):
+            projected = upcast(x)[0] @ upcast(self.w1)[0].t()
+            trig = torch.cat([projected.sin(), projected.cos()], dim=-1).to(x.dtype)
+        return F.relu(self.fc(trig))
 
 
 @ATTENTIONS.register_module()
@@ -89,8 +95,7 @@ class RippleLinearAttention(QKVAttention):
         return tuple(checkpointed_chunks(self.scaled_features, (x,), CHUNK_TOKENS, params=params) for x in (q, k))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        numerator, denominator = global_terms(*self.features(q, k), v)
-        return numerator / (denominator + self.eps)
+        return linearized_attention(*self.features(q, k), v, self.eps)
 
 
 @ATTENTIONS.register_module()
@@ -107,6 +112,8 @@ class RippleAttention(RippleLinearAttention):
         tau: Threshold of the stick left over, in (0, 1) (§3.2; C.2 uses 0.001).
         impl: Operator implementation, one of :data:`mmvisattn.ops.ripple.IMPLS`.
     """
+
+    impls = IMPLS
 
     def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3, qkv_bias: bool = True,
                  attn_drop: float = 0.0, proj_drop: float = 0.0, num_features: Optional[int] = None,

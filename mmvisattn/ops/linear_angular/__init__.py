@@ -11,10 +11,11 @@ never needed::
 
 Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (the form above) and
 ``triton`` (two fused passes); ``auto`` picks Triton for CUDA tensors and torch otherwise.
+:func:`linear_angular_unnormalised` is the official module's form without the row-sum division.
 """
 from torch import Tensor
 
-from .linear import linear_angular_attention_torch
+from .linear import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 
 IMPLS = ('auto', 'reference', 'torch', 'triton')
@@ -34,4 +35,5 @@ def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto'
     return linear_angular_attention_torch(q, k, v)
 
 
-__all__ = ['linear_angular_attention', 'linear_angular_attention_reference', 'angular_kernel_reference', 'IMPLS']
+__all__ = ['linear_angular_attention', 'linear_angular_unnormalised', 'linear_angular_attention_reference',
+           'angular_kernel_reference', 'IMPLS']

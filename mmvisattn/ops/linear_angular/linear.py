@@ -6,6 +6,10 @@ numerator's linear term and the normaliser's together. The backward saves only `
 ``v`` and recomputes the summaries (O(N d^2)), so nothing token-sized is stored beyond the inputs
 (autograd through the forward would keep the normalised copies, ``q^ S``, the numerator and the
 normaliser).
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+is float32 whatever the inputs' dtype, because ``K^T V`` sums over every token and leaves float16's
+range for large inputs; the norm clamp follows :func:`~mmvisattn.ops.amp.norm_eps`.
 """
 import math
 from typing import Tuple
@@ -13,10 +17,14 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from ..amp import autocast_off, norm_eps, upcast
+
 
 def _normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
-    norm = x.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # F.normalize's eps
-    return x / norm, norm
+    """``x / max(||x||, eps)`` in float32 (float64 stays float64) and the clamped norm."""
+    wide = upcast(x)[0]
+    norm = wide.norm(dim=-1, keepdim=True).clamp_min(norm_eps(x.dtype))
+    return wide / norm, norm
 
 
 def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -35,22 +43,28 @@ def _normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor
 
 
 class LinearAngularFunction(torch.autograd.Function):
-    """``(1/2 sum v + q^ K^T V / pi) / (N/2 + q^ . sum k^ / pi)`` with the backward below."""
+    """``(1/2 sum v + q^ K^T V / pi) / (N/2 + q^ . sum k^ / pi)`` with the backward below; float32
+    arithmetic under autocast or on half inputs, the result in ``v``'s dtype."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         ctx.save_for_backward(q, k, v)
-        return _mix(_normalise(q)[0], _normalise(k)[0], v)[2]
+        return _mix(_normalise(q)[0], _normalise(k)[0], *upcast(v))[2].to(v.dtype)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         q, k, v = ctx.saved_tensors
         return linear_angular_backward(q, k, v, grad_out)
 
 
 def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """Gradients of the row-normalised linear-angular attention from its inputs (recomputed)."""
+    """Gradients of the row-normalised linear-angular attention from its inputs (recomputed in float32),
+    each in its input's dtype."""
     (q_hat, q_norm), (k_hat, k_norm) = _normalise(q), _normalise(k)
+    dtypes = (q.dtype, k.dtype, v.dtype)
+    v, grad_out = upcast(v, grad_out)
     summary, normaliser, out = _mix(q_hat, k_hat, v)
     grad_numerator = grad_out / normaliser
     grad_normaliser = -(grad_out * out).sum(dim=-1, keepdim=True) / normaliser
@@ -60,7 +74,16 @@ def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -
     value_dims = v.shape[-1]
     grad_k_hat = v @ grad_summary[..., :value_dims].transpose(-1, -2) + grad_summary[..., value_dims:].transpose(-1, -2)
     grad_v = k_hat @ grad_summary[..., :value_dims] + 0.5 * grad_numerator.sum(dim=-2, keepdim=True)
-    return _normalise_backward(grad_q_hat, q_hat, q_norm), _normalise_backward(grad_k_hat, k_hat, k_norm), grad_v
+    grads = (_normalise_backward(grad_q_hat, q_hat, q_norm), _normalise_backward(grad_k_hat, k_hat, k_norm), grad_v)
+    return tuple(grad.to(dtype) for grad, dtype in zip(grads, dtypes))
+
+
+def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's row
+    sums (its caller normalises each output token), in float32 with autocast off; ``v``'s dtype."""
+    with torch.autocast(q.device.type, enabled=False):
+        (q_hat, _), (k_hat, _), (values,) = _normalise(q), _normalise(k), upcast(v)
+        return (0.5 * values + q_hat @ (k_hat.transpose(-1, -2) @ values) / math.pi).to(v.dtype)
 
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -1,24 +1,37 @@
-"""Triton kernels for the linear-angular core on normalised queries and keys.
+"""Triton kernels for the linear-angular core.
 
-Two passes per (batch, head): ``_summarise`` accumulates ``K^T V``, ``sum_j k_j`` and ``sum_j v_j``
-over blocks of tokens; ``_mix`` turns each block of queries into
-``(1/2 sum v + 1/pi q (K^T V)) / (N/2 + 1/pi q . sum k)``. The backward is the torch one
+Two passes per (batch, head): ``_summarise`` normalises blocks of keys and accumulates ``K^T V``,
+``sum_j k^_j`` and ``sum_j v_j`` over them; ``_mix`` normalises each block of queries and turns it
+into ``(1/2 sum v + 1/pi q^ (K^T V)) / (N/2 + 1/pi q^ . sum k^)``. The backward is the torch one
 (:func:`.linear.linear_angular_backward`), which recomputes the O(d^2) summaries, so nothing
 token-sized beyond the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 inputs as
+they are, normalise and accumulate in float32 registers and write the result in ``v``'s dtype;
+autocast is off in the Function, whose backward computes in float32.
 """
 import math
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..amp import autocast_off, norm_eps
+from ..triton_checks import check_kernel_inputs
 from .linear import linear_angular_backward
+
+MAX_HEAD_DIMS = 128  # the d x d_v summary lives in registers (``_summarise``)
 
 
 @triton.jit
-def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dims,
+def _unit_rows(x, eps):
+    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block)."""
+    return x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), eps)[:, None]
+
+
+@triton.jit
+def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dims, eps,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     head = tl.program_id(0)
     rows = tl.arange(0, BLOCK_N)
@@ -31,8 +44,8 @@ def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dim
     value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_N):
         in_rows = (start + rows) < tokens
-        k = tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
-                    mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32)
+        k = _unit_rows(tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
+                               mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
         v = tl.load(v_base + (start + rows)[:, None] * value_dims + cols_v[None, :],
                     mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(tl.float32)
         key_values += tl.dot(tl.trans(k), v)
@@ -44,15 +57,15 @@ def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dim
 
 
 @triton.jit
-def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, inv_pi,
+def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, inv_pi, eps,
          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     head = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols_k = tl.arange(0, BLOCK_D)
     cols_v = tl.arange(0, BLOCK_DV)
     in_rows = rows < tokens
-    q = tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
-                mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32)
+    q = _unit_rows(tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
+                           mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
     key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
     key_sum = tl.load(ksum_ptr + head * BLOCK_D + cols_k)
     value_sum = tl.load(vsum_ptr + head * BLOCK_DV + cols_v)
@@ -68,34 +81,36 @@ def _block(size: int) -> int:
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
+    check_kernel_inputs('linear_angular_attention', (q, k, v), max_head_dims=MAX_HEAD_DIMS)
     *batch, tokens, dims = q.shape
     value_dims = v.shape[-1]
     heads = q.numel() // (tokens * dims)
-    q = F.normalize(q, dim=-1).contiguous()
-    k = F.normalize(k, dim=-1).contiguous()
-    v = v.contiguous()
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     block_d, block_dv = _block(dims), _block(value_dims)
     key_values = torch.empty(heads, block_d, block_dv, device=q.device, dtype=torch.float32)
     key_sum = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
     value_sum = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
-    _summarise[(heads,)](k, v, key_values, key_sum, value_sum, tokens, dims, value_dims,
+    _summarise[(heads,)](k, v, key_values, key_sum, value_sum, tokens, dims, value_dims, norm_eps(k.dtype),
                          BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
     _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_sum, value_sum, out, tokens, dims, value_dims,
-                                                 1.0 / math.pi, BLOCK_N=block_n, BLOCK_D=block_d,
+                                                 1.0 / math.pi, norm_eps(q.dtype), BLOCK_N=block_n, BLOCK_D=block_d,
                                                  BLOCK_DV=block_dv)
     return out
 
 
 class LinearAngularTriton(torch.autograd.Function):
-    """Triton forward; the torch backward, recomputing from the saved inputs."""
+    """Triton forward; the torch backward, recomputing from the saved inputs. Autocast off inside
+    (half inputs stay half, the kernels compute in float32)."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         ctx.save_for_backward(q, k, v)
         return _forward(q, k, v)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor):
         return linear_angular_backward(*ctx.saved_tensors, grad_out)
 

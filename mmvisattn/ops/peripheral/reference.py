@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..amp import float32_math
+
 from .position import PositionParams, instance_norm, key_distances, peripheral_padding
 
 
@@ -21,6 +23,7 @@ def mixed_attention_reference(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: fl
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
+@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
 def peripheral_attention_reference(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
     """Eq. 5 with the ``N x N`` mixed attention materialised."""
     return mixed_attention_reference(q, k, log_phi_p, scale) @ v

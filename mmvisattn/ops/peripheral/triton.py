@@ -2,13 +2,22 @@
 ``log Phi_p`` bias added to each block of scores (flash-attention style), so neither the scores nor
 the mixed attention is stored. The backward recomputes the SDPA form (:mod:`.sdpa`) under autograd.
 Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): the kernel reads float32, float16 or bfloat16 queries,
+keys and values, adds the bias and runs the online softmax in float32 and writes the result in
+``v``'s dtype; autocast is off in the Function, and its backward is SDPA's in the inputs' dtype
+(SDPA accumulates half inputs in float32).
 """
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..amp import autocast_off
+from ..triton_checks import check_kernel_inputs
 from .sdpa import peripheral_attention_sdpa
+
+MAX_HEAD_DIMS = 128  # a block of 32 queries keeps its d x d_v accumulator in registers
 
 
 @triton.jit
@@ -53,6 +62,7 @@ def _block(size: int) -> int:
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float, block: int = 32) -> Tensor:
+    check_kernel_inputs('peripheral_attention', (q, k, v), MAX_HEAD_DIMS)
     batch, heads, tokens, dims = q.shape
     value_dims = v.shape[-1]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -68,12 +78,14 @@ class PeripheralAttentionTriton(torch.autograd.Function):
     """Triton forward; backward through the SDPA form recomputed from the saved inputs."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
         ctx.save_for_backward(q, k, v, log_phi_p)
         ctx.scale = scale
         return _forward(q, k, v, log_phi_p, scale)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor):
         needed = ctx.needs_input_grad[:4]
         inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, needed)]

@@ -1,6 +1,6 @@
 """What every implementation of ripple attention shares: the spatial weights (Eq. 5 with the
 modified sigmoid of Appendix C.3, the threshold tau and the merge of Eq. 6), the Chebyshev geometry
-of vicinal groups, and the global linear-attention sums (Eq. 2) that carry the merged groups.
+of vicinal groups, and the recomputation by chunks of tokens that keeps per-token weights small.
 
 Shapes: ``logits`` ``(..., N, R_max)`` hold the stick logits ``o_r(i, j)`` of every query, one
 per stick unit ``r = 0 .. R_max - 1``; ``N = H * W`` tokens in row-major order.
@@ -9,6 +9,8 @@ from typing import Callable, Sequence, Tuple
 
 import torch
 from torch import Tensor
+
+from ..amp import upcast
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -88,7 +90,8 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tuple[T
 
 
 def _ring_weights(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
-    alpha, r_hat, merged = truncate(logits, tau)
+    # float32: the stick products run down to tau (1e-3) and decide r_hat, too close for bfloat16's 8 bits
+    alpha, r_hat, merged = truncate(upcast(logits)[0], tau)
     merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).clamp(min=1)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
@@ -102,7 +105,11 @@ CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
 class ChunkedRecompute(torch.autograd.Function):
     """``fn`` over chunks of tokens (dim -2) that keeps none of ``fn``'s intermediates: the forward runs
     without a graph, the backward recomputes one chunk at a time (``torch.utils.checkpoint`` would do
-    the same but pulls in the compiler stack on first use, some 100 MB of modules)."""
+    the same but pulls in the compiler stack on first use, some 100 MB of modules).
+
+    Autocast: as a checkpoint, the forward runs ``fn`` under the caller's autocast state and the
+    backward replays that state, so the recomputed dtypes equal the forward's; ``fn`` itself picks
+    float32 where it needs it (:func:`_ring_weights`)."""
 
     @staticmethod
     def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
@@ -147,9 +154,3 @@ def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *ar
 
     outputs = ChunkedRecompute.apply(call, chunk, len(tensors), *tensors, *params)
     return outputs if len(outputs) > 1 else outputs[0]
-
-
-def global_terms(q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-    """Linearized attention over all tokens (Eq. 2): numerator ``phi(q) sum_j phi(k_j) v_j^T``
-    ``(..., N, E)`` and denominator ``phi(q) . sum_j phi(k_j)`` ``(..., N, 1)``."""
-    return q @ (k.transpose(-1, -2) @ v), q @ k.sum(dim=-2).unsqueeze(-1)

@@ -18,6 +18,10 @@ and slices are processed in chunks. :class:`RippleLocalGlobal` adds the global s
 with the backward written out: the scores are recomputed chunk by chunk and only the inputs, the
 output and the normaliser are saved -- O(H W R_max^2) time, O(H W) memory. Halos of neighbouring
 tiles overlap; their key and value gradients are added back by ``F.fold``.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
+in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
+range), for the torch and the Triton local parts alike; the output comes back in ``v``'s dtype.
 """
 from typing import Callable, NamedTuple, Sequence, Tuple
 
@@ -25,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..amp import autocast_off, upcast
 from .common import ring_weights
 
 CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
@@ -179,23 +184,28 @@ TILED = LocalKernels(tiled_forward, tiled_backward)
 class RippleLocalGlobal(torch.autograd.Function):
     """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(S, N, .)`` tensors,
     with the backward written out: only the inputs, the output and the normaliser are saved
-    (no token-sized intermediates of the sum and the division)."""
+    (no token-sized intermediates of the sum and the division). Float32 arithmetic with autocast off."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
                 eps: float, kernels: LocalKernels) -> Tensor:
+        inputs = (q, k, v, beta, merged_weight)
+        q, k, v, beta, merged_weight = upcast(*inputs)
         num, den = kernels.forward(q, k, v, beta, hw_shape)
         weight = merged_weight.unsqueeze(-1)
         num += weight * (q @ (k.transpose(1, 2) @ v))
         den += weight * (q @ k.sum(dim=1).unsqueeze(-1)) + eps
         out = num.div_(den)
-        ctx.save_for_backward(q, k, v, beta, merged_weight, out, den)
+        ctx.save_for_backward(*inputs, out, den)
         ctx.hw_shape, ctx.kernels = hw_shape, kernels
-        return out
+        return out.to(inputs[2].dtype)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor):
-        q, k, v, beta, merged_weight, out, den = ctx.saved_tensors
+        *inputs, out, den = ctx.saved_tensors
+        q, k, v, beta, merged_weight, grad_out = upcast(*inputs, grad_out)
         grad_num = grad_out / den
         grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
         key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
@@ -207,7 +217,8 @@ class RippleLocalGlobal(torch.autograd.Function):
         grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
         grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
         grad_v += k @ grad_key_values
-        return grad_q, grad_k, grad_v, grad_beta, grad_merged, None, None, None
+        grads = (grad_q, grad_k, grad_v, grad_beta, grad_merged)
+        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
 
 
 def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,

@@ -9,6 +9,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..amp import float32_math
+
 from .common import grid_coordinates, query_reach, truncate
 
 
@@ -32,6 +34,7 @@ def group_weights_reference(logits: Tensor, hw_shape: Sequence[int], tau: float)
     return torch.where(kept, padded[..., :groups], share.unsqueeze(-1))
 
 
+@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
 def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
                                tau: float = 1e-3, eps: float = 1e-6) -> Tensor:
     """Eq. 4 with explicit group weights; arguments as :func:`mmvisattn.ops.ripple.ripple_attention`."""

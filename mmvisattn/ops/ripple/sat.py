@@ -14,6 +14,9 @@ and a group sum is the difference of two windows. With the weights in the form o
 group sums of ``x`` (the same tables again), and by the symmetry ``(m, n) in N_r(i, j) <=>
 (i, j) in N_r(m, n)`` the gradient of ``x`` is again window sums, of a table of
 ``(beta_r - beta_{r+1}) dL/dy`` per ``r``. Nothing of size ``H W R`` is stored.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): summed-area tables add up the whole map, far beyond
+float16's range and bfloat16's precision, so everything here runs in float32 with autocast off.
 """
 from typing import Sequence, Tuple
 
@@ -21,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..amp import autocast_off, float32_math, upcast
 from .common import ring_weights
 
 
@@ -51,18 +55,23 @@ class VicinalSum(torch.autograd.Function):
     merged groups) for ``x`` ``(S, H, W, C)``, ``beta`` ``(S, H, W, R_max)``, ``w_m`` ``(S, H, W)``."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, x: Tensor, beta: Tensor, merged_weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, beta, merged_weight)
+        dtype = x.dtype
+        x, beta, merged_weight = upcast(x, beta, merged_weight)
         table = summed_area_table(x)
         weights = window_weights(beta)
         out = merged_weight.unsqueeze(-1) * table[:, -1:, -1:]
         for radius in range(beta.shape[-1]):
             out = out + weights[..., radius, None] * window_sums(table, radius)
-        return out
+        return out.to(dtype)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        x, beta, merged_weight = ctx.saved_tensors
+        inputs = ctx.saved_tensors
+        x, beta, merged_weight, grad = upcast(*inputs, grad)
         table = summed_area_table(x)
         weights = window_weights(beta)
         grad_merged = (grad * table[:, -1:, -1:]).sum(dim=-1)
@@ -74,7 +83,7 @@ class VicinalSum(torch.autograd.Function):
             grad_beta[..., radius] = (grad * (window - previous)).sum(dim=-1)
             previous = window
             grad_x += window_sums(summed_area_table(weights[..., radius, None] * grad), radius)
-        return grad_x, grad_beta, grad_merged
+        return tuple(grad.to(x.dtype) for grad, x in zip((grad_x, grad_beta, grad_merged), inputs))
 
 
 def vicinal_sum(x: Tensor, beta: Tensor, merged_weight: Tensor) -> Tensor:
@@ -82,6 +91,7 @@ def vicinal_sum(x: Tensor, beta: Tensor, merged_weight: Tensor) -> Tensor:
     return VicinalSum.apply(x, beta, merged_weight)
 
 
+@float32_math  # the window sums of k v^T reach far beyond float16's range
 def ripple_attention_sat(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
                          tau: float, eps: float) -> Tensor:
     """Ripple attention through :class:`VicinalSum` on ``[phi(k) v^T; phi(k)]`` (Eq. 9)."""

@@ -10,7 +10,8 @@ Three kernels over blocks of positions of one ``(batch, head)`` slice:
 * ``_backward_keys``: ``dk_j`` and ``dv_j``, visiting the queries ``i = j - offset`` of each key
   (groups are symmetric, Appendix B), so no two programs write the same row.
 
-Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``.
+Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``. Mixed precision:
+:class:`.local.RippleLocalGlobal` hands the kernels float32 (see :mod:`.local`).
 """
 from typing import Sequence, Tuple
 
@@ -19,7 +20,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..triton_checks import check_kernel_inputs
 from .local import LocalKernels, local_plus_global
+
+MAX_HEAD_DIMS = 128  # a block of 32 queries keeps its features and numerators in registers
 
 
 @triton.jit
@@ -135,6 +139,7 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: in
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """The local part of :func:`.local.tiled_forward` in Triton; same arguments and results."""
+    check_kernel_inputs('ripple_attention', (q, k, v), MAX_HEAD_DIMS)
     q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
     num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)
     _launch(_forward, (q, k, v, beta, num, den), hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])

@@ -83,7 +83,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
     if impl == 'triton':
-        from .triton import sliding_chunk_local_triton
+        from .triton import check_triton_inputs, sliding_chunk_local_triton
+        check_triton_inputs(q, k, v, window)
         keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
         local = sliding_chunk_local_triton(chunks, keys, values, index, invalid, bias)
     else:

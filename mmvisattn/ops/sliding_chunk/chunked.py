@@ -5,12 +5,18 @@ Every query chunk multiplies its ``w^2`` queries with the ``S`` keys its slots g
 The forward keeps only the softmax probabilities, the inputs and the slot tables; the keys and
 values gathered per chunk (nine copies of the map under autograd) are rebuilt slice by slice of
 heads in both passes and never stored, so the saved tensors grow with ``N * w^2``, not ``N^2``.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
+the output comes back in ``v``'s dtype, each gradient in its input's.
 """
 from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..amp import autocast_off, upcast
 
 GATHER_BUDGET = 1 << 21  # elements of one slice's gathered keys: bounds the transient memory
 
@@ -72,8 +78,13 @@ class SlidingChunkAttention(torch.autograd.Function):
     """
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,
                 invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
+        inputs = (q, k, v, k_glob, v_glob)
+        q, k, v, k_glob, v_glob = upcast(*inputs)
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        bias = None if bias is None else upcast(bias)[0]
         batch_heads, chunks, queries, dims = q.shape
         slots = invalid.shape[-1]
         heads = 1 if bias is None else bias.shape[0]
@@ -88,19 +99,21 @@ class SlidingChunkAttention(torch.autograd.Function):
             scores.masked_fill_(invalid, float('-inf'))
             probs[start:stop] = scores.softmax(dim=-1)
             torch.matmul(probs[start:stop], grid.gather(v[start:stop], v_glob[start:stop]), out=out[start:stop])
-        ctx.save_for_backward(q, k, v, k_glob, v_glob, probs, out)
-        ctx.grid, ctx.heads, ctx.has_bias = grid, heads, bias is not None
-        return out
+        ctx.save_for_backward(*inputs, probs, out)
+        ctx.grid, ctx.heads = grid, heads
+        return out.to(inputs[2].dtype)
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
-        q, k, v, k_glob, v_glob, probs, out = ctx.saved_tensors
+        *inputs, probs, out = ctx.saved_tensors
+        q, k, v, k_glob, v_glob, grad_out = upcast(*inputs, grad_out)
         grid, num_global = ctx.grid, k_glob.shape[1]
         batch_heads, chunks, queries, dims = q.shape
         slots = probs.shape[-1]
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grad_k_glob, grad_v_glob = torch.empty_like(k_glob), torch.empty_like(v_glob)
-        grad_bias = probs.new_empty(batch_heads, queries, slots) if ctx.has_bias else None
+        grad_bias = probs.new_empty(batch_heads, queries, slots) if ctx.bias_dtype is not None else None
         grad_out = grad_out.contiguous()
         # sum_j p_ij dp_ij = grad_out_i . out_i: the softmax backward without a score-sized product
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
@@ -117,8 +130,9 @@ class SlidingChunkAttention(torch.autograd.Function):
             grad_k[start:stop] = grid.scatter(grad_s[..., num_global:].transpose(-1, -2) @ q[start:stop])
             torch.sum(grad_s[..., :num_global].transpose(-1, -2) @ q[start:stop], dim=1, out=grad_k_glob[start:stop])
         if grad_bias is not None:
-            grad_bias = grad_bias.view(-1, ctx.heads, queries, slots).sum(dim=0)
-        return grad_q, grad_k, grad_v, grad_k_glob, grad_v_glob, None, None, grad_bias
+            grad_bias = grad_bias.view(-1, ctx.heads, queries, slots).sum(dim=0).to(ctx.bias_dtype)
+        grads = (grad_q, grad_k, grad_v, grad_k_glob, grad_v_glob)
+        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None, None, grad_bias)
 
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,

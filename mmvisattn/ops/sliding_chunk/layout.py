@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..amp import float32_math
+
 MASKINGS = ('chunk', 'exact', 'cyclic')
 MODES = tuple(range(-1, 9))
 NEIGHBOURS = tuple((dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1))
@@ -132,6 +134,7 @@ def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
     return torch.cat([to_global, local], dim=-1)
 
 
+@float32_math  # half logits of large inputs overflow before the softmax
 def global_rows(q: Tensor, k: Tensor, v: Tensor, num_global: int,
                 rel_pos: Optional[Sequence[Optional[Tensor]]]) -> Tensor:
     """The global queries attend to every token: ``(B, H, G, d)`` (``q`` already scaled)."""

@@ -12,6 +12,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..amp import float32_math
+
 from .layout import NEIGHBOURS, visited_neighbours
 
 
@@ -60,6 +62,7 @@ def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: s
     return torch.cat([top, bottom], dim=1)
 
 
+@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
 def sliding_chunk_attention_reference(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
                                       num_global: int = 0, masking: str = 'chunk', mode: int = 0,
                                       rel_pos: Optional[Sequence[Optional[Tensor]]] = None,

@@ -7,6 +7,10 @@ grow with ``N``. The backward recomputes the probabilities block by block, accum
 gradient in registers and adds key, value and bias gradients atomically (a key belongs to the
 slots of up to nine chunks). Used for CUDA tensors; the tests run it on CPU under
 ``TRITON_INTERPRET=1``.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 (the bias
+may differ from the queries) and compute scores, softmax and accumulators in float32; the output
+comes back in ``q``'s dtype, gradients in their inputs'. Autocast is off in the Function.
 """
 from typing import Optional, Tuple
 
@@ -15,7 +19,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..amp import autocast_off
+from ..triton_checks import check_kernel_inputs
+
 BLOCK_S = 16
+MAX_HEAD_DIMS = 64  # the backward keeps w^2 x d query gradients in registers
+MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
 
 
 @triton.jit
@@ -129,6 +138,7 @@ class SlidingChunkTriton(torch.autograd.Function):
     ``k``, ``v`` as flat key tables ``(B*H, M, d)`` and ``index`` ``(C, S)`` slot indices into them."""
 
     @staticmethod
+    @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
                 bias: Optional[Tensor]) -> Tensor:
         batch_heads, chunks, queries, dims = q.shape
@@ -147,6 +157,7 @@ class SlidingChunkTriton(torch.autograd.Function):
         return out
 
     @staticmethod
+    @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         q, k, v, index32, invalid8, bias_arg, out, lse = ctx.saved_tensors
         batch_heads, chunks, queries, dims = q.shape
@@ -163,6 +174,14 @@ class SlidingChunkTriton(torch.autograd.Function):
                                                 **_blocks(queries, dims, value_dims))
         bias_grad = grad_bias.to(bias_arg.dtype) if ctx.has_bias else None
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, bias_grad
+
+
+def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
+    """Fail in one line, before any work, on what the kernels cannot take."""
+    check_kernel_inputs('sliding_chunk_attention', (q, k, v), MAX_HEAD_DIMS)
+    if window > MAX_WINDOW:
+        raise ValueError(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
+                         f"range 1..{MAX_WINDOW} (impl='torch' takes any window)")
 
 
 def sliding_chunk_local_triton(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,

@@ -1,0 +1,65 @@
+"""How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()`` model).
+
+The rule every op of :mod:`mmvisattn.ops` follows: **inputs may be half, arithmetic is float32**.
+
+* Every hand-written ``torch.autograd.Function`` wraps its ``forward`` and ``backward`` in
+  :func:`autocast_off`: autocast is disabled inside both, on the device the tensors live on
+  (``torch.amp.custom_fwd`` takes one fixed ``device_type``; these ops run on CPU and CUDA), so the
+  Function alone decides its dtypes and the backward sees the same ones as the forward.
+* Inside, torch code computes on :func:`upcast` copies (float32; float64 stays float64, so
+  ``gradcheck`` keeps its precision); Triton kernels load half tensors as they are and accumulate
+  in float32 registers. Results come back in the dtype of the values ``v``, gradients in the
+  dtype of their inputs.
+* Plain tensor functions of the same kind (autograd through them) are decorated with
+  :func:`float32_math`.
+* Why float32: the sums these ops form (``K^T V`` over all tokens, summed-area tables, softmax
+  logits of inputs scaled by 100) leave float16's range (65504), and normalisers
+  (``clamp_min(1e-12)``) underflow to 0 in float16, which turned outputs into 0/0.
+
+:func:`norm_eps` gives the one epsilon that needs the dtype: the clamp of a vector's norm.
+"""
+import functools
+from typing import Callable, Tuple
+
+import torch
+from torch import Tensor
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def autocast_off(method: Callable) -> Callable:
+    """Decorate an autograd Function's ``forward(ctx, ...)`` or ``backward(ctx, ...)``: run it with
+    autocast disabled on the device of its first tensor argument."""
+    @functools.wraps(method)
+    def wrapper(ctx, *args):
+        device_type = next(arg.device.type for arg in args if isinstance(arg, Tensor))
+        with torch.autocast(device_type, enabled=False):
+            return method(ctx, *args)
+    return wrapper
+
+
+def float32_math(function: Callable) -> Callable:
+    """Decorate a function of tensors: autocast off, half tensor arguments upcast (:func:`upcast`),
+    the tensor result cast back to the dtype of the first tensor argument."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        first = next(arg for arg in args if isinstance(arg, Tensor))
+        with torch.autocast(first.device.type, enabled=False):
+            result = function(*(upcast(arg)[0] if isinstance(arg, Tensor) else arg for arg in args), **kwargs)
+        return result.to(first.dtype)
+    return wrapper
+
+
+def upcast(*tensors: Tensor) -> Tuple[Tensor, ...]:
+    """float16 / bfloat16 tensors as float32; every other tensor unchanged."""
+    return tuple(t.float() if t.dtype in HALF_DTYPES else t for t in tensors)
+
+
+def norm_eps(dtype: torch.dtype) -> float:
+    """Clamp of ``||x||`` in ``x / max(||x||, eps)`` for inputs of ``dtype``.
+
+    ``1e-12`` (``F.normalize``'s, the official code's) wherever the gradient ``g / eps`` of a zero row
+    fits the dtype; for float16 (largest value 65504), ``1 / sqrt(65504)``, so that gradients up to 256
+    through a zero row stay finite once cast back to float16 (a zero row carries no direction anyway).
+    """
+    return max(1e-12, torch.finfo(dtype).max ** -0.5) if dtype in HALF_DTYPES else 1e-12

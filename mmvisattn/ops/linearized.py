@@ -1,0 +1,22 @@
+"""Linearized attention, "Transformers are RNNs: Fast Autoregressive Transformers with Linear
+Attention" (Katharopoulos et al., ICML 2020, arXiv 2006.16236, Eq. 2-6), on queries and keys already
+through a non-negative feature map ``phi`` (elu + 1 for ``LinearAttention``, the trig + ReLU map of
+ripple attention's linearized layers)::
+
+    out_i = phi(q_i) (sum_j phi(k_j) v_j^T) / (phi(q_i) . sum_j phi(k_j) + eps)
+
+The ``D x E`` summary replaces the ``N x N`` scores. Mixed precision (:mod:`mmvisattn.ops.amp`): the
+sums run over every token and leave float16's range for large inputs, so the arithmetic is float32.
+"""
+from torch import Tensor
+
+from .amp import float32_math
+
+
+@float32_math
+def linearized_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
+    """``(..., N, D)`` features ``phi(q)``, ``phi(k)`` and ``(..., N, E)`` values -> ``(..., N, E)``,
+    in O(N D E)."""
+    numerator = q @ (k.transpose(-1, -2) @ v)
+    denominator = q @ k.sum(dim=-2).unsqueeze(-1)
+    return numerator / (denominator + eps)
