@@ -9,6 +9,12 @@ statistics methods as ``getattr(HistoryBuffer, 'mean')``. Upstream's proposed fi
 contains are added to torch's allowlist, and the ``getattr`` global is bound to a stand-in that
 only returns HistoryBuffer's registered statistics methods: loading stays restricted, and a pickle
 that would call anything else is refused before it runs.
+
+mmcv's CPU ops under autocast. mmcv 2.1.0's CPU ``nms`` and ``RoIAlign`` kernels take float32 only;
+under CPU autocast (``tools/train.py --amp`` on a machine without CUDA) a two-stage detector hands
+them bfloat16 and training stops ("expected scalar type Float but found BFloat16", "ROIAlign_forward
+not implemented for 'BFloat16'"). Both are wrapped to upcast half CPU inputs; CUDA inputs, which
+the CUDA kernels take in half precision, pass through unchanged.
 """
 from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
@@ -44,6 +50,38 @@ def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
     ``getattr`` (pickled as ``__builtin__.getattr`` by protocol 2) maps to the restricted stand-in."""
     getattr_names = [(history_buffer_statistic, f'{module}.getattr') for module in ('__builtin__', 'builtins')]
     return [HistoryBuffer, *_numpy_types(), *getattr_names]
+
+
+def _half_on_cpu(arg: Any) -> bool:
+    return isinstance(arg, torch.Tensor) and arg.device.type == 'cpu' and arg.dtype in (torch.float16, torch.bfloat16)
+
+
+def float32_on_cpu(function: Callable) -> Callable:
+    """``function`` with its float16 / bfloat16 CPU tensor arguments upcast to float32, and its
+    floating results (a tensor or a tuple of them) cast back to the first such argument's dtype."""
+    def wrapped(*args, **kwargs):
+        half = next((arg.dtype for arg in args if _half_on_cpu(arg)), None)
+        if half is None:
+            return function(*args, **kwargs)
+        result = function(*(arg.float() if _half_on_cpu(arg) else arg for arg in args), **kwargs)
+        if isinstance(result, tuple):
+            return tuple(t.to(half) if t.is_floating_point() else t for t in result)
+        return result.to(half)
+    wrapped.float32_on_cpu = True
+    return wrapped
+
+
+def allow_half_mmcv_ops_on_cpu() -> None:
+    """Install :func:`float32_on_cpu` around the ``nms`` that ``mmcv.ops.batched_nms`` looks up and
+    around ``RoIAlign.forward`` (once)."""
+    import importlib
+
+    from mmcv.ops import RoIAlign
+    nms_module = importlib.import_module('mmcv.ops.nms')  # the module; ``mmcv.ops.nms`` names the function
+    if not getattr(nms_module.nms, 'float32_on_cpu', False):
+        nms_module.nms = float32_on_cpu(nms_module.nms)
+    if not getattr(RoIAlign.forward, 'float32_on_cpu', False):
+        RoIAlign.forward = float32_on_cpu(RoIAlign.forward)
 
 
 def allow_runner_checkpoints() -> None:

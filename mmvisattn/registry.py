@@ -5,7 +5,7 @@
 registered straight into the stock ``mmdet`` and ``mmseg`` ``MODELS`` registries by
 :func:`register_model`, so that configs of either scope build them by ``type=`` name.
 """
-from typing import TypeVar
+from typing import Optional, TypeVar
 
 import torch.nn as nn
 from mmdet.registry import MODELS as MMDET_MODELS
@@ -28,6 +28,18 @@ def models_of_scope(scope: str) -> Registry:
     if scope not in SCOPE_MODELS:
         raise KeyError(f'default_scope={scope!r}; expected one of {sorted(SCOPE_MODELS)}')
     return SCOPE_MODELS[scope]
+
+
+def build_from_config(config, part: Optional[str] = None) -> nn.Module:
+    """Build ``model`` of a config (a path or an mmengine ``Config``), or its sub-dict ``part`` such as
+    ``'backbone'``, in the config's ``default_scope``. The backbone's ``init_cfg`` is dropped: no
+    pretrained weights are looked for (building never loads them; ``init_weights()`` would)."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    cfg = Config.fromfile(config) if not isinstance(config, Config) else config
+    init_default_scope(cfg.default_scope)
+    cfg.model.get('backbone', {}).pop('init_cfg', None)
+    return models_of_scope(cfg.default_scope).build(cfg.model if part is None else cfg.model[part])
 
 
 def register_model(cls: ModelClass) -> ModelClass:

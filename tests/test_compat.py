@@ -108,3 +108,20 @@ def test_getattr_is_limited_to_history_buffer_statistics(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match="refused getattr.*'__init__'"):
         torch.load(path)
     assert history_buffer_statistic(HistoryBuffer, 'mean') is HistoryBuffer.mean
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_mmcv_cpu_ops_take_half_inputs(dtype):
+    """mmcv's CPU nms (through batched_nms, as mmdet's RPN calls it) and RoIAlign take float32 only;
+    the shims run half inputs in float32 and return the input's dtype."""
+    from mmcv.ops import RoIAlign, batched_nms
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]], dtype=dtype)
+    scores = torch.tensor([0.9, 0.8, 0.7], dtype=dtype)
+    dets, keep = batched_nms(boxes, scores, torch.zeros(3, dtype=torch.long), dict(type='nms', iou_threshold=0.5))
+    assert keep.tolist() == [0, 2] and dets.dtype == dtype
+    feats = torch.arange(64.).view(1, 1, 8, 8).to(dtype).requires_grad_(True)
+    rois = torch.tensor([[0., 0., 0., 4., 4.]], dtype=dtype)
+    out = RoIAlign((2, 2), spatial_scale=1.0, sampling_ratio=1)(feats, rois)
+    assert out.dtype == dtype and out.shape == (1, 1, 2, 2)
+    out.float().sum().backward()
+    assert feats.grad.dtype == dtype and feats.grad.sum().item() == pytest.approx(4.0)

@@ -55,8 +55,8 @@ def without_unavailable_weights(cfg: Config) -> Config:
     return cfg
 
 
-@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: str(p.relative_to(REPO / 'configs')))
-def test_config_builds_and_takes_a_loss_step(path: Path):
+def model_and_batch(path: Path):
+    """The config's model (initialised, in training mode) and a small synthetic batch for it."""
     cfg = without_unavailable_weights(Config.fromfile(path))
     assert cfg.default_scope in ('mmdet', 'mmseg')
     init_default_scope(cfg.default_scope)
@@ -71,12 +71,31 @@ def test_config_builds_and_takes_a_loss_step(path: Path):
         batch = segmentation_batch(num_classes=cfg.model.decode_head.num_classes)
     model = models_of_scope(cfg.default_scope).build(cfg.model)
     model.init_weights()
-    model.train()
+    return model.train(), batch
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: str(p.relative_to(REPO / 'configs')))
+def test_config_builds_and_takes_a_loss_step(path: Path):
+    model, batch = model_and_batch(path)
     data = model.data_preprocessor(batch, training=True)
     losses = model.loss(data['inputs'], data['data_samples'])
     total, _ = model.parse_losses(losses)
     assert torch.isfinite(total)
     total.backward()
+
+
+@pytest.mark.parametrize('path', [p for p in CONFIGS if 'shapes' in p.name],
+                         ids=lambda p: str(p.relative_to(REPO / 'configs')))
+def test_demo_config_trains_under_cpu_amp(path: Path):
+    """Three optimiser steps under the wrapper that ``tools/train.py --amp`` picks on CPU (bfloat16
+    autocast): every loss stays finite."""
+    from mmengine.optim import build_optim_wrapper
+    torch.manual_seed(0)
+    model, batch = model_and_batch(path)
+    wrapper = build_optim_wrapper(model, dict(type='CPUAmpOptimWrapper', optimizer=dict(type='AdamW', lr=1e-4)))
+    for _ in range(3):
+        log_vars = model.train_step(batch, wrapper)
+        assert all(torch.isfinite(torch.as_tensor(value)).all() for value in log_vars.values()), log_vars
 
 
 @pytest.mark.parametrize('path', BASES, ids=lambda p: str(p.relative_to(REPO / 'configs')))

@@ -6,6 +6,8 @@
 import argparse
 import os
 
+import torch
+
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
@@ -18,7 +20,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train a model of mmvisattn (or any mmdet/mmseg config)')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
-    parser.add_argument('--amp', action='store_true', help='enable automatic mixed precision')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision: float16 with dynamic loss scaling on CUDA (mmengine AmpOptimWrapper), '
+                             'bfloat16 autocast on CPU (CPUAmpOptimWrapper)')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir '
                              'when no path is given')
@@ -31,12 +35,19 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def enable_amp(cfg) -> None:
+    """Switch the config's optimizer wrapper to mixed precision for the device this run trains on."""
+    if torch.cuda.is_available():
+        cfg.optim_wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic')
+    else:
+        cfg.optim_wrapper.update(type='CPUAmpOptimWrapper', dtype='bfloat16')
+
+
 def main() -> None:
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     if args.amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.loss_scale = 'dynamic'
+        enable_amp(cfg)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:

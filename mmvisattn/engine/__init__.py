@@ -1,4 +1,5 @@
 from .hooks import CastlingScheduleHook
+from .optim_wrappers import CPUAmpOptimWrapper
 from .vil_hooks import ViLRandomShiftHook
 
-__all__ = ['CastlingScheduleHook', 'ViLRandomShiftHook']
+__all__ = ['CastlingScheduleHook', 'CPUAmpOptimWrapper', 'ViLRandomShiftHook']

@@ -8,15 +8,8 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor]) -> List[str]
     """Build the backbone of ``config`` and compare: returns the parameter names ``weights`` leaves
     newly initialised; raises ``ValueError`` (one line) for a key without a place or a shape that
     does not fit (a checkpoint of another width). A ``backbone.`` prefix is accepted."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    from mmvisattn.registry import models_of_scope
-    cfg = Config.fromfile(config)
-    init_default_scope(cfg.default_scope)
-    backbone_cfg = cfg.model.backbone
-    backbone_cfg.pop('init_cfg', None)
-    expected = models_of_scope(cfg.default_scope).build(backbone_cfg).state_dict()
+    from mmvisattn.registry import build_from_config
+    expected = build_from_config(config, 'backbone').state_dict()
     prefix = 'backbone.' if any(k.startswith('backbone.') for k in weights) else ''
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     unexpected = sorted(set(weights) - set(expected))

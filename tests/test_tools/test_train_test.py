@@ -1,7 +1,9 @@
 """tools/train.py and tools/test.py as a user runs them: short training, COCO mAP and mIoU
 printed by the test tool, two-process CPU training through dist_train.sh, exact resumption, and
 one-line errors for bad input."""
+import math
 import random
+import re
 import subprocess
 
 import pytest
@@ -31,8 +33,12 @@ def test_train_then_test_prints_coco_map(workspace, tmp_path):
     assert len(list(tmp_path.glob('*/shown/*.jpg'))) == 50
 
 
-def test_train_then_test_prints_miou(workspace, tmp_path):
-    train(SEG_DEMO, tmp_path, workspace)
+def test_amp_train_then_test_prints_miou(workspace, tmp_path):
+    """``--amp`` on a CPU-only machine trains under bfloat16 autocast (no CUDA loss scaler)."""
+    trained = train(SEG_DEMO, tmp_path, workspace, 'default_hooks.logger.interval=1', extra=['--amp'])
+    assert "type='CPUAmpOptimWrapper'" in trained.stdout + trained.stderr
+    losses = [float(x) for x in re.findall(r' loss: ([-0-9.naninf]+)', trained.stdout + trained.stderr)]
+    assert losses and all(math.isfinite(x) for x in losses)
     done = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path], cwd=workspace)
     assert 'mIoU:' in done.stdout + done.stderr
 

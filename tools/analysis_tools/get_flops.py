@@ -13,10 +13,9 @@ from typing import Dict
 
 import torch
 from mmengine.config import Config, DictAction
-from mmengine.registry import init_default_scope
 
 import mmvisattn  # noqa: F401
-from mmvisattn.registry import models_of_scope
+from mmvisattn.registry import build_from_config
 from mmvisattn.utils import count_flops, count_parameters
 
 
@@ -36,9 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(cfg: Config) -> torch.nn.Module:
-    init_default_scope(cfg.default_scope)
-    cfg.model.get('backbone', {}).pop('init_cfg', None)  # weights do not change the count
-    return models_of_scope(cfg.default_scope).build(cfg.model).eval()
+    return build_from_config(cfg).eval()
 
 
 def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):

@@ -43,16 +43,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(config: str, checkpoint: str, device: str) -> torch.nn.Module:
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
 
     import mmvisattn  # noqa: F401
-    from mmvisattn.registry import models_of_scope
-    cfg = Config.fromfile(config)
-    init_default_scope(cfg.default_scope)
-    cfg.model.backbone.pop('init_cfg', None)
-    model = models_of_scope(cfg.default_scope).build(cfg.model)
+    from mmvisattn.registry import build_from_config
+    model = build_from_config(config)
     model.init_weights()
     if checkpoint:
         load_checkpoint(model, checkpoint, map_location='cpu')

@@ -19,14 +19,8 @@ from mmvisattn.utils.checkpoint import check_backbone_weights
 
 
 def target_state_dict(config: str) -> dict:
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    from mmvisattn.registry import models_of_scope
-    cfg = Config.fromfile(config)
-    init_default_scope(cfg.default_scope)
-    cfg.model.backbone.pop('init_cfg', None)
-    return models_of_scope(cfg.default_scope).build(cfg.model.backbone).state_dict()
+    from mmvisattn.registry import build_from_config
+    return build_from_config(config, 'backbone').state_dict()
 
 
 def main(argv=None) -> None:

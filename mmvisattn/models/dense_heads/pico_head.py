@@ -141,7 +141,7 @@ class PicoHead(GFLHead):
         assigned = self.assigner.assign(predictions, gt_instances, gt_instances_ignore)
         sampled = self.sampler.sample(assigned, predictions, gt_instances)
         pos_inds = sampled.pos_inds
-        cls_targets = logits.new_zeros(logits.shape)
+        cls_targets = logits.new_zeros(logits.shape, dtype=torch.float32)  # IoUs near 1 lose digits in half
         ious = bbox_overlaps(boxes[pos_inds], sampled.pos_gt_bboxes, is_aligned=True).clamp(min=1e-6)
         cls_targets[pos_inds, sampled.pos_gt_labels] = ious
         return cls_targets, pos_inds, sampled.pos_gt_bboxes

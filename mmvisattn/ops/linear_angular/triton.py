@@ -18,10 +18,9 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off, norm_eps
-from ..triton_checks import check_kernel_inputs
+from ..triton_launch import check_kernel_inputs, head_block, num_warps
 from .linear import linear_angular_backward
 
-MAX_HEAD_DIMS = 128  # the d x d_v summary lives in registers (``_summarise``)
 
 
 @triton.jit
@@ -76,26 +75,23 @@ def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, i
              out.to(out_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
 
 
-def _block(size: int) -> int:
-    return max(16, triton.next_power_of_2(size))  # tl.dot needs at least 16 along each side
-
-
 def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
-    check_kernel_inputs('linear_angular_attention', (q, k, v), max_head_dims=MAX_HEAD_DIMS)
+    check_kernel_inputs('linear_angular_attention', (q, k, v))
     *batch, tokens, dims = q.shape
     value_dims = v.shape[-1]
     heads = q.numel() // (tokens * dims)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    block_d, block_dv = _block(dims), _block(value_dims)
+    block_d, block_dv = head_block(dims), head_block(value_dims)
+    sizes = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=num_warps(max(block_d, block_dv)))
     key_values = torch.empty(heads, block_d, block_dv, device=q.device, dtype=torch.float32)
     key_sum = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
     value_sum = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
+    # one stage: software pipelining of the token loop made ptxas spill (compile_kernels.py, sm_90)
     _summarise[(heads,)](k, v, key_values, key_sum, value_sum, tokens, dims, value_dims, norm_eps(k.dtype),
-                         BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv)
+                         num_stages=1, **sizes)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
     _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_sum, value_sum, out, tokens, dims, value_dims,
-                                                 1.0 / math.pi, norm_eps(q.dtype), BLOCK_N=block_n, BLOCK_D=block_d,
-                                                 BLOCK_DV=block_dv)
+                                                 1.0 / math.pi, norm_eps(q.dtype), **sizes)
     return out
 
 

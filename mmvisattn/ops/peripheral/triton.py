@@ -14,10 +14,9 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_checks import check_kernel_inputs
+from ..triton_launch import check_kernel_inputs, head_block, num_warps
 from .sdpa import peripheral_attention_sdpa
 
-MAX_HEAD_DIMS = 128  # a block of 32 queries keeps its d x d_v accumulator in registers
 
 
 @triton.jit
@@ -57,20 +56,17 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims,
              out.to(out_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
 
 
-def _block(size: int) -> int:
-    return max(16, triton.next_power_of_2(size))  # tl.dot needs at least 16 along each side
-
-
 def _forward(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float, block: int = 32) -> Tensor:
-    check_kernel_inputs('peripheral_attention', (q, k, v), MAX_HEAD_DIMS)
+    check_kernel_inputs('peripheral_attention', (q, k, v))
     batch, heads, tokens, dims = q.shape
     value_dims = v.shape[-1]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     bias = log_phi_p.to(torch.float32).contiguous()
     out = torch.empty(batch, heads, tokens, value_dims, device=q.device, dtype=v.dtype)
     grid = (batch * heads, triton.cdiv(tokens, block))
-    _forward_kernel[grid](q, k, v, bias, out, heads, tokens, dims, value_dims, scale, BLOCK_M=block,
-                          BLOCK_N=block, BLOCK_D=_block(dims), BLOCK_DV=_block(value_dims))
+    block_d, block_dv = head_block(dims), head_block(value_dims)
+    _forward_kernel[grid](q, k, v, bias, out, heads, tokens, dims, value_dims, scale, BLOCK_M=block, BLOCK_N=block,
+                          BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=num_warps(max(block_d, block_dv)))
     return out
 
 

@@ -20,10 +20,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_checks import check_kernel_inputs
+from ..triton_launch import check_kernel_inputs, num_warps
 from .local import LocalKernels, local_plus_global
 
-MAX_HEAD_DIMS = 128  # a block of 32 queries keeps its features and numerators in registers
 
 
 @triton.jit
@@ -126,20 +125,21 @@ def _backward_keys(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, gr
     _store_rows(grad_v_ptr + head * tokens * value_dims, pos, inside, value_dims, grad_v, BLOCK_E)
 
 
-BLOCK = 32
+BLOCK = 16  # positions per program: 32 made ptxas spill at 64-wide heads (compile_kernels.py)
 
 
 def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: int, value_dims: int,
             r_max: int) -> None:
     slices, tokens = tensors[0].shape[:2]
+    block_d, block_e = triton.next_power_of_2(dims), triton.next_power_of_2(value_dims)  # no tl.dot: no minimum
     kernel[(slices, triton.cdiv(tokens, BLOCK))](*tensors, *hw_shape, dims, value_dims, r_max, BLOCK=BLOCK,
-                                                 BLOCK_D=triton.next_power_of_2(dims),
-                                                 BLOCK_E=triton.next_power_of_2(value_dims))
+                                                 BLOCK_D=block_d, BLOCK_E=block_e,
+                                                 num_warps=num_warps(max(block_d, block_e)))
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """The local part of :func:`.local.tiled_forward` in Triton; same arguments and results."""
-    check_kernel_inputs('ripple_attention', (q, k, v), MAX_HEAD_DIMS)
+    check_kernel_inputs('ripple_attention', (q, k, v))
     q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
     num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)
     _launch(_forward, (q, k, v, beta, num, den), hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])

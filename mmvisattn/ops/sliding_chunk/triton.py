@@ -20,11 +20,11 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_checks import check_kernel_inputs
+from ..triton_launch import UnsupportedInput, check_kernel_inputs, head_block, num_warps
 
 BLOCK_S = 16
-MAX_HEAD_DIMS = 64  # the backward keeps w^2 x d query gradients in registers
 MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
+MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
 
 
 @triton.jit
@@ -128,9 +128,9 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad
 
 
 def _blocks(queries: int, dims: int, value_dims: int) -> dict:
-    # tl.dot needs at least 16 along each side
-    return dict(BLOCK_L=max(16, triton.next_power_of_2(queries)), BLOCK_S=BLOCK_S,
-                BLOCK_D=max(16, triton.next_power_of_2(dims)), BLOCK_DV=max(16, triton.next_power_of_2(value_dims)))
+    block_d, block_dv = head_block(dims), head_block(value_dims)
+    return dict(BLOCK_L=head_block(queries), BLOCK_S=BLOCK_S, BLOCK_D=block_d, BLOCK_DV=block_dv,
+                num_warps=num_warps(max(block_d, block_dv)))
 
 
 class SlidingChunkTriton(torch.autograd.Function):
@@ -180,7 +180,7 @@ def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
     """Fail in one line, before any work, on what the kernels cannot take."""
     check_kernel_inputs('sliding_chunk_attention', (q, k, v), MAX_HEAD_DIMS)
     if window > MAX_WINDOW:
-        raise ValueError(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
+        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
                          f"range 1..{MAX_WINDOW} (impl='torch' takes any window)")
 
 

@@ -1,0 +1,44 @@
+"""What the Triton kernels of :mod:`mmvisattn.ops` accept, checked before any launch, and how many
+warps they launch with.
+
+The kernels load float32, float16 or bfloat16 and compute in float32 (float64 would silently lose
+its precision: use ``impl='torch'``). Heads are at most :data:`MAX_HEAD_DIMS` wide, or less where an
+op's kernels keep more rows in registers (the shipped models use 16 to 70);
+``tools/analysis_tools/compile_kernels.py`` compiles every kernel at the widest head its op accepts
+too and reports registers, spills and shared memory per GPU architecture.
+"""
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_HEAD_DIMS = 128
+
+
+class UnsupportedInput(ValueError):
+    """An input the Triton kernels of an op do not take (a dtype, a head width, a window)."""
+
+
+def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int = MAX_HEAD_DIMS) -> None:
+    """One-line :class:`UnsupportedInput` naming the value when a tensor's dtype or last dimension
+    (the head width) is outside what the kernels of ``op`` support."""
+    for tensor in tensors:
+        if tensor.dtype not in KERNEL_DTYPES:
+            names = ', '.join(str(dtype).replace('torch.', '') for dtype in KERNEL_DTYPES)
+            raise UnsupportedInput(f"{op}(impl='triton'): dtype {str(tensor.dtype).replace('torch.', '')} is not "
+                             f"supported; expected one of {names} (impl='torch' takes any floating dtype)")
+        if not 1 <= tensor.shape[-1] <= max_head_dims:
+            raise UnsupportedInput(f"{op}(impl='triton'): head width {tensor.shape[-1]} is outside the supported "
+                             f"range 1..{max_head_dims} (impl='torch' takes any width)")
+
+
+def head_block(width: int) -> int:
+    """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``'s minimum side)."""
+    return max(16, 1 << (width - 1).bit_length())
+
+
+def num_warps(head_block: int) -> int:
+    """Warps per program for a head padded to ``head_block`` columns: 8 above 64, where 4 warps left
+    the kernels' register-held rows spilling (compile_kernels.py at 128 on sm_80 and sm_90)."""
+    return 4 if head_block <= 64 else 8
