@@ -38,7 +38,8 @@ CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the tempora
 def tile_size(r_max: int) -> int:
     """Tile side ``T`` minimising the work per query: ``(T + 2 R_max - 2)^2`` scores, plus gathering
     the halo's keys and values (about four score passes' worth spread over ``T^2`` queries)."""
-    return min((1, 2, 4, 8, 16), key=lambda tile: (tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2))
+    costs = [((tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2), tile) for tile in (1, 2, 4, 8, 16)]
+    return min(costs)[1]  # no key=: torch.compile's tracer does not take min(key=...)
 
 
 def to_tiles(x: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
@@ -161,7 +162,7 @@ def _backward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: T
     grad_weighted = (out_grad @ geometry.halos(v).transpose(1, 2)).add_(to_tiles(grad_den, hw_shape, tile))
     by_group = grad_weighted * scores
     masks = geometry.group_masks.to(q.dtype)
-    grad_beta = torch.stack([by_group[:, i] @ masks[i] for i in range(masks.shape[0])], dim=1)
+    grad_beta = torch.einsum('bqk,qkr->bqr', by_group, masks)  # per query of the tile: its keys summed by group
     del by_group
     grad_scores = grad_weighted.mul_(weights)
     grad_q = from_tiles(grad_scores @ keys, hw_shape, tile)
