@@ -5,7 +5,7 @@ DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
 
-.PHONY: install test test-slow demo clean
+.PHONY: install test test-slow kernels demo clean
 
 install:
 	@bash tools/install.sh
@@ -15,6 +15,10 @@ test: install
 
 test-slow: install
 	TRITON_INTERPRET=1 PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
+# every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
+kernels: install
+	$(PYTHON) tools/analysis_tools/compile_kernels.py --arch sm_80 sm_90 --out-dir work_dirs/compile_kernels
 
 demo: install
 	@start=$$(date +%s); \
