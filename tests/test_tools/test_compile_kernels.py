@@ -62,4 +62,9 @@ def test_unknown_arch_and_dtype_are_one_line(tmp_path):
     assert 'Traceback' not in done.stderr
     done = run_tool([TOOL, '--dtypes', 'float64', '--out-dir', tmp_path], cwd=tmp_path, check=False)
     assert done.returncode == 2 and 'unknown --dtypes float64; known: float32 float16 bfloat16' in done.stderr
+    not_a_config = tmp_path / 'notes.py'
+    not_a_config.write_text('x = 1\n')
+    done = run_tool([TOOL, '--configs', not_a_config, '--out-dir', tmp_path], cwd=tmp_path, check=False)
+    assert done.returncode == 1 and f'error: cannot build the model of {not_a_config}' in done.stderr
+    assert 'Traceback' not in done.stderr
     assert not (tmp_path / 'kernels.json').exists()

@@ -154,10 +154,15 @@ def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object
         for name, backbone in EXTRA_MODELS.items():
             yield name, models_of_scope('mmdet').build(backbone)
     for path in paths:
-        yield str(path), build_from_config(str(path))
+        try:
+            model = build_from_config(str(path))
+        except Exception as exc:  # a file that is not a model config: one line naming it
+            raise SystemExit(f'error: cannot build the model of {path}: {type(exc).__name__}: '
+                             f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""}') from None
+        yield str(path), model
 
 
-def record_widest_heads(recorder: 'LaunchRecorder', dtypes: Sequence[str]) -> None:
+def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None:
     """Each attention type with a Triton implementation at the widest head its op accepts (the
     powers of two from ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
     from mmvisattn.ops.triton_launch import MAX_HEAD_DIMS, UnsupportedInput
