@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
 
+from .ops.amp import HALF_DTYPES
+
 
 def _numpy_types() -> List[object]:
     """The globals numpy's pickles of arrays, dtypes and scalars refer to (numpy 1.x and 2.x)."""
@@ -53,7 +55,7 @@ def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
 
 
 def _half_on_cpu(arg: Any) -> bool:
-    return isinstance(arg, torch.Tensor) and arg.device.type == 'cpu' and arg.dtype in (torch.float16, torch.bfloat16)
+    return isinstance(arg, torch.Tensor) and arg.device.type == 'cpu' and arg.dtype in HALF_DTYPES
 
 
 def float32_on_cpu(function: Callable) -> Callable:
