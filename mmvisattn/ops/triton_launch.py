@@ -27,10 +27,10 @@ def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int =
         if tensor.dtype not in KERNEL_DTYPES:
             names = ', '.join(str(dtype).replace('torch.', '') for dtype in KERNEL_DTYPES)
             raise UnsupportedInput(f"{op}(impl='triton'): dtype {str(tensor.dtype).replace('torch.', '')} is not "
-                             f"supported; expected one of {names} (impl='torch' takes any floating dtype)")
+                                   f"supported; expected one of {names} (impl='torch' takes any floating dtype)")
         if not 1 <= tensor.shape[-1] <= max_head_dims:
             raise UnsupportedInput(f"{op}(impl='triton'): head width {tensor.shape[-1]} is outside the supported "
-                             f"range 1..{max_head_dims} (impl='torch' takes any width)")
+                                   f"range 1..{max_head_dims} (impl='torch' takes any width)")
 
 
 def head_block(width: int) -> int:

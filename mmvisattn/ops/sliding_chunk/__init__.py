@@ -76,6 +76,9 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'auto':
         impl = 'triton' if q.is_cuda else 'torch'
+    if impl == 'triton':
+        from .triton import check_triton_inputs
+        check_triton_inputs(q, k, v, window)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q = q * scale
     batch, heads = q.shape[:2]
@@ -83,8 +86,7 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
     if impl == 'triton':
-        from .triton import check_triton_inputs, sliding_chunk_local_triton
-        check_triton_inputs(q, k, v, window)
+        from .triton import sliding_chunk_local_triton
         keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
         local = sliding_chunk_local_triton(chunks, keys, values, index, invalid, bias)
     else:

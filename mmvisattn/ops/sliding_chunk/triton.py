@@ -181,7 +181,7 @@ def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
     check_kernel_inputs('sliding_chunk_attention', (q, k, v), MAX_HEAD_DIMS)
     if window > MAX_WINDOW:
         raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
-                         f"range 1..{MAX_WINDOW} (impl='torch' takes any window)")
+                               f"range 1..{MAX_WINDOW} (impl='torch' takes any window)")
 
 
 def sliding_chunk_local_triton(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
