@@ -1,13 +1,21 @@
-"""The shapes data: deterministic, refuses foreign directories, and read unchanged by the stock
-COCO, Cityscapes and ADE20K dataset classes with exact masks."""
+"""The shapes data: deterministic, transactional (a killed run changes nothing), never writes or
+deletes outside ``--out`` or a file it did not write, and is read unchanged by the stock COCO,
+Cityscapes and ADE20K dataset classes with exact masks."""
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from ..conftest import run_tool
+from ..conftest import REPO, run_tool, tool_env
+
+SMALL = ['--num-train', 4, '--num-val', 2, '--size', 64]
 
 
 def tree_digest(root):
@@ -35,6 +43,95 @@ def test_refuses_foreign_non_empty_directory(tmp_path):
     assert done.returncode != 0
     assert f'refusing to write into {tmp_path}' in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ['precious.txt']
+
+
+def make(out, *args, check=True):
+    return run_tool(['tools/misc/make_demo_data.py', '--out', out, *args], cwd=out.parent, check=check)
+
+
+def one_line_refusal(done, *fragments):
+    assert done.returncode == 1 and 'Traceback' not in done.stderr
+    line, = done.stderr.strip().splitlines()
+    assert line.startswith('make_demo_data: refusing to write'), line
+    assert all(str(fragment) in line for fragment in fragments), line
+
+
+def test_symlinked_layout_folder_is_refused_and_its_target_untouched(tmp_path):
+    """``data/shapes/coco`` linked to a real COCO folder: regenerating must not write through it."""
+    out = tmp_path / 'shapes'
+    make(out, *SMALL)
+    real = tmp_path / 'real_coco'
+    (real / 'annotations').mkdir(parents=True)
+    (real / 'annotations' / 'instances_train2017.json').write_text('{"the": "real one"}')
+    (real / 'train2017').mkdir()
+    (real / 'train2017' / 'real.jpg').write_bytes(b'jpeg')
+    digest = tree_digest(real)
+    os.rename(out / 'coco', tmp_path / 'old_coco')
+    (out / 'coco').symlink_to(real)
+    one_line_refusal(make(out, '--num-train', 5, '--num-val', 2, '--size', 64, check=False), out / 'coco', real)
+    assert tree_digest(real) == digest
+    assert (out / 'coco').is_symlink()
+
+
+def test_regenerating_keeps_the_users_files(tmp_path):
+    out = tmp_path / 'shapes'
+    make(out, *SMALL)
+    (out / 'coco' / 'annotations' / 'my_extra.json').write_text('mine')
+    (out / 'notes').mkdir()
+    (out / 'notes' / 'readme.txt').write_text('also mine')
+    make(out, '--num-train', 3, '--num-val', 2, '--size', 64)
+    assert (out / 'coco' / 'annotations' / 'my_extra.json').read_text() == 'mine'
+    assert (out / 'notes' / 'readme.txt').read_text() == 'also mine'
+    assert sorted(p.name for p in (out / 'coco' / 'train2017').iterdir()) == [
+        f'shapes_00000{i}.jpg' for i in (1, 2, 3)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['shapes']  # no staging folder left
+
+
+@pytest.mark.parametrize('kind', ['file', 'symlink'])
+def test_out_that_is_a_file_or_a_link_is_refused(tmp_path, kind):
+    target = tmp_path / 'elsewhere'
+    target.mkdir()
+    out = tmp_path / 'out'
+    if kind == 'file':
+        out.write_text('not a folder')
+    else:
+        out.symlink_to(target)
+    one_line_refusal(make(out, *SMALL, check=False), out, 'file' if kind == 'file' else 'symbolic link')
+    assert list(target.iterdir()) == []
+
+
+def kill_while_writing(out, *args):
+    """Start a large generation and kill it (SIGKILL) once it has written a few images."""
+    command = [sys.executable, str(REPO / 'tools/misc/make_demo_data.py'), '--out', str(out), *map(str, args)]
+    process = subprocess.Popen(command, cwd=out.parent, env=tool_env())
+    staging = out.parent / f'.{out.name}.partial'
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(staging.rglob('*.png'))) < 10:
+        time.sleep(0.05)
+    assert process.poll() is None, 'the generation finished before it could be killed'
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_killed_run_leaves_the_earlier_data_as_it_was(tmp_path):
+    out = tmp_path / 'shapes'
+    make(out, *SMALL)
+    (out / 'coco' / 'annotations' / 'my_extra.json').write_text('mine')
+    before = tree_digest(out)
+    kill_while_writing(out, '--num-train', 3000, '--size', 64)
+    assert tree_digest(out) == before
+    make(out, '--num-train', 5, '--num-val', 2, '--size', 64)  # the next run clears the staging folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['shapes']
+    assert (out / 'coco' / 'annotations' / 'my_extra.json').read_text() == 'mine'
+    assert len(list((out / 'coco' / 'train2017').iterdir())) == 5
+
+
+def test_killed_first_run_leaves_no_output(tmp_path):
+    out = tmp_path / 'shapes'
+    kill_while_writing(out, '--num-train', 3000, '--size', 64)
+    assert not out.exists()
+    make(out, *SMALL)
+    assert len(list((out / 'coco' / 'train2017').iterdir())) == 4
 
 
 def test_stock_coco_dataset_reads_exact_masks(workspace):

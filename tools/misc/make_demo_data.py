@@ -10,23 +10,29 @@ semantic maps and the COCO ``segmentation`` entry, so masks are exact. Output (`
     DIR/ade20k/ADEChallengeData2016/{images,annotations}/{training,validation}/*   (1 background, 2-4 shapes;
                                                                            0 is ADE's "other")
 
-The output is a pure function of the arguments. The script refuses a non-empty directory that it
-did not create; a directory it did create is rewritten when the arguments change and left alone
-when they do not.
+The output is a pure function of the arguments. Writing is transactional: the data is written
+into the sibling folder ``.NAME.partial`` and renamed into place when complete, so a run that is
+killed leaves ``--out`` as it was (the next run removes the staging folder). The marker file
+``.mmvisattn-demo-data`` lists every file a run wrote; a later run with other arguments replaces
+exactly those, keeps any other file in the folder, and never writes or deletes through a
+symbolic link. ``--out`` that is a file, a symbolic link or a non-empty folder the script did not
+write is refused in one line; a folder it wrote is left alone when the arguments are unchanged.
 """
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 CLASSES = ('circle', 'rectangle', 'triangle')
 MARKER = '.mmvisattn-demo-data'
+PARTIAL_MARKER = '.mmvisattn-demo-data-partial'
 LAYOUTS = ('coco', 'cityscapes', 'ade20k')
 Polygon = List[Tuple[float, float]]
 
@@ -136,37 +142,168 @@ SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training'),
           dict(coco='val2017', cityscapes='val', ade20k='validation'))
 
 
-def prepare_output(out: Path, settings: Dict) -> bool:
-    """Make ``out`` ready; returns False when it already holds this exact dataset."""
+def split_directories(split: Dict[str, str]) -> Tuple[str, ...]:
+    return (f'coco/{split["coco"]}', 'coco/annotations',
+            f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes', f'cityscapes/gtFine/{split["cityscapes"]}/shapes',
+            f'ade20k/ADEChallengeData2016/images/{split["ade20k"]}',
+            f'ade20k/ADEChallengeData2016/annotations/{split["ade20k"]}')
+
+
+def planned_files(settings: Dict) -> List[str]:
+    """Every file a run with ``settings`` writes, relative to ``--out``: names depend on the
+    settings alone, so the plan of an earlier run is known from its marker too."""
+    files = []
+    first_ids = (1, settings['num_train'] + 1)
+    for split, first_id, count in zip(SPLITS, first_ids, (settings['num_train'], settings['num_val'])):
+        files.append(f'coco/annotations/instances_{split["coco"]}.json')
+        for image_id in range(first_id, first_id + count):
+            name = f'shapes_{image_id:06d}'
+            files += [f'coco/{split["coco"]}/{name}.jpg',
+                      f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes/{name}_leftImg8bit.png',
+                      f'cityscapes/gtFine/{split["cityscapes"]}/shapes/{name}_gtFine_labelTrainIds.png',
+                      f'ade20k/ADEChallengeData2016/images/{split["ade20k"]}/{name}.jpg',
+                      f'ade20k/ADEChallengeData2016/annotations/{split["ade20k"]}/{name}.png']
+    return files
+
+
+def refuse(message: str) -> None:
+    sys.exit(f'make_demo_data: refusing to write {message}')
+
+
+def earlier_run(out: Path) -> Optional[Dict]:
+    """The marker of the run that wrote ``out`` (settings and files), None for a new or empty
+    folder; refuses a file, a symlink or a non-empty folder this script did not write."""
+    if out.is_symlink():
+        refuse(f'into {out}: it is a symbolic link; pass the folder it points to, or a new one')
+    if out.exists() and not out.is_dir():
+        refuse(f'into {out}: it is a file, not a folder')
+    if not out.exists() or not any(out.iterdir()):
+        return None
     marker = out / MARKER
-    if out.exists() and any(out.iterdir()):
-        if not marker.exists():
-            sys.exit(f'make_demo_data: refusing to write into {out}: it is not empty and was not created by '
-                     f'this script (no {MARKER} file); pass an empty or new directory')
-        if json.loads(marker.read_text()) == settings:
-            return False
-        for layout in LAYOUTS:
-            shutil.rmtree(out / layout, ignore_errors=True)
+    if not marker.is_file() or marker.is_symlink():
+        refuse(f'into {out}: it is not empty and was not created by this script (no {MARKER} file); '
+               'pass an empty or new folder')
+    try:
+        content = json.loads(marker.read_text())
+        settings = content.get('settings', content)  # version 1 markers hold the settings alone
+        return dict(settings=settings, files=content.get('files') or planned_files(settings))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        refuse(f'into {out}: its marker {marker} is not one this script writes')
+
+
+def check_no_links_or_foreign_files(out: Path, ours: Set[str], planned: List[str]) -> None:
+    """Refuse before writing anything when a path this run writes or replaces passes through a
+    symbolic link (it would write or delete outside ``out``) or is a file this script did not write."""
+    for relative in sorted(ours | set(planned)):
+        parts = Path(relative).parts
+        for depth in range(1, len(parts) + 1):
+            path = out.joinpath(*parts[:depth])
+            if path.is_symlink():
+                refuse(f'{relative} under {out}: {path} is a symbolic link (to {os.readlink(path)}) this script '
+                       'did not create; move it away or pass another --out')
+    foreign = [name for name in planned if name not in ours and (out / name).exists()]
+    if foreign:
+        refuse(f'{foreign[0]} under {out}: the file exists and was not written by this script')
+
+
+def user_entries(root: Path, ours: Set[str]) -> List[str]:
+    """Files, links and empty folders under ``root`` that this script did not write."""
+    entries = []
+    for directory, folders, files in os.walk(root):
+        relative_dir = Path(directory).relative_to(root)
+        links = [name for name in folders if (Path(directory) / name).is_symlink()]
+        for name in files + links:
+            relative = (relative_dir / name).as_posix()
+            if relative not in ours and relative != MARKER:
+                entries.append(relative)
+        if not folders and not files and directory != str(root):
+            entries.append(relative_dir.as_posix() + '/')
+    return entries
+
+
+def staging_paths(out: Path) -> Tuple[Path, Path]:
+    """The sibling folders a run writes into (``partial``) and moves the old generation to."""
+    return out.parent / f'.{out.name}.partial', out.parent / f'.{out.name}.replaced'
+
+
+def finish_interrupted_run(out: Path) -> None:
+    """Undo or complete what a killed run left beside ``out``: a half-written staging folder is
+    removed; a replaced generation is put back when the new one never arrived, otherwise its
+    user files are moved into the new one and its own files deleted."""
+    partial, replaced = staging_paths(out)
+    if partial.is_dir() and not partial.is_symlink():
+        if any(partial.iterdir()) and not any((partial / name).is_file() for name in (PARTIAL_MARKER, MARKER)):
+            refuse(f'into {partial}: it exists and was not created by this script')
+        shutil.rmtree(partial)
+    elif partial.exists() or partial.is_symlink():
+        refuse(f'into {partial}: it exists and was not created by this script')
+    if replaced.exists():
+        if not out.exists():
+            replaced.rename(out)
+        else:
+            retire(replaced, out)
+
+
+def retire(old: Path, new: Path) -> None:
+    """Move the user's entries from the old generation ``old`` into ``new``, then delete only the
+    files the old marker lists and the folders left empty."""
+    ours = set(earlier_run(old)['files'])
+    check_no_links_or_foreign_files(old, ours, [])
+    for relative in user_entries(old, ours):
+        target = new / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if relative.endswith('/'):
+            target.mkdir(exist_ok=True)
+        else:
+            (old / relative).rename(target)
+    for relative in ours:
+        (old / relative).unlink(missing_ok=True)
+    (old / MARKER).unlink()
+    for directory, _, _ in sorted(os.walk(old), key=lambda entry: -len(entry[0])):
+        Path(directory).rmdir()
+
+
+def generate(staging: Path, args: argparse.Namespace, settings: Dict, files: List[str]) -> None:
+    staging.mkdir()
+    (staging / PARTIAL_MARKER).write_text('written by make_demo_data.py; removed by its next run\n')
     for split in SPLITS:
-        for directory in (f'coco/{split["coco"]}', 'coco/annotations',
-                          f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes',
-                          f'cityscapes/gtFine/{split["cityscapes"]}/shapes',
-                          f'ade20k/ADEChallengeData2016/images/{split["ade20k"]}',
-                          f'ade20k/ADEChallengeData2016/annotations/{split["ade20k"]}'):
-            (out / directory).mkdir(parents=True, exist_ok=True)
-    return True
+        for directory in split_directories(split):
+            (staging / directory).mkdir(parents=True, exist_ok=True)
+    rng = np.random.RandomState(args.seed)
+    write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size)
+    write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size)
+    (staging / MARKER).write_text(json.dumps(dict(settings=settings, files=files)))
+    (staging / PARTIAL_MARKER).unlink()
+
+
+def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
+    """Rename the finished ``staging`` folder into place; the earlier generation, if any, is
+    renamed aside first and retired (the user's files in it move over) afterwards."""
+    _, replaced = staging_paths(out)
+    if replaces_earlier_run:
+        out.rename(replaced)
+    elif out.exists():
+        out.rmdir()  # empty: earlier_run() returned None
+    staging.rename(out)
+    if replaces_earlier_run:
+        retire(replaced, out)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     settings = dict(seed=args.seed, num_train=args.num_train, num_val=args.num_val, size=args.size, version=1)
-    if not prepare_output(args.out, settings):
+    out = args.out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    finish_interrupted_run(out)
+    earlier = earlier_run(out)
+    files = planned_files(settings)
+    if earlier and earlier['settings'] == settings and all((out / name).is_file() for name in files):
         print(f'{args.out} already holds the shapes demo data for {settings}')
         return
-    rng = np.random.RandomState(args.seed)
-    write_split(args.out, SPLITS[0], args.num_train, 1, rng, args.size)
-    write_split(args.out, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size)
-    (args.out / MARKER).write_text(json.dumps(settings))
+    check_no_links_or_foreign_files(out, set(earlier['files']) if earlier else set(), files)
+    staging, _ = staging_paths(out)
+    generate(staging, args, settings, files)
+    install(staging, out, replaces_earlier_run=earlier is not None)
     print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({args.size}x{args.size}) '
           f'in COCO, Cityscapes and ADE20K layouts under {args.out}')
 
