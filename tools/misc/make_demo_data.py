@@ -116,37 +116,46 @@ def coco_annotation(ann_id: int, image_id: int, label: int, polygon: Polygon, ma
                 segmentation=[[round(v, 2) for point in polygon for v in point]])
 
 
+def sample_files(split: Dict[str, str], name: str) -> Dict[str, str]:
+    """Where one sample's image and label maps go in each layout, relative to ``--out``."""
+    ade = 'ade20k/ADEChallengeData2016'
+    return dict(coco_image=f'coco/{split["coco"]}/{name}.jpg',
+                cityscapes_image=f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes/{name}_leftImg8bit.png',
+                cityscapes_label=f'cityscapes/gtFine/{split["cityscapes"]}/shapes/{name}_gtFine_labelTrainIds.png',
+                ade_image=f'{ade}/images/{split["ade20k"]}/{name}.jpg',
+                ade_label=f'{ade}/annotations/{split["ade20k"]}/{name}.png')
+
+
+def annotation_file(split: Dict[str, str]) -> str:
+    return f'coco/annotations/instances_{split["coco"]}.json'
+
+
+def sample_name(image_id: int) -> str:
+    return f'shapes_{image_id:06d}'
+
+
 def write_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, size: int) -> None:
     coco_images, coco_anns = [], []
     for image_id in range(first_id, first_id + count):
-        name = f'shapes_{image_id:06d}'
+        name = sample_name(image_id)
         shapes = sample_scene(rng, size)
         image, semantic, masks = render(rng, size, shapes)
-        Image.fromarray(image).save(out / 'coco' / split['coco'] / f'{name}.jpg', quality=95)
+        files = sample_files(split, name)
+        Image.fromarray(image).save(out / files['coco_image'], quality=95)
         coco_images.append(dict(id=image_id, file_name=f'{name}.jpg', height=size, width=size))
         for (label, polygon), mask in zip(shapes, masks):
             coco_anns.append(coco_annotation(len(coco_anns) + 1, image_id, label, polygon, mask))
-        city = out / 'cityscapes'
-        Image.fromarray(image).save(city / 'leftImg8bit' / split['cityscapes'] / 'shapes' / f'{name}_leftImg8bit.png')
-        Image.fromarray(semantic).save(
-            city / 'gtFine' / split['cityscapes'] / 'shapes' / f'{name}_gtFine_labelTrainIds.png')
-        ade = out / 'ade20k' / 'ADEChallengeData2016'
-        Image.fromarray(image).save(ade / 'images' / split['ade20k'] / f'{name}.jpg', quality=95)
-        Image.fromarray(semantic + 1).save(ade / 'annotations' / split['ade20k'] / f'{name}.png')
+        Image.fromarray(image).save(out / files['cityscapes_image'])
+        Image.fromarray(semantic).save(out / files['cityscapes_label'])
+        Image.fromarray(image).save(out / files['ade_image'], quality=95)
+        Image.fromarray(semantic + 1).save(out / files['ade_label'])
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)]
-    ann_file = out / 'coco' / 'annotations' / f'instances_{split["coco"]}.json'
-    ann_file.write_text(json.dumps(dict(images=coco_images, annotations=coco_anns, categories=categories)))
+    (out / annotation_file(split)).write_text(
+        json.dumps(dict(images=coco_images, annotations=coco_anns, categories=categories)))
 
 
 SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training'),
           dict(coco='val2017', cityscapes='val', ade20k='validation'))
-
-
-def split_directories(split: Dict[str, str]) -> Tuple[str, ...]:
-    return (f'coco/{split["coco"]}', 'coco/annotations',
-            f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes', f'cityscapes/gtFine/{split["cityscapes"]}/shapes',
-            f'ade20k/ADEChallengeData2016/images/{split["ade20k"]}',
-            f'ade20k/ADEChallengeData2016/annotations/{split["ade20k"]}')
 
 
 def planned_files(settings: Dict) -> List[str]:
@@ -155,14 +164,9 @@ def planned_files(settings: Dict) -> List[str]:
     files = []
     first_ids = (1, settings['num_train'] + 1)
     for split, first_id, count in zip(SPLITS, first_ids, (settings['num_train'], settings['num_val'])):
-        files.append(f'coco/annotations/instances_{split["coco"]}.json')
+        files.append(annotation_file(split))
         for image_id in range(first_id, first_id + count):
-            name = f'shapes_{image_id:06d}'
-            files += [f'coco/{split["coco"]}/{name}.jpg',
-                      f'cityscapes/leftImg8bit/{split["cityscapes"]}/shapes/{name}_leftImg8bit.png',
-                      f'cityscapes/gtFine/{split["cityscapes"]}/shapes/{name}_gtFine_labelTrainIds.png',
-                      f'ade20k/ADEChallengeData2016/images/{split["ade20k"]}/{name}.jpg',
-                      f'ade20k/ADEChallengeData2016/annotations/{split["ade20k"]}/{name}.png']
+            files += sample_files(split, sample_name(image_id)).values()
     return files
 
 
@@ -266,9 +270,8 @@ def retire(old: Path, new: Path) -> None:
 def generate(staging: Path, args: argparse.Namespace, settings: Dict, files: List[str]) -> None:
     staging.mkdir()
     (staging / PARTIAL_MARKER).write_text('written by make_demo_data.py; removed by its next run\n')
-    for split in SPLITS:
-        for directory in split_directories(split):
-            (staging / directory).mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.RandomState(args.seed)
     write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size)
     write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size)
