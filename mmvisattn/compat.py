@@ -4,11 +4,12 @@ Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to
 ``weights_only=True`` and mmengine 0.10.7 calls it without the argument, so every checkpoint the
 Runner saves fails to load for ``--resume``, ``load_from`` and ``tools/test.py``: the message hub
 stores ``HistoryBuffer`` objects holding numpy arrays and scalars, and each buffer pickles its
-statistics methods as ``getattr(HistoryBuffer, 'mean')``. Upstream's proposed fix turns
-``weights_only`` off, which lets any pickle run code. Instead the few types a Runner checkpoint
-contains are added to torch's allowlist, and the ``getattr`` global is bound to a stand-in that
-only returns HistoryBuffer's registered statistics methods: loading stays restricted, and a pickle
-that would call anything else is refused before it runs.
+statistics methods as ``getattr(HistoryBuffer, 'mean')`` (and an empty buffer's history as
+``bytes()``). Upstream's proposed fix turns ``weights_only`` off, which lets any pickle run code.
+Instead the few types a Runner checkpoint contains are added to torch's allowlist, and the
+``getattr`` and ``bytes`` globals are bound to stand-ins that only return HistoryBuffer's
+registered statistics methods and ``b''``: loading stays restricted, and a pickle that would call
+anything else is refused before it runs.
 
 mmcv's CPU ops under autocast. mmcv 2.1.0's CPU ``nms`` and ``RoIAlign`` kernels take float32 only;
 under CPU autocast (``tools/train.py --amp`` on a machine without CUDA) a two-stage detector hands
@@ -47,11 +48,21 @@ def history_buffer_statistic(owner: Any, name: str) -> Callable:
                           f'statistics methods {sorted(allowed)} are allowed')
 
 
+def empty_bytes(*args: Any) -> bytes:
+    """``bytes`` as a Runner checkpoint uses it, and nothing more: numpy pickles the data of an
+    empty array (an empty ``HistoryBuffer``'s history) as ``bytes()``; any argument is refused."""
+    if args:
+        raise UnpicklingError(f'refused bytes{args!r} while loading a checkpoint: only bytes() is allowed')
+    return b''
+
+
 def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
     """Everything outside torch's default allowlist that an mmengine Runner checkpoint refers to;
-    ``getattr`` (pickled as ``__builtin__.getattr`` by protocol 2) maps to the restricted stand-in."""
-    getattr_names = [(history_buffer_statistic, f'{module}.getattr') for module in ('__builtin__', 'builtins')]
-    return [HistoryBuffer, *_numpy_types(), *getattr_names]
+    ``getattr`` and ``bytes`` (pickled as ``__builtin__.*`` by protocol 2) map to restricted stand-ins."""
+    stand_ins = [(function, f'{module}.{name}') for function, name in ((history_buffer_statistic, 'getattr'),
+                                                                       (empty_bytes, 'bytes'))
+                 for module in ('__builtin__', 'builtins')]
+    return [HistoryBuffer, *_numpy_types(), *stand_ins]
 
 
 def _half_on_cpu(arg: Any) -> bool:

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
+from ..engine.hooks import SAFEGUARD_HOOKS
+
 SCOPES = ('mmdet', 'mmseg')
 LAUNCHERS = ('none', 'pytorch', 'slurm')
 
@@ -31,11 +33,24 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
     if scope not in SCOPES:
         raise SystemExit(f'error: config {path!r} has default_scope={scope!r}; expected one of {SCOPES}')
     cfg.launcher = launcher
+    add_safeguard_hooks(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
     return cfg
+
+
+def add_safeguard_hooks(cfg: Config) -> None:
+    """Exact resumption, a stop at the first non-finite loss and rank-averaged loss logging for
+    every config: a ``default_hooks`` key the config sets wins, and ``None`` turns that hook off
+    (mmengine itself accepts ``None`` only for its own default hooks)."""
+    hooks = cfg.setdefault('default_hooks', {})
+    for key, hook in SAFEGUARD_HOOKS.items():
+        if key in hooks and hooks[key] is None:
+            del hooks[key]
+        else:
+            hooks.setdefault(key, dict(hook))
 
 
 def init_cpu_distributed(cfg: Config) -> None:

@@ -1,5 +1,6 @@
-from .hooks import CastlingScheduleHook
+from .hooks import (CastlingScheduleHook, FiniteLossHook, NonFiniteLoss, RandomStateHook, RankMeanLossHook,
+                    ViLRandomShiftHook)
 from .optim_wrappers import CPUAmpOptimWrapper
-from .vil_hooks import ViLRandomShiftHook
 
-__all__ = ['CastlingScheduleHook', 'CPUAmpOptimWrapper', 'ViLRandomShiftHook']
+__all__ = ['CastlingScheduleHook', 'CPUAmpOptimWrapper', 'FiniteLossHook', 'NonFiniteLoss', 'RandomStateHook',
+           'RankMeanLossHook', 'ViLRandomShiftHook']

@@ -1,4 +1,6 @@
-from .checkpoint import check_backbone_weights, save_converted
+from .checkpoint import (CheckpointError, check_backbone_weights, read_checkpoint, read_converter_input,
+                         save_converted, state_dict_of)
 from .complexity import count_flops, count_parameters
 
-__all__ = ['count_flops', 'count_parameters', 'check_backbone_weights', 'save_converted']
+__all__ = ['CheckpointError', 'check_backbone_weights', 'count_flops', 'count_parameters', 'read_checkpoint',
+           'read_converter_input', 'save_converted', 'state_dict_of']

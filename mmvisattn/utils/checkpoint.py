@@ -1,7 +1,76 @@
-"""Checks shared by the model converters: does a converted state dict fit a config's backbone?"""
-from typing import Dict, List, Optional
+"""Reading checkpoints with one-line errors (tools/train.py, tools/test.py, the converters), and
+the checks the converters share: does a converted state dict fit a config's backbone?"""
+import os.path as osp
+import pickle
+import re
+import zipfile
+from typing import Dict, List, Optional, Sequence
 
+import torch
 from torch import Tensor
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the one-line message names the file and the fault."""
+
+
+REFUSED_GLOBAL = re.compile(r'Unsupported global: GLOBAL (\S+)|Trying to load unsupported GLOBAL (\S+)')
+
+
+def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dict:
+    """``torch.load(path, weights_only=True)`` onto the CPU, failing with :class:`CheckpointError`
+    for a missing, empty, corrupt or truncated file, a pickle refused as unsafe (naming the global
+    it asked for) and a file that holds no state dict (bare or under one of ``wrappers``). Zip
+    checkpoints (torch's format since 1.6) are memory-mapped, so checking a large one reads only
+    its pickle."""
+    if not osp.isfile(path):
+        raise CheckpointError(f'checkpoint {path!r} does not exist')
+    if osp.getsize(path) == 0:
+        raise CheckpointError(f'checkpoint {path!r} is empty (0 bytes)')
+    try:
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as exc:
+        refused = REFUSED_GLOBAL.search(str(exc))
+        if refused:
+            raise CheckpointError(f'checkpoint {path!r} was refused as unsafe: its pickle asks for '
+                                  f'{refused.group(1) or refused.group(2)}, which is not among the types a '
+                                  'checkpoint may hold (tensors, containers and mmengine\'s log buffers)') from None
+        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt or truncated '
+                              '(its pickle cannot be read)') from None
+    except Exception as exc:  # torch.load raises a different type for each kind of damage
+        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt or truncated '
+                              f'(torch.load raised {type(exc).__name__})') from None
+    state_dict_of(checkpoint, path, wrappers)
+    return checkpoint
+
+
+def state_dict_of(checkpoint: object, path: str, wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
+    """The state dict inside ``checkpoint``: the first of ``wrappers`` present, else the checkpoint
+    itself; :class:`CheckpointError` unless it is a non-empty dict of tensors."""
+    if isinstance(checkpoint, dict):
+        state_dict = next((checkpoint[key] for key in wrappers if key in checkpoint), checkpoint)
+        if isinstance(state_dict, dict) and state_dict and all(isinstance(v, Tensor) for v in state_dict.values()):
+            return state_dict
+    raise CheckpointError(f'checkpoint {path!r} holds no state dict: expected a dict of tensors, bare or under '
+                          f'one of {list(wrappers)}, found {_describe(checkpoint)}')
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, dict):
+        return f'a dict with keys {list(value)[:5]}'
+    return f'a {type(value).__name__}'
+
+
+def read_converter_input(src: str, dst: str, wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
+    """The start every converter shares: refuse a ``dst`` that would overwrite ``src``, read
+    ``src`` and return its state dict; every failure exits with one line."""
+    if osp.realpath(src) == osp.realpath(dst):
+        raise SystemExit(f'error: the output {dst!r} is the input checkpoint; pick another path '
+                         '(a converter never overwrites its input)')
+    try:
+        return state_dict_of(read_checkpoint(src, wrappers), src, wrappers)
+    except CheckpointError as exc:
+        raise SystemExit(f'error: {exc}') from None
 
 
 def check_backbone_weights(config: str, weights: Dict[str, Tensor]) -> List[str]:
@@ -26,7 +95,6 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor]) -> List[str]
 def save_converted(converted: Dict[str, Tensor], dst: str, config: Optional[str] = None) -> None:
     """The end every converter shares: check against ``config`` (when given) and report what stays
     newly initialised, exit in one line when the weights do not fit, then save ``dst``."""
-    import torch
     if config:
         try:
             new = check_backbone_weights(config, converted)

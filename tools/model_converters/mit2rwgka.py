@@ -14,10 +14,8 @@ anchors) are listed, and any key or shape that does not fit fails the conversion
 """
 import argparse
 
-import torch
-
 from mmvisattn.models.backbones.mit_rwgka import MIT_ATTENTION_KEY, convert_mit_state_dict
-from mmvisattn.utils import save_converted
+from mmvisattn.utils import read_converter_input, save_converted
 
 
 def main(argv=None) -> None:
@@ -28,8 +26,7 @@ def main(argv=None) -> None:
     parser.add_argument('--keep-spatial-reduction', action='store_true',
                         help='keep sr/norm for a backbone built with SpatialReductionAttention')
     args = parser.parse_args(argv)
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
-    state_dict = checkpoint.get('state_dict', checkpoint)
+    state_dict = read_converter_input(args.src, args.dst)
     if not any(MIT_ATTENTION_KEY.match(k) for k in state_dict):
         raise SystemExit(f'error: {args.src} holds no MiT attention keys (layers.I.1.J.attn.*); '
                          'is it an mmseg MiT checkpoint?')

@@ -15,10 +15,8 @@ output norms of the other stages) are listed.
 """
 import argparse
 
-import torch
-
 from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_official_state_dict
-from mmvisattn.utils import save_converted
+from mmvisattn.utils import read_converter_input, save_converted
 
 
 def main(argv=None) -> None:
@@ -27,8 +25,7 @@ def main(argv=None) -> None:
     parser.add_argument('dst', help='where to save the converted checkpoint')
     parser.add_argument('--config', help='check the result against the backbone of this config')
     args = parser.parse_args(argv)
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
-    state_dict = checkpoint.get('model', checkpoint.get('state_dict', checkpoint))
+    state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
     if not any(OFFICIAL_KEY.match(k) for k in state_dict):
         raise SystemExit(f'error: {args.src} holds no official PerViT attention keys (blocks.I.attn.activation.*); '
                          'is it a juhongm999/pervit checkpoint?')

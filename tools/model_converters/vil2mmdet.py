@@ -11,10 +11,8 @@ Official keys without a place are listed; the conversion fails if a backbone wei
 """
 import argparse
 
-import torch
-
 from mmvisattn.models.backbones.vil import convert_vil_state_dict
-from mmvisattn.utils import save_converted
+from mmvisattn.utils import read_converter_input, save_converted
 from mmvisattn.utils.checkpoint import check_backbone_weights
 
 
@@ -29,8 +27,7 @@ def main(argv=None) -> None:
     parser.add_argument('dst', help='where to save the converted checkpoint')
     parser.add_argument('--config', required=True, help='config whose ViL backbone receives the weights')
     args = parser.parse_args(argv)
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
-    state_dict = checkpoint.get('net', checkpoint.get('model', checkpoint))
+    state_dict = read_converter_input(args.src, args.dst, ('net', 'model'))
     try:
         converted, unmapped = convert_vil_state_dict(state_dict, target_state_dict(args.config))
         unset = check_backbone_weights(args.config, converted)

@@ -11,10 +11,8 @@ not fit (a checkpoint of another width) fails in one line.
 """
 import argparse
 
-import torch
-
 from mmvisattn.models.backbones.castling_vit import convert_timm_vit_state_dict
-from mmvisattn.utils import save_converted
+from mmvisattn.utils import read_converter_input, save_converted
 
 
 def main(argv=None) -> None:
@@ -23,8 +21,7 @@ def main(argv=None) -> None:
     parser.add_argument('dst', help='where to save the converted checkpoint')
     parser.add_argument('--config', help='check the result against the backbone of this config')
     args = parser.parse_args(argv)
-    checkpoint = torch.load(args.src, map_location='cpu', weights_only=True)
-    state_dict = checkpoint.get('model', checkpoint.get('state_dict', checkpoint))
+    state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
     if not any(key.startswith('blocks.') for key in state_dict):
         raise SystemExit(f'error: {args.src} holds no timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
     converted, dropped = convert_timm_vit_state_dict(state_dict)

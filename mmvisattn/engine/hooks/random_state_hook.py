@@ -1,0 +1,126 @@
+"""Exact resumption: the random-number states of every rank travel with each checkpoint."""
+import random
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+from mmengine.runner import IterBasedTrainLoop
+
+RandomStates = Dict[str, object]
+
+
+def capture_random_states() -> RandomStates:
+    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator states."""
+    states = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states['cuda'] = torch.cuda.get_rng_state()
+    return states
+
+
+def restore_random_states(states: RandomStates) -> None:
+    random.setstate(states['python'])
+    np.random.set_state(states['numpy'])
+    torch.set_rng_state(states['torch'])
+    if 'cuda' in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states['cuda'])
+
+
+@HOOKS.register_module()
+class RandomStateHook(Hook):
+    """Save the random-number states of every rank with each checkpoint and restore them on
+    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and the same
+    augmentations as a run that never stopped: identical losses and bit-identical weights on CPU.
+
+    Stock mmengine (0.10.7) stores only the seed and re-seeds on resume, so every draw after the
+    checkpoint differs. No stock hook saves the states; this one does, in
+    ``checkpoint['random_states']`` (one entry per rank).
+
+    When states are taken: in the state the run has when its checkpoint is written (the end of a
+    training iteration or epoch; this hook runs just before ``CheckpointHook``). Only rank 0 writes
+    checkpoints, so in distributed runs every rank's states are gathered to it at each of those
+    points. Validation leaves the states as it found them: a new validation dataloader iterator
+    draws a seed from torch's generator, which would otherwise shift the training stream of a run
+    that validated at its checkpoint against the run resumed from it.
+
+    When states are restored: ``IterBasedTrainLoop`` replays the batches already trained through
+    the dataloader before it continues, which draws from the main process's generators when
+    ``num_workers=0``, so the states are put back after that replay, right before the first new
+    batch is loaded. Epoch-based loops start a new epoch and are restored before training starts.
+    A checkpoint without states (an older one) or from another number of ranks is reported in the
+    log and resumes with mmengine's re-seeding.
+    """
+
+    priority = 'LOW'  # after the logger, before CheckpointHook (VERY_LOW)
+
+    def __init__(self) -> None:
+        self._saved: Optional[List[RandomStates]] = None
+        self._loaded: Optional[List[RandomStates]] = None
+        self._before_val: Optional[RandomStates] = None
+
+    def _take(self) -> None:
+        states = capture_random_states()
+        self._saved = all_gather_object(states) if get_world_size() > 1 else [states]
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._take()
+
+    def after_train_epoch(self, runner) -> None:
+        self._take()
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint['random_states'] = self._saved or [capture_random_states()]
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._loaded = checkpoint.get('random_states')
+
+    def before_train(self, runner) -> None:
+        """Restore the states of a resumed run (one whose loop has progress); ``load_from`` only
+        initialises weights and keeps the fresh run's seeding."""
+        resumed = runner.iter > 0 or runner.epoch > 0
+        states, self._loaded = self._loaded, None
+        if not resumed:
+            return
+        if states is None or len(states) != get_world_size():
+            reason = ('holds no random states' if states is None else
+                      f'holds the random states of {len(states)} ranks, this run has {get_world_size()}')
+            runner.logger.warning(f'RandomStateHook: the checkpoint {reason}; the resumed run is re-seeded '
+                                  'and its random draws differ from an uninterrupted run')
+            return
+        own = states[get_rank()]
+        loop = runner.train_loop
+        if isinstance(loop, IterBasedTrainLoop) and loop.iter > 0:
+            loop.dataloader_iterator = RestoreAfterReplay(loop, own, replayed=loop.iter)
+        else:
+            restore_random_states(own)
+
+    def before_val(self, runner) -> None:
+        self._before_val = capture_random_states()
+
+    def after_val(self, runner) -> None:
+        if self._before_val is not None:
+            restore_random_states(self._before_val)
+            self._before_val = None
+
+
+class RestoreAfterReplay:
+    """Stands in for ``IterBasedTrainLoop.dataloader_iterator`` while the loop replays the
+    ``replayed`` batches it already trained on; before the next batch it restores ``states`` and
+    gives the loop its own iterator back."""
+
+    def __init__(self, loop: IterBasedTrainLoop, states: RandomStates, replayed: int) -> None:
+        self.loop, self.states, self.remaining = loop, states, replayed
+        self.iterator = loop.dataloader_iterator
+
+    def __iter__(self) -> 'RestoreAfterReplay':
+        return self
+
+    def __next__(self):
+        if self.remaining == 0:
+            restore_random_states(self.states)
+            self.loop.dataloader_iterator = self.iterator
+        else:
+            self.remaining -= 1
+        return next(self.iterator)
