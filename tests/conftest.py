@@ -25,10 +25,37 @@ def tool_env() -> dict:
     return env
 
 
+# Every subprocess limit of the suite is multiplied by this variable (default 1): a loaded or slow
+# machine sets, say, MMVISATTN_TEST_TIMEOUT_SCALE=4 instead of failing on a fixed limit.
+TIMEOUT_SCALE_VARIABLE = 'MMVISATTN_TEST_TIMEOUT_SCALE'
+
+
+def time_limit(seconds: float) -> float:
+    """``seconds`` scaled by ``$MMVISATTN_TEST_TIMEOUT_SCALE``."""
+    text = os.environ.get(TIMEOUT_SCALE_VARIABLE, '1')
+    try:
+        scale = float(text)
+    except ValueError:
+        raise pytest.UsageError(f'{TIMEOUT_SCALE_VARIABLE}={text!r} is not a number') from None
+    return seconds * scale
+
+
+def run_command(command: List[str], timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True)`` under the scaled ``timeout``;
+    a time-out fails the test with one line naming the command and the limit."""
+    limit = time_limit(timeout)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=limit, **kwargs)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:.0f} s ({timeout} s x '
+                    f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on a slow or '
+                    f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
+
+
 def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python <repo>/<args[0]> args[1:]`` in ``cwd``; on failure show its output."""
     command = [sys.executable, str(REPO / args[0]), *map(str, args[1:])]
-    done = subprocess.run(command, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    done = run_command(command, timeout, cwd=cwd, env=tool_env())
     if check and done.returncode != 0:
         pytest.fail(f'{" ".join(command)} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}'
                     f'\n--- stderr\n{done.stderr[-6000:]}')

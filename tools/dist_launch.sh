@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared by dist_train.sh / dist_test.sh: torchrun NPROC copies of tools/SCRIPT with ARGS.
-# Environment: NNODES, NODE_RANK, PORT, MASTER_ADDR (the stock OpenMMLab variables).
+# Environment: NNODES, NODE_RANK, PORT, MASTER_ADDR (the stock OpenMMLab variables); PYTHON (see pick_python.sh).
+source "$(dirname "$0")/pick_python.sh"
 NPROC=$1
 SCRIPT=$2
 NNODES=${NNODES:-1}
@@ -9,7 +10,7 @@ PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 
 PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
-exec python -m torch.distributed.run \
+exec "$PYTHON" -m torch.distributed.run \
     --nnodes=$NNODES \
     --node_rank=$NODE_RANK \
     --master_addr=$MASTER_ADDR \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Shared by slurm_train.sh / slurm_test.sh: srun tools/SCRIPT with ARGS on PARTITION.
-# Environment: GPUS (tasks, default 8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS.
+# Environment: GPUS (tasks, default 8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS; PYTHON (see
+# pick_python.sh; on a cluster the path must exist on every node).
+source "$(dirname "$0")/pick_python.sh"
 set -x
 PARTITION=$1
 JOB_NAME=$2
@@ -19,4 +21,4 @@ exec srun -p ${PARTITION} \
     --cpus-per-task=${CPUS_PER_TASK} \
     --kill-on-bad-exit=1 \
     ${SRUN_ARGS} \
-    python -u "$(dirname "$0")/$SCRIPT" "${@:4}" --launcher slurm
+    "$PYTHON" -u "$(dirname "$0")/$SCRIPT" "${@:4}" --launcher slurm

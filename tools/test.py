@@ -1,7 +1,11 @@
 """Evaluate a checkpoint on a config's test set (COCO mAP for mmdet configs, mIoU for mmseg ones),
 as the stock ``tools/test.py`` of mmdet and mmseg do; the scope comes from ``default_scope``.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--cfg-options k=v ...]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--allow-partial-checkpoint]
+                         [--cfg-options k=v ...]
+
+Unlike the stock tools, a checkpoint that does not set every weight of the model (one of another
+model, or of another width) is refused in one line instead of scoring a partly random model.
 """
 import argparse
 import os
@@ -21,6 +25,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save the evaluation metrics')
     parser.add_argument('--show-dir', help='save images with predictions drawn into this dir (under the work dir)')
+    parser.add_argument('--allow-partial-checkpoint', action='store_true',
+                        help='evaluate even when the checkpoint leaves some weights of the model unset or holds '
+                             'others (the stock behaviour, with a warning)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. test_evaluator.classwise=True')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
@@ -46,12 +53,10 @@ def enable_visualization(cfg, show_dir: str) -> None:
 def main() -> None:
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
-    if not osp.isfile(args.checkpoint):
-        raise SystemExit(f'error: checkpoint {args.checkpoint!r} does not exist')
     cfg.load_from = args.checkpoint
     if args.show_dir:
         enable_visualization(cfg, args.show_dir)
-    run(cfg, 'test', TEST_LOADERS)
+    run(cfg, 'test', TEST_LOADERS, allow_partial_checkpoint=args.allow_partial_checkpoint)
 
 
 if __name__ == '__main__':

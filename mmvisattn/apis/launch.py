@@ -1,5 +1,5 @@
-"""Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, data checks
-and distributed initialisation that also works on CPU-only machines.
+"""Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, the checks of
+:mod:`.checks`, the safeguard hooks, and distributed initialisation that also works on CPU-only machines.
 
 Stock mmengine 0.10.7 cannot launch on a CPU build of torch: its pytorch launcher calls
 ``torch.cuda.set_device`` unconditionally and its Runner wraps the model in DDP with
@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from ..engine.hooks import SAFEGUARD_HOOKS
+from ..engine.hooks import SAFEGUARD_HOOKS, NonFiniteLoss
+from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
 
 SCOPES = ('mmdet', 'mmseg')
 LAUNCHERS = ('none', 'pytorch', 'slurm')
@@ -80,76 +81,51 @@ def _first_slurm_host() -> str:
     return subprocess.check_output(['scontrol', 'show', 'hostnames', nodes], text=True).split()[0]
 
 
-def check_data_roots(cfg: Config, dataloaders: Sequence[str]) -> None:
-    """Fail with one line when a dataloader's ``data_root`` is missing, before any model is built."""
-    for name, dataset in _configured_datasets(cfg, dataloaders):
-        root = dataset.get('data_root')
-        if root and not osp.isdir(root):
-            hint = (' (write the demo data with: python tools/misc/make_demo_data.py --out data/shapes)'
-                    if 'shapes' in root else '')
-            raise SystemExit(f'error: {name}.dataset.data_root {root!r} does not exist{hint}')
+def checkpoint_to_load(cfg: Config) -> Optional[str]:
+    """The checkpoint the Runner will load: ``load_from``, or on ``resume`` without a path the one
+    the work dir's ``last_checkpoint`` names (None when there is none: training starts afresh)."""
+    from mmengine.runner import find_latest_checkpoint
+    if cfg.get('resume') and not cfg.get('load_from'):
+        return find_latest_checkpoint(cfg.work_dir) if osp.isdir(cfg.work_dir) else None
+    return cfg.get('load_from')
 
 
-def _configured_datasets(cfg: Config, dataloaders: Sequence[str]):
-    """``(dataloader name, dataset config)`` for every leaf dataset of the named dataloaders."""
-    for name in dataloaders:
-        loader = cfg.get(name)
-        if loader:
-            for dataset in _leaf_datasets(loader['dataset']):
-                yield name, dataset
+def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
+    """Resume with the seed of the interrupted run. mmengine restores it only after the
+    dataloaders are built, so with ``randomness.seed=None`` (every config's default) the sampler
+    order and the workers' augmentations of a resumed run would follow a new seed."""
+    seed = checkpoint.get('meta', {}).get('seed')
+    randomness = dict(cfg.get('randomness') or {})
+    if seed is not None and randomness.get('seed') is None:
+        cfg.randomness = dict(randomness, seed=seed)
 
 
-def _leaf_datasets(dataset: dict):
-    """The datasets inside wrappers (RepeatDataset, ConcatDataset, MultiImageMixDataset...)."""
-    if 'dataset' in dataset:
-        yield from _leaf_datasets(dataset['dataset'])
-    elif 'datasets' in dataset:
-        for child in dataset['datasets']:
-            yield from _leaf_datasets(child)
-    else:
-        yield dataset
+def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_checkpoint: bool = False) -> None:
+    """Check the data and the checkpoint, join the process group, build the Runner and call
+    ``runner.<action>()``. Bad input, a non-finite loss and data faults found while the run goes
+    (a corrupted annotation file, an empty dataset, an undecodable image) exit in one line.
 
-
-COCO_KEYS = ('images', 'annotations', 'categories')
-
-
-def find_corrupted_annotation(cfg: Config, dataloaders: Sequence[str]) -> Optional[str]:
-    """Name the first JSON annotation file of ``dataloaders`` that is not a readable COCO file.
-
-    Called only after a run failed, so a healthy run never parses its annotations twice.
-    """
-    import json
-    for _, dataset in _configured_datasets(cfg, dataloaders):
-        ann_file = dataset.get('ann_file') or ''
-        path = osp.join(dataset.get('data_root') or '', ann_file)
-        if not ann_file.endswith('.json') or not osp.isfile(path):
-            continue
-        try:
-            with open(path) as f:
-                content = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return f'error: corrupted annotation file {path!r}: not valid JSON ({exc})'
-        missing = [key for key in COCO_KEYS if not isinstance(content, dict) or key not in content]
-        if missing:
-            return f'error: corrupted annotation file {path!r}: expected COCO keys {COCO_KEYS}, missing {missing}'
-    return None
-
-
-def run(cfg: Config, action: str, dataloaders: Sequence[str]) -> None:
-    """Check the data roots, join the process group, build the Runner and call ``runner.<action>()``.
-
-    A failure caused by a corrupted annotation file is reported in one line naming the file.
-    """
+    ``tools/test.py`` evaluates only a checkpoint that sets every weight of the model, unless
+    ``allow_partial_checkpoint``."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    check_data_roots(cfg, dataloaders)
+    check_data_files(cfg, dataloaders)
+    path = checkpoint_to_load(cfg)
+    checkpoint = read_run_checkpoint(path) if path else None
+    if checkpoint is not None and action == 'train' and cfg.get('resume'):
+        adopt_checkpoint_seed(cfg, checkpoint)
     init_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:
+        check_model_fits_checkpoint(runner.model, checkpoint, path)
+    del checkpoint  # the Runner reads the file itself
     try:
         getattr(runner, action)()
-    except Exception:
-        message = find_corrupted_annotation(cfg, dataloaders)
+    except NonFiniteLoss as exc:
+        raise SystemExit(f'error: {exc}') from None
+    except Exception as exc:
+        message = diagnose_failure(cfg, dataloaders, exc)
         if message:
             raise SystemExit(message) from None
         raise

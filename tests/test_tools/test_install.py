@@ -1,16 +1,13 @@
 """`make install` fails at once, in one line, when the toolchain it needs is missing."""
 import os
 import shutil
-import subprocess
 import sys
 
-from ..conftest import REPO
+from ..conftest import REPO, run_command
 
 
 def run_install(env):
-    return subprocess.run([shutil.which('bash'), str(REPO / 'tools/install.sh')], env=env, capture_output=True,
-                          text=True,
-                          timeout=60)
+    return run_command([shutil.which('bash'), str(REPO / 'tools/install.sh')], timeout=60, env=env)
 
 
 def test_missing_python_is_named():
