@@ -89,8 +89,8 @@ def test_allowlist_is_exactly_the_runner_types():
     names = {f'{obj.__module__}.{obj.__name__}' for obj in classes}
     assert 'mmengine.logging.history_buffer.HistoryBuffer' in names
     assert all(name.split('.')[0] in ('numpy', 'mmengine') for name in names), names
-    assert {name for _, name in (e for e in entries if isinstance(e, tuple))} == {'__builtin__.getattr',
-                                                                                 'builtins.getattr'}
+    assert {name for _, name in (e for e in entries if isinstance(e, tuple))} == {
+        '__builtin__.getattr', 'builtins.getattr', '__builtin__.bytes', 'builtins.bytes'}
     safe = torch.serialization.get_safe_globals()
     assert all(entry in safe for entry in entries)
 
@@ -125,3 +125,22 @@ def test_mmcv_cpu_ops_take_half_inputs(dtype):
     assert out.dtype == dtype and out.shape == (1, 1, 2, 2)
     out.float().sum().backward()
     assert feats.grad.dtype == dtype and feats.grad.sum().item() == pytest.approx(4.0)
+
+
+def test_empty_history_buffer_loads(tmp_path):
+    """An empty buffer pickles its history as ``bytes()``, which the stand-in allows."""
+    path = tmp_path / 'meta.pth'
+    torch.save({'meta': {'buffer': HistoryBuffer()}}, path)
+    assert len(torch.load(path)['meta']['buffer']._log_history) == 0
+
+
+class BytesExploit:
+    def __reduce__(self):
+        return bytes, (10 ** 6,)
+
+
+def test_bytes_is_limited_to_the_empty_call(tmp_path):
+    path = tmp_path / 'evil.pth'
+    torch.save({'meta': BytesExploit()}, path)
+    with pytest.raises(pickle.UnpicklingError, match=r'refused bytes\(1000000,\)'):
+        torch.load(path)

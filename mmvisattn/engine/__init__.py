@@ -1,6 +1,6 @@
-from .hooks import (CastlingScheduleHook, FiniteLossHook, NonFiniteLoss, RandomStateHook, RankMeanLossHook,
-                    ViLRandomShiftHook)
+from .hooks import (CastlingScheduleHook, DroppedAnnotationsHook, FiniteLossHook, NonFiniteLoss, RandomStateHook,
+                    RankMeanLossHook, ViLRandomShiftHook)
 from .optim_wrappers import CPUAmpOptimWrapper
 
-__all__ = ['CastlingScheduleHook', 'CPUAmpOptimWrapper', 'FiniteLossHook', 'NonFiniteLoss', 'RandomStateHook',
-           'RankMeanLossHook', 'ViLRandomShiftHook']
+__all__ = ['CastlingScheduleHook', 'CPUAmpOptimWrapper', 'DroppedAnnotationsHook', 'FiniteLossHook', 'NonFiniteLoss',
+           'RandomStateHook', 'RankMeanLossHook', 'ViLRandomShiftHook']

@@ -1,0 +1,43 @@
+"""What the fault tests share: a small copy of the demo data per test, a digest of everything
+outside a run's work dir, and the assertion that a tool failed with one line and no traceback."""
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, run_tool
+
+DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
+SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
+ONE_ITERATION = ['--cfg-options', 'train_cfg.max_iters=1', 'train_dataloader.batch_size=2',
+                 'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
+
+
+@pytest.fixture
+def small_data(tmp_path) -> Path:
+    """A working directory with its own 8 + 4 image shapes data, free to be damaged."""
+    run_tool(['tools/misc/make_demo_data.py', '--out', tmp_path / 'data' / 'shapes', '--num-train', 8,
+              '--num-val', 4, '--size', 64], cwd=tmp_path)
+    return tmp_path
+
+
+def tree_digest(root: Path, skip: Path) -> str:
+    """Names and contents of every file under ``root`` except those under ``skip``."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob('*') if p.is_file() and skip not in p.parents):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def fails_in_one_line(args, cwd: Path, work_dir: Path) -> str:
+    """Run a tool that must fail; return its one-line message after checking that stderr holds no
+    traceback and that nothing outside ``work_dir`` changed."""
+    before = tree_digest(cwd, work_dir)
+    done = run_tool(args, cwd=cwd, check=False)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert 'Traceback' not in done.stderr, done.stderr[-4000:]
+    errors = [line for line in done.stderr.strip().splitlines() if line.startswith('error:')]
+    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
+    assert tree_digest(cwd, work_dir) == before, 'a file outside the work dir changed'
+    return errors[0]
