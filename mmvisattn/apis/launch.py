@@ -16,7 +16,8 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from ..engine.hooks import SAFEGUARD_HOOKS, NonFiniteLoss
-from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
+from .checks import (check_data_files, check_model_fits_checkpoint, diagnose_failure, name_undecodable_label_maps,
+                     read_run_checkpoint)
 
 SCOPES = ('mmdet', 'mmseg')
 LAUNCHERS = ('none', 'pytorch', 'slurm')
@@ -116,6 +117,7 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     if checkpoint is not None and action == 'train' and cfg.get('resume'):
         adopt_checkpoint_seed(cfg, checkpoint)
     init_cpu_distributed(cfg)
+    name_undecodable_label_maps()
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:
         check_model_fits_checkpoint(runner.model, checkpoint, path)

@@ -45,6 +45,16 @@ def test_undecodable_image_is_named(small_data):
     assert line == f"error: image '{image.relative_to(small_data)}' cannot be decoded (not an image file, or damaged)"
 
 
+def test_undecodable_label_map_is_named(small_data):
+    label_map = small_data / 'data/shapes/cityscapes/gtFine/train/shapes/shapes_000001_gtFine_labelTrainIds.png'
+    label_map.write_text('not a png')
+    options = ['train_cfg.max_iters=4', 'train_dataloader.sampler.shuffle=False']
+    line = fails_in_one_line(['tools/train.py', SEG_DEMO, '--work-dir', small_data / 'work', *ONE_ITERATION,
+                              *options], small_data, small_data / 'work')
+    assert line == (f"error: image '{label_map.relative_to(small_data)}' cannot be decoded "
+                    "(not an image file, or damaged)")
+
+
 def test_dropped_annotations_are_reported(small_data):
     path = small_data / COCO_TRAIN
     content = json.loads(path.read_text())
