@@ -47,7 +47,7 @@ def run_command(command: List[str], timeout: float = 600, **kwargs) -> subproces
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=limit, **kwargs)
     except subprocess.TimeoutExpired:
-        pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:.0f} s ({timeout} s x '
+        pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} s x '
                     f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on a slow or '
                     f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
