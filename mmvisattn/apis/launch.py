@@ -44,9 +44,10 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
 
 
 def add_safeguard_hooks(cfg: Config) -> None:
-    """Exact resumption, a stop at the first non-finite loss and rank-averaged loss logging for
-    every config: a ``default_hooks`` key the config sets wins, and ``None`` turns that hook off
-    (mmengine itself accepts ``None`` only for its own default hooks)."""
+    """Add :data:`~mmvisattn.engine.hooks.SAFEGUARD_HOOKS` (exact resumption, a stop at the first
+    non-finite loss, rank-averaged loss logging, dropped-annotation reports) to every config: a
+    ``default_hooks`` key the config sets wins, and ``None`` turns that hook off (mmengine itself
+    accepts ``None`` only for its own default hooks)."""
     hooks = cfg.setdefault('default_hooks', {})
     for key, hook in SAFEGUARD_HOOKS.items():
         if key in hooks and hooks[key] is None:
