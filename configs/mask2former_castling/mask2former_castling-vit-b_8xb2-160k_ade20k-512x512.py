@@ -1,4 +1,4 @@
-# Mask2Former with Castling-ViT-B/16 on ADE20K 512x512 (seed 004): the softmax ViT-B baseline with
+# Mask2Former with Castling-ViT-B/16 on ADE20K 512x512 (arXiv:2211.10526): the softmax ViT-B baseline with
 # linear-angular attention, a (9, 1) depthwise conv along the tokens and the auxiliary masked
 # softmax branch in every block. CastlingScheduleHook keeps the branch at full weight for the first
 # half of training, fades it to zero by 3/4 and then removes it (switch_to_deploy), so the second

@@ -1,5 +1,5 @@
 # Mask2Former with a plain ViT-B/16 (softmax attention) on ADE20K 512x512: the softmax baseline of
-# Castling-ViT (seed 004). mmseg's Mask2Former ADE20K recipe (AdamW 1e-4, poly, 160k iterations,
+# Castling-ViT (arXiv:2211.10526). mmseg's Mask2Former ADE20K recipe (AdamW 1e-4, poly, 160k iterations,
 # batch 8x2); the single-scale ViT features of blocks 4, 6, 8 and 12 become a stride 4-32 pyramid
 # through mmseg's MultiLevelNeck (512 channels, which puts the whole model at the slides' 118M).
 # Start from MAE ViT-B weights converted by tools/model_converters/vit2castling.py (the same keys

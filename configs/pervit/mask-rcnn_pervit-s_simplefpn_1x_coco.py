@@ -1,4 +1,4 @@
-# Mask R-CNN with PerViT-Small (seed 002) on COCO, 1x schedule; as the Tiny config with the Small
+# Mask R-CNN with PerViT-Small (arXiv:2206.06801) on COCO, 1x schedule; as the Tiny config with the Small
 # widths (Table A5) and stochastic depth 0.2.
 _base_ = './mask-rcnn_pervit-t_simplefpn_1x_coco.py'
 

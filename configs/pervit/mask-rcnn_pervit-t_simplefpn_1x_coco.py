@@ -1,4 +1,4 @@
-# Mask R-CNN with PerViT-Tiny (seed 002) on COCO, 1x schedule. PerViT keeps one stride-16 token
+# Mask R-CNN with PerViT-Tiny (arXiv:2206.06801) on COCO, 1x schedule. PerViT keeps one stride-16 token
 # grid in every stage, so a ViTDet-style simple feature pyramid turns the four stage outputs into
 # strides 4-32 out of stock parts: ChannelMapper (1x1 convs to 256 channels), mmseg's Feature2Pyramid
 # (2 deconvs / 1 deconv / identity / max-pool) and an FPN that adds the lateral and output convs and

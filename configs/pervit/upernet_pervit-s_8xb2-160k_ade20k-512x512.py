@@ -1,4 +1,4 @@
-# UperNet with PerViT-Small (seed 002) on ADE20K 512x512; as the Tiny config with the Small widths
+# UperNet with PerViT-Small (arXiv:2206.06801) on ADE20K 512x512; as the Tiny config with the Small widths
 # (Table A5) and stochastic depth 0.2.
 _base_ = './upernet_pervit-t_8xb2-160k_ade20k-512x512.py'
 

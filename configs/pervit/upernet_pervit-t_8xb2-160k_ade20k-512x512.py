@@ -1,4 +1,4 @@
-# UperNet with PerViT-Tiny (seed 002) on ADE20K 512x512, 160k iterations of batch 8x2 (the mmseg
+# UperNet with PerViT-Tiny (arXiv:2206.06801) on ADE20K 512x512, 160k iterations of batch 8x2 (the mmseg
 # Swin-UperNet recipe: AdamW 6e-5, 1500 warm-up iterations, poly decay). The four stride-16 stage
 # outputs become a stride 4-32 pyramid through stock parts: mmdet's ChannelMapper (1x1 convs to a
 # common width) and mmseg's Feature2Pyramid (ViTDet-style deconvolutions and max-pool). Start from

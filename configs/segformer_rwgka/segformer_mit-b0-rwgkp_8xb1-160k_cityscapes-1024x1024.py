@@ -1,5 +1,5 @@
 # SegFormer-B0-RWGKP: anchors average-pooled from the queries and keys to an 8x8 grid (64 anchors)
-# instead of learned (seed 001, Sec. 4.3). Late stages at small inputs have fewer tokens than
+# instead of learned (OpenReview, ICLR 2023, Sec. 4.3). Late stages at small inputs have fewer tokens than
 # anchors; pooling then repeats tokens, which is legal.
 _base_ = './segformer_mit-b0-rwgka_8xb1-160k_cityscapes-1024x1024.py'
 

@@ -1,4 +1,4 @@
-# The 108-epoch schedule of seed 000's Table 3 (lr x0.1 at epoch 80) for smca-la_r50_8xb2-50e_coco.py.
+# Table 3's 108-epoch schedule (arXiv:2110.02453; lr x0.1 at epoch 80) for smca-la_r50_8xb2-50e_coco.py.
 _base_ = './smca-la_r50_8xb2-50e_coco.py'
 
 max_epochs = 108

@@ -1,5 +1,5 @@
 # Single-scale SMCA (Gao et al., ICCV 2021) with a ResNet-50, the baseline of the ripple-attention
-# paper (seed 000, C.4, C.6, Table 3: 41.5M, 88 GFLOPs, 41.0 AP at 50 epochs): 6 + 6 post-norm
+# paper (arXiv:2110.02453, C.4, C.6, Table 3: 41.5M, 88 GFLOPs, 41.0 AP at 50 epochs): 6 + 6 post-norm
 # layers, 8 heads, 256 dims, FFN 2048, dropout 0.1, 300 queries; decoder co-attention modulated
 # by per-head Gaussians (smooth 8, x/y scales per head: the official `--dynamic_scale type3`).
 # Recipe = mmdet's Conditional DETR 50e (SMCA's own): frozen-BN ResNet-50 from torchvision weights,

@@ -1,4 +1,4 @@
-# Mask R-CNN with ViL-Small (seed 003) on COCO, 1x schedule: the recipe of
+# Mask R-CNN with ViL-Small (arXiv:2103.15358) on COCO, 1x schedule: the recipe of
 # retinanet_vil-small_fpn_1x_coco.py (Table 9 trains both detectors alike) on the stock
 # Mask R-CNN with all four stages into the FPN.
 _base_ = [

@@ -1,4 +1,4 @@
-# RetinaNet with ViL-Small (Vision Longformer, seed 003) on COCO, 1x schedule (Table 9): AdamW,
+# RetinaNet with ViL-Small (Vision Longformer, arXiv:2103.15358) on COCO, 1x schedule (Table 9): AdamW,
 # lr 1e-4, weight decay 0.05, gradient clipping at norm 1, drop path 0.1 (the lower end of Table 9's
 # [0.1, 0.2]; the 3x+MS config uses the upper end), 12 epochs at (1333, 800). Windows 15 (w=7) in
 # every stage, one global token in stages 1-3 (the official detection layout). The backbone starts

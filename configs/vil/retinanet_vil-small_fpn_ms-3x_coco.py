@@ -1,4 +1,4 @@
-# RetinaNet with ViL-Small (seed 003) on COCO, 3x+MS schedule (Table 9): 36 epochs, lr x0.1
+# RetinaNet with ViL-Small (arXiv:2103.15358) on COCO, 3x+MS schedule (Table 9): 36 epochs, lr x0.1
 # at epochs 27 and 33, the shorter side drawn from 640, 672, ..., 800 (longer side at most 1333),
 # drop path 0.2 (the upper end of Table 9's range for the longer schedule).
 _base_ = './retinanet_vil-small_fpn_1x_coco.py'

@@ -1,4 +1,4 @@
-# RetinaNet with ViL-Tiny (seed 003) on COCO, 3x+MS schedule: the ViL-Small 3x+MS recipe
+# RetinaNet with ViL-Tiny (arXiv:2103.15358) on COCO, 3x+MS schedule: the ViL-Small 3x+MS recipe
 # (multi-scale training, 36 epochs) with Table 9's tiny row (drop path 0.1, lr 1e-4).
 _base_ = './retinanet_vil-small_fpn_ms-3x_coco.py'
 

@@ -1,5 +1,5 @@
 """Random-walk graph kernel attention (RWGKA), "Improving vision attention with random walk graph
-kernel" (seed 001), Eq. (5)-(8) and Algorithm 1.
+kernel" (OpenReview, ICLR 2023), Eq. (5)-(8) and Algorithm 1.
 
 Queries and keys are joined through ``M`` anchors by a bipartite graph (Eq. 6)::
 

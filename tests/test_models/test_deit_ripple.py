@@ -1,4 +1,4 @@
-"""DeiT-Ripple (seed 000, C.4-C.5): the hybrid layer layout, feature maps for dense heads, mean
+"""DeiT-Ripple (arXiv:2110.02453, C.4-C.5): the hybrid layer layout, feature maps for dense heads, mean
 pooling for classification, one-line errors, and the sizes of Table 1."""
 import pytest
 import torch

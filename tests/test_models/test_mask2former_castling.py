@@ -1,4 +1,4 @@
-"""Mask2Former with ViT-B / Castling-ViT-B on ADE20K (seed 004): the whole model is within 5 % of
+"""Mask2Former with ViT-B / Castling-ViT-B on ADE20K (arXiv:2211.10526): the whole model is within 5 % of
 the slides' 118M parameters, and in deploy mode the castling model drops every N x N term."""
 import json
 

@@ -1,5 +1,6 @@
-"""RWGKAttention and MixVisionTransformerRWGKA: encoder sizes against Table 1 of seed 001, shapes,
-the stock-SegFormer rebuild through attn_cfg, per-stage settings and bad input."""
+"""RWGKAttention and MixVisionTransformerRWGKA: encoder sizes against Table 1 of the RWGK paper
+(OpenReview, ICLR 2023), shapes, the stock-SegFormer rebuild through attn_cfg, per-stage settings
+and bad input."""
 import pytest
 import torch
 from mmseg.models.backbones import MixVisionTransformer

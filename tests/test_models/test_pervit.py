@@ -1,4 +1,4 @@
-"""PeripheralAttention and the PerViT backbone (seed 002): Phi_p's symmetry and peripheral
+"""PeripheralAttention and the PerViT backbone (arXiv:2206.06801): Phi_p's symmetry and peripheral
 initialization, normalised attention rows, the eval-mode cache, forward at several resolutions,
 sizes against Table A5 and one-line errors."""
 import math

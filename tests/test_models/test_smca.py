@@ -1,6 +1,7 @@
 """SMCA (single scale) with encoder attention from ATTENTIONS: the Gaussian modulation against an
 explicit computation and against softmax attention written out, reference centres and scales,
-padded batches, one-line errors, initialisation, and sizes against seed 000's Table 3."""
+padded batches, one-line errors, initialisation, and sizes against Table 3 of the ripple-attention
+paper (arXiv:2110.02453)."""
 import copy
 
 import pytest

@@ -1,4 +1,4 @@
-"""ViL (seed 003): LongformerAttention against the op reference, random shifting and its hook,
+"""ViL (arXiv:2103.15358): LongformerAttention against the op reference, random shifting and its hook,
 backbone outputs for every arch and any input size, activation checkpointing, frozen stages,
 swapped attentions, named errors, and detector sizes against Table 14."""
 from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""Peripheral-attention ops (PerViT, seed 002): the SDPA and Triton mixing equal the explicit
+"""Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA and Triton mixing equal the explicit
 Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
 value and gradient, for odd and non-square grids and batch > 1. Triton runs on CPU under
 TRITON_INTERPRET=1 (tests/conftest.py)."""

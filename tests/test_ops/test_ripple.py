@@ -1,4 +1,4 @@
-"""Ripple op (seed 000): the spatial weights (Eq. 5, C.3, tau, Eq. 6), the explicit reference against
+"""Ripple op (arXiv:2110.02453): the spatial weights (Eq. 5, C.3, tau, Eq. 6), the explicit reference against
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
 local/global split, the Triton kernels) against the reference in value and every gradient -- odd
 maps, batch and heads with per-head weights, R_max beyond the map, the tau merge. Triton runs on

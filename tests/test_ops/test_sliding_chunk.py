@@ -1,4 +1,4 @@
-"""Sliding-chunk op (seed 003, App. C, D): the torch path with its hand-written backward and the
+"""Sliding-chunk op (arXiv:2103.15358, App. C, D): the torch path with its hand-written backward and the
 Triton kernels equal the masked full-attention reference in value and gradient (queries, keys,
 values and the three bias tables) for every masking and neighbour mode, odd grids, batch 2 and
 0 / 1 / 2 global tokens; float64 gradcheck; saved memory grows with N w^2; a window larger than the

@@ -1,4 +1,4 @@
-"""Converter of official PerViT checkpoints (juhongm999/pervit keys, ../shared/docs/ANCHORS.md):
+"""Converter of official PerViT checkpoints (the keys of github.com/juhongm999/pervit):
 every tensor finds its place in the backbone, the classifier is dropped, and checkpoints of another
 width or of another model fail in one line."""
 import importlib.util

@@ -10,7 +10,7 @@ time a stock module with the same ``forward(x, hw_shape)`` beside ours, e.g.
 adds its residual inside). Every (type, grid) runs in a fresh
 process, so its peak memory is its own: on CPU the growth of the peak resident set
 (``ru_maxrss``) from after the module and input exist to the end of the runs (as
-``shared/tools/bench_peers.py`` measures the peers), on CUDA ``torch.cuda.max_memory_allocated``
+the peer timings in the config folders' READMEs were measured), on CUDA ``torch.cuda.max_memory_allocated``
 above the memory held before the first forward. Times are medians over ``--repeats`` after
 ``--warmup`` runs: forward under ``no_grad``, and forward + backward of ``out.sum()``.
 

@@ -10,7 +10,7 @@ from mmengine.registry import HOOKS
 class CastlingScheduleHook(Hook):
     """Fade out and remove the train-only auxiliary branches of castling attentions.
 
-    Castling-ViT (seed 004) trains with an auxiliary masked softmax attention that must vanish
+    Castling-ViT (arXiv:2211.10526) trains with an auxiliary masked softmax attention that must vanish
     before inference; no public source gives how. This hook sets ``aux_weight`` of every module
     that has one: 1 until ``fade_start`` of training, then linearly down to 0 at ``fade_end``,
     where it calls ``switch_to_deploy()`` so the rest of training (and every checkpoint after it)

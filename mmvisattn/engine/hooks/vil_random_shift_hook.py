@@ -1,4 +1,4 @@
-"""Random-shifting training of Vision Longformer (seed 003, App. D): attentions in mode 1 attend to
+"""Random-shifting training of Vision Longformer (arXiv:2103.15358, App. D): attentions in mode 1 attend to
 their own chunk and one random neighbour chunk per step; late in training they switch back to all
 eight neighbours (mode 0), which inference uses, so the last part of training fine-tunes for it."""
 from typing import Optional

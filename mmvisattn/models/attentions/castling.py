@@ -1,5 +1,5 @@
 """Castling attention, "Castling-ViT: Compressing self-attention via switching towards
-linear-angular attention during vision transformer inference" (seed 004): linear-angular attention
+linear-angular attention during vision transformer inference" (arXiv:2211.10526): linear-angular attention
 (the constant and linear terms of the angular kernel, :mod:`mmvisattn.ops.linear_angular`), a
 depthwise convolution over the values standing in for the kernel's high-order residual, and an
 auxiliary masked softmax attention used while training only. At inference the auxiliary branch is

@@ -1,4 +1,4 @@
-"""Vision Longformer attention, "Multi-Scale Vision Longformer" (seed 003, Sec. 3.2, Eq. 3, App. C, D):
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, Eq. 3, App. C, D):
 local queries attend to the global tokens and to a 2-D window around them, global queries attend to
 every token, with relative-position bias for local-local, global-local and global-global pairs."""
 from typing import Dict, Optional, Sequence, Tuple

@@ -1,5 +1,5 @@
 """Multi-head peripheral attention (MPA), "Peripheral Vision Transformer" (Min et al., NeurIPS 2022;
-seed 002): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention ``Phi_p``
+arXiv:2206.06801): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention ``Phi_p``
 learnt from Euclidean query-key distances (Eq. 6), broken out of rotational symmetry by two
 ``3 x 3`` peripheral projections over key neighbourhoods, each followed by instance norm (Eq. 7-8);
 peripheral initialization (Eq. 9) sets the second norm by layer depth.

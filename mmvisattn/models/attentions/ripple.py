@@ -1,5 +1,5 @@
 """Ripple attention and its linearized twin, "Ripple attention for visual perception with
-sub-quadratic complexity" (seed 000): §3 (Eq. 4-6), Appendix C.1 (the deterministic adaptive feature
+sub-quadratic complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the deterministic adaptive feature
 map of Eq. 13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid).
 
 No stock module fits: mmcv/mmdet/mmseg have no linearized attention with a learnable trig+ReLU

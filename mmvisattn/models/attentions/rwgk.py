@@ -1,5 +1,5 @@
 """Random-walk graph kernel attention with learnable anchors (RWGKA) or anchors pooled from the
-tokens (RWGKP), "Improving vision attention with random walk graph kernel" (seed 001), Sec. 3.2,
+tokens (RWGKP), "Improving vision attention with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 3.2,
 Algorithm 1; the op lives in :mod:`mmvisattn.ops.rwgk`."""
 import math
 from typing import Optional, Sequence, Tuple

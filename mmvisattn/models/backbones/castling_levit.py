@@ -1,4 +1,4 @@
-"""A LeViT-style hybrid backbone with castling attention, for PicoDet (seed 004: the Castling-ViT
+"""A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526: the Castling-ViT
 talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no layout).
 
 The layout follows LeViT (Graham et al. 2021, §4: a convolutional stem, BatchNorm instead of

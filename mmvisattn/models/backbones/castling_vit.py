@@ -1,4 +1,4 @@
-"""Castling-ViT backbone (seed 004): mmseg's plain ViT with castling (linear-angular) attention
+"""Castling-ViT backbone (arXiv:2211.10526): mmseg's plain ViT with castling (linear-angular) attention
 in every block, for Mask2Former / UperNet-style dense heads."""
 import inspect
 import re

@@ -1,5 +1,5 @@
 """DeiT-Ripple backbone, "Ripple attention for visual perception with sub-quadratic complexity"
-(seed 000, C.4-C.5, Table 1: 5.78M parameters with the 1000-class head, Table 7: 9 ripple layers):
+(arXiv:2110.02453, C.4-C.5, Table 1: 5.78M parameters with the 1000-class head, Table 7: 9 ripple layers):
 DeiT-Tiny (12 layers, 192 dims) with 6 heads, ripple attention in the lower layers, linearized
 attention with the same feature map in the upper ones, and no class token (mean pooling)."""
 from typing import Dict, Optional, Tuple

@@ -1,6 +1,6 @@
 """ESNet, the "Enhanced ShuffleNet" backbone of PP-PicoDet v1 (Yu et al. 2021, "PP-PicoDet: a better
 real-time object detector on mobile devices", §3.1; PaddleDetection release/2.6), the detector the
-Castling-ViT talk (seed 004) reports on COCO.
+Castling-ViT talk (arXiv:2211.10526) reports on COCO.
 
 mmdet 3 has no ESNet (mmpretrain's ShuffleNetV2 lacks the SE module, the ghost-style depthwise
 concat and the per-block widths), so the blocks are written here from mmcv's ``ConvModule`` and

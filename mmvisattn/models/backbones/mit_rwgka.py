@@ -1,5 +1,5 @@
 """SegFormer's Mix Transformer with random-walk graph kernel attention, "Improving vision attention
-with random walk graph kernel" (seed 001), Sec. 4.1: every spatial-reduction attention of MiT is
+with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 4.1: every spatial-reduction attention of MiT is
 replaced, and its reduction conv dropped (Table 1: B0 3.4M -> 2.9M encoder parameters)."""
 import inspect
 import re

@@ -1,4 +1,4 @@
-"""PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; seed 002, §3.2,
+"""PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; arXiv:2206.06801, §3.2,
 Eq. 10, Appendix E Table A5) for detection and segmentation.
 
 A columnar ViT: a convolutional stem (four stride-2 ``3 x 3`` conv-BN-ReLU and a ``1 x 1`` conv)

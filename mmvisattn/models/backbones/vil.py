@@ -1,5 +1,5 @@
 """Multi-scale Vision Longformer (ViL), "Multi-Scale Vision Longformer: A New Vision Transformer for
-High-Resolution Image Encoding" (seed 003): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each a patch
+High-Resolution Image Encoding" (arXiv:2103.15358): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each a patch
 embedding with LayerNorm, global tokens and optional 2-D absolute position embedding, followed by
 blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the windows."""
 import math

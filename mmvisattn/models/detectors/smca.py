@@ -1,6 +1,6 @@
 """SMCA detector (Gao et al., "Fast convergence of DETR with spatially modulated co-attention",
 ICCV 2021), single scale, with the encoder attention chosen by config: softmax (SMCA), linearized
-(SMCA-LA) or ripple (SMCA-Ripple) as in the ripple-attention paper (seed 000, C.4, Table 3)."""
+(SMCA-LA) or ripple (SMCA-Ripple) as in the ripple-attention paper (arXiv:2110.02453, C.4, Table 3)."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn

@@ -1,5 +1,5 @@
 """Transformer of single-scale SMCA (Gao et al., "Fast convergence of DETR with spatially modulated
-co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (seed 000, C.4) with the
+co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (arXiv:2110.02453, C.4) with the
 encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple
 (SMCA-Ripple).
 

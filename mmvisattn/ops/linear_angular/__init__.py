@@ -1,4 +1,4 @@
-"""Linear-angular attention, "Castling-ViT" (seed 004): the angular kernel between L2-normalised
+"""Linear-angular attention, "Castling-ViT" (arXiv:2211.10526): the angular kernel between L2-normalised
 queries and keys keeps only its constant and linear terms,
 
     Sim(q, k) = 1/2 + (1/pi) q^ . k^,        q^ = q / ||q||,  k^ = k / ||k||,

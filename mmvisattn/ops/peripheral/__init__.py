@@ -1,4 +1,4 @@
-"""Peripheral attention, "Peripheral Vision Transformer" (seed 002, Eq. 5-8): content attention
+"""Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): content attention
 ``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key distances,
 normalised over the keys::
 

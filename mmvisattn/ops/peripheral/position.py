@@ -1,4 +1,4 @@
-"""Position-based attention ``Phi_p`` of PerViT (seed 002, Eq. 6-8) without the ``N x N x D_r`` tensor.
+"""Position-based attention ``Phi_p`` of PerViT (arXiv:2206.06801, Eq. 6-8) without the ``N x N x D_r`` tensor.
 
 Coordinates are normalised as in the paper (Appendix E): the longer side of the ``H x W`` token
 grid spans ``[-1, 1]`` and the shorter one uses the same step, so distances stay Euclidean on

@@ -1,4 +1,4 @@
-"""Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity" (seed 000,
+"""Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity" (arXiv:2110.02453,
 §3, Eq. 4-9, Algorithm 1, Appendix B): linearized attention in which the tokens of each vicinal
 group (same Chebyshev distance ``r`` to the query) share a spatial weight ``alpha_r(i, j)`` given by
 a stick-breaking transform; groups from ``r_hat`` (threshold ``tau``, at most ``R_max``) on share

@@ -1,4 +1,4 @@
-"""Vision Longformer attention, "Multi-Scale Vision Longformer" (seed 003, Sec. 3.2, App. C, D).
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, App. C, D).
 
 Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global
 tokens and to a 2-D window of the map; a global query attends to every token. The window is

@@ -1,4 +1,4 @@
-"""Sliding-chunk local attention in torch with a hand-written backward (App. C of seed 003).
+"""Sliding-chunk local attention in torch with a hand-written backward (App. C of arXiv:2103.15358).
 
 Every query chunk multiplies its ``w^2`` queries with the ``S`` keys its slots gather (see
 :mod:`.layout`), so the scores are ``(B*H, C, w^2, S)``: ``N * S`` numbers with ``S <= G + 9 w^2``.

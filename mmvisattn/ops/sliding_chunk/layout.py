@@ -1,4 +1,4 @@
-"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of seed 003).
+"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of arXiv:2103.15358).
 
 The map (padded with zeros to a multiple of ``w`` on both sides) is cut into ``w x w`` chunks. The
 queries of a chunk share one list of key *slots*: first the ``G`` global tokens, then ``w^2`` slots

@@ -1,6 +1,6 @@
 """The slow twin: one full softmax attention over all ``G + h*w`` tokens with an explicit additive
 ``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern forbids a pair (tests and
-benchmarks only; quadratic in the number of tokens, App. C of seed 003).
+benchmarks only; quadratic in the number of tokens, App. C of arXiv:2103.15358).
 
 It is built from token coordinates, not from the slot tables of the fast paths. A local key may
 lie in several visited neighbour chunks of a query (cyclic wrapping on grids of fewer than three

@@ -1,4 +1,4 @@
-"""Triton kernels of the sliding-chunk local attention (seed 003, App. C), forward and backward.
+"""Triton kernels of the sliding-chunk local attention (arXiv:2103.15358, App. C), forward and backward.
 
 One program per (batch x head, chunk): the chunk's ``w^2`` queries walk over its key slots in
 blocks, loading the keys and values the slot table points at (no gathered copy in memory), with an
