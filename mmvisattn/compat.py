@@ -16,6 +16,11 @@ under CPU autocast (``tools/train.py --amp`` on a machine without CUDA) a two-st
 them bfloat16 and training stops ("expected scalar type Float but found BFloat16", "ROIAlign_forward
 not implemented for 'BFloat16'"). Both are wrapped to upcast half CPU inputs; CUDA inputs, which
 the CUDA kernels take in half precision, pass through unchanged.
+
+torch's ``nn.Hardsigmoid`` in mmengine's ``MODELS``. mmcv's own ``HSigmoid`` warns on every
+construction about a default it changed in 2021; torch's hard sigmoid is the same function
+(``relu6(x + 3) / 6``, the SE gate of PicoDet's ESNet) and is registered the way mmcv registers
+torch's other activations.
 """
 from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
@@ -100,3 +105,10 @@ def allow_half_mmcv_ops_on_cpu() -> None:
 def allow_runner_checkpoints() -> None:
     """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints."""
     torch.serialization.add_safe_globals(runner_checkpoint_globals())
+
+
+def register_torch_hardsigmoid() -> None:
+    """Make ``dict(type='Hardsigmoid')`` build ``torch.nn.Hardsigmoid`` (once)."""
+    from mmengine.registry import MODELS
+    if 'Hardsigmoid' not in MODELS.module_dict:
+        MODELS.register_module(module=torch.nn.Hardsigmoid)

@@ -6,4 +6,4 @@
 _base_ = './mask2former_vit-b_8xb2-160k_ade20k-512x512.py'
 
 model = dict(backbone=dict(attn_cfg=dict(type='LinearAngularAttention', conv='tokens', kernel_size=9)))
-custom_hooks = [dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75)]
+default_hooks = dict(castling=dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75))

@@ -15,19 +15,13 @@ import torch.nn as nn
 from mmcv.cnn import ConvModule
 from mmdet.models.layers import SELayer
 from mmengine.model import BaseModule
-from mmengine.registry import MODELS
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmvisattn.registry import register_model
 
-# mmcv's own HSigmoid warns on every construction about a default it changed in 2021; torch's
-# hard sigmoid is the same function (relu6(x + 3) / 6), registered the way mmcv registers torch's.
-if 'Hardsigmoid' not in MODELS.module_dict:
-    MODELS.register_module(module=nn.Hardsigmoid)
-
 HSWISH = dict(type='HSwish')
-# SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6).
+# SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered in compat).
 SE_ACTIVATIONS = (dict(type='ReLU'), dict(type='Hardsigmoid'))
 
 # PaddleDetection's per-block ratios of the middle width to the block width (13 blocks).
