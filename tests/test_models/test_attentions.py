@@ -35,6 +35,21 @@ def test_contract_rejects_wrong_grid(attn_type):
         attn(x, (4, 4))
 
 
+MULTI_IMPL_TYPES = [name for name in ALL_TYPES if ATTENTIONS.get(name).impls]
+
+
+def test_the_attentions_with_several_implementations():
+    assert MULTI_IMPL_TYPES == ['LinearAngularAttention', 'LongformerAttention', 'PeripheralAttention',
+                                'RippleAttention']
+
+
+@pytest.mark.parametrize('attn_type', MULTI_IMPL_TYPES)
+def test_bad_impl_fails_when_built(attn_type):
+    """Every attention with several implementations checks ``impl`` in ``__init__``, in one line."""
+    with pytest.raises(ValueError, match=rf"^{attn_type}: impl='cuda'; expected one of \('auto', "):
+        build_attention(dict(type=attn_type, impl='cuda'), embed_dims=32, num_heads=4)
+
+
 def test_unknown_type_names_the_type():
     with pytest.raises(KeyError, match="unknown attention type 'NoSuchAttention'; registered: .*SoftmaxAttention"):
         build_attention(dict(type='NoSuchAttention'), embed_dims=32, num_heads=4)

@@ -11,6 +11,8 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from mmvisattn.ops.dispatch import check_impl
+
 COMPLEXITIES = ('linear', 'quadratic')
 
 
@@ -35,6 +37,10 @@ class BaseAttention(BaseModule):
         super().__init_subclass__(**kwargs)
         if cls.complexity and cls.complexity not in COMPLEXITIES:
             raise TypeError(f'{cls.__name__}.complexity is {cls.complexity!r}; expected one of {COMPLEXITIES}')
+
+    def check_impl(self, impl: str) -> str:
+        """``impl`` if it is one of the class's ``impls``, else a one-line ``ValueError``."""
+        return check_impl(type(self).__name__, impl, self.impls)
 
     def __init__(self, embed_dims: int, num_heads: int, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)

@@ -74,9 +74,7 @@ class LinearAngularAttention(QKVAttention):
                              f'{NORMALISATIONS}')
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
-        if impl not in IMPLS:
-            raise ValueError(f'LinearAngularAttention: impl={impl!r}; expected one of {IMPLS}')
-        self.impl = impl
+        self.impl = self.check_impl(impl)
         self.conv = conv
         self.normalisation = normalisation
         self.mask_threshold = mask_threshold

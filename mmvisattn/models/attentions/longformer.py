@@ -59,7 +59,7 @@ class LongformerAttention(BaseAttention):
         self.num_extra_tokens = num_global
         self.masking = masking
         self.mode = mode
-        self.impl = impl
+        self.impl = self.check_impl(impl)
         self.query = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmvisattn.ops.dispatch import check_impl
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS
@@ -92,12 +93,10 @@ class PeripheralAttention(QKVAttention):
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, proj_drop=proj_drop, init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
-        if impl not in IMPLS or position_impl not in POSITION_IMPLS:
-            raise ValueError(f'PeripheralAttention: impl={impl!r}, position_impl={position_impl!r}; expected '
-                             f'one of {IMPLS} and one of {POSITION_IMPLS}')
+        check_impl(type(self).__name__, position_impl, POSITION_IMPLS, name='position_impl')
         hidden_dims = 4 * num_heads if hidden_dims is None else hidden_dims
         self.scale = self.head_dims ** -0.5
-        self.impl, self.position_impl = impl, position_impl
+        self.impl, self.position_impl = self.check_impl(impl), position_impl
         self.freeze_position = freeze_position
         self.max_cached = max_cached
         self._cache: 'OrderedDict[tuple, Tensor]' = OrderedDict()

@@ -124,11 +124,9 @@ class RippleAttention(RippleLinearAttention):
             raise ValueError(f'RippleAttention: r_max={r_max!r}; expected an integer >= 1')
         if not 0 < tau < 1:
             raise ValueError(f'RippleAttention: tau={tau!r}; expected 0 < tau < 1')
-        if impl not in IMPLS:
-            raise ValueError(f'RippleAttention: impl={impl!r}; expected one of {IMPLS}')
         self.r_max = r_max
         self.tau = tau
-        self.impl = impl
+        self.impl = self.check_impl(impl)
         self.stick_proj = nn.Linear(self.head_dims, self.head_dims)
         self.stick_embeds = nn.Parameter(torch.randn(num_heads, r_max, self.head_dims) * 0.02)
 

@@ -15,6 +15,7 @@ Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (t
 """
 from torch import Tensor
 
+from ..dispatch import resolve_impl
 from .linear import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 
@@ -23,10 +24,7 @@ IMPLS = ('auto', 'reference', 'torch', 'triton')
 
 def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto') -> Tensor:
     """Row-normalised linear-angular attention of ``(B, heads, N, d)`` tensors."""
-    if impl not in IMPLS:
-        raise ValueError(f'linear_angular_attention: impl={impl!r}; expected one of {IMPLS}')
-    if impl == 'auto':
-        impl = 'triton' if q.is_cuda else 'torch'
+    impl = resolve_impl('linear_angular_attention', impl, q, IMPLS)
     if impl == 'reference':
         return linear_angular_attention_reference(q, k, v)
     if impl == 'triton':

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from torch import Tensor
 
+from ..dispatch import check_impl, resolve_impl
 from .position import PositionParams, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
@@ -30,13 +31,10 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
                          impl: str = 'auto') -> Tensor:
     """``Normalize[exp(scale q k^T) * Phi_p] v`` of ``(B, heads, N, d)`` tensors; ``log_phi_p`` is
     ``(heads, N, N)``, shared by the batch."""
-    if impl not in IMPLS:
-        raise ValueError(f'peripheral_attention: impl={impl!r}; expected one of {IMPLS}')
+    impl = resolve_impl('peripheral_attention', impl, q, IMPLS)
     if log_phi_p.shape != (q.shape[1], q.shape[2], k.shape[2]):
         raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; expected '
                          f'(heads, queries, keys) = {(q.shape[1], q.shape[2], k.shape[2])}')
-    if impl == 'auto':
-        impl = 'triton' if q.is_cuda else 'torch'
     if impl == 'reference':
         return peripheral_attention_reference(q, k, v, log_phi_p, scale)
     if impl == 'triton':
@@ -47,8 +45,7 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
 
 def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'torch') -> Tensor:
     """Pre-sigmoid ``Phi_p`` logits ``(heads, HW, HW)`` on an ``H x W`` grid (Eq. 8)."""
-    if impl not in POSITION_IMPLS:
-        raise ValueError(f'position_logits: impl={impl!r}; expected one of {POSITION_IMPLS}')
+    check_impl('position_logits', impl, POSITION_IMPLS)
     if impl == 'reference':
         return position_logits_reference(params, hw_shape)
     return _position_logits_torch(params, hw_shape)

@@ -23,6 +23,7 @@ from typing import Sequence
 
 from torch import Tensor
 
+from ..dispatch import resolve_impl
 from .common import check_inputs, ring_weights, stick_breaking, truncate
 from .local import ripple_attention_local
 from .reference import group_weights_reference, ripple_attention_reference
@@ -48,11 +49,8 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     Returns:
         ``(..., N, E)``.
     """
-    if impl not in IMPLS:
-        raise ValueError(f'ripple_attention: impl={impl!r}; expected one of {IMPLS}')
+    impl = resolve_impl('ripple_attention', impl, q, IMPLS)
     check_inputs(q, k, v, logits, hw_shape, tau)
-    if impl == 'auto':
-        impl = 'triton' if q.is_cuda else 'torch'
     if impl == 'reference':
         return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
     if impl == 'sat':

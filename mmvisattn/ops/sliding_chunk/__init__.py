@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..dispatch import resolve_impl
 from .chunked import ChunkGrid, sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, padded_grid, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)
@@ -39,15 +40,12 @@ def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
     return int(window)
 
 
-def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: int,
-           impl: str) -> int:
+def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: int) -> int:
     window = check_window(window)
     if masking not in MASKINGS:
         raise ValueError(f'sliding_chunk_attention: masking={masking!r}; expected one of {MASKINGS}')
     if isinstance(mode, bool) or mode not in MODES:
         raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8')
-    if impl not in IMPLS:
-        raise ValueError(f'sliding_chunk_attention: impl={impl!r}; expected one of {IMPLS}')
     if q.dim() != 4 or q.shape[2] != num_global + hw_shape[0] * hw_shape[1]:
         raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
                          f'+ {hw_shape[0]}x{hw_shape[1]} tokens as (B, heads, N, d)')
@@ -71,11 +69,10 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         docstring. scale: defaults to ``d ** -0.5``. impl: ``'auto' | 'reference' | 'torch' | 'triton'``.
     """
     hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
-    window = _check(q, hw_shape, window, num_global, masking, mode, impl)
+    impl = resolve_impl('sliding_chunk_attention', impl, q, IMPLS)
+    window = _check(q, hw_shape, window, num_global, masking, mode)
     if impl == 'reference':
         return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
-    if impl == 'auto':
-        impl = 'triton' if q.is_cuda else 'torch'
     if impl == 'triton':
         from .triton import check_triton_inputs
         check_triton_inputs(q, k, v, window)
