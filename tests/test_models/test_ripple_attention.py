@@ -89,7 +89,7 @@ def test_bad_settings_one_line(options, message):
 def test_chunked_recompute_matches_the_direct_computation():
     """Feature map over chunks of tokens, recomputed in the backward: same values and gradients (input and
     parameters) as calling it directly, and only the input is kept for the backward."""
-    from mmvisattn.ops.ripple.common import checkpointed_chunks
+    from mmvisattn.ops.recompute import checkpointed_chunks
     attn = build_attention(dict(type='RippleAttention'), embed_dims=24, num_heads=3).double()
     q = torch.randn(2, 3, 10, 8, dtype=torch.float64, requires_grad=True)
     params = list(attn.feature_map.parameters())

@@ -8,9 +8,8 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
-from mmvisattn.ops.sliding_chunk import IMPLS, MASKINGS, check_window, sliding_chunk_attention
-from mmvisattn.ops.sliding_chunk.layout import global_rows
-from mmvisattn.ops.sliding_chunk.reference import dense_bias
+from mmvisattn.ops.sliding_chunk import (IMPLS, MASKINGS, check_window, dense_bias, global_rows,
+                                         sliding_chunk_attention)
 from mmvisattn.registry import ATTENTIONS
 from .base import BaseAttention
 

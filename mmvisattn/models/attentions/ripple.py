@@ -26,11 +26,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.ripple import IMPLS, ripple_attention
+from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, group_weights_reference, ripple_attention
 from mmvisattn.ops.amp import upcast
 from mmvisattn.ops.linearized import linearized_attention
-from mmvisattn.ops.ripple.common import CHUNK_TOKENS, checkpointed_chunks
-from mmvisattn.ops.ripple.reference import chebyshev_distances, group_weights_reference
+from mmvisattn.ops.recompute import CHUNK_TOKENS, checkpointed_chunks
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from ..dispatch import resolve_impl
 from .common import check_inputs, ring_weights, stick_breaking, truncate
 from .local import ripple_attention_local
-from .reference import group_weights_reference, ripple_attention_reference
+from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
 
 IMPLS = ('auto', 'reference', 'sat', 'torch', 'triton')
@@ -61,5 +61,7 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     return ripple_attention_local(q, k, v, logits, hw_shape, tau, eps)
 
 
-__all__ = ['ripple_attention', 'ripple_attention_reference', 'group_weights_reference', 'stick_breaking',
-           'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS']
+# group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'
+# attention maps (visualisation only) are drawn from.
+__all__ = ['ripple_attention', 'ripple_attention_reference', 'chebyshev_distances', 'group_weights_reference',
+           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS']

@@ -1,16 +1,18 @@
 """What every implementation of ripple attention shares: the spatial weights (Eq. 5 with the
 modified sigmoid of Appendix C.3, the threshold tau and the merge of Eq. 6), the Chebyshev geometry
-of vicinal groups, and the recomputation by chunks of tokens that keeps per-token weights small.
+of vicinal groups; the per-token weights are computed by chunks of tokens, each recomputed in the
+backward (:mod:`mmvisattn.ops.recompute`), which keeps them small.
 
 Shapes: ``logits`` ``(..., N, R_max)`` hold the stick logits ``o_r(i, j)`` of every query, one
 per stick unit ``r = 0 .. R_max - 1``; ``N = H * W`` tokens in row-major order.
 """
-from typing import Callable, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from ..amp import upcast
+from ..recompute import CHUNK_TOKENS, checkpointed_chunks
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -97,60 +99,3 @@ def _ring_weights(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Te
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
                        torch.zeros_like(alpha[..., :-1]))
     return beta, merged_weight.unsqueeze(-1)
-
-
-CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
-
-
-class ChunkedRecompute(torch.autograd.Function):
-    """``fn`` over chunks of tokens (dim -2) that keeps none of ``fn``'s intermediates: the forward runs
-    without a graph, the backward recomputes one chunk at a time (``torch.utils.checkpoint`` would do
-    the same but pulls in the compiler stack on first use, some 100 MB of modules).
-
-    Autocast: as a checkpoint, the forward runs ``fn`` under the caller's autocast state and the
-    backward replays that state, so the recomputed dtypes equal the forward's; ``fn`` itself picks
-    float32 where it needs it (:func:`_ring_weights`)."""
-
-    @staticmethod
-    def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
-        inputs = tensors[:num_inputs]
-        ctx.fn, ctx.chunk, ctx.params = fn, chunk, tensors[num_inputs:]  # parameters: leaves, kept anyway
-        device = inputs[0].device.type
-        ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
-        ctx.save_for_backward(*inputs)
-        with torch.no_grad():
-            outputs = [fn(*parts) for parts in zip(*(t.split(chunk, dim=-2) for t in inputs))]
-        return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
-
-    @staticmethod
-    def backward(ctx, *grads: Tensor):
-        inputs = ctx.saved_tensors
-        grad_params = [torch.zeros_like(p) for p in ctx.params]
-        grad_inputs = [[] for _ in inputs]
-        grad_chunks = [g.split(ctx.chunk, dim=-2) for g in grads]
-        for index, parts in enumerate(zip(*(t.split(ctx.chunk, dim=-2) for t in inputs))):
-            parts = [p.detach().requires_grad_(p.is_floating_point()) for p in parts]
-            with torch.enable_grad(), torch.autocast(ctx.autocast[0], ctx.autocast[1], enabled=ctx.autocast[2]):
-                outputs = ctx.fn(*parts)  # under the forward's autocast state, so dtypes match
-            wanted = [p for p in parts if p.requires_grad] + list(ctx.params)
-            found = iter(torch.autograd.grad(outputs, wanted, [g[index] for g in grad_chunks], allow_unused=True))
-            for part, collected in zip(parts, grad_inputs):
-                collected.append(next(found) if part.requires_grad else None)
-            for total, grad in zip(grad_params, found):
-                if grad is not None:
-                    total += grad
-        inputs_grads = [torch.cat(g, dim=-2) if g[0] is not None else None for g in grad_inputs]
-        return (None, None, None, *inputs_grads, *grad_params)
-
-
-def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *args, params: Sequence[Tensor] = ()):
-    """``fn(*parts, *args)`` over chunks of ``chunk`` tokens (dim -2) of ``tensors``, each chunk
-    recomputed in the backward, the outputs (a tensor or a tuple of them) concatenated along dim -2: the
-    intermediates of ``fn`` never exist for more than one chunk. ``params`` are the parameters ``fn``
-    uses, which receive their gradients."""
-    def call(*parts: Tensor) -> Tuple[Tensor, ...]:
-        out = fn(*parts, *args)
-        return out if isinstance(out, tuple) else (out,)
-
-    outputs = ChunkedRecompute.apply(call, chunk, len(tensors), *tensors, *params)
-    return outputs if len(outputs) > 1 else outputs[0]

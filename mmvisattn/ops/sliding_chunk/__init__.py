@@ -28,7 +28,7 @@ from ..dispatch import resolve_impl
 from .chunked import ChunkGrid, sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, padded_grid, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)
-from .reference import sliding_chunk_attention_reference
+from .reference import dense_bias, sliding_chunk_attention_reference
 
 IMPLS = ('auto', 'reference', 'torch', 'triton')
 
@@ -99,5 +99,7 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     return torch.cat([global_rows(q, k, v, num_global, rel_pos), local], dim=2)
 
 
-__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'IMPLS', 'MASKINGS',
-           'MODES']
+# global_rows: the global tokens' own attention (queries and keys in full), which modules with
+# separate global projections compute themselves; dense_bias: the attention map's additive bias.
+__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'dense_bias',
+           'global_rows', 'IMPLS', 'MASKINGS', 'MODES']

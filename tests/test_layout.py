@@ -1,0 +1,54 @@
+"""The import rules of the layout: outside ``mmvisattn/ops`` nothing imports an op package's
+private modules (only what ``mmvisattn/ops/<op>/__init__.py`` exports, the NATTEN /
+flash-linear-attention rule), and ``ops`` imports nothing from the rest of the package."""
+import ast
+from pathlib import Path
+from typing import Iterator, Tuple
+
+from .conftest import REPO
+
+PACKAGE = REPO / 'mmvisattn'
+OP_PACKAGES = sorted(p.parent.name for p in (PACKAGE / 'ops').glob('*/__init__.py'))
+
+
+def imported_modules(path: Path) -> Iterator[Tuple[int, str]]:
+    """``(line, absolute module name)`` of every ``import`` and ``from ... import`` in ``path``;
+    for ``from M import name`` both ``M`` and ``M.name`` (a name may be a submodule)."""
+    package = '.'.join(path.relative_to(REPO).with_suffix('').parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parent = package.split('.')[:len(package.split('.')) - node.level + 1]
+                base = '.'.join(parent + ([base] if base else []))
+            yield node.lineno, base
+            for alias in node.names:
+                yield node.lineno, f'{base}.{alias.name}'
+
+
+def private_op_module(module: str) -> bool:
+    parts = module.split('.')
+    return len(parts) >= 4 and parts[:2] == ['mmvisattn', 'ops'] and parts[2] in OP_PACKAGES \
+        and (REPO / 'mmvisattn' / 'ops' / parts[2] / f'{parts[3]}.py').is_file()
+
+
+def test_there_are_op_packages():
+    assert {'linear_angular', 'peripheral', 'ripple', 'sliding_chunk'} <= set(OP_PACKAGES)
+
+
+def test_nothing_outside_ops_imports_a_private_op_module():
+    files = [p for p in PACKAGE.rglob('*.py') if 'ops' not in p.relative_to(PACKAGE).parts[:1]]
+    files += list((REPO / 'tools').rglob('*.py'))
+    found = [f'{path.relative_to(REPO)}:{line} imports {module}' for path in files
+             for line, module in imported_modules(path) if private_op_module(module)]
+    assert not found, '\n'.join(found)
+
+
+def test_ops_import_nothing_from_the_rest_of_the_package():
+    found = [f'{path.relative_to(REPO)}:{line} imports {module}' for path in (PACKAGE / 'ops').rglob('*.py')
+             for line, module in imported_modules(path)
+             if module.startswith('mmvisattn.') and not module.startswith('mmvisattn.ops')]
+    assert not found, '\n'.join(found)
