@@ -9,7 +9,7 @@ import torch
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
                                   stick_breaking, truncate, vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach
-from mmvisattn.ops.ripple.local import TILED, RippleLocalGlobal
+from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
 
 
 def inputs(hw_shape, r_max, batch=2, heads=3, dims=4, value_dims=5, dtype=torch.float64, scale=2.0):

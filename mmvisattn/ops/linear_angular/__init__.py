@@ -16,7 +16,7 @@ Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (t
 from torch import Tensor
 
 from ..dispatch import resolve_impl
-from .linear import linear_angular_attention_torch, linear_angular_unnormalised
+from .pytorch import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 
 IMPLS = ('auto', 'reference', 'torch', 'triton')

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..amp import autocast_off, norm_eps
 from ..triton_launch import check_kernel_inputs, head_block, num_warps
-from .linear import linear_angular_backward
+from .pytorch import linear_angular_backward
 
 
 

@@ -21,7 +21,7 @@ from ..dispatch import check_impl, resolve_impl
 from .position import PositionParams, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
-from .sdpa import peripheral_attention_sdpa
+from .pytorch import peripheral_attention_sdpa
 
 IMPLS = ('auto', 'reference', 'torch', 'triton')
 POSITION_IMPLS = ('reference', 'torch')

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..amp import autocast_off
 from ..triton_launch import check_kernel_inputs, head_block, num_warps
-from .sdpa import peripheral_attention_sdpa
+from .pytorch import peripheral_attention_sdpa
 
 
 

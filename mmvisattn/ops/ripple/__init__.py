@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..dispatch import resolve_impl
 from .common import check_inputs, ring_weights, stick_breaking, truncate
-from .local import ripple_attention_local
+from .pytorch import ripple_attention_local
 from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
 

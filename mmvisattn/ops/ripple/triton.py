@@ -21,7 +21,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..triton_launch import check_kernel_inputs, num_warps
-from .local import LocalKernels, local_plus_global
+from .pytorch import LocalKernels, local_plus_global
 
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..dispatch import resolve_impl
-from .chunked import ChunkGrid, sliding_chunk_local_torch
+from .pytorch import ChunkGrid, sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, padded_grid, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)
 from .reference import dense_bias, sliding_chunk_attention_reference

@@ -134,7 +134,7 @@ def _blocks(queries: int, dims: int, value_dims: int) -> dict:
 
 
 class SlidingChunkTriton(torch.autograd.Function):
-    """Same contract as :class:`mmvisattn.ops.sliding_chunk.chunked.SlidingChunkAttention`, with
+    """Same contract as :class:`mmvisattn.ops.sliding_chunk.pytorch.SlidingChunkAttention`, with
     ``k``, ``v`` as flat key tables ``(B*H, M, d)`` and ``index`` ``(C, S)`` slot indices into them."""
 
     @staticmethod
