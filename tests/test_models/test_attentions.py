@@ -40,7 +40,7 @@ MULTI_IMPL_TYPES = [name for name in ALL_TYPES if ATTENTIONS.get(name).impls]
 
 def test_the_attentions_with_several_implementations():
     assert MULTI_IMPL_TYPES == ['LinearAngularAttention', 'LongformerAttention', 'PeripheralAttention',
-                                'RippleAttention']
+                                'RWGKAttention', 'RippleAttention']
 
 
 @pytest.mark.parametrize('attn_type', MULTI_IMPL_TYPES)

@@ -89,3 +89,15 @@ def test_memory_is_linear_in_tokens():
         return sum(sizes)
     small, large = saved_elements(256), saved_elements(1024)
     assert large < 4.5 * small
+
+
+def test_impl_selects_the_implementation():
+    """``impl='reference'`` is the explicit N x N form, ``'torch'`` and ``'auto'`` the linear one."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 10, 4, generator=generator, dtype=torch.float64) for _ in range(3))
+    anchor_q, anchor_k = (torch.randn(1, 2, 3, 4, generator=generator, dtype=torch.float64) for _ in range(2))
+    expected = rwgk_attention_reference(q, k, v, anchor_q, anchor_k, 0.3)
+    for impl in ('reference', 'torch', 'auto'):
+        torch.testing.assert_close(rwgk_attention(q, k, v, anchor_q, anchor_k, 0.3, impl=impl), expected)
+    with pytest.raises(ValueError, match=r"^rwgk_attention: impl='triton'; expected one of \('auto', 'reference', "):
+        rwgk_attention(q, k, v, anchor_q, anchor_k, impl='triton')

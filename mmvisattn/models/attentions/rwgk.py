@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.rwgk import check_lam, rwgk_attention
+from mmvisattn.ops.rwgk import IMPLS, check_lam, rwgk_attention
 from mmvisattn.registry import ATTENTIONS
 from .base import BaseAttention
 
@@ -37,14 +37,17 @@ class RWGKAttention(BaseAttention):
         attn_drop: Accepted for interface parity with SegFormer; the mechanism forms no ``N x N``
             weights to drop, so it must be 0.
         proj_drop: Dropout after ``proj``.
+        impl: Operator implementation, one of :data:`mmvisattn.ops.rwgk.IMPLS` (``'reference'``
+            forms the ``N x N`` kernel: tests only).
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'linear'
+    impls = IMPLS
 
     def __init__(self, embed_dims: int, num_heads: int, num_anchors: int = 64, lam: float = 0.5,
                  anchor_mode: str = 'learnable', qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
+                 proj_drop: float = 0.0, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         if not isinstance(num_anchors, int) or num_anchors <= 0:
             raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive integer')
@@ -55,6 +58,7 @@ class RWGKAttention(BaseAttention):
                              'are formed); use proj_drop')
         check_lam(lam)
         self.lam = lam
+        self.impl = self.check_impl(impl)
         self.anchor_mode = anchor_mode
         self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
@@ -87,5 +91,5 @@ class RWGKAttention(BaseAttention):
             anchor_q, anchor_k = self.anchor_q.unsqueeze(0), self.anchor_k.unsqueeze(0)
         else:
             anchor_q, anchor_k = self.pooled_anchors(q, hw_shape), self.pooled_anchors(k, hw_shape)
-        out = rwgk_attention(q, k, v, anchor_q, anchor_k, self.lam)
+        out = rwgk_attention(q, k, v, anchor_q, anchor_k, self.lam, impl=self.impl)
         return self.proj_drop(self.proj(self.merge_heads(out)))

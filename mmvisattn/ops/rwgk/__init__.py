@@ -1,0 +1,50 @@
+"""Random-walk graph kernel attention (RWGKA), "Improving vision attention with random walk graph
+kernel" (OpenReview, ICLR 2023), Eq. (5)-(8) and Algorithm 1.
+
+Queries and keys are joined through ``M`` anchors by a bipartite graph (Eq. 6)::
+
+    G_Q = softmax(Q B_K^T * s)   (N x M, rows sum to 1)
+    G_K = softmax(B_Q K^T * s)   (M x N, rows sum to 1)
+
+and the row-stochastic one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised
+random-walk (Katz) kernel of Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, a weighted sum of
+all path lengths ``sum_n (1 - lam) lam^(n-1) A^n`` whose rows still sum to 1 (Lemma 1). With the
+push-through identity it equals Eq. (8), which only inverts an ``M x M`` matrix::
+
+    (1 - lam) * G_Q (I_M - lam G_K G_Q)^-1 (G_K V)
+
+``s`` is ``1 / sqrt(d)`` as in Eq. (2); Eq. (6) writes the softmax without it, which saturates the
+graphs as ``d`` grows.
+
+Two implementations share :func:`bipartite_graphs` (``common.py``), chosen by ``impl=``:
+
+* ``'reference'`` (``reference.py``) builds the ``N x N`` kernel and inverts it (Eq. 5): O(N^3),
+  obviously correct, for tests at small ``N``;
+* ``'torch'`` (``pytorch.py``, the default for ``'auto'`` on every device: there is no kernel)
+  follows Algorithm 1 with a linear solve instead of an explicit inverse: O(N M d + N M^2 + M^3)
+  time, O(N M + M^2) extra memory.
+
+The torch path runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
+(:mod:`mmvisattn.ops.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
+"""
+from torch import Tensor
+
+from ..dispatch import resolve_impl
+from .common import bipartite_graphs, check_lam
+from .pytorch import rwgk_attention_torch
+from .reference import rwgk_attention_reference, rwgk_kernel_reference
+
+IMPLS = ('auto', 'reference', 'torch')
+
+
+def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5,
+                   impl: str = 'auto') -> Tensor:
+    """RWGK attention of ``(B, heads, N, d)`` tensors through ``(B or 1, heads, M, d)`` anchors,
+    decay ``lam`` in (0, 1); ``impl`` one of :data:`IMPLS`."""
+    if resolve_impl('rwgk_attention', impl, q, IMPLS) == 'reference':
+        return rwgk_attention_reference(q, k, v, anchor_q, anchor_k, lam)
+    return rwgk_attention_torch(q, k, v, anchor_q, anchor_k, lam)
+
+
+__all__ = ['rwgk_attention', 'rwgk_attention_reference', 'rwgk_kernel_reference', 'bipartite_graphs', 'check_lam',
+           'IMPLS']
