@@ -173,7 +173,7 @@ def test_sizes_with_imagenet_head_match_table_a5(arch):
 
 
 def test_bad_inputs_raise_one_line():
-    with pytest.raises(KeyError, match="unknown arch 'huge'"):
+    with pytest.raises(ValueError, match="^PerViT: arch='huge'; expected one of"):
         PerViT('huge')
     with pytest.raises(ValueError, match='out_indices=\\(4,\\)'):
         PerViT('tiny', out_indices=(4,))

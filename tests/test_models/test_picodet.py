@@ -130,7 +130,7 @@ def test_prediction_boxes_lie_inside_the_image():
     (dict(type='ESNet', arch='xl'), "arch='xl'"),
     (dict(type='ESNet', out_indices=(3,)), 'out_indices=(3,)'),
     (dict(type='CastlingLeViT', arch='xs'), "arch='xs'"),
-    (dict(type='CastlingLeViT', arch=dict(widths=(32, 64))), 'expected a dict'),
+    (dict(type='CastlingLeViT', arch=dict(widths=(32, 64))), r'arch dict misses \['),
     (dict(type='CSPPAN', in_channels=[8, 16, 32], out_channels=8, num_extra_levels=2), 'num_extra_levels=2'),
 ])
 def test_bad_layouts_fail_in_one_line(cfg, message):

@@ -10,7 +10,7 @@ from mmengine.registry import init_default_scope
 
 from mmvisattn.engine import ViLRandomShiftHook
 from mmvisattn.models.attentions import LongformerAttention
-from mmvisattn.models.backbones.vil import ARCH_SETTINGS, ViL
+from mmvisattn.models.backbones.vil import ViL
 from mmvisattn.registry import models_of_scope
 
 from ..conftest import REPO
@@ -97,12 +97,12 @@ def test_attention_bad_arguments_are_named(kwargs, message):
         LongformerAttention(12, 3, **kwargs)
 
 
-@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+@pytest.mark.parametrize('arch', sorted(ViL.arch_zoo))
 def test_every_arch_outputs_four_strided_maps(arch):
     model = ViL(arch=arch, drop_path_rate=0.0).eval()
     with torch.no_grad():
         outs = model(torch.randn(1, 3, 64, 96))
-    dims = ARCH_SETTINGS[arch]['embed_dims']
+    dims = ViL.arch_zoo[arch]['embed_dims']
     assert [tuple(o.shape) for o in outs] == [(1, dims[i], 16 >> i, 24 >> i) for i in range(4)]
 
 
@@ -166,7 +166,7 @@ TABLE_14 = {'tiny': (16.6, 26.9), 'small': (35.7, 45.0), 'medium': (50.8, 60.1),
 
 @pytest.mark.parametrize('arch', sorted(TABLE_14))
 def test_detector_sizes_match_table_14(arch):
-    last = ARCH_SETTINGS[arch]['embed_dims'][-1]
+    last = ViL.arch_zoo[arch]['embed_dims'][-1]
     unused_official = last * 1000 + 1000 + 2 * last
     for column, detector in enumerate(('retinanet', 'mask-rcnn')):
         cfg = Config.fromfile(REPO / f'configs/vil/{detector}_vil-{arch}_fpn_1x_coco.py')

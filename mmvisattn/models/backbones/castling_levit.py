@@ -25,6 +25,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
+from .arch import resolve_arch
 
 HSWISH = dict(type='HSwish')
 BN = dict(type='BN')
@@ -94,14 +95,11 @@ class CastlingLeViT(BaseModule):
             for width, depth, num_heads in zip(widths, depths, heads))
 
     def _layout(self, arch) -> dict:
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise KeyError(f'CastlingLeViT: arch={arch!r}; expected one of {sorted(self.arch_zoo)} or a dict')
-            return self.arch_zoo[arch]
         keys = ('widths', 'depths', 'num_heads')
-        if not isinstance(arch, dict) or set(arch) != set(keys) or any(len(arch[k]) != 3 for k in keys):
-            raise ValueError(f'CastlingLeViT: arch={arch!r}; expected a dict of three-entry {keys}')
-        return arch
+        layout = resolve_arch('CastlingLeViT', arch, self.arch_zoo, keys)
+        if any(len(layout[k]) != 3 for k in keys):
+            raise ValueError(f'CastlingLeViT: arch={arch!r}; expected three entries (one per stage) in each of {keys}')
+        return layout
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x = self.stem(x)

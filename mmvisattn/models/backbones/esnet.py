@@ -8,7 +8,7 @@ mmdet's ``SELayer``. Layout per arch: a 3x3 stride-2 stem to 24 channels and a s
 then three stages of [3, 7, 3] blocks whose first block halves the resolution; outputs are the
 three stage ends at strides 8, 16 and 32.
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmvisattn.registry import register_model
+from .arch import resolve_arch
 
 HSWISH = dict(type='HSwish')
 # SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered in compat).
@@ -97,24 +98,24 @@ class ESNet(BaseModule):
 
     Args:
         arch: ``'s'`` (width x0.75), ``'m'`` (x1.0) or ``'l'`` (x1.25), with PaddleDetection's
-            block widths.
+            block widths, or a dict with ``scale`` and the 13 per-block ``ratios``.
         out_indices: Which of the three stages (strides 8, 16, 32) to return.
         frozen_stages: Stages to freeze, counting the stem as 0 (-1 freezes nothing).
         norm_eval: Keep BatchNorm statistics frozen in training.
         init_cfg: mmengine initialisation config (e.g. a ``Pretrained`` checkpoint).
     """
 
-    arch_settings = {'s': (0.75, RATIOS_S), 'm': (1.0, RATIOS_ML), 'l': (1.25, RATIOS_ML)}
+    arch_zoo = {'s': dict(scale=0.75, ratios=RATIOS_S), 'm': dict(scale=1.0, ratios=RATIOS_ML),
+                'l': dict(scale=1.25, ratios=RATIOS_ML)}
     stage_blocks = (3, 7, 3)
 
-    def __init__(self, arch: str = 's', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
+    def __init__(self, arch: Union[str, dict] = 's', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
                  norm_eval: bool = False, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if arch not in self.arch_settings:
-            raise KeyError(f'ESNet: arch={arch!r}; expected one of {sorted(self.arch_settings)}')
+        layout = resolve_arch('ESNet', arch, self.arch_zoo, ('scale', 'ratios'))
         if not set(out_indices) <= {0, 1, 2}:
             raise ValueError(f'ESNet: out_indices={tuple(out_indices)}; expected stages among (0, 1, 2)')
-        scale, ratios = self.arch_settings[arch]
+        scale, ratios = layout['scale'], layout['ratios']
         self.out_indices = tuple(out_indices)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval

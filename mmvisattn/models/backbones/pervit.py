@@ -27,9 +27,10 @@ from torch import Tensor
 
 from mmvisattn.registry import ATTENTIONS, build_attention, register_model
 from ..attentions.peripheral import PeripheralAttention, build_distance_proj, peripheral_initialization
+from .arch import resolve_arch
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     'tiny': dict(num_heads=4, depths=(2, 2, 6, 2), embed_dims=(128, 192, 224, 280),
                  stem_channels=(48, 64, 96, 128)),
     'small': dict(num_heads=8, depths=(2, 2, 6, 2), embed_dims=(272, 320, 368, 464),
@@ -91,13 +92,15 @@ class PerViT(BaseModule):
         init_cfg: mmengine initialisation config (e.g. ``Pretrained`` with a converted checkpoint).
     """
 
+    arch_zoo = ARCH_ZOO
+
     def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),
                  attn_cfg: Optional[Dict] = None, norm_cfg: Optional[Dict] = None, with_cp: bool = False,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.with_cp = with_cp
-        settings = self.arch_settings(arch)
+        settings = self.stage_settings(arch)
         depths, embed_dims = settings['depths'], settings['embed_dims']
         if any(not 0 <= i < len(depths) for i in out_indices):
             raise ValueError(f'PerViT: out_indices={tuple(out_indices)}; expected stages in 0..{len(depths) - 1}')
@@ -123,15 +126,11 @@ class PerViT(BaseModule):
         self._init_linear_layers()
 
     @staticmethod
-    def arch_settings(arch: Union[str, Dict]) -> Dict:
-        if isinstance(arch, str):
-            if arch not in ARCH_SETTINGS:
-                raise KeyError(f'PerViT: unknown arch {arch!r}; expected one of {sorted(ARCH_SETTINGS)} or a dict')
-            return ARCH_SETTINGS[arch]
-        missing = {'num_heads', 'depths', 'embed_dims', 'stem_channels'} - set(arch)
-        if missing or len(arch['depths']) != len(arch['embed_dims']):
-            raise KeyError(f'PerViT: arch dict {arch} lacks {sorted(missing)} or has depths and embed_dims '
-                           'of different lengths')
+    def stage_settings(arch: Union[str, Dict]) -> Dict:
+        arch = resolve_arch('PerViT', arch, ARCH_ZOO, ('num_heads', 'depths', 'embed_dims', 'stem_channels'))
+        if len(arch['depths']) != len(arch['embed_dims']):
+            raise ValueError(f'PerViT: arch depths {arch["depths"]} and embed_dims {arch["embed_dims"]} have '
+                             'different lengths; expected one entry per stage in each')
         return arch
 
     @staticmethod

@@ -20,12 +20,13 @@ from torch import Tensor
 
 from mmvisattn.registry import ATTENTIONS, build_attention, register_model
 from ..attentions import LongformerAttention
+from .arch import resolve_arch
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
 _DETECTION = dict(patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
 # Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
 # whose last stage has no global token.
-ARCH_SETTINGS = {
+ARCH_ZOO = {
     'tiny': dict(embed_dims=(48, 96, 192, 384), depths=(1, 1, 9, 1), num_heads=(1, 3, 3, 6), **_DETECTION),
     'small': dict(embed_dims=(96, 192, 384, 768), depths=(1, 2, 8, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
     'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
@@ -33,16 +34,10 @@ ARCH_SETTINGS = {
 }
 
 
-def resolve_arch(arch: Union[str, Dict]) -> Dict[str, Tuple[int, ...]]:
-    """An ``ARCH_SETTINGS`` name or a dict with one entry per stage for every key of ``ARCH_KEYS``
+def stage_settings(arch: Union[str, Dict]) -> Dict[str, Tuple[int, ...]]:
+    """An ``ARCH_ZOO`` name or a dict with one entry per stage for every key of ``ARCH_KEYS``
     (``abs_pos`` optional)."""
-    if isinstance(arch, str):
-        if arch not in ARCH_SETTINGS:
-            raise ValueError(f'ViL: arch={arch!r}; expected one of {sorted(ARCH_SETTINGS)} or a dict')
-        arch = ARCH_SETTINGS[arch]
-    missing = [key for key in ARCH_KEYS if key not in arch]
-    if missing:
-        raise ValueError(f'ViL: arch dict misses {missing}; expected keys {ARCH_KEYS} (+ abs_pos)')
+    arch = resolve_arch('ViL', arch, ARCH_ZOO, ARCH_KEYS)
     stages = len(arch['depths'])
     settings = {key: tuple(arch.get(key, (False,) * stages)) for key in ARCH_KEYS + ('abs_pos',)}
     uneven = [key for key, value in settings.items() if len(value) != stages]
@@ -153,12 +148,14 @@ class ViL(BaseModule):
             checkpoint converted by ``tools/model_converters/vil2mmdet.py``.
     """
 
+    arch_zoo = ARCH_ZOO
+
     def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
                  attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
                  with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        self.arch = resolve_arch(arch)
+        self.arch = stage_settings(arch)
         num_stages = len(self.arch['depths'])
         out_indices = range(num_stages) if out_indices is None else out_indices
         if any(not -num_stages <= index < num_stages for index in out_indices):
