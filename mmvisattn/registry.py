@@ -5,6 +5,7 @@
 registered straight into the stock ``mmdet`` and ``mmseg`` ``MODELS`` registries by
 :func:`register_model`, so that configs of either scope build them by ``type=`` name.
 """
+import inspect
 from typing import Optional, TypeVar
 
 import torch.nn as nn
@@ -49,16 +50,29 @@ def register_model(cls: ModelClass) -> ModelClass:
     return cls
 
 
-def build_attention(cfg: dict, **defaults) -> nn.Module:
-    """Build an attention from ``cfg``; ``defaults`` (e.g. a stage's width) fill keys it leaves out.
-
-    Looks the type up in ``ATTENTIONS`` itself, whatever the default scope (``ATTENTIONS.build``
-    would switch to the mmdet or mmseg registry inside their runners), and raises one line naming
-    the type when it is missing or unknown.
-    """
-    args = {**defaults, **cfg}
-    attn_type = args.pop('type', None)
+def attention_class(cfg: dict) -> type:
+    """The ``ATTENTIONS`` class of ``cfg['type']``, looked up in ``ATTENTIONS`` itself whatever the
+    default scope (``ATTENTIONS.build`` would switch to the mmdet or mmseg registry inside their
+    runners); one line naming the type when it is missing or unknown."""
+    attn_type = cfg.get('type')
     attn_class = ATTENTIONS.get(attn_type) if attn_type is not None else None
     if attn_class is None:
         raise KeyError(f'unknown attention type {attn_type!r}; registered: {", ".join(sorted(ATTENTIONS.module_dict))}')
+    return attn_class
+
+
+def attention_accepts(cfg: dict, name: str) -> bool:
+    """Whether the attention ``cfg`` describes takes the constructor argument ``name``."""
+    return name in inspect.signature(attention_class(cfg)).parameters
+
+
+def build_attention(cfg: dict, optional: Optional[dict] = None, **defaults) -> nn.Module:
+    """Build an attention from ``cfg``; ``defaults`` (e.g. a stage's width) fill keys it leaves out,
+    and so do the ``optional`` ones (a stage's window, reduction ratio...) where the class takes
+    them, so a backbone can offer its per-stage settings to any attention without knowing its type.
+    """
+    attn_class = attention_class(cfg)
+    offered = {key: value for key, value in (optional or {}).items() if attention_accepts(cfg, key)}
+    args = {**defaults, **offered, **cfg}
+    args.pop('type')
     return attn_class(**args)

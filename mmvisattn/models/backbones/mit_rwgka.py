@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from mmseg.models.backbones.mit import MixVisionTransformer
 from torch import Tensor
 
-from mmvisattn.registry import ATTENTIONS, build_attention, register_model
+from mmvisattn.registry import build_attention, register_model
 from ..layers import ResidualAttention
 
 AttnCfg = Union[Dict, Sequence[Dict]]
@@ -56,16 +56,10 @@ class MixVisionTransformerRWGKA(MixVisionTransformer):
             defaults = dict(embed_dims=self.embed_dims * self.num_heads[stage_index],
                             num_heads=self.num_heads[stage_index], qkv_bias=options['qkv_bias'],
                             attn_drop=options['attn_drop_rate'], proj_drop=options['drop_rate'])
-            if self._takes_sr_ratio(cfg):
-                defaults['sr_ratio'] = self.sr_ratios[stage_index]
+            optional = dict(sr_ratio=self.sr_ratios[stage_index])
             for block in stage[1]:
                 # the stock attention built by mmseg is dropped here; its drop path is kept
-                block.attn = ResidualAttention(build_attention(cfg, **defaults), block.attn.dropout_layer)
-
-    @staticmethod
-    def _takes_sr_ratio(cfg: Dict) -> bool:
-        attn_class = ATTENTIONS.get(cfg.get('type'))
-        return attn_class is not None and 'sr_ratio' in inspect.signature(attn_class).parameters
+                block.attn = ResidualAttention(build_attention(cfg, optional, **defaults), block.attn.dropout_layer)
 
 
 MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')

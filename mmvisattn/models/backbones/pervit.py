@@ -25,8 +25,8 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
-from mmvisattn.registry import ATTENTIONS, build_attention, register_model
-from ..attentions.peripheral import PeripheralAttention, build_distance_proj, peripheral_initialization
+from mmvisattn.registry import attention_accepts, build_attention, register_model
+from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from .arch import resolve_arch
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
@@ -83,8 +83,8 @@ class PerViT(BaseModule):
         out_indices: Stages whose outputs are returned (each ``(B, C_i, H / 16, W / 16)``; stage
             ``i`` ends with the width of stage ``i + 1``).
         attn_cfg: Attention of every block; ``embed_dims`` and ``num_heads`` are filled in, and for
-            ``PeripheralAttention`` also the shared distance weighting and the peripheral
-            initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
+            attentions that take them (``PeripheralAttention``) also the shared distance weighting
+            and the peripheral initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
         with_cp: Recompute each block in the backward pass (``torch.utils.checkpoint``) instead of
             keeping its activations. Training ``Phi_p`` keeps several ``N x 4 N_h x (H + 2) x (W + 2)``
@@ -111,15 +111,15 @@ class PerViT(BaseModule):
         self.out_channels = [widths[end + 1] for end in self.stage_ends]
         self.stem = self._stem(in_channels, settings['stem_channels'], norm_cfg or dict(type='BN'))
         attn_cfg = dict(type='PeripheralAttention') if attn_cfg is None else attn_cfg
-        peripheral = self._is_peripheral(attn_cfg)
-        self.rpe_proj = build_distance_proj(4 * self.num_heads) if peripheral else None
+        # one distance projection shared by every block (§3.2), for attentions that take it
+        shared = attention_accepts(attn_cfg, 'distance_proj')
+        self.rpe_proj = build_distance_proj(4 * self.num_heads) if shared else None
         schedule = peripheral_initialization(len(widths) - 1)
         rates = torch.linspace(0, drop_path_rate, len(widths) - 1, device='cpu').tolist()
         self.blocks = nn.ModuleList()
         for i, (dims, out_dims) in enumerate(zip(widths[:-1], widths[1:])):
-            extra = dict(distance_proj=self.rpe_proj, norm_init=schedule[i]) if peripheral else {}
-            attn = build_attention(attn_cfg, embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate,
-                                   **extra)
+            optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i])
+            attn = build_attention(attn_cfg, optional, embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate)
             self.blocks.append(PerViTBlock(dims, out_dims, attn, mlp_ratio, drop_rate, rates[i]))
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(self.out_channels[i], eps=1e-6))
@@ -132,11 +132,6 @@ class PerViT(BaseModule):
             raise ValueError(f'PerViT: arch depths {arch["depths"]} and embed_dims {arch["embed_dims"]} have '
                              'different lengths; expected one entry per stage in each')
         return arch
-
-    @staticmethod
-    def _is_peripheral(attn_cfg: Dict) -> bool:
-        attn_class = ATTENTIONS.get(attn_cfg.get('type'))
-        return attn_class is not None and issubclass(attn_class, PeripheralAttention)
 
     @staticmethod
     def _stem(in_channels: int, channels: Sequence[int], norm_cfg: Dict) -> nn.Sequential:

@@ -18,8 +18,7 @@ from mmengine.model import BaseModule, ModuleList
 from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
-from mmvisattn.registry import ATTENTIONS, build_attention, register_model
-from ..attentions import LongformerAttention
+from mmvisattn.registry import build_attention, register_model
 from .arch import resolve_arch
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
@@ -135,8 +134,8 @@ class ViL(BaseModule):
             and optionally ``abs_pos`` (any layout, the 3-stage variants of Table 8 included).
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
-        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for
-            ``LongformerAttention``, ``window`` and ``num_global`` of the stage are filled in.
+        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for attentions that
+            take them (``LongformerAttention``), ``window`` and ``num_global`` of the stage are filled in.
             Another registered attention brings its own extra tokens (``num_extra_tokens``).
         out_indices: Stages whose maps are returned (default: all).
         frozen_stages: The first ``frozen_stages`` stages are frozen (no gradient, eval mode);
@@ -171,8 +170,8 @@ class ViL(BaseModule):
             dims, heads = self.arch['embed_dims'][index], self.arch['num_heads'][index]
             blocks = []
             for _ in range(self.arch['depths'][index]):
-                attn = build_attention(attn_cfg, embed_dims=dims, num_heads=heads,
-                                       **self._longformer_defaults(attn_cfg, index))
+                stage_window = dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index])
+                attn = build_attention(attn_cfg, stage_window, embed_dims=dims, num_heads=heads)
                 blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
             stride *= self.arch['patch_sizes'][index]
             num_global = blocks[0].attn.num_extra_tokens if blocks else self.arch['num_global'][index]
@@ -182,12 +181,6 @@ class ViL(BaseModule):
             channels = dims
         self.in_channels = in_channels
         self._freeze()
-
-    def _longformer_defaults(self, attn_cfg: Dict, index: int) -> Dict:
-        attn_class = ATTENTIONS.get(attn_cfg.get('type'))
-        if attn_class is None or not issubclass(attn_class, LongformerAttention):
-            return {}
-        return dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index])
 
     def _freeze(self) -> None:
         for stage in self.stages[:max(0, self.frozen_stages)]:
