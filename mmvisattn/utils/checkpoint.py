@@ -73,12 +73,19 @@ def read_converter_input(src: str, dst: str, wrappers: Sequence[str] = ('state_d
         raise SystemExit(f'error: {exc}') from None
 
 
-def check_backbone_weights(config: str, weights: Dict[str, Tensor]) -> List[str]:
-    """Build the backbone of ``config`` and compare: returns the parameter names ``weights`` leaves
-    newly initialised; raises ``ValueError`` (one line) for a key without a place or a shape that
-    does not fit (a checkpoint of another width). A ``backbone.`` prefix is accepted."""
+def backbone_state_dict(config: str) -> Dict[str, Tensor]:
+    """The state dict of the backbone of ``config``, freshly built."""
     from mmvisattn.registry import build_from_config
-    expected = build_from_config(config, 'backbone').state_dict()
+    return build_from_config(config, 'backbone').state_dict()
+
+
+def check_backbone_weights(config: str, weights: Dict[str, Tensor],
+                           expected: Optional[Dict[str, Tensor]] = None) -> List[str]:
+    """Compare ``weights`` with the backbone of ``config`` (``expected``: its state dict, when the
+    caller has built it already): returns the parameter names ``weights`` leaves newly initialised;
+    raises ``ValueError`` (one line) for a key without a place or a shape that does not fit (a
+    checkpoint of another width). A ``backbone.`` prefix is accepted."""
+    expected = backbone_state_dict(config) if expected is None else expected
     prefix = 'backbone.' if any(k.startswith('backbone.') for k in weights) else ''
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     unexpected = sorted(set(weights) - set(expected))

@@ -13,12 +13,7 @@ import argparse
 
 from mmvisattn.models.backbones.vil import convert_vil_state_dict
 from mmvisattn.utils import read_converter_input, save_converted
-from mmvisattn.utils.checkpoint import check_backbone_weights
-
-
-def target_state_dict(config: str) -> dict:
-    from mmvisattn.registry import build_from_config
-    return build_from_config(config, 'backbone').state_dict()
+from mmvisattn.utils.checkpoint import backbone_state_dict, check_backbone_weights
 
 
 def main(argv=None) -> None:
@@ -29,8 +24,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('net', 'model'))
     try:
-        converted, unmapped = convert_vil_state_dict(state_dict, target_state_dict(args.config))
-        unset = check_backbone_weights(args.config, converted)
+        target = backbone_state_dict(args.config)  # built once: the layout to convert to and check against
+        converted, unmapped = convert_vil_state_dict(state_dict, target)
+        unset = check_backbone_weights(args.config, converted, target)
     except ValueError as exc:
         raise SystemExit(f'error: {exc}') from None
     print(f'converted {len(converted)} tensors; official keys without a place ({len(unmapped)}): '
