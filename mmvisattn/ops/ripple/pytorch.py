@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import autocast_off, upcast
+from ..windows import from_windows, to_windows, window_grid
 from .common import ring_weights
 
 CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
@@ -44,20 +45,7 @@ def tile_size(r_max: int) -> int:
 
 def to_tiles(x: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
     """``(S, H * W, C) -> (S * L, T * T, C)``, the map zero-padded to whole ``T x T`` tiles."""
-    (height, width), channels = hw_shape, x.shape[-1]
-    rows, cols = -(-height // tile), -(-width // tile)
-    grid = F.pad(x.reshape(-1, height, width, channels), (0, 0, 0, cols * tile - width, 0, rows * tile - height))
-    grid = grid.reshape(-1, rows, tile, cols, tile, channels).transpose(2, 3)
-    return grid.reshape(-1, tile * tile, channels)
-
-
-def from_tiles(tiles: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
-    """Inverse of :func:`to_tiles`: ``(S * L, T * T, C) -> (S, H * W, C)``."""
-    (height, width), channels = hw_shape, tiles.shape[-1]
-    rows, cols = -(-height // tile), -(-width // tile)
-    grid = tiles.reshape(-1, rows, cols, tile, tile, channels).transpose(2, 3)
-    grid = grid.reshape(-1, rows * tile, cols * tile, channels)[:, :height, :width]
-    return grid.reshape(-1, height * width, channels)
+    return to_windows(x, hw_shape, tile).flatten(0, 1)
 
 
 class Geometry:
@@ -65,11 +53,11 @@ class Geometry:
     a tile, and the cutting of a map into overlapping halos and the adding of them back."""
 
     def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
-        height, width = hw_shape
         self.hw_shape, self.r_max, self.tile, self.halo = tuple(hw_shape), r_max, tile, r_max - 1
         self.side = tile + 2 * self.halo
-        self.tiles = -(-height // tile) * -(-width // tile)
-        self.padded = (-(-height // tile) * tile + 2 * self.halo, -(-width // tile) * tile + 2 * self.halo)
+        rows, cols = window_grid(hw_shape, tile)
+        self.tiles = rows * cols
+        self.padded = (rows * tile + 2 * self.halo, cols * tile + 2 * self.halo)
         local = torch.arange(tile, device=device)
         span = torch.arange(self.side, device=device) - self.halo
         rows_q, cols_q = local.repeat_interleave(tile), local.repeat(tile)
@@ -134,8 +122,8 @@ def _forward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Te
     scores, weights = geometry.scores(q_tiles, geometry.halos(k), beta_tiles)
     weighted = scores.mul_(weights)
     tile = geometry.tile
-    return (from_tiles(weighted @ geometry.halos(v), geometry.hw_shape, tile),
-            from_tiles(weighted.sum(dim=-1, keepdim=True), geometry.hw_shape, tile))
+    return (from_windows(weighted @ geometry.halos(v), geometry.hw_shape, tile),
+            from_windows(weighted.sum(dim=-1, keepdim=True), geometry.hw_shape, tile))
 
 
 def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
@@ -165,11 +153,11 @@ def _backward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: T
     grad_beta = torch.einsum('bqk,qkr->bqr', by_group, masks)  # per query of the tile: its keys summed by group
     del by_group
     grad_scores = grad_weighted.mul_(weights)
-    grad_q = from_tiles(grad_scores @ keys, hw_shape, tile)
+    grad_q = from_windows(grad_scores @ keys, hw_shape, tile)
     grad_k = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
     del grad_scores, grad_weighted
     grad_v = geometry.fold(scores.mul_(weights).transpose(1, 2) @ out_grad)
-    return grad_q, grad_k, grad_v, from_tiles(grad_beta, hw_shape, tile)
+    return grad_q, grad_k, grad_v, from_windows(grad_beta, hw_shape, tile)
 
 
 class LocalKernels(NamedTuple):

@@ -25,8 +25,9 @@ import torch
 from torch import Tensor
 
 from ..dispatch import resolve_impl
+from ..windows import window_grid
 from .pytorch import ChunkGrid, sliding_chunk_local_torch
-from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, padded_grid, slot_bias,
+from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
@@ -87,7 +88,7 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
         local = sliding_chunk_local_triton(chunks, keys, values, index, invalid, bias)
     else:
-        grid = ChunkGrid(*padded_grid(hw_shape, window), [NEIGHBOURS[i] for i in visited_neighbours(mode)],
+        grid = ChunkGrid(*window_grid(hw_shape, window), [NEIGHBOURS[i] for i in visited_neighbours(mode)],
                          masking == 'cyclic', q.device)
         grid_shape = (chunks.shape[0], grid.rows, grid.cols, chunks.shape[2], -1)
         keys, values = (to_chunks(t[:, :, num_global:], hw_shape, window).view(grid_shape) for t in (k, v))

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import float32_math
+from ..windows import from_windows, to_windows, window_grid
 
 MASKINGS = ('chunk', 'exact', 'cyclic')
 MODES = tuple(range(-1, 9))
@@ -57,7 +58,7 @@ def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking
     than ``w`` from the query along either axis, giving the conv-like ``(2w+1)^2`` window.
     """
     height, width = hw_shape
-    rows, cols = -(-height // window), -(-width // window)
+    rows, cols = window_grid(hw_shape, window)
     padded = rows * window * cols * window
     inner = torch.arange(window)
     kx, ky = inner.repeat_interleave(window), inner.repeat(window)
@@ -85,35 +86,21 @@ def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking
     return index.to(device), invalid.to(device)
 
 
-def padded_grid(hw_shape: Sequence[int], window: int) -> Tuple[int, int]:
-    """Chunk rows and columns of a map padded to multiples of ``window``."""
-    return -(-hw_shape[0] // window), -(-hw_shape[1] // window)
-
-
 def to_chunks(x: Tensor, hw_shape: Sequence[int], window: int) -> Tensor:
     """``(B, H, h*w, d)`` local tokens -> ``(B*H, C, w^2, d)`` zero-padded chunks."""
-    batch, heads, _, dims = x.shape
-    rows, cols = padded_grid(hw_shape, window)
-    grid = x.reshape(batch * heads, hw_shape[0], hw_shape[1], dims)
-    grid = F.pad(grid, (0, 0, 0, cols * window - hw_shape[1], 0, rows * window - hw_shape[0]))
-    grid = grid.view(batch * heads, rows, window, cols, window, dims).transpose(2, 3)
-    return grid.reshape(batch * heads, rows * cols, window * window, dims)
+    return to_windows(x.flatten(0, 1), hw_shape, window)
 
 
 def from_chunks(x: Tensor, batch: int, hw_shape: Sequence[int], window: int) -> Tensor:
     """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)`` (padding cropped)."""
-    rows, cols = padded_grid(hw_shape, window)
-    dims = x.shape[-1]
-    grid = x.view(-1, rows, cols, window, window, dims).transpose(2, 3)
-    grid = grid.reshape(-1, rows * window, cols * window, dims)[:, :hw_shape[0], :hw_shape[1]]
-    return grid.reshape(batch, -1, hw_shape[0] * hw_shape[1], dims)
+    return from_windows(x, hw_shape, window).reshape(batch, -1, hw_shape[0] * hw_shape[1], x.shape[-1])
 
 
 def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tensor:
     """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded tokens + 1, d)``: globals, padded map, zero row."""
     batch, heads, _, dims = x.shape
     local = to_chunks(x[:, :, num_global:], hw_shape, window)
-    rows, cols = padded_grid(hw_shape, window)
+    rows, cols = window_grid(hw_shape, window)
     local = local.view(batch * heads, rows, cols, window, window, dims).transpose(2, 3)
     parts = [x[:, :, :num_global].reshape(batch * heads, num_global, dims),
              local.reshape(batch * heads, -1, dims), x.new_zeros(batch * heads, 1, dims)]

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..amp import float32_math
+from ..windows import window_grid
 
 from .layout import NEIGHBOURS, visited_neighbours
 
@@ -22,7 +23,7 @@ def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int
     height, width = hw_shape
     pos = torch.arange(height * width, device=table.device)
     x, y = pos // width, pos % width
-    rows, cols = -(-height // window), -(-width // window)
+    rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1
     weights = table.new_zeros(table.shape[1], pos.numel(), pos.numel())
     for offset in visited_neighbours(mode):
