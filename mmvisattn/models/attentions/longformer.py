@@ -5,12 +5,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
 from mmvisattn.ops.sliding_chunk import (IMPLS, MASKINGS, check_window, dense_bias, global_rows,
                                          sliding_chunk_attention)
 from mmvisattn.registry import ATTENTIONS
+from ..layers.weight_init import init_embedding
 from .base import BaseAttention
 
 RANDOM_SHIFT_MODES = (-1, 0, 1)  # own chunk only, all neighbours, random shifting
@@ -72,12 +72,12 @@ class LongformerAttention(BaseAttention):
         if rel_pos:
             side = 4 * self.window - 1
             self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side, num_heads))
-            trunc_normal_(self.local_relative_position_bias_table, std=0.02)
+            init_embedding(self.local_relative_position_bias_table)
             if num_global:
                 self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads, num_global))
                 self.g2g_relative_position_bias = nn.Parameter(torch.zeros(num_heads, num_global, num_global))
-                trunc_normal_(self.g2l_relative_position_bias, std=0.02)
-                trunc_normal_(self.g2g_relative_position_bias, std=0.02)
+                init_embedding(self.g2l_relative_position_bias)
+                init_embedding(self.g2g_relative_position_bias)
 
     @property
     def mode(self) -> int:

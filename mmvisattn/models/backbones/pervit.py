@@ -22,11 +22,11 @@ import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
-from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
 from mmvisattn.registry import attention_accepts, build_attention, register_model
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
+from ..layers.weight_init import init_linear_layers
 from .arch import resolve_arch
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
@@ -148,11 +148,7 @@ class PerViT(BaseModule):
     def _init_linear_layers(self) -> None:
         """The official init: truncated normal (std 0.02) linear layers with zero biases, except the
         peripheral parameters, which keep Eq. 9."""
-        for name, module in self.named_modules():
-            if isinstance(module, nn.Linear) and not name.endswith('rpe_proj') and 'distance_proj' not in name:
-                trunc_normal_(module.weight, std=0.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+        init_linear_layers(self, keep=lambda name: name.endswith('rpe_proj') or 'distance_proj' in name)
 
     def forward(self, x: Tensor) -> List[Tensor]:
         if x.shape[-2] < STEM_STRIDE or x.shape[-1] < STEM_STRIDE:

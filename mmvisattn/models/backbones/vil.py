@@ -15,10 +15,10 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
 from mmengine.model import BaseModule, ModuleList
-from mmengine.model.weight_init import trunc_normal_
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
+from ..layers.weight_init import init_embedding, init_linear_layers
 from .arch import resolve_arch
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
@@ -93,7 +93,7 @@ class ViLStage(BaseModule):
         super().init_weights()
         for name in ('cls_token', 'x_pos_embed', 'y_pos_embed', 'cls_pos_embed'):
             if hasattr(self, name):
-                trunc_normal_(getattr(self, name), std=0.02)
+                init_embedding(getattr(self, name))
 
     @staticmethod
     def _resize(embed: Tensor, size: int) -> Tensor:
@@ -190,11 +190,7 @@ class ViL(BaseModule):
 
     def init_weights(self) -> None:
         if self.init_cfg is None:
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    trunc_normal_(module.weight, std=0.02)
-                    if module.bias is not None:
-                        nn.init.zeros_(module.bias)
+            init_linear_layers(self)
         super().init_weights()
 
     def train(self, mode: bool = True) -> 'ViL':
