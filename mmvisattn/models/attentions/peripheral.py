@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.dispatch import check_impl
+from mmvisattn.ops.token_grid import grid_coordinates
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS
@@ -185,9 +186,7 @@ def region_radii(hw_shape: Sequence[int]) -> List[float]:
 
 def cell_distances(hw_shape: Sequence[int], device=None) -> Tensor:
     """``(HW, HW)`` Euclidean distances between token cells."""
-    rows, cols = torch.meshgrid(torch.arange(hw_shape[0], device=device), torch.arange(hw_shape[1], device=device),
-                                indexing='ij')
-    cells = torch.stack([rows.flatten(), cols.flatten()], dim=1).float()
+    cells = torch.stack(grid_coordinates(hw_shape, device), dim=1).float()
     return torch.cdist(cells, cells)
 
 

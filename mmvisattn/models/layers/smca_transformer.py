@@ -25,6 +25,7 @@ from mmdet.models.layers.transformer.utils import MLP
 from mmengine.model import ModuleList
 from torch import Tensor
 
+from mmvisattn.ops.token_grid import grid_coordinates
 from mmvisattn.registry import build_attention
 
 # Official ``dynamic_scale`` types 1-4 -> scale channels per head: none (scale 1), one for x and y,
@@ -41,9 +42,8 @@ def check_scale_type(scale_type: str) -> int:
 
 def cell_grid(hw_shape: Sequence[int], device: torch.device, dtype: torch.dtype) -> Tensor:
     """``(H * W, 2)`` integer ``(x, y)`` indices of the cells in row-major token order."""
-    ys, xs = torch.meshgrid(torch.arange(hw_shape[0], device=device, dtype=dtype),
-                            torch.arange(hw_shape[1], device=device, dtype=dtype), indexing='ij')
-    return torch.stack((xs, ys), dim=-1).view(-1, 2)
+    ys, xs = grid_coordinates(hw_shape, device)
+    return torch.stack((xs, ys), dim=-1).to(dtype)
 
 
 def gaussian_log_weights(centres: Tensor, scales: Optional[Tensor], hw_shape: Sequence[int], smooth: float) -> Tensor:

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ..amp import upcast
 from ..recompute import CHUNK_TOKENS, checkpointed_chunks
+from ..token_grid import grid_coordinates
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -58,14 +59,6 @@ def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
     left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining], dim=-1)
     merged = left_before.gather(-1, r_hat.unsqueeze(-1)).squeeze(-1)
     return alpha, r_hat, merged
-
-
-def grid_coordinates(hw_shape: Sequence[int], device=None) -> Tuple[Tensor, Tensor]:
-    """Row and column of every token, ``(N,)`` each, row-major."""
-    height, width = hw_shape
-    rows = torch.arange(height, device=device).repeat_interleave(width)
-    cols = torch.arange(width, device=device).repeat(height)
-    return rows, cols
 
 
 def query_reach(hw_shape: Sequence[int], device=None) -> Tensor:

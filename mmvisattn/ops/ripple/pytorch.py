@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import autocast_off, upcast
-from ..windows import from_windows, to_windows, window_grid
+from ..token_grid import from_windows, to_windows, window_grid
 from .common import ring_weights
 
 CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step

@@ -11,7 +11,8 @@ from torch import Tensor
 
 from ..amp import float32_math
 
-from .common import grid_coordinates, query_reach, truncate
+from ..token_grid import grid_coordinates
+from .common import query_reach, truncate
 
 
 def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:

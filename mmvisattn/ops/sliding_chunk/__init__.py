@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..dispatch import resolve_impl
-from ..windows import window_grid
+from ..token_grid import window_grid
 from .pytorch import ChunkGrid, sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import float32_math
-from ..windows import from_windows, to_windows, window_grid
+from ..token_grid import from_windows, to_windows, window_grid
 
 MASKINGS = ('chunk', 'exact', 'cyclic')
 MODES = tuple(range(-1, 9))

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..amp import float32_math
-from ..windows import window_grid
+from ..token_grid import grid_coordinates, window_grid
 
 from .layout import NEIGHBOURS, visited_neighbours
 
@@ -21,11 +21,10 @@ from .layout import NEIGHBOURS, visited_neighbours
 def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:
     """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 = forbidden)."""
     height, width = hw_shape
-    pos = torch.arange(height * width, device=table.device)
-    x, y = pos // width, pos % width
+    x, y = grid_coordinates(hw_shape, table.device)
     rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1
-    weights = table.new_zeros(table.shape[1], pos.numel(), pos.numel())
+    weights = table.new_zeros(table.shape[1], x.numel(), x.numel())
     for offset in visited_neighbours(mode):
         dx, dy = NEIGHBOURS[offset]
         target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy  # (N, 1) key chunk

@@ -1,10 +1,20 @@
-"""Cutting a row-major token map into square windows and putting it back, shared by the ops that
-work window by window: sliding-chunk attention's chunks and ripple attention's tiles. The map is
-zero-padded at the bottom and the right to whole windows; the padding is cropped on the way back."""
+"""The geometry of a row-major ``H x W`` token map, shared by the ops and modules: the coordinates
+of its tokens, and its cutting into square windows and back (sliding-chunk attention's chunks and
+ripple attention's tiles). Windows zero-pad the map at the bottom and the right; the padding is
+cropped on the way back."""
 from typing import Sequence, Tuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+def grid_coordinates(hw_shape: Sequence[int], device=None) -> Tuple[Tensor, Tensor]:
+    """Row and column of every token, ``(N,)`` each, row-major."""
+    height, width = hw_shape
+    rows = torch.arange(height, device=device).repeat_interleave(width)
+    cols = torch.arange(width, device=device).repeat(height)
+    return rows, cols
 
 
 def window_grid(hw_shape: Sequence[int], window: int) -> Tuple[int, int]:
