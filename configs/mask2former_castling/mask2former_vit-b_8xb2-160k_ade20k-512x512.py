@@ -2,7 +2,7 @@
 # Castling-ViT (arXiv:2211.10526). mmseg's Mask2Former ADE20K recipe (AdamW 1e-4, poly, 160k iterations,
 # batch 8x2); the single-scale ViT features of blocks 4, 6, 8 and 12 become a stride 4-32 pyramid
 # through mmseg's MultiLevelNeck (512 channels, which puts the whole model at the slides' 118M).
-# Start from MAE ViT-B weights converted by tools/model_converters/vit2castling.py (the same keys
+# Start from MAE ViT-B weights converted by tools/model_converters/vit2mmvisattn.py (the same keys
 # serve the softmax ViT: qkv, proj).
 _base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
 

@@ -5,7 +5,7 @@
 _base_ = 'mmseg::segformer/segformer_mit-b0_8xb1-160k_cityscapes-1024x1024.py'
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
-# mmseg's ImageNet MiT-B0 weights converted by tools/model_converters/mit2rwgka.py (anchors are new)
+# mmseg's ImageNet MiT-B0 weights converted by tools/model_converters/mit2mmvisattn.py (anchors are new)
 checkpoint = 'pretrain/mit_b0_rwgka.pth'
 model = dict(
     backbone=dict(

@@ -1,6 +1,6 @@
 # Mask R-CNN with ViL-Base (arXiv:2103.15358) on COCO, 1x schedule: the ViL-Small recipe with
 # Table 9's base row (drop path 0.2, the lower end of its range; lr 8e-5); backbone from an
-# ImageNet-21K checkpoint converted by tools/model_converters/vil2mmdet.py.
+# ImageNet-21K checkpoint converted by tools/model_converters/vil2mmvisattn.py.
 _base_ = './mask-rcnn_vil-small_fpn_1x_coco.py'
 
 model = dict(

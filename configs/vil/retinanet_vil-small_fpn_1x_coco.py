@@ -2,7 +2,7 @@
 # lr 1e-4, weight decay 0.05, gradient clipping at norm 1, drop path 0.1 (the lower end of Table 9's
 # [0.1, 0.2]; the 3x+MS config uses the upper end), 12 epochs at (1333, 800). Windows 15 (w=7) in
 # every stage, one global token in stages 1-3 (the official detection layout). The backbone starts
-# from an ImageNet checkpoint converted by tools/model_converters/vil2mmdet.py.
+# from an ImageNet checkpoint converted by tools/model_converters/vil2mmvisattn.py.
 _base_ = [
     'mmdet::_base_/models/retinanet_r50_fpn.py',
     '../_base_/datasets/coco_detection.py',

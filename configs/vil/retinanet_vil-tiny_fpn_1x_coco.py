@@ -1,6 +1,6 @@
 # RetinaNet with ViL-Tiny (arXiv:2103.15358) on COCO, 1x schedule: the ViL-Small recipe with
 # Table 9's tiny row (drop path 0.05, the lower end of its range; lr 1e-4); backbone from an
-# ImageNet-1K checkpoint converted by tools/model_converters/vil2mmdet.py.
+# ImageNet-1K checkpoint converted by tools/model_converters/vil2mmvisattn.py.
 _base_ = './retinanet_vil-small_fpn_1x_coco.py'
 
 model = dict(

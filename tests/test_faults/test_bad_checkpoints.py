@@ -65,12 +65,12 @@ def test_resume_from_a_truncated_checkpoint_is_named(small_data):
     check_message(line, path, expected)
 
 
-CONVERTERS = ['mit2rwgka.py', 'pervit2mmvisattn.py', 'vit2castling.py', 'vil2mmdet.py']
+CONVERTERS = ['mit2mmvisattn.py', 'pervit2mmvisattn.py', 'vit2mmvisattn.py', 'vil2mmvisattn.py']
 
 
 def converter_args(converter: str, src, dst):
     config = ['--config', 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'] \
-        if converter == 'vil2mmdet.py' else []
+        if converter == 'vil2mmvisattn.py' else []
     return [f'tools/model_converters/{converter}', src, dst, *config]
 
 

@@ -6,7 +6,7 @@ from mmseg.models.backbones import VisionTransformer
 from mmseg.registry import MODELS
 
 import mmvisattn  # noqa: F401
-from mmvisattn.models.backbones.castling_vit import convert_timm_vit_state_dict
+from mmvisattn.models.backbones.castling_vit import convert_vit_state_dict
 
 from ..conftest import run_tool
 
@@ -98,7 +98,7 @@ def test_timm_converter_then_init_cfg(tmp_path):
     config = small_config(tmp_path)
     weights = timm_state_dict()
     torch.save({'model': weights}, tmp_path / 'mae.pth')
-    done = run_tool(['tools/model_converters/vit2castling.py', tmp_path / 'mae.pth', tmp_path / 'out.pth',
+    done = run_tool(['tools/model_converters/vit2mmvisattn.py', tmp_path / 'mae.pth', tmp_path / 'out.pth',
                      '--config', config], cwd=tmp_path)
     assert 'dropped 2: fc_norm.weight, head.weight' in done.stdout
     assert 'newly initialised in the backbone (2): layers.0.attn.attn.dconv.weight, layers.1.attn.attn.dconv.weight' \
@@ -112,13 +112,13 @@ def test_timm_converter_then_init_cfg(tmp_path):
 def test_timm_converter_names_a_checkpoint_of_another_width(tmp_path):
     config = small_config(tmp_path)
     torch.save(timm_state_dict(embed_dims=192), tmp_path / 'wide.pth')
-    done = run_tool(['tools/model_converters/vit2castling.py', tmp_path / 'wide.pth', tmp_path / 'out.pth',
+    done = run_tool(['tools/model_converters/vit2mmvisattn.py', tmp_path / 'wide.pth', tmp_path / 'out.pth',
                      '--config', config], cwd=tmp_path, check=False)
     assert done.returncode == 1
     assert '(a checkpoint of another width?)' in done.stderr.strip().splitlines()[-1]
 
 
 def test_convert_keeps_every_block_tensor():
-    converted, dropped = convert_timm_vit_state_dict(timm_state_dict())
+    converted, dropped = convert_vit_state_dict(timm_state_dict())
     assert sorted(dropped) == ['fc_norm.weight', 'head.weight']
     assert 'layers.1.ffn.layers.0.0.weight' in converted and 'patch_embed.projection.bias' in converted

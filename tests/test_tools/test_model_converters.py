@@ -1,4 +1,4 @@
-"""tools/model_converters/mit2rwgka.py on synthetic checkpoints laid out as mmseg's MiT ones:
+"""tools/model_converters/mit2mmvisattn.py on synthetic checkpoints laid out as mmseg's MiT ones:
 converted weights load through ``init_cfg=Pretrained``, only the anchors stay new, and a checkpoint
 of another width or kind fails in one line."""
 import torch
@@ -22,7 +22,7 @@ def stock_checkpoint(path, embed_dims=32):
 
 def test_convert_then_load_through_init_cfg(tmp_path):
     stock = stock_checkpoint(tmp_path / 'mit_b0.pth')
-    done = run_tool(['tools/model_converters/mit2rwgka.py', tmp_path / 'mit_b0.pth', tmp_path / 'mit_b0_rwgka.pth',
+    done = run_tool(['tools/model_converters/mit2mmvisattn.py', tmp_path / 'mit_b0.pth', tmp_path / 'mit_b0_rwgka.pth',
                      '--config', B0_CONFIG], cwd=tmp_path)
     assert '24 spatial-reduction tensors dropped' in done.stdout  # sr and norm, weight and bias, 6 blocks
     new = done.stdout.split('newly initialised in the backbone (')[1]
@@ -38,7 +38,7 @@ def test_convert_then_load_through_init_cfg(tmp_path):
 
 def test_checkpoint_of_another_width_is_named(tmp_path):
     stock_checkpoint(tmp_path / 'mit_b1.pth', embed_dims=64)
-    done = run_tool(['tools/model_converters/mit2rwgka.py', tmp_path / 'mit_b1.pth', tmp_path / 'out.pth',
+    done = run_tool(['tools/model_converters/mit2mmvisattn.py', tmp_path / 'mit_b1.pth', tmp_path / 'out.pth',
                      '--config', B0_CONFIG], cwd=tmp_path, check=False)
     assert done.returncode == 1
     assert 'expects (32, 3, 7, 7) (a checkpoint of another width?)' in done.stderr.strip().splitlines()[-1]
@@ -47,7 +47,7 @@ def test_checkpoint_of_another_width_is_named(tmp_path):
 
 def test_non_mit_checkpoint_is_refused(tmp_path):
     torch.save({'state_dict': {'conv1.weight': torch.zeros(1)}}, tmp_path / 'resnet.pth')
-    done = run_tool(['tools/model_converters/mit2rwgka.py', tmp_path / 'resnet.pth', tmp_path / 'out.pth'],
+    done = run_tool(['tools/model_converters/mit2mmvisattn.py', tmp_path / 'resnet.pth', tmp_path / 'out.pth'],
                     cwd=tmp_path, check=False)
     assert done.returncode == 1
     assert 'holds no MiT attention keys' in done.stderr

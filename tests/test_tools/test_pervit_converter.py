@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mmvisattn  # noqa: F401
-from mmvisattn.models.backbones.pervit import PerViT, convert_official_state_dict
+from mmvisattn.models.backbones.pervit import PerViT, convert_pervit_state_dict
 
 from ..conftest import REPO
 
@@ -53,7 +53,7 @@ def test_official_keys_fill_the_backbone():
     source = PerViT(MINI)
     official = official_state_dict(source)
     assert 'blocks.0.attn.activation.gn2.bias' in official and 'conv_layers.conv1x1.weight' in official
-    converted, dropped = convert_official_state_dict(official)
+    converted, dropped = convert_pervit_state_dict(official)
     assert sorted(dropped) == ['head.bias', 'head.weight']
     target = PerViT(MINI)
     missing, unexpected = target.load_state_dict(converted, strict=False)
@@ -61,7 +61,7 @@ def test_official_keys_fill_the_backbone():
     for key, value in converted.items():
         assert torch.equal(target.state_dict()[key], value), key
     with pytest.raises(KeyError, match="'pos_embed' matches no conversion rule"):
-        convert_official_state_dict({**official, 'pos_embed': torch.zeros(1)})
+        convert_pervit_state_dict({**official, 'pos_embed': torch.zeros(1)})
 
 
 def test_cli_checks_the_width_against_a_config(tmp_path, capsys):

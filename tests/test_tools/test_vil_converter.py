@@ -1,4 +1,4 @@
-"""vil2mmdet: synthetic state dicts laid out like the official checkpoints (classification:
+"""vil2mmvisattn: synthetic state dicts laid out like the official checkpoints (classification:
 ``net`` / ``module.layer{i}...`` with a full-attention last stage and other windows; detectron2:
 ``model`` / ``backbone.bottom_up.layer{i}...`` with shared global projections) load into ViL with
 every weight set, tables and tokens resized; unmapped keys are listed; an incomplete checkpoint fails."""
@@ -118,7 +118,7 @@ def test_separate_global_projections_get_the_checkpoint_or_the_local_copy():
 def test_tool_converts_and_fails_on_unset_weights(tmp_path):
     source = official_state_dict(DEMO_ARCH, (7,) * 4, (1, 1, 1, 0), prefix='module.')
     torch.save({'net': source}, tmp_path / 'vil.pth')
-    done = run_tool(['tools/model_converters/vil2mmdet.py', tmp_path / 'vil.pth', tmp_path / 'out.pth',
+    done = run_tool(['tools/model_converters/vil2mmvisattn.py', tmp_path / 'vil.pth', tmp_path / 'out.pth',
                      '--config', DEMO], cwd=tmp_path)
     assert 'module.norm.weight' in done.stdout
     saved = torch.load(tmp_path / 'out.pth', weights_only=True)['state_dict']
@@ -132,7 +132,7 @@ def test_tool_converts_and_fails_on_unset_weights(tmp_path):
 
 def load_tool():
     """The converter module, to call ``main`` in this process (one subprocess run is enough)."""
-    spec = importlib.util.spec_from_file_location('vil2mmdet', REPO / 'tools/model_converters/vil2mmdet.py')
+    spec = importlib.util.spec_from_file_location('vil2mmvisattn', REPO / 'tools/model_converters/vil2mmvisattn.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

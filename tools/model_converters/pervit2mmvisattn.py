@@ -15,7 +15,7 @@ output norms of the other stages) are listed.
 """
 import argparse
 
-from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_official_state_dict
+from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_pervit_state_dict
 from mmvisattn.utils import read_converter_input, save_converted
 
 
@@ -30,7 +30,7 @@ def main(argv=None) -> None:
         raise SystemExit(f'error: {args.src} holds no official PerViT attention keys (blocks.I.attn.activation.*); '
                          'is it a juhongm999/pervit checkpoint?')
     try:
-        converted, dropped = convert_official_state_dict(state_dict)
+        converted, dropped = convert_pervit_state_dict(state_dict)
     except KeyError as exc:
         raise SystemExit(f'error: {exc.args[0]}') from None
     print(f'converted {len(converted)} tensors, dropped {len(dropped)} ({", ".join(dropped) or "none"})')

@@ -26,7 +26,7 @@ class CastlingViT(VisionTransformer):
     layers call their attention without it.
 
     Parameter names follow mmseg's ViT but for the attention internals
-    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``tools/model_converters/vit2castling.py`` maps
+    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``tools/model_converters/vit2mmvisattn.py`` maps
     timm / MAE ViT checkpoints onto them.
 
     Args:
@@ -67,7 +67,7 @@ TIMM_TO_CASTLING = [
 ]
 
 
-def convert_timm_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """timm / MAE ViT keys -> CastlingViT keys; returns the converted dict and the dropped keys
     (classification head, ``fc_norm``, MAE decoder and anything else without a place)."""
     converted, dropped = OrderedDict(), []

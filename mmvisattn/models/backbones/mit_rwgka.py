@@ -34,7 +34,7 @@ class MixVisionTransformerRWGKA(MixVisionTransformer):
     config switches by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path,
     ``with_cp``, ``out_indices``, ``init_cfg`` and the forward are mmseg's. Parameter names match
     mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so
-    ``tools/model_converters/mit2rwgka.py`` turns a stock MiT checkpoint into an initialisation.
+    ``tools/model_converters/mit2mmvisattn.py`` turns a stock MiT checkpoint into an initialisation.
 
     Args:
         attn_cfg: The attention of every block: one config for all stages or a list with one per

@@ -187,7 +187,7 @@ OFFICIAL_TO_PERVIT = [
 OFFICIAL_KEY = re.compile(r'^blocks\.\d+\.attn\.activation\.')
 
 
-def convert_official_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int = 4,
+def convert_pervit_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int = 4,
                                 last_stage: int = 3) -> Tuple[Dict[str, Tensor], List[str]]:
     """Rename an official PerViT checkpoint (``juhongm999/pervit``) to :class:`PerViT` keys; returns
     the converted dict and the dropped keys (the ImageNet head). Raises ``KeyError`` for a key no

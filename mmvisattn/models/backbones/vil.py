@@ -144,7 +144,7 @@ class ViL(BaseModule):
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
         init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of a
-            checkpoint converted by ``tools/model_converters/vil2mmdet.py``.
+            checkpoint converted by ``tools/model_converters/vil2mmvisattn.py``.
     """
 
     arch_zoo = ARCH_ZOO

@@ -1,6 +1,6 @@
 """Turn an official Vision Longformer checkpoint into an initialisation of the ViL backbone.
 
-    python tools/model_converters/vil2mmdet.py SRC DST --config CONFIG
+    python tools/model_converters/vil2mmvisattn.py SRC DST --config CONFIG
 
 SRC is a classification checkpoint of microsoft/vision-longformer (weights under ``net`` with a
 ``module.`` prefix) or a detectron2 checkpoint of microsoft/VisionLongformerForObjectDetection

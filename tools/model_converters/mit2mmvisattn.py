@@ -1,6 +1,6 @@
 """Turn a stock mmseg MiT / SegFormer checkpoint into an initialisation of MixVisionTransformerRWGKA.
 
-    python tools/model_converters/mit2rwgka.py SRC DST [--config CONFIG]
+    python tools/model_converters/mit2mmvisattn.py SRC DST [--config CONFIG]
 
 SRC holds mmseg's MiT keys (``layers.{i}.1.{j}.attn.attn.in_proj_weight`` ...), either bare (the
 ImageNet backbone weights mmseg's SegFormer configs start from, or the output of mmseg's

@@ -1,6 +1,6 @@
 """Turn a timm or MAE ViT checkpoint into an initialisation of CastlingViT.
 
-    python tools/model_converters/vit2castling.py SRC DST [--config CONFIG]
+    python tools/model_converters/vit2mmvisattn.py SRC DST [--config CONFIG]
 
 SRC is a timm state dict (``blocks.{i}.attn.qkv`` ...) or an MAE checkpoint (the same keys under
 ``model``). Patch embedding, position embedding, class token, blocks and the final norm are
@@ -11,7 +11,7 @@ not fit (a checkpoint of another width) fails in one line.
 """
 import argparse
 
-from mmvisattn.models.backbones.castling_vit import convert_timm_vit_state_dict
+from mmvisattn.models.backbones.castling_vit import convert_vit_state_dict
 from mmvisattn.utils import read_converter_input, save_converted
 
 
@@ -24,7 +24,7 @@ def main(argv=None) -> None:
     state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
     if not any(key.startswith('blocks.') for key in state_dict):
         raise SystemExit(f'error: {args.src} holds no timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
-    converted, dropped = convert_timm_vit_state_dict(state_dict)
+    converted, dropped = convert_vit_state_dict(state_dict)
     print(f'converted {len(converted)} tensors, dropped {len(dropped)}: {", ".join(dropped) or "none"}')
     save_converted(converted, args.dst, args.config)
 
