@@ -14,7 +14,7 @@ import os.path as osp
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.apis import load_config, run
+from mmvisattn.launch import load_config, run
 
 TEST_LOADERS = ('test_dataloader',)
 

@@ -11,7 +11,7 @@ import torch
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.apis import load_config, run
+from mmvisattn.launch import load_config, run
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 

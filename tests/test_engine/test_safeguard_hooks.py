@@ -1,7 +1,7 @@
 """The tools add the safeguard hooks to every config, whatever its bases; a config can turn one off."""
 import pytest
 
-from mmvisattn.apis import load_config
+from mmvisattn.launch import load_config
 from mmvisattn.engine.hooks import SAFEGUARD_HOOKS
 
 from ..conftest import REPO
