@@ -62,6 +62,15 @@ def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = Tru
     return done
 
 
+def load_tool(path: str):
+    """The module of the tool script ``path`` (relative to the repository), to call its functions."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope='session')
 def workspace(tmp_path_factory) -> Path:
     """A working directory holding ``data/shapes`` (the demo data at its default size), as the

@@ -9,9 +9,14 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.attentions import PeripheralAttention
-from mmvisattn.models.attentions.peripheral import cell_distances, nonlocality, region_radii, region_scores
 from mmvisattn.models.backbones import PerViT
 from mmvisattn.registry import build_attention
+
+from ..conftest import load_tool
+
+VISUALIZER = load_tool('tools/analysis_tools/visualize_attention.py')  # holds the region analysis
+cell_distances, nonlocality = VISUALIZER.cell_distances, VISUALIZER.nonlocality
+region_radii, region_scores = VISUALIZER.region_radii, VISUALIZER.region_scores
 
 
 def perturbed(attn: PeripheralAttention, seed: int = 0) -> PeripheralAttention:

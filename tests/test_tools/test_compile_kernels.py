@@ -1,20 +1,13 @@
 """Ahead-of-time compilation of every Triton kernel for a real GPU architecture, on this CPU machine:
 the kernels are discovered in the package, the launches recorded from a model, and each is compiled
 to a cubin for sm_90 with its shared memory, registers and spills checked."""
-import importlib.util
 import json
 import re
 
-from ..conftest import REPO, run_tool
+from ..conftest import REPO, load_tool, run_tool
 
 TOOL = 'tools/analysis_tools/compile_kernels.py'
 
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location('compile_kernels', REPO / TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def jit_functions_in_source() -> int:
@@ -46,7 +39,7 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
 
 
 def test_problems_name_spills_shared_memory_and_errors():
-    tool = load_tool()
+    tool = load_tool(TOOL)
     row = dict(arch='sm_80', shared_bytes=200000, registers=255, spill_bytes=24)
     assert tool.problems(row) == ['shared memory 200000 B > 166912 B', '24 bytes of register spills']
     assert tool.problems(dict(row, shared_bytes=1024, spill_bytes=0)) == []

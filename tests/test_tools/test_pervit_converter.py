@@ -1,7 +1,6 @@
 """Converter of official PerViT checkpoints (the keys of github.com/juhongm999/pervit):
 every tensor finds its place in the backbone, the classifier is dropped, and checkpoints of another
 width or of another model fail in one line."""
-import importlib.util
 import re
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 import mmvisattn  # noqa: F401
 from mmvisattn.models.backbones.pervit import PerViT, convert_pervit_state_dict
 
-from ..conftest import REPO
+from ..conftest import REPO, load_tool
 
 TINY_DEMO = REPO / 'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py'
 MINI = dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 24, 24, 32), stem_channels=(8, 8, 8, 16))
@@ -40,13 +39,6 @@ def official_state_dict(model: PerViT) -> dict:
     return state
 
 
-def converter():
-    path = REPO / 'tools/model_converters/pervit2mmvisattn.py'
-    spec = importlib.util.spec_from_file_location('pervit2mmvisattn', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_official_keys_fill_the_backbone():
     torch.manual_seed(0)
@@ -65,7 +57,7 @@ def test_official_keys_fill_the_backbone():
 
 
 def test_cli_checks_the_width_against_a_config(tmp_path, capsys):
-    tool = converter()
+    tool = load_tool('tools/model_converters/pervit2mmvisattn.py')
     src, dst = tmp_path / 'official.pth', tmp_path / 'converted.pth'
     torch.save({'model': official_state_dict(PerViT('tiny'))}, src)
     tool.main([str(src), str(dst), '--config', str(TINY_DEMO)])

@@ -2,14 +2,13 @@
 ``net`` / ``module.layer{i}...`` with a full-attention last stage and other windows; detectron2:
 ``model`` / ``backbone.bottom_up.layer{i}...`` with shared global projections) load into ViL with
 every weight set, tables and tokens resized; unmapped keys are listed; an incomplete checkpoint fails."""
-import importlib.util
 
 import pytest
 import torch
 
 from mmvisattn.models.backbones.vil import ViL, convert_vil_state_dict
 
-from ..conftest import REPO, run_tool
+from ..conftest import REPO, load_tool, run_tool
 
 DEMO = REPO / 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'
 DEMO_ARCH = dict(embed_dims=(32, 64, 128, 256), depths=(1, 1, 3, 1), num_heads=(1, 2, 4, 8),
@@ -127,12 +126,5 @@ def test_tool_converts_and_fails_on_unset_weights(tmp_path):
     torch.save({'net': source}, tmp_path / 'partial.pth')
     unset = r'backbone weights stay unset, e\.g\. \[.stages\.2\.blocks\.1\.ffn\.layers\.0\.0'
     with pytest.raises(SystemExit, match=unset):
-        load_tool().main([str(tmp_path / 'partial.pth'), str(tmp_path / 'bad.pth'), '--config', str(DEMO)])
-
-
-def load_tool():
-    """The converter module, to call ``main`` in this process (one subprocess run is enough)."""
-    spec = importlib.util.spec_from_file_location('vil2mmvisattn', REPO / 'tools/model_converters/vil2mmvisattn.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+        load_tool('tools/model_converters/vil2mmvisattn.py').main(
+            [str(tmp_path / 'partial.pth'), str(tmp_path / 'bad.pth'), '--config', str(DEMO)])

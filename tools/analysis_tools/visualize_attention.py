@@ -18,10 +18,12 @@ module's input with a forward pre-hook while the backbone runs, then writes for 
 Modules that also give their whole position attention, ``position_attention(hw_shape) ->
 (heads, HW, HW)`` (``PeripheralAttention``), are classified into central / para-central / mid /
 far-peripheral regions per layer and head (Eq. 11 with the radii of Eq. 38): ``regions.png``
-(heads per region, layer by layer, as Fig. 5's bars) and ``regions.json``.
+(heads per region, layer by layer, as Fig. 5's bars) and ``regions.json``. The region analysis
+(and the nonlocality of Eq. 13) is defined here, beside its only user.
 """
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -153,10 +155,42 @@ def draw_regions(regions: Dict[str, List[int]], names: Sequence[str], path: Path
     plt.close(figure)
 
 
+# Appendix B, Eq. 37-38: angles of the central, para-central, mid- and far-peripheral regions
+REGION_NAMES = ('central', 'para-central', 'mid-peripheral', 'far-peripheral')
+REGION_ANGLES = (5.0, 40.0, 120.0, 220.0)
+
+
+def region_radii(hw_shape: Sequence[int]) -> List[float]:
+    """Eq. 38: ``r_p = sqrt(HW theta_p / (220 pi))`` in token cells (1.19, 3.37, 5.83, 7.9 at 14x14)."""
+    area = hw_shape[0] * hw_shape[1]
+    return [math.sqrt(area * angle / (REGION_ANGLES[-1] * math.pi)) for angle in REGION_ANGLES]
+
+
+def cell_distances(hw_shape: Sequence[int], device=None) -> Tensor:
+    """``(HW, HW)`` Euclidean distances between token cells."""
+    from mmvisattn.ops.token_grid import grid_coordinates
+    cells = torch.stack(grid_coordinates(hw_shape, device), dim=1).float()
+    return torch.cdist(cells, cells)
+
+
+def region_scores(phi_p: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    """Eq. 11's bracket for each head of ``(heads, HW, HW)`` ``Phi_p``: ``(heads, 4)`` mean over all
+    query-key pairs of ``Phi_p`` times the indicator of each region's distance interval; the
+    region of a head is the argmax."""
+    distance = cell_distances(hw_shape, phi_p.device)
+    edges = [0.0] + region_radii(hw_shape)
+    masks = [(distance >= low) & (distance < high) for low, high in zip(edges[:-1], edges[1:])]
+    return torch.stack([(phi_p * mask).mean(dim=(1, 2)) for mask in masks], dim=1)
+
+
+def nonlocality(phi_p: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    """Eq. 13 per head: mean over query-key pairs of ``Phi_p`` times their distance in cells."""
+    return (phi_p * cell_distances(hw_shape, phi_p.device)).mean(dim=(1, 2))
+
+
 @torch.no_grad()
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from mmvisattn.models.attentions.peripheral import REGION_NAMES, region_scores
     model = build_model(args.config, args.checkpoint, args.device)
     records = record_attention_inputs(model, load_image(args.image, model, args.size))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ named ``(heads, H, W)`` maps of what the spatial token at ``query = (row, col)``
 the first image of the tokens ``x`` (the module's own input). :class:`PeripheralAttention` returns
 ``'position'`` (``Phi_p``) and ``'mixed'`` (the normalised ``Phi_c * Phi_p``) and also
 ``position_attention(hw_shape)``, the full ``(heads, HW, HW)`` ``Phi_p`` for the region
-classification (Eq. 11, radii of Appendix B Eq. 38) and the nonlocality (Eq. 13) below.
+classification (Eq. 11, radii of Appendix B Eq. 38) and the nonlocality (Eq. 13), which the
+visualisation tool computes.
 """
-import math
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.dispatch import check_impl
-from mmvisattn.ops.token_grid import grid_coordinates
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS
@@ -171,35 +170,3 @@ class PeripheralAttention(QKVAttention):
                                           log_phi_p[:, row:row + 1], self.scale)
         return dict(position=log_phi_p[:, row].exp().view(-1, height, width),
                     mixed=mixed[0, :, 0].view(-1, height, width))
-
-
-# Appendix B, Eq. 37-38: angles of the central, para-central, mid- and far-peripheral regions
-REGION_NAMES = ('central', 'para-central', 'mid-peripheral', 'far-peripheral')
-REGION_ANGLES = (5.0, 40.0, 120.0, 220.0)
-
-
-def region_radii(hw_shape: Sequence[int]) -> List[float]:
-    """Eq. 38: ``r_p = sqrt(HW theta_p / (220 pi))`` in token cells (1.19, 3.37, 5.83, 7.9 at 14x14)."""
-    area = hw_shape[0] * hw_shape[1]
-    return [math.sqrt(area * angle / (REGION_ANGLES[-1] * math.pi)) for angle in REGION_ANGLES]
-
-
-def cell_distances(hw_shape: Sequence[int], device=None) -> Tensor:
-    """``(HW, HW)`` Euclidean distances between token cells."""
-    cells = torch.stack(grid_coordinates(hw_shape, device), dim=1).float()
-    return torch.cdist(cells, cells)
-
-
-def region_scores(phi_p: Tensor, hw_shape: Sequence[int]) -> Tensor:
-    """Eq. 11's bracket for each head of ``(heads, HW, HW)`` ``Phi_p``: ``(heads, 4)`` mean over all
-    query-key pairs of ``Phi_p`` times the indicator of each region's distance interval; the
-    region of a head is the argmax."""
-    distance = cell_distances(hw_shape, phi_p.device)
-    edges = [0.0] + region_radii(hw_shape)
-    masks = [(distance >= low) & (distance < high) for low, high in zip(edges[:-1], edges[1:])]
-    return torch.stack([(phi_p * mask).mean(dim=(1, 2)) for mask in masks], dim=1)
-
-
-def nonlocality(phi_p: Tensor, hw_shape: Sequence[int]) -> Tensor:
-    """Eq. 13 per head: mean over query-key pairs of ``Phi_p`` times their distance in cells."""
-    return (phi_p * cell_distances(hw_shape, phi_p.device)).mean(dim=(1, 2))
