@@ -8,13 +8,12 @@ Unlike the stock tools, a checkpoint that does not set every weight of the model
 model, or of another width) is refused in one line instead of scoring a partly random model.
 """
 import argparse
-import os
 import os.path as osp
 
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.launch import load_config, run
+from mmvisattn.launch import load_config, parse_tool_args, run
 
 TEST_LOADERS = ('test_dataloader',)
 
@@ -30,11 +29,7 @@ def parse_args() -> argparse.Namespace:
                              'others (the stock behaviour, with a warning)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. test_evaluator.classwise=True')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_tool_args(parser)
 
 
 def enable_visualization(cfg, show_dir: str) -> None:

@@ -4,14 +4,13 @@
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
 """
 import argparse
-import os
 
 import torch
 
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.launch import load_config, run
+from mmvisattn.launch import load_config, parse_tool_args, run
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 
@@ -28,11 +27,7 @@ def parse_args() -> argparse.Namespace:
                              'when no path is given')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. train_cfg.max_iters=10')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_tool_args(parser)
 
 
 def enable_amp(cfg) -> None:

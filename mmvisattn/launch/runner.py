@@ -7,6 +7,7 @@ Stock mmengine 0.10.7 cannot launch on a CPU build of torch: its pytorch launche
 before the Runner exists makes mmengine skip its own initialisation, and ``device_ids=None`` lets
 DDP wrap a CPU module.
 """
+import argparse
 import os
 import os.path as osp
 from typing import Optional, Sequence
@@ -21,6 +22,16 @@ from .checks import (check_data_files, check_model_fits_checkpoint, diagnose_fai
 
 SCOPES = ('mmdet', 'mmseg')
 LAUNCHERS = ('none', 'pytorch', 'slurm')
+
+
+def parse_tool_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """Add the arguments the launch scripts pass (``--launcher``, and ``--local-rank`` from older
+    torch launchers), parse, and export ``LOCAL_RANK`` as torch's launcher does."""
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optional[str] = None,
