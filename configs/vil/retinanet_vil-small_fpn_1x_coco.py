@@ -6,7 +6,7 @@
 _base_ = [
     'mmdet::_base_/models/retinanet_r50_fpn.py',
     '../_base_/datasets/coco_detection.py',
-    '../_base_/schedules/schedule_1x.py',
+    '../_base_/schedules/schedule_1x_vil-adamw.py',
     '../_base_/det_runtime.py',
 ]
 
@@ -19,15 +19,3 @@ model = dict(
         out_indices=(1, 2, 3),
         init_cfg=dict(type='Pretrained', checkpoint='pretrain/vil-small_in1k_mmdet.pth')),
     neck=dict(in_channels=[192, 384, 768], start_level=0, add_extra_convs='on_input', num_outs=5))
-
-# no weight decay on norms, global tokens and relative-position tables (as the official code)
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(_delete_=True, type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
-    clip_grad=dict(max_norm=1.0, norm_type=2),
-    paramwise_cfg=dict(custom_keys={
-        'norm': dict(decay_mult=0.0),
-        'cls_token': dict(decay_mult=0.0),
-        'pos_embed': dict(decay_mult=0.0),
-        'relative_position': dict(decay_mult=0.0),
-    }))
