@@ -31,10 +31,10 @@ class FiniteLossHook(CheckInvalidLossHook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
-        if not outputs or not self.every_n_train_iters(runner, self.interval):
+        if not outputs or 'loss' not in outputs or not self.every_n_train_iters(runner, self.interval):
+            return
+        if math.isfinite(float(outputs['loss'])):  # the sum of every term: one conversion per check
             return
         values = {name: float(value) for name, value in outputs.items() if 'loss' in name}
-        if all(math.isfinite(value) for value in values.values()):
-            return
         terms = ', '.join(f'{name} {value:.4g}' for name, value in values.items())
         raise NonFiniteLoss(f'training stopped: the loss is not finite at iteration {runner.iter + 1} ({terms})')

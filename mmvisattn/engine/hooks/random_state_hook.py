@@ -60,15 +60,17 @@ class RandomStateHook(Hook):
         self._loaded: Optional[List[RandomStates]] = None
         self._before_val: Optional[RandomStates] = None
 
-    def _take(self) -> None:
-        states = capture_random_states()
-        self._saved = all_gather_object(states) if get_world_size() > 1 else [states]
+    def _gather(self) -> None:
+        """Distributed runs only: rank 0 alone saves, so it collects every rank's states now; a
+        single process takes its own when it saves."""
+        if get_world_size() > 1:
+            self._saved = all_gather_object(capture_random_states())
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self._take()
+        self._gather()
 
     def after_train_epoch(self, runner) -> None:
-        self._take()
+        self._gather()
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint['random_states'] = self._saved or [capture_random_states()]
