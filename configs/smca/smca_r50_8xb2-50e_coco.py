@@ -34,4 +34,6 @@ model = dict(
             self_attn_cfg=dict(embed_dims=256, num_heads=8, dropout=0.1, batch_first=True),
             cross_attn_cfg=dict(embed_dims=256, num_heads=8, dropout=0.1, batch_first=True),
             ffn_cfg=dict(embed_dims=256, feedforward_channels=2048, num_fcs=2, ffn_drop=0.1,
-                         act_cfg=dict(type='ReLU', inplace=True)))))
+                         act_cfg=dict(type='ReLU', inplace=True)))),
+    # The official PostProcess keeps the top num_queries (300) of the per-class sigmoid scores.
+    test_cfg=dict(max_per_img=300))

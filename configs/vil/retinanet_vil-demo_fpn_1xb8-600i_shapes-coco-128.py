@@ -5,12 +5,7 @@
 # the Table 15 window (w = 7, so the 32x32 first stage is 5x5 chunks) and one global token in
 # stages 1-3; the last stage (4x4) is covered by one window. FPN and head run at 128 channels
 # (stock 256): on CPU the head's convolutions, not the backbone, dominate the step time.
-_base_ = [
-    'mmdet::_base_/models/retinanet_r50_fpn.py',
-    '../_base_/datasets/demo_shapes_coco_detection.py',
-    '../_base_/det_runtime.py',
-    '../_base_/schedules/demo_600i.py',
-]
+_base_ = '../demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 
 model = dict(
     backbone=dict(
@@ -21,14 +16,10 @@ model = dict(
         drop_path_rate=0.0,
         out_indices=(1, 2, 3)),
     neck=dict(in_channels=[64, 128, 256], out_channels=128, start_level=0, add_extra_convs='on_input', num_outs=5),
-    bbox_head=dict(num_classes=3, in_channels=128, feat_channels=128))
+    bbox_head=dict(in_channels=128, feat_channels=128))
 
 optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
     'norm': dict(decay_mult=0.0),
     'cls_token': dict(decay_mult=0.0),
     'relative_position': dict(decay_mult=0.0),
 }))
-default_hooks = dict(
-    logger=dict(interval=50),
-    checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
-log_processor = dict(by_epoch=False)
