@@ -101,7 +101,7 @@ def test_castling_segmentation_demo_learns(workspace, tmp_path):
     and removed during these iterations, so the trained model is the deploy one."""
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
-        'configs/mask2former_castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
+        'configs/castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
         CASTLING_SEG_ITERS, 'mIoU')
     assert trained > max(untrained, ALL_BACKGROUND_MIOU), (untrained, trained)
 

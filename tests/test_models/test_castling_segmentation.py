@@ -6,7 +6,7 @@ import pytest
 
 from ..conftest import REPO, run_tool
 
-FOLDER = REPO / 'configs/mask2former_castling'
+FOLDER = REPO / 'configs/castling'
 SOFTMAX = FOLDER / 'mask2former_vit-b_8xb2-160k_ade20k-512x512.py'
 CASTLING = FOLDER / 'mask2former_castling-vit-b_8xb2-160k_ade20k-512x512.py'
 
