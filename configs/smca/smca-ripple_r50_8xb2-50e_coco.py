@@ -3,4 +3,7 @@
 # groups, R_max and tau at the module's defaults).
 _base_ = './smca_r50_8xb2-50e_coco.py'
 
-model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, type='RippleAttention'))))
+# The encoder's dropout (0.1) still applies to the attention output; attention-weight dropout
+# does not exist in the linear form (the weights are never formed), so it is 0, said explicitly
+# (the module refuses a non-zero value rather than ignore it).
+model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, type='RippleAttention', attn_drop=0.0))))

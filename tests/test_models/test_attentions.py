@@ -6,7 +6,7 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.attentions import BaseAttention
-from mmvisattn.models.attentions.linear import elu_feature_map
+from mmvisattn.ops.linearized import elu_feature_map
 from mmvisattn.registry import ATTENTIONS, build_attention
 
 ALL_TYPES = sorted(ATTENTIONS.module_dict)
@@ -48,6 +48,32 @@ def test_bad_impl_fails_when_built(attn_type):
     """Every attention with several implementations checks ``impl`` in ``__init__``, in one line."""
     with pytest.raises(ValueError, match=rf"^{attn_type}: impl='cuda'; expected one of \('auto', "):
         build_attention(dict(type=attn_type, impl='cuda'), embed_dims=32, num_heads=4)
+
+
+@pytest.mark.parametrize('attn_type', ALL_TYPES)
+def test_attn_drop_is_applied_or_refused_when_built(attn_type):
+    """No attention ignores ``attn_drop``: it drops attention weights in training (two training
+    passes differ, evaluation is deterministic), or it refuses a non-zero value at build time in one
+    line that says why."""
+    attn_class = ATTENTIONS.get(attn_type)
+    if attn_class.attn_drop_unsupported:
+        with pytest.raises(ValueError, match=rf'^{attn_type}: attn_drop=0.5 is not supported; expected 0, '):
+            build_attention(dict(type=attn_type, attn_drop=0.5), embed_dims=32, num_heads=4)
+        build_attention(dict(type=attn_type, attn_drop=0.0), embed_dims=32, num_heads=4)
+        return
+    torch.manual_seed(0)
+    attn = build_attention(dict(type=attn_type, attn_drop=0.5), embed_dims=32, num_heads=4)
+    x = torch.randn(2, attn.num_extra_tokens + 36, 32)
+    attn.train()
+    assert not torch.allclose(attn(x, (6, 6)), attn(x, (6, 6)))
+    attn.eval()
+    torch.testing.assert_close(attn(x, (6, 6)), attn(x, (6, 6)))
+
+
+def test_the_attentions_that_refuse_attn_drop():
+    refusing = [name for name in ALL_TYPES if ATTENTIONS.get(name).attn_drop_unsupported]
+    assert refusing == ['LinearAttention', 'LongformerAttention', 'PeripheralAttention', 'RWGKAttention',
+                        'RippleAttention', 'RippleLinearAttention']
 
 
 def test_unknown_type_names_the_type():

@@ -23,6 +23,8 @@ class BaseAttention(BaseModule):
     of tokens; for modules with a train-only quadratic branch, the value after
     ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``. A module whose op has
     several implementations takes ``impl=`` and lists the values in the class attribute ``impls``.
+    A module that cannot drop attention weights says why in ``attn_drop_unsupported``: it then
+    refuses a non-zero ``attn_drop`` when it is built (:meth:`check_attn_drop`) instead of ignoring it.
 
     Args:
         embed_dims: Channels ``C`` of the tokens.
@@ -32,6 +34,7 @@ class BaseAttention(BaseModule):
 
     complexity: str = ''
     impls: Tuple[str, ...] = ()
+    attn_drop_unsupported: str = ''
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -41,6 +44,14 @@ class BaseAttention(BaseModule):
     def check_impl(self, impl: str) -> str:
         """``impl`` if it is one of the class's ``impls``, else a one-line ``ValueError``."""
         return check_impl(type(self).__name__, impl, self.impls)
+
+    def check_attn_drop(self, attn_drop: float) -> float:
+        """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot drop
+        attention weights (a recipe that asks for attention dropout must not silently lose it)."""
+        if attn_drop and self.attn_drop_unsupported:
+            raise ValueError(f'{type(self).__name__}: attn_drop={attn_drop} is not supported; expected 0, '
+                             f'{self.attn_drop_unsupported} (use proj_drop)')
+        return attn_drop
 
     def __init__(self, embed_dims: int, num_heads: int, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
@@ -84,7 +95,7 @@ class QKVAttention(BaseAttention):
         embed_dims: Channels ``C``.
         num_heads: Number of heads.
         qkv_bias: Whether the ``qkv`` projection has a bias.
-        attn_drop: Dropout on the attention weights (where the mechanism has explicit weights).
+        attn_drop: Dropout on the attention weights; must be 0 where ``attn_drop_unsupported`` says why.
         proj_drop: Dropout after the output projection.
         init_cfg: mmengine initialisation config.
     """
@@ -93,7 +104,7 @@ class QKVAttention(BaseAttention):
                  proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         self.qkv = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)
-        self.attn_drop = attn_drop
+        self.attn_drop = self.check_attn_drop(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop)
 

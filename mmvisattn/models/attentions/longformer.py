@@ -38,6 +38,8 @@ class LongformerAttention(BaseAttention):
         rel_pos: Learn relative-position biases (the ViL-*-RPB models).
         share_global_weights: Global queries use the local projections (as the detection models).
         qkv_bias: Bias of the query / key-value projections.
+        attn_drop: Must be 0: the op fuses the softmax with the value product (the official module's
+            attention dropout, 0 by default in the official MsViT, is not reproduced).
         proj_drop: Dropout after the output projection.
         impl: Op implementation, ``'auto' | 'reference' | 'torch' | 'triton'``.
         init_cfg: mmengine initialisation config.
@@ -45,11 +47,14 @@ class LongformerAttention(BaseAttention):
 
     complexity = 'linear'
     impls = IMPLS
+    attn_drop_unsupported = 'the sliding-chunk op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_global: int = 1, masking: str = 'chunk',
                  mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True, qkv_bias: bool = True,
-                 proj_drop: float = 0.0, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, impl: str = 'auto',
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        self.check_attn_drop(attn_drop)
         self.window = check_window(window, type(self).__name__)
         if masking not in MASKINGS:
             raise ValueError(f'LongformerAttention: masking={masking!r}; expected one of {MASKINGS}')

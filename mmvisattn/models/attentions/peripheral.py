@@ -66,6 +66,8 @@ class PeripheralAttention(QKVAttention):
         embed_dims: Channels ``C``.
         num_heads: Heads ``N_h``.
         qkv_bias: Bias of the ``qkv`` projection (PerViT has none).
+        attn_drop: Must be 0: the op fuses the weights with the value product, and the official
+            ``MPA`` takes ``attn_drop`` but never applies it.
         proj_drop: Dropout after the output projection.
         kernel_size: ``K`` of the peripheral projections (odd; 1 drops the neighbourhoods, Eq. 6).
         hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own);
@@ -84,13 +86,16 @@ class PeripheralAttention(QKVAttention):
 
     complexity = 'quadratic'
     impls = IMPLS
+    attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, proj_drop: float = 0.0,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
+                 proj_drop: float = 0.0,
                  kernel_size: int = 3, hidden_dims: Optional[int] = None,
                  norm_init: Tuple[float, float] = (0.0, 1.0), distance_proj: Optional[nn.Linear] = None,
                  freeze_position: bool = False, impl: str = 'auto', position_impl: str = 'torch',
                  max_cached: int = 4, init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, proj_drop=proj_drop, init_cfg=init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
         check_impl(type(self).__name__, position_impl, POSITION_IMPLS, name='position_impl')

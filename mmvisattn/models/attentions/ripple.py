@@ -66,12 +66,13 @@ class RippleLinearAttention(QKVAttention):
 
     Args:
         embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, init_cfg: see :class:`QKVAttention`;
-            ``attn_drop`` has no explicit weights to drop here.
+            ``attn_drop`` must be 0: no attention weights are formed to drop.
         num_features: Rows of ``W1`` (default ``head_dims``).
         eps: Added to the normaliser.
     """
 
     complexity = 'linear'
+    attn_drop_unsupported = 'the linearized form never forms attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, num_features: Optional[int] = None, eps: float = 1e-6,

@@ -34,8 +34,8 @@ class RWGKAttention(BaseAttention):
             (RWGKP: ``B_Q`` and ``B_K`` are the queries and keys average-pooled to a
             ``sqrt(M) x sqrt(M)`` grid).
         qkv_bias: Whether ``q`` and ``kv`` have a bias.
-        attn_drop: Accepted for interface parity with SegFormer; the mechanism forms no ``N x N``
-            weights to drop, so it must be 0.
+        attn_drop: Taken for interface parity with SegFormer and must be 0: the mechanism forms
+            no ``N x N`` weights to drop.
         proj_drop: Dropout after ``proj``.
         impl: Operator implementation, one of :data:`mmvisattn.ops.rwgk.IMPLS` (``'reference'``
             forms the ``N x N`` kernel: tests only).
@@ -44,6 +44,7 @@ class RWGKAttention(BaseAttention):
 
     complexity = 'linear'
     impls = IMPLS
+    attn_drop_unsupported = 'no N x N attention weights are formed'
 
     def __init__(self, embed_dims: int, num_heads: int, num_anchors: int = 64, lam: float = 0.5,
                  anchor_mode: str = 'learnable', qkv_bias: bool = True, attn_drop: float = 0.0,
@@ -53,9 +54,7 @@ class RWGKAttention(BaseAttention):
             raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive integer')
         if anchor_mode not in ANCHOR_MODES:
             raise ValueError(f'RWGKAttention: anchor_mode={anchor_mode!r}; expected one of {ANCHOR_MODES}')
-        if attn_drop:
-            raise ValueError(f'RWGKAttention: attn_drop={attn_drop} is not supported (no attention weights '
-                             'are formed); use proj_drop')
+        self.check_attn_drop(attn_drop)
         check_lam(lam)
         self.lam = lam
         self.impl = self.check_impl(impl)
