@@ -4,8 +4,10 @@ Each fixture in ``tests/data/official/`` holds an official module's randomised f
 its inputs, its outputs and the input gradient for a fixed upstream gradient, written by
 ``tools/misc/make_official_fixtures.py`` from the official repositories (provenance in the
 folder's README). A test loads the state dict through the project's converter or key map, runs the
-project's module and compares outputs and input gradients. No checkout is needed.
+project's module and compares outputs and input gradients. No checkout is needed;
+``MMVISATTN_OFFICIAL_FIXTURES=DIR`` runs the tests on fixtures written elsewhere.
 """
+import os
 import re
 from pathlib import Path
 from typing import Dict
@@ -19,7 +21,7 @@ from mmvisattn.models.backbones.pervit import PerViT, convert_pervit_state_dict
 from mmvisattn.models.backbones.vil import ViL, convert_vil_state_dict
 from mmvisattn.models.layers.smca_transformer import SMCATransformerDecoder
 
-FIXTURES = Path(__file__).resolve().parents[1] / 'data' / 'official'
+FIXTURES = Path(os.environ.get('MMVISATTN_OFFICIAL_FIXTURES') or Path(__file__).resolve().parents[1] / 'data/official')
 TOLERANCE = 1e-10  # float64, relative to each tensor's largest magnitude
 
 
