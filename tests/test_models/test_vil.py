@@ -177,3 +177,18 @@ def test_detector_sizes_match_table_14(arch):
         count = sum(p.numel() for p in model.parameters())
         paper = TABLE_14[arch][column] * 1e6
         assert abs(count + unused_official - paper) < 0.02 * paper, (detector, arch, count)
+
+
+def test_absolute_position_stages_drop_relative_biases_as_the_official_model():
+    """Official MsViT: ``rpe = not ape`` per stage; an explicit ``rel_pos=True`` keeps both."""
+    model = ViL(arch=SMALL_ARCH)
+    assert [stage.blocks[0].attn.rel_pos for stage in model.stages] == [False, True, False]
+    assert not hasattr(model.stages[0].blocks[0].attn, 'local_relative_position_bias_table')
+    both = ViL(arch=SMALL_ARCH, attn_cfg=dict(type='LongformerAttention', rel_pos=True))
+    assert all(stage.blocks[0].attn.rel_pos for stage in both.stages)
+    assert all(stage.abs_pos == bool(flag) for stage, flag in zip(both.stages, SMALL_ARCH['abs_pos']))
+    extra = sum(p.numel() for p in both.parameters()) - sum(p.numel() for p in model.parameters())
+    tables = sum(p.numel() for name, p in both.named_parameters()
+                 if 'relative_position' in name and not name.startswith('stages.1.'))
+    assert extra == tables > 0
+    assert model(torch.randn(1, 3, 64, 48))[-1].shape == both(torch.randn(1, 3, 64, 48))[-1].shape

@@ -135,7 +135,10 @@ class ViL(BaseModule):
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
         attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for attentions that
-            take them (``LongformerAttention``), ``window`` and ``num_global`` of the stage are filled in.
+            take them (``LongformerAttention``), ``window``, ``num_global`` and ``rel_pos`` of the stage
+            are filled in. ``rel_pos`` is off in stages with an absolute position embedding, as the
+            official ``rpe = not ape``; ``attn_cfg=dict(type='LongformerAttention', rel_pos=True)`` keeps
+            both.
             Another registered attention brings its own extra tokens (``num_extra_tokens``).
         out_indices: Stages whose maps are returned (default: all).
         frozen_stages: The first ``frozen_stages`` stages are frozen (no gradient, eval mode);
@@ -170,8 +173,11 @@ class ViL(BaseModule):
             dims, heads = self.arch['embed_dims'][index], self.arch['num_heads'][index]
             blocks = []
             for _ in range(self.arch['depths'][index]):
-                stage_window = dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index])
-                attn = build_attention(attn_cfg, stage_window, embed_dims=dims, num_heads=heads)
+                # the official model learns relative-position biases only where it has no absolute
+                # embedding (rpe = not ape); an attn_cfg that sets rel_pos keeps its own choice
+                stage_options = dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index],
+                                     rel_pos=not self.arch['abs_pos'][index])
+                attn = build_attention(attn_cfg, stage_options, embed_dims=dims, num_heads=heads)
                 blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
             stride *= self.arch['patch_sizes'][index]
             num_global = blocks[0].attn.num_extra_tokens if blocks else self.arch['num_global'][index]
