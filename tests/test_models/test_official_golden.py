@@ -164,37 +164,73 @@ def test_pervit_equals_the_official_vision_transformer():
 
 
 # ---------------------------------------------------------------- ViL: MsViT
-def test_vil_equals_the_official_msvit():
-    """A three-stage official MsViT (w 3, global tokens in stages 1-2, every stage padded) through
-    ``convert_vil_state_dict``: every stage's map, and the logits of the official classifier (final
-    norm, token mean, head) on the last stage."""
-    fixture = load_fixture('vil_msvit_tiny')
-    model = ViL(arch=dict(embed_dims=(16, 32, 48), depths=(1, 1, 1), num_heads=(2, 2, 3), patch_sizes=(4, 2, 2),
-                          windows=(3, 3, 3), num_global=(1, 1, 0)),
-                drop_path_rate=0.0, norm_eps=fixture['official_kwargs']['ln_eps']).double().eval()
+# (fixture, ViL arch): three sliding-chunk stages (w 3, global tokens in stages 1-2, every stage
+# padded); the classification layout, whose last stage is full attention on a 7x7 map (13x13
+# table), converted into sliding chunks of w 7 (27x27 table).
+MSVIT_LAYOUTS = {
+    'vil_msvit_tiny': dict(embed_dims=(16, 32, 48), depths=(1, 1, 1), num_heads=(2, 2, 3), patch_sizes=(4, 2, 2),
+                           windows=(3, 3, 3), num_global=(1, 1, 0)),
+    'vil_msvit_fullattn': dict(embed_dims=(16, 16, 16, 16), depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 2),
+                               patch_sizes=(4, 1, 1, 1), windows=(3, 3, 3, 7), num_global=(1, 1, 1, 1)),
+}
+
+
+def converted_msvit(fixture: dict, arch: dict) -> ViL:
+    model = ViL(arch=arch, drop_path_rate=0.0, norm_eps=fixture['official_kwargs']['ln_eps']).double().eval()
     converted, unmapped = convert_vil_state_dict(fixture['state_dict'], model.state_dict())
     assert all(key.startswith(('head.', 'norm.')) or key.endswith('relative_position_index') or '_global.' in key
                for key in unmapped), unmapped
     model.load_state_dict(converted, strict=True)
-    classifier = {key: value for key, value in fixture['state_dict'].items() if key.startswith(('head.', 'norm.'))}
+    return model
+
+
+def official_classifier(fixture: dict, model: ViL):
+    """The official head on a last stage without global tokens: final norm, token mean, linear."""
+    weights = {key: value for key, value in fixture['state_dict'].items() if key.startswith(('head.', 'norm.'))}
+
+    def logits(image: torch.Tensor) -> torch.Tensor:
+        tokens = model(image)[-1].flatten(2).transpose(1, 2)
+        tokens = F.layer_norm(tokens, tokens.shape[-1:], weights['norm.weight'], weights['norm.bias'],
+                              eps=fixture['official_kwargs']['ln_eps'])
+        return F.linear(tokens.mean(dim=1), weights['head.weight'], weights['head.bias'])
+
+    return logits
+
+
+@pytest.mark.parametrize('name', sorted(MSVIT_LAYOUTS))
+def test_vil_equals_the_official_msvit(name):
+    """Every stage's map through ``convert_vil_state_dict``; for the layout without a global token
+    in the last stage, also the official classifier's logits and the image gradient."""
+    fixture = load_fixture(name)
+    model = converted_msvit(fixture, MSVIT_LAYOUTS[name])
     maps = model(fixture['inputs']['x'])
     for stage, map_ in enumerate(maps, start=1):
         tokens = fixture['stage_outputs'][f'layer{stage}_tokens']
         height, width = fixture['stage_outputs'][f'layer{stage}_hw']
         expected = tokens[:, -height * width:].transpose(1, 2).reshape(map_.shape)
-        assert_matches(map_.detach(), expected, f'MsViT stage {stage}')
-
-    def logits(image: torch.Tensor) -> torch.Tensor:
-        tokens = model(image)[-1].flatten(2).transpose(1, 2)
-        tokens = F.layer_norm(tokens, tokens.shape[-1:], classifier['norm.weight'], classifier['norm.bias'],
-                              eps=fixture['official_kwargs']['ln_eps'])
-        return F.linear(tokens.mean(dim=1), classifier['head.weight'], classifier['head.bias'])
-
-    out, grad = run_with_gradient(logits, fixture['inputs']['x'], fixture['grad_output'])
-    assert_matches(out, fixture['output'], 'MsViT logits')
-    assert_matches(grad, fixture['grad_input'], 'MsViT input gradient')
+        assert_matches(map_.detach(), expected, f'{name} stage {stage}')
+    if model.stages[-1].num_global:
+        return
+    out, grad = run_with_gradient(official_classifier(fixture, model), fixture['inputs']['x'], fixture['grad_output'])
+    assert_matches(out, fixture['output'], f'{name} logits')
+    assert_matches(grad, fixture['grad_input'], f'{name} input gradient')
 
 
+def test_full_attention_table_is_recentred_not_stretched():
+    """The 13x13 table of the official full-attention stage keeps its biases at their offsets in
+    the 27x27 sliding-chunk table; stretching it (the earlier conversion, and the official
+    converter's) moves them, and the last stage then differs from the official model."""
+    fixture = load_fixture('vil_msvit_fullattn')
+    model = converted_msvit(fixture, MSVIT_LAYOUTS['vil_msvit_fullattn'])
+    table = model.stages[3].blocks[0].attn.local_relative_position_bias_table
+    official = fixture['state_dict']['layer4.1.attn.local_relative_position_bias_table']
+    heads = official.shape[1]
+    assert torch.equal(table.detach().t().reshape(heads, 27, 27)[:, 7:20, 7:20], official.t().reshape(heads, 13, 13))
+    with torch.no_grad():
+        stretched = F.interpolate(official.t().reshape(1, heads, 13, 13), size=(27, 27), mode='bilinear')
+        table.copy_(stretched[0].flatten(1).t())
+    expected = fixture['stage_outputs']['layer4_tokens'][:, 1:].transpose(1, 2).reshape(2, -1, 7, 7)
+    assert (model(fixture['inputs']['x'])[-1] - expected).abs().max() > 1e-3
 # ---------------------------------------------------------------- SMCA: the decoder
 # official TransformerDecoder keys -> SMCATransformerDecoder keys (first matching rule)
 SMCA_DECODER_KEYS = [

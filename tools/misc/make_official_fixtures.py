@@ -153,7 +153,17 @@ def vil_train_run(module: nn.Module, longformer: types.ModuleType, result: dict,
     return run
 
 
-def msvit_fixture(peers: Path) -> dict:
+# Two small MsViTs: three sliding-chunk stages (w 3, every stage padded), and the layout of the
+# official classification models, whose last stage is full attention (s0) on a 7x7 map (as at
+# 224 x 224) with a 13x13 relative-position table.
+MSVIT_CASES = {
+    'vil_msvit_tiny': ('l1,h2,d16,n1,s1,g1,p4,f3,a0_l2,h2,d32,n1,s1,g1,p2,f3,a0_l3,h3,d48,n1,s1,g0,p2,f3,a0', 64),
+    'vil_msvit_fullattn': ('l1,h1,d16,n1,s1,g1,p4,f3,a0_l2,h2,d16,n1,s1,g1,p1,f3,a0_l3,h2,d16,n1,s1,g1,p1,f3,a0_'
+                           'l4,h2,d16,n1,s0,g1,p1,f7,a0', 28),
+}
+
+
+def msvit_fixtures(peers: Path) -> Dict[str, dict]:
     models = peers / 'microsoft+vision-longformer' / 'src' / 'models'
     import_file('vil_models.layers.longformer2d', models / 'layers' / 'longformer2d.py', package_dir=models / 'layers')
     stand_in = sys.modules['vil_models.layers']
@@ -161,23 +171,28 @@ def msvit_fixture(peers: Path) -> dict:
     for unused in ('FastAttention', 'PerformerSelfAttention', 'LinformerSelfAttention', 'SRSelfAttention'):
         setattr(stand_in, unused, None)
     msvit = import_file('vil_models.msvit', models / 'msvit.py', package_dir=models)
-    kwargs = dict(arch='l1,h2,d16,n1,s1,g1,p4,f3,a0_l2,h2,d32,n1,s1,g1,p2,f3,a0_l3,h3,d48,n1,s1,g0,p2,f3,a0',
-                  img_size=64, in_chans=3, num_classes=10, qkv_bias=True, qk_scale=None, drop_rate=0.0,
+    return {name: msvit_fixture(msvit, arch, size) for name, (arch, size) in MSVIT_CASES.items()}
+
+
+def msvit_fixture(msvit: types.ModuleType, arch: str, size: int) -> dict:
+    kwargs = dict(arch=arch, img_size=size, in_chans=3, num_classes=10, qkv_bias=True, qk_scale=None, drop_rate=0.0,
                   attn_drop_rate=0.0, drop_path_rate=0.0, norm_embed=True, w=7, d=1, sharew=True, only_glo=False,
                   share_kv=False, attn_type='longformerhand', sw_exact=0, mode=0, ln_eps=1e-6, avg_pool=False)
     module = build(lambda: msvit.MsViT(norm_layer=functools.partial(nn.LayerNorm, eps=1e-6), **kwargs))
     torch.manual_seed(1)
-    inputs = {'x': torch.randn(2, 3, 64, 64, dtype=torch.float64)}
+    inputs = {'x': torch.randn(2, 3, size, size, dtype=torch.float64)}
     stages = {}
+
     def keep(stage: int, output: Tuple[torch.Tensor, int, int]) -> None:
         tokens, nx, ny = output  # each official stage returns its tokens and its grid
         stages.update({f'layer{stage}_tokens': tokens.detach(), f'layer{stage}_hw': [nx, ny]})
 
-    hooks = [getattr(module, f'layer{k}').register_forward_hook(lambda mod, args, out, k=k: keep(k, out))
-             for k in (1, 2, 3)]
+    layers = [layer for layer in (module.layer1, module.layer2, module.layer3, module.layer4) if layer is not None]
+    hooks = [layer.register_forward_hook(lambda mod, args, out, k=k: keep(k, out))
+             for k, layer in enumerate(layers, start=1)]
     result = fixture(module, lambda leaves: module(leaves['x']), inputs, (2, 10), dict(kwargs, norm_layer_eps=1e-6),
                      'microsoft/vision-longformer src/models/msvit.py:MsViT', forward_args={},
-                     layout='image (B, 3, 64, 64) -> logits (B, 10); stage_outputs: each layerK output '
+                     layout=f'image (B, 3, {size}, {size}) -> logits (B, 10); stage_outputs: each layerK output '
                             '(B, nglo + nx * ny, C) and its [nx, ny]; features: forward_features(image)')
     for hook in hooks:
         hook.remove()
@@ -379,7 +394,7 @@ def main(argv=None) -> None:
     files = {}
     for make in (vil_attention_fixtures, pervit_fixtures, castling_fixtures):
         files.update(make(args.peers))
-    files['vil_msvit_tiny'] = msvit_fixture(args.peers)
+    files.update(msvit_fixtures(args.peers))
     files['smca_decoder'] = smca_fixture(args.peers)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():

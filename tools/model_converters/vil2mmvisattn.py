@@ -5,7 +5,9 @@
 SRC is a classification checkpoint of microsoft/vision-longformer (weights under ``net`` with a
 ``module.`` prefix) or a detectron2 checkpoint of microsoft/VisionLongformerForObjectDetection
 (under ``model``, prefix ``backbone.bottom_up.``). CONFIG gives the target backbone: relative-position
-tables are resized to its windows (2-D), absolute position embeddings to its grid (1-D), global-token
+tables are re-centred to its windows (indexed by token offset, so the offsets both tables cover keep
+their bias; a full-attention stage's table lands exactly inside the sliding-chunk one), absolute
+position embeddings are resized to its grid (1-D), global-token
 parameters to its number of global tokens, full-attention ``qkv`` is split into ``query`` / ``kv``.
 Official keys without a place are listed; the conversion fails if a backbone weight stays unset.
 """

@@ -251,16 +251,36 @@ def _resize_tokens(value: Tensor, size: int, dim: int) -> Tensor:
                                             for d in range(value.dim())])], dim=dim)
 
 
+def _recentre_table(name: str, table: Tensor, entries: int) -> Tensor:
+    """A ``((2a - 1)^2, heads)`` relative-position table re-centred to ``entries`` rows.
+
+    Both tables are indexed by the same token offsets (``-(a - 1) .. a - 1`` per axis), so the
+    offsets both cover keep their bias exactly: a full-attention stage's ``(2n - 1)^2`` table (the
+    official classification models' last stage) lands inside a sliding-chunk table of side
+    ``4w - 1``, and the converted model equals the official one wherever the official one is
+    defined. Offsets only the larger table covers take the nearest edge value; a smaller table
+    keeps its centre. (Stretching the table instead would move every bias to another offset.)"""
+    old, new = math.isqrt(table.shape[0]), math.isqrt(entries)
+    if old * old != table.shape[0] or new * new != entries or (new - old) % 2:
+        raise ValueError(f'{name}: a relative-position table of {table.shape[0]} rows does not re-centre to '
+                         f'{entries} (expected square tables of odd sides)')
+    grid = table.t().reshape(1, -1, old, old)
+    margin = (new - old) // 2
+    if margin >= 0:
+        grid = F.pad(grid, (margin,) * 4, mode='replicate')
+    else:
+        grid = grid[..., -margin:old + margin, -margin:old + margin]
+    return grid[0].flatten(1).t().contiguous()
+
+
 def _fit(name: str, value: Tensor, shape: torch.Size) -> Tensor:
-    """``value`` resized to ``shape``: relative-position tables 2-D, position embeddings 1-D,
+    """``value`` resized to ``shape``: relative-position tables re-centred, position embeddings 1-D,
     global-token parameters by repeating the first token; anything else must already fit."""
     if value.shape == shape:
         return value
     leaf = name.rsplit('.', 1)[-1]
     if leaf == 'local_relative_position_bias_table':
-        old, new = math.isqrt(value.shape[0]), math.isqrt(shape[0])
-        grid = value.t().reshape(1, -1, old, old)
-        return F.interpolate(grid, size=(new, new), mode='bilinear', align_corners=False)[0].flatten(1).t()
+        return _recentre_table(name, value, shape[0])
     if leaf in ('x_pos_embed', 'y_pos_embed') and value.shape[2] == shape[2]:
         return ViLStage._resize(value, shape[1])
     if leaf in ('cls_token', 'cls_pos_embed'):
