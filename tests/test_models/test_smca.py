@@ -122,6 +122,46 @@ def test_reference_scale_is_the_unpadded_image_in_feature_cells():
     torch.testing.assert_close(reference_scale(samples, feat), torch.tensor([[4.0, 3.0], [3.0, 2.0]]))
 
 
+def test_reference_span_does_not_depend_on_the_batch():
+    """The official ``h_w / 32``: a 100-pixel-wide image spans 3.125 cells alone (a 4-cell map)
+    and in a 150-wide batch (5 cells); the batch-relative span would give 4.0 and 3.33."""
+    feats = {100: torch.zeros(1, 8, 3, 4), 150: torch.zeros(1, 8, 3, 5)}
+    spans = [reference_scale([DetDataSample(metainfo=dict(img_shape=(90, 100), batch_input_shape=(90, width)))],
+                             feat)[0] for width, feat in feats.items()]
+    torch.testing.assert_close(spans[0], torch.tensor([3.125, 2.8125]))
+    torch.testing.assert_close(spans[1], spans[0])
+
+
+def test_an_image_alone_and_in_a_padded_batch_gives_the_same_boxes():
+    """A 90x100 image alone (a 3x4 map, no padding) and padded into a 128x128 batch (4x4 map, its
+    3x4 cells valid): with the same backbone features the transformer and head give the same boxes,
+    because the span is the image's own width / 32 (3.125 cells), as the official ``h_w / 32``.
+    (The backbone itself sees zero padding differently at the image border, in SMCA as in DETR, so
+    the features are shared here.)"""
+    cfg = Config.fromfile(DEMO)
+    init_default_scope('mmdet')
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    model.double().eval()  # float64, so that 1e-5 px measures the method, not float32 rounding
+
+    def predict(feat, batch_shape):
+        samples = [DetDataSample(metainfo=dict(img_shape=shape, ori_shape=shape, scale_factor=(1.0, 1.0),
+                                               batch_input_shape=batch_shape))
+                   for shape in [(90, 100), (128, 128)][:feat.shape[0]]]
+        with torch.no_grad():
+            head_inputs = model.forward_transformer((feat,), samples)
+            return model.bbox_head.predict(**head_inputs, batch_data_samples=samples, rescale=False)[0]
+
+    channels = model.positional_encoding.num_feats * 2
+    alone = torch.randn(1, channels, 3, 4, dtype=torch.float64)
+    batched = torch.randn(2, channels, 4, 4, dtype=torch.float64)
+    batched[0, :, :3, :] = alone[0]
+    one, two = predict(alone, (90, 100)), predict(batched, (128, 128))
+    torch.testing.assert_close(two.bboxes, one.bboxes, rtol=0, atol=1e-5)
+    torch.testing.assert_close(two.scores, one.scores, rtol=0, atol=1e-5)
+
+
 def test_padded_images_attend_within_their_own_grid():
     """Encoder: each image of a padded batch gives what it gives alone (softmax: key padding)."""
     torch.manual_seed(0)

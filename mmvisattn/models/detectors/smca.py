@@ -1,6 +1,7 @@
 """SMCA detector (Gao et al., "Fast convergence of DETR with spatially modulated co-attention",
 ICCV 2021), single scale, with the encoder attention chosen by config: softmax (SMCA), linearized
 (SMCA-LA) or ripple (SMCA-Ripple) as in the ripple-attention paper (arXiv:2110.02453, C.4, Table 3)."""
+import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
@@ -14,11 +15,16 @@ from ..layers.smca_transformer import SMCATransformerDecoder, SMCATransformerEnc
 
 
 def reference_scale(batch_data_samples: OptSampleList, feat: Tensor) -> Tensor:
-    """``(B, 2)`` unpadded width and height of each image in feature cells: the span of SMCA's
-    normalised centres (the official code's ``(W, H) / 32`` for a stride-32 map)."""
+    """``(B, 2)`` unpadded width and height of each image in feature cells, ``(W, H) / stride``:
+    the span of SMCA's normalised centres (the official ``h_w / 32``).
+
+    The stride is the backbone's (a power of two: 32 for the C5 maps SMCA uses), read from the
+    padded batch and its map, which ``ceil`` makes slightly coarser than the stride when the batch
+    is not a multiple of it; dividing each image by the stride itself keeps an image's centres the
+    same whatever it is batched with."""
     batch_h, batch_w = batch_data_samples[0].batch_input_shape
-    feat_h, feat_w = feat.shape[-2:]
-    sizes = [(s.img_shape[1] * feat_w / batch_w, s.img_shape[0] * feat_h / batch_h) for s in batch_data_samples]
+    stride = 2 ** round(math.log2(max(batch_h, batch_w) / max(feat.shape[-2:])))
+    sizes = [(s.img_shape[1] / stride, s.img_shape[0] / stride) for s in batch_data_samples]
     return feat.new_tensor(sizes)
 
 
