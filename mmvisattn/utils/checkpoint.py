@@ -1,10 +1,12 @@
 """Reading checkpoints with one-line errors (tools/train.py, tools/test.py, the converters), and
 the checks the converters share: does a converted state dict fit a config's backbone?"""
+import argparse
 import os.path as osp
 import pickle
 import re
 import zipfile
-from typing import Dict, List, Optional, Sequence
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -59,6 +61,44 @@ def _describe(value: object) -> str:
     if isinstance(value, dict):
         return f'a dict with keys {list(value)[:5]}'
     return f'a {type(value).__name__}'
+
+
+KeyRule = Tuple[str, Optional[str]]
+
+
+def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
+                complete: Optional[str] = None) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+    """Each key renamed by the first ``(pattern, replacement)`` rule whose pattern matches
+    (``re.sub``); a ``None`` replacement drops the key. A key no rule matches is dropped too,
+    unless ``complete`` names the source: then the rules are meant to cover it, and the unknown key
+    raises a one-line ``KeyError``. Returns the renamed dict and the dropped keys."""
+    converted, dropped = OrderedDict(), []
+    for key, value in state_dict.items():
+        rule = next(((pattern, replacement) for pattern, replacement in rules if re.match(pattern, key)), None)
+        if rule is None and complete:
+            raise KeyError(f'{complete} key {key!r} matches no conversion rule')
+        if rule is None or rule[1] is None:
+            dropped.append(key)
+        else:
+            converted[re.sub(rule[0], rule[1], key)] = value
+    return converted, dropped
+
+
+def converter_arguments(description: str, source: str, config_help: str = 'check the result against the '
+                        'backbone of this config', config_required: bool = False) -> argparse.ArgumentParser:
+    """The command line every converter shares: ``SRC DST [--config CONFIG]``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('src', help=source)
+    parser.add_argument('dst', help='where to save the converted checkpoint')
+    parser.add_argument('--config', required=config_required, help=config_help)
+    return parser
+
+
+def require_source_keys(state_dict: Dict[str, Tensor], src: str, pattern: 're.Pattern', what: str) -> None:
+    """Exit in one line unless some key of ``src`` matches ``pattern`` (``what`` says which keys and
+    which checkpoint were expected)."""
+    if not any(pattern.match(key) for key in state_dict):
+        raise SystemExit(f'error: {src} holds no {what}')
 
 
 def read_converter_input(src: str, dst: str, wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:

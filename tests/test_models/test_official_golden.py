@@ -8,7 +8,6 @@ project's module and compares outputs and input gradients. No checkout is needed
 ``MMVISATTN_OFFICIAL_FIXTURES=DIR`` runs the tests on fixtures written elsewhere.
 """
 import os
-import re
 from pathlib import Path
 from typing import Dict
 
@@ -20,6 +19,7 @@ from mmvisattn.models.attentions import LinearAngularAttention, LongformerAttent
 from mmvisattn.models.backbones.pervit import PerViT, convert_pervit_state_dict
 from mmvisattn.models.backbones.vil import ViL, convert_vil_state_dict
 from mmvisattn.models.layers.smca_transformer import SMCATransformerDecoder
+from mmvisattn.utils import rename_keys
 
 FIXTURES = Path(os.environ.get('MMVISATTN_OFFICIAL_FIXTURES') or Path(__file__).resolve().parents[1] / 'data/official')
 TOLERANCE = 1e-10  # float64, relative to each tensor's largest magnitude
@@ -238,7 +238,9 @@ SMCA_DECODER_KEYS = [
     (r'^layers\.(\d+)\.multihead_attn\.', r'layers.\1.cross_attn.attn.'),
     (r'^layers\.(\d+)\.linear1\.', r'layers.\1.ffn.layers.0.0.'),
     (r'^layers\.(\d+)\.linear2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^layers\.(\d+)\.norm([123])\.', lambda m: f'layers.{m[1]}.norms.{int(m[2]) - 1}.'),
+    (r'^layers\.(\d+)\.norm1\.', r'layers.\1.norms.0.'),
+    (r'^layers\.(\d+)\.norm2\.', r'layers.\1.norms.1.'),
+    (r'^layers\.(\d+)\.norm3\.', r'layers.\1.norms.2.'),
     (r'^layers\.(\d+)\.norm4\.', r'layers.\1.norm_query.'),
     (r'^layers\.(\d+)\.point1\.', r'layers.\1.ref_point_head.'),
     (r'^layers\.(\d+)\.point2\.', r'layers.\1.offset_proj.'),
@@ -248,10 +250,8 @@ SMCA_DECODER_KEYS = [
 
 
 def smca_decoder_state_dict(official: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    converted = {}
-    for key, value in official.items():
-        pattern, target = next((p, t) for p, t in SMCA_DECODER_KEYS if re.match(p, key))
-        converted[re.sub(pattern, target, key)] = value
+    converted, dropped = rename_keys(official, SMCA_DECODER_KEYS, complete='official SMCA decoder')
+    assert not dropped
     return converted
 
 

@@ -12,24 +12,18 @@ dropped (RWGK attention has none; ``--keep-spatial-reduction`` keeps them for
 converted weights are checked against it: the parameters that stay newly initialised (the
 anchors) are listed, and any key or shape that does not fit fails the conversion.
 """
-import argparse
-
 from mmvisattn.models.backbones.mit_rwgka import MIT_ATTENTION_KEY, convert_mit_state_dict
-from mmvisattn.utils import read_converter_input, save_converted
+from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='stock mmseg MiT or SegFormer checkpoint')
-    parser.add_argument('dst', help='where to save the converted checkpoint')
-    parser.add_argument('--config', help='check the result against the backbone of this config')
+    parser = converter_arguments(__doc__.split('\n\n')[0], 'stock mmseg MiT or SegFormer checkpoint')
     parser.add_argument('--keep-spatial-reduction', action='store_true',
                         help='keep sr/norm for a backbone built with SpatialReductionAttention')
     args = parser.parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst)
-    if not any(MIT_ATTENTION_KEY.match(k) for k in state_dict):
-        raise SystemExit(f'error: {args.src} holds no MiT attention keys (layers.I.1.J.attn.*); '
-                         'is it an mmseg MiT checkpoint?')
+    require_source_keys(state_dict, args.src, MIT_ATTENTION_KEY,
+                        'MiT attention keys (layers.I.1.J.attn.*); is it an mmseg MiT checkpoint?')
     converted, dropped = convert_mit_state_dict(state_dict, args.keep_spatial_reduction)
     print(f'converted {len(state_dict)} tensors: {len(dropped)} spatial-reduction tensors dropped, '
           f'attention in_proj/out_proj renamed to q, kv, proj')

@@ -13,22 +13,15 @@ becomes ``stem.{i}`` / ``stem.4``, each block's ``conv.proj`` becomes ``cpe``, `
 a checkpoint of another width fails in one line, and the parameters left newly initialised (the
 output norms of the other stages) are listed.
 """
-import argparse
-
 from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_pervit_state_dict
-from mmvisattn.utils import read_converter_input, save_converted
+from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='official PerViT checkpoint')
-    parser.add_argument('dst', help='where to save the converted checkpoint')
-    parser.add_argument('--config', help='check the result against the backbone of this config')
-    args = parser.parse_args(argv)
+    args = converter_arguments(__doc__.split('\n\n')[0], 'official PerViT checkpoint').parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
-    if not any(OFFICIAL_KEY.match(k) for k in state_dict):
-        raise SystemExit(f'error: {args.src} holds no official PerViT attention keys (blocks.I.attn.activation.*); '
-                         'is it a juhongm999/pervit checkpoint?')
+    require_source_keys(state_dict, args.src, OFFICIAL_KEY, 'official PerViT attention keys '
+                        '(blocks.I.attn.activation.*); is it a juhongm999/pervit checkpoint?')
     try:
         converted, dropped = convert_pervit_state_dict(state_dict)
     except KeyError as exc:

@@ -11,19 +11,14 @@ position embeddings are resized to its grid (1-D), global-token
 parameters to its number of global tokens, full-attention ``qkv`` is split into ``query`` / ``kv``.
 Official keys without a place are listed; the conversion fails if a backbone weight stays unset.
 """
-import argparse
-
 from mmvisattn.models.backbones.vil import convert_vil_state_dict
-from mmvisattn.utils import read_converter_input, save_converted
+from mmvisattn.utils import converter_arguments, read_converter_input, save_converted
 from mmvisattn.utils.checkpoint import backbone_state_dict, check_backbone_weights
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='official ViL checkpoint (classification or detectron2)')
-    parser.add_argument('dst', help='where to save the converted checkpoint')
-    parser.add_argument('--config', required=True, help='config whose ViL backbone receives the weights')
-    args = parser.parse_args(argv)
+    args = converter_arguments(__doc__.split('\n\n')[0], 'official ViL checkpoint (classification or detectron2)',
+                               'config whose ViL backbone receives the weights', config_required=True).parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('net', 'model'))
     try:
         target = backbone_state_dict(args.config)  # built once: the layout to convert to and check against

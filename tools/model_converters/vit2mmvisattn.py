@@ -9,21 +9,17 @@ With ``--config`` the converted weights are checked against that config's backbo
 newly initialised (the castling depthwise convolutions) is listed, and a key or shape that does
 not fit (a checkpoint of another width) fails in one line.
 """
-import argparse
+import re
 
 from mmvisattn.models.backbones.castling_vit import convert_vit_state_dict
-from mmvisattn.utils import read_converter_input, save_converted
+from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='timm or MAE ViT checkpoint')
-    parser.add_argument('dst', help='where to save the converted checkpoint')
-    parser.add_argument('--config', help='check the result against the backbone of this config')
-    args = parser.parse_args(argv)
+    args = converter_arguments(__doc__.split('\n\n')[0], 'timm or MAE ViT checkpoint').parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
-    if not any(key.startswith('blocks.') for key in state_dict):
-        raise SystemExit(f'error: {args.src} holds no timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
+    require_source_keys(state_dict, args.src, re.compile(r'blocks\.'),
+                        'timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
     converted, dropped = convert_vit_state_dict(state_dict)
     print(f'converted {len(converted)} tensors, dropped {len(dropped)}: {", ".join(dropped) or "none"}')
     save_converted(converted, args.dst, args.config)

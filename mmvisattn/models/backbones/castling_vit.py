@@ -9,6 +9,7 @@ from mmseg.models.backbones.vit import VisionTransformer
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
+from mmvisattn.utils.checkpoint import rename_keys
 from ..layers import ResidualAttention, TokenGrid
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
@@ -54,28 +55,18 @@ class CastlingViT(VisionTransformer):
             layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
 
 
+# parts of a timm / MAE block -> parts of an mmseg ViT layer
+TIMM_BLOCK_PARTS = {'norm1': 'ln1', 'norm2': 'ln2', 'attn.qkv': 'attn.attn.qkv', 'attn.proj': 'attn.attn.proj',
+                    'mlp.fc1': 'ffn.layers.0.0', 'mlp.fc2': 'ffn.layers.1'}
 # timm / MAE ViT names -> CastlingViT (mmseg ViT) names; the first matching rule applies
-TIMM_TO_CASTLING = [
-    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
-    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
-    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
-    (r'^blocks\.(\d+)\.attn\.(qkv|proj)\.', r'layers.\1.attn.attn.\2.'),
-    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^norm\.', 'ln1.'),
-    (r'^(cls_token|pos_embed)$', r'\1'),
-]
+TIMM_TO_CASTLING = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+                    *[(rf'^blocks\.(\d+)\.{re.escape(part)}\.', rf'layers.\1.{ours}.')
+                      for part, ours in TIMM_BLOCK_PARTS.items()],
+                    (r'^norm\.', 'ln1.'),
+                    (r'^(cls_token|pos_embed)$', r'\1')]
 
 
 def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """timm / MAE ViT keys -> CastlingViT keys; returns the converted dict and the dropped keys
     (classification head, ``fc_norm``, MAE decoder and anything else without a place)."""
-    converted, dropped = OrderedDict(), []
-    for key, value in state_dict.items():
-        for pattern, replacement in TIMM_TO_CASTLING:
-            if re.match(pattern, key):
-                converted[re.sub(pattern, replacement, key)] = value
-                break
-        else:
-            dropped.append(key)
-    return converted, dropped
+    return rename_keys(state_dict, TIMM_TO_CASTLING)

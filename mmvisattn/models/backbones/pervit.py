@@ -25,6 +25,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import attention_accepts, build_attention, register_model
+from mmvisattn.utils.checkpoint import rename_keys
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
 from .arch import resolve_arch
@@ -188,20 +189,10 @@ OFFICIAL_KEY = re.compile(r'^blocks\.\d+\.attn\.activation\.')
 
 
 def convert_pervit_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int = 4,
-                                last_stage: int = 3) -> Tuple[Dict[str, Tensor], List[str]]:
+                              last_stage: int = 3) -> Tuple[Dict[str, Tensor], List[str]]:
     """Rename an official PerViT checkpoint (``juhongm999/pervit``) to :class:`PerViT` keys; returns
     the converted dict and the dropped keys (the ImageNet head). Raises ``KeyError`` for a key no
     rule knows."""
-    converted, dropped = {}, []
-    for key, value in state_dict.items():
-        for pattern, target in OFFICIAL_TO_PERVIT:
-            if re.match(pattern, key):
-                if target is None:
-                    dropped.append(key)
-                else:
-                    target = target.format(stem_proj=num_stem_convs, last_stage=last_stage)
-                    converted[re.sub(pattern, target, key)] = value
-                break
-        else:
-            raise KeyError(f'official PerViT key {key!r} matches no conversion rule')
-    return converted, dropped
+    rules = [(pattern, target if target is None else target.format(stem_proj=num_stem_convs, last_stage=last_stage))
+             for pattern, target in OFFICIAL_TO_PERVIT]
+    return rename_keys(state_dict, rules, complete='official PerViT')
