@@ -4,10 +4,7 @@
 source "$(dirname "$0")/pick_python.sh"
 NPROC=$1
 SCRIPT=$2
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+: "${NNODES:=1}" "${NODE_RANK:=0}" "${PORT:=29500}" "${MASTER_ADDR:=127.0.0.1}"  # the stock defaults
 
 PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
 exec "$PYTHON" -m torch.distributed.run \

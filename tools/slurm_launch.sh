@@ -7,10 +7,7 @@ set -x
 PARTITION=$1
 JOB_NAME=$2
 SCRIPT=$3
-GPUS=${GPUS:-8}
-GPUS_PER_NODE=${GPUS_PER_NODE:-8}
-CPUS_PER_TASK=${CPUS_PER_TASK:-5}
-SRUN_ARGS=${SRUN_ARGS:-""}
+: "${GPUS:=8}" "${GPUS_PER_NODE:=8}" "${CPUS_PER_TASK:=5}" "${SRUN_ARGS:=}"  # the stock defaults
 
 PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
 exec srun -p ${PARTITION} \

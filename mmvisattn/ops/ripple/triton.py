@@ -41,10 +41,11 @@ def _store_rows(base, index, valid, size, value, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
-def _block(height, width, BLOCK: tl.constexpr):
-    """Positions of this program's block, whether they are on the map, their rows and columns."""
+def _program(height, width, BLOCK: tl.constexpr):
+    """This program's head and the map's token count, then the positions of its block, whether
+    they are on the map, their rows and columns."""
     pos = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    return pos, pos < height * width, pos // width, pos % width
+    return tl.program_id(0), height * width, pos, pos < height * width, pos // width, pos % width
 
 
 @triton.jit
@@ -58,8 +59,7 @@ def _shifted(row, col, dy, dx, inside, height, width):
 @triton.jit
 def _forward(q_ptr, k_ptr, v_ptr, beta_ptr, num_ptr, den_ptr, height, width, dims, value_dims, r_max,
              BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head, tokens = tl.program_id(0), height * width
-    pos, inside, row, col = _block(height, width, BLOCK)
+    head, tokens, pos, inside, row, col = _program(height, width, BLOCK)
     k_base, v_base = k_ptr + head * tokens * dims, v_ptr + head * tokens * value_dims
     beta_base = beta_ptr + head * tokens * r_max
     q = _rows(q_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
@@ -80,8 +80,7 @@ def _forward(q_ptr, k_ptr, v_ptr, beta_ptr, num_ptr, den_ptr, height, width, dim
 def _backward_queries(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, grad_q_ptr, grad_beta_ptr,
                       height, width, dims, value_dims, r_max,
                       BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head, tokens = tl.program_id(0), height * width
-    pos, inside, row, col = _block(height, width, BLOCK)
+    head, tokens, pos, inside, row, col = _program(height, width, BLOCK)
     k_base, v_base = k_ptr + head * tokens * dims, v_ptr + head * tokens * value_dims
     beta_base, grad_beta_base = beta_ptr + head * tokens * r_max, grad_beta_ptr + head * tokens * r_max
     q = _rows(q_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
@@ -104,12 +103,12 @@ def _backward_queries(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr,
 def _backward_keys(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, grad_k_ptr, grad_v_ptr,
                    height, width, dims, value_dims, r_max,
                    BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_E: tl.constexpr):
-    head, tokens = tl.program_id(0), height * width
-    pos, inside, row, col = _block(height, width, BLOCK)
-    q_base, beta_base = q_ptr + head * tokens * dims, beta_ptr + head * tokens * r_max
-    grad_num_base, grad_den_base = grad_num_ptr + head * tokens * value_dims, grad_den_ptr + head * tokens
+    head, tokens, pos, inside, row, col = _program(height, width, BLOCK)
+    # this program's keys and values; the queries that reach them are gathered in the loop
     k = _rows(k_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
     v = _rows(v_ptr + head * tokens * value_dims, pos, inside, value_dims, BLOCK_E)
+    q_base, beta_base = q_ptr + head * tokens * dims, beta_ptr + head * tokens * r_max
+    grad_num_base, grad_den_base = grad_num_ptr + head * tokens * value_dims, grad_den_ptr + head * tokens
     grad_k = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
     grad_v = tl.zeros((BLOCK, BLOCK_E), dtype=tl.float32)
     for dy in range(1 - r_max, r_max):

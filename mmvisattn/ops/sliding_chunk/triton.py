@@ -42,9 +42,10 @@ def _gather(base, idx, in_s, offs_c, width):
 
 
 @triton.jit
-def _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s, offs_d, queries, slots, dims,
-            invalid_rows, HAS_BIAS: tl.constexpr):
-    """Scores of one block of slots, ``-inf`` where masked; also returns the slot indices."""
+def _slot_block(q, k_base, v_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s, offs_d, offs_dv,
+                queries, slots, dims, value_dims, invalid_rows, HAS_BIAS: tl.constexpr):
+    """One block of the chunk's key slots: the scores (``-inf`` where masked), the slots' key
+    indices, their keys and values, and which slots exist."""
     in_s = offs_s < slots
     idx = tl.load(index_ptr + chunk * slots + offs_s, mask=in_s, other=0)
     keys = _gather(k_base, idx, in_s, offs_d, dims)
@@ -56,7 +57,8 @@ def _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, of
     # the mask has one row per query (exact windows) or one row for the whole chunk
     masked = tl.load(invalid_ptr + chunk * invalid_rows * slots + offs_l[:, None] * (slots * (invalid_rows > 1))
                      + offs_s[None, :], mask=in_ls, other=1)
-    return tl.where((masked != 0) | (~in_ls), float('-inf'), scores), idx, keys, in_s
+    values = _gather(v_base, idx, in_s, offs_dv, value_dims)
+    return tl.where((masked != 0) | (~in_ls), float('-inf'), scores), idx, keys, values, in_s
 
 
 @triton.jit
@@ -74,9 +76,9 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, out_p
     acc = tl.zeros((BLOCK_L, BLOCK_DV), tl.float32)
     for start in range(0, slots, BLOCK_S):
         offs_s = start + tl.arange(0, BLOCK_S)
-        scores, idx, _, in_s = _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s,
-                                       offs_d, queries, slots, dims, invalid_rows, HAS_BIAS)
-        values = _gather(v_base, idx, in_s, offs_dv, value_dims)
+        scores, idx, _, values, in_s = _slot_block(q, k_base, v_base, index_ptr, invalid_ptr, bias_ptr, chunk, head,
+                                                   offs_l, offs_s, offs_d, offs_dv, queries, slots, dims, value_dims,
+                                                   invalid_rows, HAS_BIAS)
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         shift = tl.where(new_max == float('-inf'), 0.0, new_max)  # rows with nothing seen yet
         probs = tl.exp(scores - shift[:, None])
@@ -110,9 +112,9 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad
     grad_q = tl.zeros((BLOCK_L, BLOCK_D), tl.float32)
     for start in range(0, slots, BLOCK_S):
         offs_s = start + tl.arange(0, BLOCK_S)
-        scores, idx, keys, in_s = _scores(q, k_base, index_ptr, invalid_ptr, bias_ptr, chunk, head, offs_l, offs_s,
-                                          offs_d, queries, slots, dims, invalid_rows, HAS_BIAS)
-        values = _gather(v_base, idx, in_s, offs_dv, value_dims)
+        scores, idx, keys, values, in_s = _slot_block(q, k_base, v_base, index_ptr, invalid_ptr, bias_ptr, chunk,
+                                                      head, offs_l, offs_s, offs_d, offs_dv, queries, slots, dims,
+                                                      value_dims, invalid_rows, HAS_BIAS)
         probs = tl.exp(scores - lse[:, None])
         grad_scores = probs * (tl.dot(grad_out, tl.trans(values)) - delta[:, None])
         grad_q += tl.dot(grad_scores, keys)
