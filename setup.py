@@ -27,6 +27,6 @@ setup(
     python_requires='>=3.10',
     packages=find_packages(include=['mmvisattn', 'mmvisattn.*']),
     install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
-    extras_require={'tests': read_requirements('tests.txt')},
+    extras_require={'tests': read_requirements('tests.txt'), 'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
 )

@@ -91,8 +91,9 @@ main() {
     if ! "$VENV/bin/python" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
         install_mmcv
     fi
-    step "installing mmengine, mmdet, mmsegmentation, evaluation tools, triton and mmvisattn (editable)"
-    venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+    step "installing mmengine, mmdet, mmsegmentation, evaluation tools, triton, onnx(runtime) and mmvisattn (editable)"
+    venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
+        -r "$ROOT/requirements/deploy.txt"
     venv_pip install --quiet --no-deps --no-build-isolation -e "$ROOT"
     done_step
     verify_mmcv_ops

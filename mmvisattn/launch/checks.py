@@ -66,9 +66,11 @@ def read_run_checkpoint(path: str) -> dict:
         raise SystemExit(f'error: {exc}') from None
 
 
-def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str) -> None:
-    """Exit in one line unless ``checkpoint`` sets every weight of ``model`` with the right shape
-    and holds nothing else (a checkpoint of another model would leave it randomly initialised)."""
+def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
+                                remedy: str = 'pass --allow-partial-checkpoint to evaluate it anyway') -> None:
+    """Exit in one line, ending with ``remedy``, unless ``checkpoint`` sets every weight of
+    ``model`` with the right shape and holds nothing else (a checkpoint of another model would
+    leave it randomly initialised)."""
     model = model.module if is_model_wrapper(model) else model
     expected = model.state_dict()
     weights = {re.sub(r'^module\.', '', key): value for key, value in state_dict_of(checkpoint, path).items()}
@@ -81,8 +83,7 @@ def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str) -
         (missing, f'of the model\'s {len(expected)} weights are not in it'),
         (unexpected, 'of its tensors have no place in the model'),
         (misshapen, 'have another shape')) if keys]
-    raise SystemExit(f'error: checkpoint {path!r} does not fit the model: {"; ".join(faults)}; '
-                     'pass --allow-partial-checkpoint to evaluate it anyway')
+    raise SystemExit(f'error: checkpoint {path!r} does not fit the model: {"; ".join(faults)}; {remedy}')
 
 
 def name_undecodable_label_maps() -> None:

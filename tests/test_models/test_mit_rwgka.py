@@ -3,6 +3,7 @@
 and bad input."""
 import pytest
 import torch
+import torch.nn.functional as F
 from mmseg.models.backbones import MixVisionTransformer
 from mmseg.registry import MODELS
 
@@ -110,3 +111,13 @@ def test_unknown_stage_setting_names_it():
     with pytest.raises(TypeError, match='anchors'):
         MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'),
                           attn_cfg=dict(type='RWGKAttention', anchors=64)))
+
+
+@pytest.mark.parametrize('size', [(7, 9), (64, 64), (3, 5), (1, 1)])
+def test_pooling_matrices_are_adaptive_average_pooling(size):
+    """Pooled anchors (RWGKP) use products with pooling matrices, which ONNX export takes at any
+    map size; they equal ``adaptive_avg_pool2d``'s bins."""
+    from mmvisattn.models.attentions.rwgk import adaptive_pooling_matrix
+    x = torch.randn(2, 6, *size, dtype=torch.float64)
+    rows, cols = (adaptive_pooling_matrix(side, 8, x) for side in size)
+    torch.testing.assert_close(torch.einsum('ih,nchw,jw->ncij', rows, x, cols), F.adaptive_avg_pool2d(x, 8))

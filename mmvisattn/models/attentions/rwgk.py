@@ -6,7 +6,6 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.rwgk import IMPLS, check_lam, rwgk_attention
@@ -14,6 +13,16 @@ from mmvisattn.registry import ATTENTIONS
 from .base import BaseAttention
 
 ANCHOR_MODES = ('learnable', 'pooled')
+
+
+def adaptive_pooling_matrix(size: int, bins: int, like: Tensor) -> Tensor:
+    """``(bins, size)``: row ``i`` averages ``floor(i size / bins) .. ceil((i + 1) size / bins) - 1``,
+    the bins of ``adaptive_avg_pool``."""
+    index = torch.arange(size, device=like.device)
+    starts = torch.arange(bins, device=like.device) * size // bins
+    ends = -(-(torch.arange(bins, device=like.device) + 1) * size // bins)
+    inside = (index[None] >= starts[:, None]) & (index[None] < ends[:, None])
+    return inside.to(like.dtype) / (ends - starts)[:, None].to(like.dtype)
 
 
 @ATTENTIONS.register_module()
@@ -76,11 +85,14 @@ class RWGKAttention(BaseAttention):
 
     def pooled_anchors(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors by adaptive average pooling
-        of the spatial tokens (extra tokens such as a class token are not pooled)."""
-        batch, heads, _, dims = x.shape
-        grid = x[:, :, self.num_extra_tokens:].transpose(-1, -2).reshape(batch, heads * dims, *hw_shape)
-        pooled = F.adaptive_avg_pool2d(grid, self.pool_size)
-        return pooled.reshape(batch, heads, dims, self.num_anchors).transpose(-1, -2)
+        of the spatial tokens (extra tokens such as a class token are not pooled), written as two
+        products with the pooling matrices of the axes: the same bins as ``adaptive_avg_pool2d``,
+        and a graph ONNX export can take at any map size."""
+        height, width = (int(side) for side in hw_shape)
+        grid = x[:, :, self.num_extra_tokens:].unflatten(2, (height, width))  # (B, heads, H, W, d)
+        rows, cols = (adaptive_pooling_matrix(side, self.pool_size, x) for side in (height, width))
+        pooled = torch.einsum('ih,bnhwd,jw->bnijd', rows, grid, cols)
+        return pooled.flatten(2, 3)
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         hw_shape = self.check_tokens(x, hw_shape)

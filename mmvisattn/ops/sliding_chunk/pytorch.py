@@ -68,6 +68,22 @@ def _heads(start: int, stop: int, heads: int, device: torch.device) -> Tensor:
     return torch.arange(start, stop, device=device) % heads
 
 
+def _bias_rows(bias: Optional[Tensor], start: int, stop: int, heads: int) -> Optional[Tensor]:
+    """The ``(b, 1, w^2, S)`` bias of rows ``start:stop`` of the ``B*H`` axis (heads cycle fastest)."""
+    return None if bias is None else bias[_heads(start, stop, heads, bias.device)][:, None]
+
+
+def _probabilities(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tensor, bias: Optional[Tensor],
+                   out: Optional[Tensor] = None) -> Tensor:
+    """Softmax over each chunk's slots of ``q k_slots^T + bias``, ``-inf`` on the invalid slots; the
+    gathered keys live only inside this call."""
+    scores = torch.matmul(q, grid.gather(k, k_glob).transpose(-1, -2), out=out)
+    if bias is not None:
+        scores += bias
+    scores.masked_fill_(invalid, float('-inf'))
+    return scores.softmax(dim=-1)
+
+
 class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
@@ -91,13 +107,8 @@ class SlidingChunkAttention(torch.autograd.Function):
         probs = q.new_empty(batch_heads, chunks, queries, slots)
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
         for start, stop in _slices(batch_heads, chunks, slots, dims):
-            keys = grid.gather(k[start:stop], k_glob[start:stop])
-            scores = torch.matmul(q[start:stop], keys.transpose(-1, -2), out=probs[start:stop])
-            del keys
-            if bias is not None:
-                scores += bias[_heads(start, stop, heads, q.device)][:, None]
-            scores.masked_fill_(invalid, float('-inf'))
-            probs[start:stop] = scores.softmax(dim=-1)
+            probs[start:stop] = _probabilities(q[start:stop], k[start:stop], k_glob[start:stop], grid, invalid,
+                                               _bias_rows(bias, start, stop, heads), out=probs[start:stop])
             torch.matmul(probs[start:stop], grid.gather(v[start:stop], v_glob[start:stop]), out=out[start:stop])
         ctx.save_for_backward(*inputs, probs, out)
         ctx.grid, ctx.heads = grid, heads
@@ -137,4 +148,12 @@ class SlidingChunkAttention(torch.autograd.Function):
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,
                               invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """The local attention of every chunk. Traced for export (``torch.onnx.export``, mmengine's
+    FLOP counter), the same arithmetic runs as plain ops on the whole batch: a hand-written
+    ``autograd.Function`` cannot be traced, and inference needs none of its backward."""
+    if torch.jit.is_tracing():
+        dtype = v.dtype
+        q, k, v, k_glob, v_glob = upcast(q, k, v, k_glob, v_glob)
+        bias_rows = None if bias is None else _bias_rows(upcast(bias)[0], 0, q.shape[0], bias.shape[0])
+        return (_probabilities(q, k, k_glob, grid, invalid, bias_rows) @ grid.gather(v, v_glob)).to(dtype)
     return SlidingChunkAttention.apply(q, k, v, k_glob, v_glob, grid, invalid, bias)

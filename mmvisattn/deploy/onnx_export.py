@@ -1,0 +1,160 @@
+"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product"
+check of Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
+
+Export goes through ``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``: the
+dynamo one needs ``onnxscript``, which the stack does not pin) of the network up to its raw head
+outputs, ``model._forward(images)``: boxes and scores per level for detectors, logits for
+segmentors; pre- and post-processing (resizing, NMS) stay with the caller, as in mmdeploy. What
+the ops need:
+
+* sliding-chunk attention (ViL) traces as plain gathers and a softmax (its ``autograd.Function``
+  steps aside under tracing, :func:`mmvisattn.ops.sliding_chunk.pytorch.sliding_chunk_local_torch`);
+* RWGK attention's ``M x M`` solve has no standard ONNX operator: it exports as ONNX Runtime's
+  ``com.microsoft::Inverse`` followed by ``MatMul`` (:func:`register_symbolics`);
+* ripple attention and PerViT's peripheral attention have no export path (:data:`UNEXPORTABLE`).
+"""
+import io
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+MIN_OPSET, MAX_OPSET = 14, 18  # 14: the first with the attention ops used; 18: the newest exported here
+
+# attention modules whose op has no export path, and why
+UNEXPORTABLE: Dict[str, str] = {
+    'RippleAttention': 'the ripple op (summed-area-table scan over vicinal groups) has no ONNX form',
+    'PeripheralAttention': "PerViT's position attention Phi_p (4-D peripheral projections) has no ONNX form",
+}
+
+
+class ExportError(ValueError):
+    """A model, checkpoint or setting that cannot be exported; the message is one line."""
+
+
+def check_exportable(model: nn.Module) -> None:
+    for name, module in model.named_modules():
+        reason = UNEXPORTABLE.get(type(module).__name__)
+        if reason:
+            raise ExportError(f'{type(module).__name__} ({name}) cannot be exported: {reason}')
+
+
+def check_opset(opset: int) -> int:
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ExportError(f'opset {opset} is not supported; expected {MIN_OPSET}..{MAX_OPSET}')
+    return opset
+
+
+def check_shape(shape: Sequence[int], stride: int) -> Tuple[int, int]:
+    if len(shape) != 2 or any(side <= 0 or side % stride for side in shape):
+        raise ExportError(f'input shape {tuple(shape)}; expected two positive multiples of {stride}, the '
+                          "model's deepest stride")
+    return tuple(shape)
+
+
+def switch_to_deploy(model: nn.Module) -> int:
+    """Remove every train-only branch (Castling's auxiliary softmax); returns how many."""
+    switched = 0
+    for module in model.modules():
+        if getattr(module, 'has_aux_branch', False):
+            module.switch_to_deploy()
+            switched += 1
+    return switched
+
+
+class RawOutputs(nn.Module):
+    """``model._forward(images)`` flattened to a tuple of tensors (the exported graph's outputs)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: Tensor) -> Tuple[Tensor, ...]:
+        return tuple(flatten(self.model._forward(images)))
+
+
+def flatten(outputs) -> List[Tensor]:
+    if isinstance(outputs, Tensor):
+        return [outputs]
+    return [tensor for item in outputs for tensor in flatten(item)]
+
+
+def _solve_as_inverse(g, a, b, left):
+    """``linalg_solve(A, B) = Inverse(A) @ B`` with ONNX Runtime's contrib ``Inverse`` (RWGK's
+    ``M x M`` system, well conditioned: ``I - lam W`` with ``lam < 1`` and ``W`` row-stochastic)."""
+    return g.op('MatMul', g.op('com.microsoft::Inverse', a), b)
+
+
+def register_symbolics(opset: int) -> None:
+    torch.onnx.register_custom_op_symbolic('aten::linalg_solve', _solve_as_inverse, opset)
+
+
+def export_onnx(model: nn.Module, images: Tensor, opset: int, dynamic: bool = False) -> bytes:
+    """The ONNX bytes of ``RawOutputs(model)`` traced on ``images`` (batch and spatial axes
+    dynamic with ``dynamic``)."""
+    check_exportable(model)
+    register_symbolics(check_opset(opset))
+    wrapper = RawOutputs(model).eval()
+    with torch.no_grad():
+        outputs = wrapper(images)
+    names = [f'output{i}' for i in range(len(outputs))]
+    axes = {'images': {0: 'batch', 2: 'height', 3: 'width'}} if dynamic else None
+    buffer = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(wrapper, (images,), buffer, dynamo=False, opset_version=opset, input_names=['images'],
+                          output_names=names, dynamic_axes=axes)
+    return buffer.getvalue()
+
+
+def run_onnxruntime(onnx_bytes: bytes, images: Tensor, threads: int = 0) -> List[Tensor]:
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(onnx_bytes, options, providers=['CPUExecutionProvider'])
+    return [torch.from_numpy(out) for out in session.run(None, {'images': images.numpy()})]
+
+
+def parity_error(reference: Sequence[Tensor], exported: Sequence[Tensor]) -> float:
+    """Max |difference| of the outputs, relative to the larger of 1 and each output's largest entry."""
+    if len(reference) != len(exported):
+        raise ExportError(f'ONNX Runtime returned {len(exported)} outputs; the model returns {len(reference)}')
+    return max(((ref - out).abs().max() / max(1.0, ref.abs().max().item())).item()
+               for ref, out in zip(reference, exported))
+
+
+def attention_sizes(model: nn.Module, images: Tensor) -> List[Tuple[int, int]]:
+    """``(tokens, head_dims)`` of every project attention the model runs on ``images``."""
+    from mmvisattn.models.attentions import BaseAttention
+    sizes = set()
+    hooks = [module.register_forward_hook(lambda mod, args, out: sizes.add((args[0].shape[1], mod.head_dims)))
+             for module in model.modules() if isinstance(module, BaseAttention)]
+    try:
+        with torch.no_grad():
+            RawOutputs(model).eval()(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sorted(sizes)
+
+
+def quadratic_matmuls(onnx_bytes: bytes, sizes: Sequence[Tuple[int, int]]) -> List[str]:
+    """``MatMul`` nodes of the score shape of an attention, ``(tokens, head_dims) x (head_dims,
+    tokens) -> tokens x tokens``, for one of the ``(tokens, head_dims)`` pairs the model's
+    attentions see: the products a linear-time deploy graph must not hold (static shapes needed).
+    Linear forms contract over the tokens instead (``k^T v``: ``head_dims x head_dims``)."""
+    import onnx
+    graph = onnx.shape_inference.infer_shapes(onnx.load_from_string(onnx_bytes)).graph
+    shapes = {}
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        shapes[value.name] = [dim.dim_value if dim.HasField('dim_value') else None
+                              for dim in value.type.tensor_type.shape.dim]
+    wanted = set(sizes)
+    found = []
+    for node in graph.node:
+        if node.op_type != 'MatMul':
+            continue
+        shape, left = shapes.get(node.output[0], []), shapes.get(node.input[0], [])
+        if len(shape) >= 2 and len(left) >= 2 and shape[-1] == shape[-2] and (shape[-1], left[-1]) in wanted:
+            found.append(f'{node.name} -> {shape}')
+    return found
