@@ -107,11 +107,16 @@ def export_onnx(model: nn.Module, images: Tensor, opset: int, dynamic: bool = Fa
     return buffer.getvalue()
 
 
-def run_onnxruntime(onnx_bytes: bytes, images: Tensor, threads: int = 0) -> List[Tensor]:
+def onnxruntime_session(onnx_bytes: bytes, threads: int = 0):
+    """A CPU ONNX Runtime session with ``threads`` intra-op threads (0: its default)."""
     import onnxruntime
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(onnx_bytes, options, providers=['CPUExecutionProvider'])
+    return onnxruntime.InferenceSession(onnx_bytes, options, providers=['CPUExecutionProvider'])
+
+
+def run_onnxruntime(onnx_bytes: bytes, images: Tensor, threads: int = 0) -> List[Tensor]:
+    session = onnxruntime_session(onnx_bytes, threads)
     return [torch.from_numpy(out) for out in session.run(None, {'images': images.numpy()})]
 
 

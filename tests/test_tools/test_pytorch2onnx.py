@@ -90,3 +90,15 @@ def test_a_checkpoint_of_another_model_and_an_existing_output_fail_in_one_line(t
     with pytest.raises(SystemExit, match="m.onnx' exists; pass --overwrite"):
         load_tool(TOOL).main([str(config), str(other), '--out', str(tmp_path / 'm.onnx')])
     assert (tmp_path / 'm.onnx').read_bytes() == b'kept'
+
+
+def test_inference_benchmark_prints_the_table_and_writes_json(tmp_path, capsys):
+    import json
+    load_tool('tools/analysis_tools/benchmark_inference.py').main(
+        ['--models', 'picodet-s-esnet', 'picodet-s-castling', '--shape', '64', '64', '--repeats', '1', '--warmup', '0',
+         '--out-dir', str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert '| picodet-s-castling | 64x64 |' in printed and 'x |' in printed
+    results = json.loads((tmp_path / 'results.json').read_text())
+    assert [r['model'] for r in results] == ['picodet-s-esnet', 'picodet-s-castling']
+    assert all(r[key] > 0 for r in results for key in ('pytorch_ms', 'onnxruntime_1t_ms', 'onnxruntime_2t_ms'))
