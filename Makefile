@@ -27,7 +27,7 @@ demo: install
 	$(PYTHON) tools/test.py $(DEMO_CONFIG) $$(cat $(DEMO_WORKDIR)/last_checkpoint) --work-dir $(DEMO_WORKDIR) \
 		--show-dir predictions && \
 	$(PYTHON) tools/misc/montage.py $(DEMO_WORKDIR) --pattern '*/predictions/*' \
-		--out $(DEMO_WORKDIR)/demo_predictions.png && \
+		--caption 'each pair: ground truth (left) | prediction (right)' --out $(DEMO_WORKDIR)/demo_predictions.png && \
 	echo "demo finished in $$(( $$(date +%s) - start )) s; metrics above, predictions in $(DEMO_WORKDIR)/demo_predictions.png"
 
 clean:

@@ -51,6 +51,19 @@ def test_exports_and_matches_onnxruntime(config, tmp_path, capsys):
         assert 'no MatMul of the graph is tokens x tokens' in printed
 
 
+def test_dynamic_axes_run_at_other_sizes(tmp_path, capsys):
+    import onnxruntime
+    config = 'picodet/picodet-s_castling_8xb32-300e_coco-320.py'
+    checkpoint = save_checkpoint(config, tmp_path / 'model.pth')
+    out = tmp_path / 'model.onnx'
+    load_tool(TOOL).main([str(REPO / 'configs' / config), str(checkpoint), '--out', str(out), '--shape', '64', '64',
+                          '--dynamic'])
+    assert 'no MatMul of the graph is tokens x tokens' in capsys.readouterr().out
+    session = onnxruntime.InferenceSession(str(out), providers=['CPUExecutionProvider'])
+    scores = session.run(None, {'images': torch.randn(2, 3, 96, 64).numpy()})[0]
+    assert scores.shape == (2, 80, 12, 8)
+
+
 def test_the_training_mode_castling_graph_holds_the_quadratic_product():
     """The check finds the auxiliary softmax's N x N products before the switch, none after."""
     torch.manual_seed(0)

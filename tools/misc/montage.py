@@ -1,12 +1,18 @@
 """Tile the images of a directory (e.g. the drawings of ``tools/test.py --show-dir``) into one PNG.
 
-    python tools/misc/montage.py WORK_DIR --pattern '*/predictions/*' --out predictions.png
+    python tools/misc/montage.py WORK_DIR --pattern '*/predictions/*' --out predictions.png \
+        [--caption 'each pair: ground truth (left) | prediction (right)']
+
+``--caption`` is written in a band above the tiles: mmdet's and mmseg's ``--show-dir`` drawings put
+the ground truth left of the prediction, which a reader of the sheet cannot otherwise tell.
 """
 import argparse
 import math
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, ImageDraw
+
+CAPTION_HEIGHT = 24
 
 
 def main(argv=None) -> None:
@@ -16,6 +22,7 @@ def main(argv=None) -> None:
     parser.add_argument('--out', type=Path, required=True)
     parser.add_argument('--max-images', type=int, default=16)
     parser.add_argument('--columns', type=int, default=4)
+    parser.add_argument('--caption', help='a line written above the tiles')
     args = parser.parse_args(argv)
     paths = sorted(args.root.glob(args.pattern), key=lambda p: (-p.stat().st_mtime, p.name))[:args.max_images]
     if not paths:
@@ -24,9 +31,12 @@ def main(argv=None) -> None:
     width = max(im.width for im in images)
     height = max(im.height for im in images)
     rows = math.ceil(len(images) / args.columns)
-    sheet = Image.new('RGB', (args.columns * width, rows * height), 'white')
+    top = CAPTION_HEIGHT if args.caption else 0
+    sheet = Image.new('RGB', (args.columns * width, top + rows * height), 'white')
+    if args.caption:
+        ImageDraw.Draw(sheet).text((6, 6), args.caption, fill='black')
     for index, image in enumerate(images):
-        sheet.paste(image, ((index % args.columns) * width, (index // args.columns) * height))
+        sheet.paste(image, ((index % args.columns) * width, top + (index // args.columns) * height))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(args.out)
     print(f'wrote {args.out} ({len(images)} images)')

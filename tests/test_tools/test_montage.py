@@ -1,0 +1,25 @@
+"""tools/misc/montage.py tiles drawings into one sheet, with an optional caption band that says
+what the halves of each drawing are; model-index.yml lists every config folder's metafile."""
+import numpy as np
+import yaml
+from PIL import Image
+
+from ..conftest import REPO, load_tool
+
+
+def test_montage_tiles_and_captions(tmp_path):
+    for index in range(5):
+        Image.new('RGB', (40, 20), (10 * index, 100, 200)).save(tmp_path / f'{index}.png')
+    out = tmp_path / 'sheet' / 'montage.png'
+    load_tool('tools/misc/montage.py').main([str(tmp_path), '--pattern', '*.png', '--columns', '2', '--out', str(out),
+                                             '--caption', 'left: ground truth | right: prediction'])
+    sheet = np.asarray(Image.open(out))
+    assert sheet.shape == (24 + 3 * 20, 2 * 40, 3)
+    assert (sheet[:24] < 128).any()  # the caption is drawn in the band above the tiles
+    assert (sheet[24:44, :40] == (0, 100, 200)).all()
+
+
+def test_model_index_imports_every_metafile():
+    index = yaml.safe_load((REPO / 'model-index.yml').read_text())
+    on_disk = sorted(str(p.relative_to(REPO)) for p in (REPO / 'configs').glob('*/metafile.yml'))
+    assert index['Import'] == on_disk
