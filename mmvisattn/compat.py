@@ -21,6 +21,11 @@ torch's ``nn.Hardsigmoid`` in mmengine's ``MODELS``. mmcv's own ``HSigmoid`` war
 construction about a default it changed in 2021; torch's hard sigmoid is the same function
 (``relu6(x + 3) / 6``, the SE gate of PicoDet's ESNet) and is registered the way mmcv registers
 torch's other activations.
+
+mmengine's FLOP counter. ``get_model_complexity_info`` (what mmdet's and mmseg's ``get_flops.py``
+call) counts by jit handles and has none for SDPA or the linear solve of random-walk attention, so
+their work went uncounted; the handles of :data:`mmvisattn.utils.complexity.MMENGINE_FLOP_HANDLES`
+are added to its defaults (the stock handles stay as they are).
 """
 from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
@@ -112,3 +117,12 @@ def register_torch_hardsigmoid() -> None:
     from mmengine.registry import MODELS
     if 'Hardsigmoid' not in MODELS.module_dict:
         MODELS.register_module(module=torch.nn.Hardsigmoid)
+
+
+def register_flop_handles() -> None:
+    """Add the project's FLOP handles to those mmengine's ``FlopAnalyzer`` starts with."""
+    from mmengine.analysis import complexity_analysis
+
+    from .utils.complexity import MMENGINE_FLOP_HANDLES
+    for name, handle in MMENGINE_FLOP_HANDLES.items():
+        complexity_analysis._DEFAULT_SUPPORTED_FLOP_OPS.setdefault(name, handle)

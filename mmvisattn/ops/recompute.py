@@ -6,6 +6,8 @@ from typing import Callable, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .tracing import apply_function
+
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
 
 
@@ -59,5 +61,5 @@ def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *ar
         out = fn(*parts, *args)
         return out if isinstance(out, tuple) else (out,)
 
-    outputs = ChunkedRecompute.apply(call, chunk, len(tensors), *tensors, *params)
+    outputs = apply_function(ChunkedRecompute, call, chunk, len(tensors), *tensors, *params)
     return outputs if len(outputs) > 1 else outputs[0]

@@ -37,6 +37,29 @@ EXTRA_FORMULAS: Dict[Callable, Callable] = {
 }
 
 
+def _jit_shape(value) -> list:
+    return value.type().sizes()
+
+
+def sdpa_macs_jit(inputs, outputs) -> int:
+    """mmengine jit handle of ``aten::scaled_dot_product_attention``: ``q k^T`` and the weighted
+    sum of the values, in MACs (mmengine's unit), as :func:`cpu_sdpa_flop` counts them."""
+    query, key, value = (_jit_shape(x) for x in inputs[:3])
+    return sdpa_flop_count(query, key, value) // 2
+
+
+def solve_macs_jit(inputs, outputs) -> int:
+    """mmengine jit handle of ``aten::linalg_solve``, :func:`solve_flop` in MACs."""
+    return solve_flop(_jit_shape(inputs[0]), _jit_shape(inputs[1])) // 2
+
+
+# handles for mmengine's jit FLOP counter (``get_model_complexity_info``), for the ops it has none for
+MMENGINE_FLOP_HANDLES = {
+    'aten::scaled_dot_product_attention': sdpa_macs_jit,
+    'aten::linalg_solve': solve_macs_jit,
+}
+
+
 @torch.no_grad()
 def count_flops(forward: Callable[[], object]) -> Dict[str, int]:
     """MACs of one call of ``forward``: ``{'total': n, <operator name>: n, ...}``."""

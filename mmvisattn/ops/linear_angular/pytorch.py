@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..amp import autocast_off, norm_eps, upcast
+from ..tracing import apply_function
 
 
 def _normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
@@ -88,4 +89,4 @@ def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values -> ``(B, heads, N, d_v)``."""
-    return LinearAngularFunction.apply(q, k, v)
+    return apply_function(LinearAngularFunction, q, k, v)

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from ..amp import autocast_off, upcast
 from ..token_grid import from_windows, to_windows, window_grid
+from ..tracing import apply_function
 from .common import ring_weights
 
 CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
@@ -215,7 +216,7 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape:
     """Ripple attention from a local part (``kernels``) and the global sums weighted by ``w_m``."""
     *lead, tokens, dims = q.shape
     beta, merged_weight = ring_weights(logits, hw_shape, tau)
-    out = RippleLocalGlobal.apply(q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
+    out = apply_function(RippleLocalGlobal, q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
                                   v.reshape(-1, tokens, v.shape[-1]), beta.reshape(-1, tokens, beta.shape[-1]),
                                   merged_weight.reshape(-1, tokens), tuple(hw_shape), eps, kernels)
     return out.reshape(*lead, tokens, -1)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import autocast_off, float32_math, upcast
+from ..tracing import apply_function
 from .common import ring_weights
 
 
@@ -88,7 +89,7 @@ class VicinalSum(torch.autograd.Function):
 
 def vicinal_sum(x: Tensor, beta: Tensor, merged_weight: Tensor) -> Tensor:
     """:class:`VicinalSum` on ``(S, H, W, .)`` maps."""
-    return VicinalSum.apply(x, beta, merged_weight)
+    return apply_function(VicinalSum, x, beta, merged_weight)
 
 
 @float32_math  # the window sums of k v^T reach far beyond float16's range

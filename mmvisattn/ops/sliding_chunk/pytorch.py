@@ -148,9 +148,10 @@ class SlidingChunkAttention(torch.autograd.Function):
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,
                               invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """The local attention of every chunk. Traced for export (``torch.onnx.export``, mmengine's
-    FLOP counter), the same arithmetic runs as plain ops on the whole batch: a hand-written
-    ``autograd.Function`` cannot be traced, and inference needs none of its backward."""
+    """The local attention of every chunk. Traced (``torch.onnx.export``, mmengine's FLOP
+    counter), the same arithmetic runs as plain ops on the whole batch: not through
+    :func:`mmvisattn.ops.tracing.apply_function`, because the Function's forward writes slice by
+    slice into preallocated outputs (``out=``), which tracing records wrongly."""
     if torch.jit.is_tracing():
         dtype = v.dtype
         q, k, v, k_glob, v_glob = upcast(q, k, v, k_glob, v_glob)
