@@ -13,11 +13,25 @@ def read_version() -> str:
     return re.search(r"__version__ = '([^']+)'", text).group(1)
 
 
+def add_mim_extension() -> None:
+    """``mmvisattn/.mim/`` links to the configs, tools and ``model-index.yml``, the layout through
+    which ``mim`` (``mim search mmvisattn``, ``mim train mmvisattn CONFIG``) finds a package's
+    model zoo, as the OpenMMLab packages lay it out. Links suit the editable install of
+    ``make install``."""
+    mim_dir = ROOT / 'mmvisattn' / '.mim'
+    mim_dir.mkdir(exist_ok=True)
+    for name in ('model-index.yml', 'configs', 'tools', 'demo'):
+        link = mim_dir / name
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(Path('..', '..', name))
+
+
 def read_requirements(name: str) -> list:
     lines = (ROOT / 'requirements' / name).read_text().splitlines()
     return [line for line in lines if line.strip() and not line.startswith('#')]
 
 
+add_mim_extension()
 setup(
     name='mmvisattn',
     version=read_version(),

@@ -1,5 +1,6 @@
 """tools/misc/montage.py tiles drawings into one sheet, with an optional caption band that says
-what the halves of each drawing are; model-index.yml lists every config folder's metafile."""
+what the halves of each drawing are; model-index.yml lists every config folder's metafile where
+mim looks for it."""
 import numpy as np
 import yaml
 from PIL import Image
@@ -19,7 +20,14 @@ def test_montage_tiles_and_captions(tmp_path):
     assert (sheet[24:44, :40] == (0, 100, 200)).all()
 
 
-def test_model_index_imports_every_metafile():
-    index = yaml.safe_load((REPO / 'model-index.yml').read_text())
+def test_model_index_imports_every_metafile_where_mim_looks():
+    """``mim search mmvisattn`` reads ``mmvisattn/.mim/model-index.yml`` (linked by setup.py, as the
+    OpenMMLab packages do); every metafile it imports and every config they name resolve from there."""
+    mim_dir = REPO / 'mmvisattn' / '.mim'
+    index = yaml.safe_load((mim_dir / 'model-index.yml').read_text())
     on_disk = sorted(str(p.relative_to(REPO)) for p in (REPO / 'configs').glob('*/metafile.yml'))
     assert index['Import'] == on_disk
+    configs = [model['Config'] for path in index['Import']
+               for model in yaml.safe_load((mim_dir / path).read_text())['Models']]
+    assert len(configs) == len([p for p in (REPO / 'configs').glob('*/*.py') if p.parent.name != '_base_'])
+    assert all((mim_dir / config).is_file() for config in configs)
