@@ -1,11 +1,14 @@
 """Parameter and FLOP counting that sees attention: torch's dispatch-level ``FlopCounterMode``
-counts every matmul (so ``q @ k^T`` and ``attn @ v``, which mmengine's module-hook counter
-misses), convolutions and SDPA kernels; this module adds the two it lacks here: the CPU SDPA
-kernel and the ``M x M`` linear solve of random-walk attention.
+counts every matmul (so ``q @ k^T`` and ``attn @ v``), convolutions and SDPA kernels; this module
+adds what it lacks here: the CPU SDPA kernel, the ``M x M`` linear solve of random-walk attention,
+and mmengine's conventions for norms, upsampling and pooling, so that the figures equal those of
+mmengine's ``get_model_complexity_info`` (which mmdet's and mmseg's ``get_flops.py`` call) once
+:data:`MMENGINE_FLOP_HANDLES` are registered there (``import mmvisattn`` does it).
 
-Counts are multiply-accumulates (MACs), the unit OpenMMLab's ``get_flops`` and most vision papers
-report as "FLOPs"; one MAC is two floating-point operations. Element-wise work (softmax, norms,
-activations) is not counted, as in those tools.
+Products count as multiply-accumulates (MACs), the unit OpenMMLab's ``get_flops`` and most vision
+papers report as "FLOPs"; one MAC is two floating-point operations. Element-wise work (softmax,
+activations, additions) is not counted, as in those tools; norms and resampling count a few
+operations per element, as mmengine's handles do.
 """
 from typing import Callable, Dict
 
@@ -31,9 +34,56 @@ def cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-EXTRA_FORMULAS: Dict[Callable, Callable] = {
+def _numel(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def norm_flop(affine_index: int, per_element: int, affine_per_element: int) -> Callable:
+    """A norm, counted as mmengine counts it: ``per_element`` operations per input element, or
+    ``affine_per_element`` with an affine weight (argument ``affine_index``); in flops, twice
+    mmengine's units, which :func:`count_flops` halves."""
+    def formula(*args, out_shape=None, **kwargs) -> int:
+        return 2 * _numel(args[0]) * (affine_per_element if args[affine_index] is not None else per_element)
+    return formula
+
+
+def batch_norm_flop(*args, out_shape=None, **kwargs) -> int:
+    """Batch norm as mmengine counts it: with running statistics (evaluation) 1 or 2 operations per
+    element, with batch statistics (training, and instance norm, which runs as one) a norm's 4 or 5.
+    The ``training`` flag is argument 5, or 3 in the overload without running statistics."""
+    training = args[5] if len(args) > 6 else args[3]
+    return norm_flop(1, 4, 5)(*args) if training else norm_flop(1, 1, 2)(*args)
+
+
+def elementwise_flop(input_scale: int, output_scale: int) -> Callable:
+    """``input_scale`` per input element plus ``output_scale`` per output element, as mmengine."""
+    def formula(*args, out_shape=None, **kwargs) -> int:
+        return 2 * (input_scale * _numel(args[0]) + output_scale * _numel(out_shape))
+    return formula
+
+
+FORMULAS: Dict[Callable, Callable] = {
     aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flop,
     aten._linalg_solve_ex: solve_flop,
+    # mmengine's conventions for what is not a product (its FlopAnalyzer, fvcore's): norms and resampling
+    aten.native_layer_norm: norm_flop(2, 4, 5),
+    aten.native_group_norm: norm_flop(1, 4, 5),
+    aten._native_batch_norm_legit_no_training: norm_flop(1, 1, 2),
+    aten._native_batch_norm_legit: batch_norm_flop,
+    aten.native_batch_norm: batch_norm_flop,
+    aten.upsample_nearest2d: elementwise_flop(0, 1),
+    aten.upsample_bilinear2d: elementwise_flop(0, 4),
+    aten._adaptive_avg_pool2d: elementwise_flop(1, 0),  # a 1 x 1 output runs as a mean: not seen
+    aten.grid_sampler_2d: elementwise_flop(0, 4),
+}
+# FlopCounterMode decomposes an overload it does not find (upsampling into index ops, which count
+# nothing), so every overload is registered beside its packet
+EXTRA_FORMULAS: Dict[Callable, Callable] = {
+    **FORMULAS,
+    **{getattr(packet, name): formula for packet, formula in FORMULAS.items() for name in packet.overloads()},
 }
 
 
@@ -53,10 +103,18 @@ def solve_macs_jit(inputs, outputs) -> int:
     return solve_flop(_jit_shape(inputs[0]), _jit_shape(inputs[1])) // 2
 
 
+def baddbmm_macs_jit(inputs, outputs) -> int:
+    """mmengine jit handle of ``aten::baddbmm`` (``bias + a @ b``, which ``nn.MultiheadAttention``
+    uses): the batched product, in MACs."""
+    batch, rows, inner = _jit_shape(inputs[1])
+    return batch * rows * inner * _jit_shape(inputs[2])[-1]
+
+
 # handles for mmengine's jit FLOP counter (``get_model_complexity_info``), for the ops it has none for
 MMENGINE_FLOP_HANDLES = {
     'aten::scaled_dot_product_attention': sdpa_macs_jit,
     'aten::linalg_solve': solve_macs_jit,
+    'aten::baddbmm': baddbmm_macs_jit,
 }
 
 

@@ -63,9 +63,11 @@ FAMILY_DEMOS = ['vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py',
 def test_stock_flop_counter_counts_every_family(config):
     """mmengine's ``get_model_complexity_info``, which mmdet's and mmseg's ``get_flops.py`` call
     with ``model.forward`` bound to the data samples, traces every family (the hand-written
-    autograd Functions run their forward as plain ops under tracing) and counts the attention
-    kernels through the handles ``import mmvisattn`` registers. It lands at most 2.5 % above the
-    project's counter: the norms, upsampling and pooling mmengine counts and the project's does not."""
+    autograd Functions run their forward as plain ops under tracing), counts the attention kernels
+    through the handles ``import mmvisattn`` registers, and gives the project's figure: the
+    project's counter counts norms, upsampling and pooling with mmengine's conventions. The one
+    residue: an adaptive pooling to 1 x 1 runs as a mean, which the project's counter cannot tell
+    from other means (PerViT's UperNet: 2,048 of 1.45 G)."""
     from functools import partial
 
     from mmengine.analysis import get_model_complexity_info
@@ -84,7 +86,7 @@ def test_stock_flop_counter_counts_every_family(config):
     stock = get_model_complexity_info(model, None, inputs=torch.zeros(1, 3, 128, 128), show_table=False,
                                       show_arch=False)['flops']
     ours = get_flops.measure(str(REPO / 'configs' / config), (128, 128))['gmacs'] * 1e9
-    assert ours <= stock < 1.025 * ours, (stock, ours)
+    assert abs(stock - ours) <= max(8, 2e-6 * ours), (stock, ours)
 
 
 @pytest.mark.parametrize('attn_cfg', [dict(type='SoftmaxAttention'), dict(type='RWGKAttention', num_anchors=8)],

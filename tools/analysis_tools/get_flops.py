@@ -1,5 +1,7 @@
 """Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation
-config, counting the attention matmuls and linear solves that mmengine's counter misses.
+config, with the attention matmuls and linear solves counted: the figures of mmengine's
+``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``) once ``mmvisattn`` is imported,
+plus a break-down by operator.
 
     python tools/analysis_tools/get_flops.py CONFIG [--shape 1024 1024] [--deploy] [--json OUT]
 
