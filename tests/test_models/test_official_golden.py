@@ -232,21 +232,13 @@ def test_full_attention_table_is_recentred_not_stretched():
     expected = fixture['stage_outputs']['layer4_tokens'][:, 1:].transpose(1, 2).reshape(2, -1, 7, 7)
     assert (model(fixture['inputs']['x'])[-1] - expected).abs().max() > 1e-3
 # ---------------------------------------------------------------- SMCA: the decoder
-# official TransformerDecoder keys -> SMCATransformerDecoder keys (first matching rule)
-SMCA_DECODER_KEYS = [
-    (r'^layers\.(\d+)\.self_attn\.', r'layers.\1.self_attn.attn.'),
-    (r'^layers\.(\d+)\.multihead_attn\.', r'layers.\1.cross_attn.attn.'),
-    (r'^layers\.(\d+)\.linear1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'^layers\.(\d+)\.linear2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^layers\.(\d+)\.norm1\.', r'layers.\1.norms.0.'),
-    (r'^layers\.(\d+)\.norm2\.', r'layers.\1.norms.1.'),
-    (r'^layers\.(\d+)\.norm3\.', r'layers.\1.norms.2.'),
-    (r'^layers\.(\d+)\.norm4\.', r'layers.\1.norm_query.'),
-    (r'^layers\.(\d+)\.point1\.', r'layers.\1.ref_point_head.'),
-    (r'^layers\.(\d+)\.point2\.', r'layers.\1.offset_proj.'),
-    (r'^layers\.(\d+)\.point3\.', r'layers.\1.scale_proj.'),
-    (r'^norm\.', 'post_norm.'),
-]
+# parts of an official TransformerDecoderLayer -> parts of an SMCATransformerDecoderLayer
+SMCA_LAYER_PARTS = {'self_attn': 'self_attn.attn', 'multihead_attn': 'cross_attn.attn', 'linear1': 'ffn.layers.0.0',
+                    'linear2': 'ffn.layers.1', 'norm1': 'norms.0', 'norm2': 'norms.1', 'norm3': 'norms.2',
+                    'norm4': 'norm_query', 'point1': 'ref_point_head', 'point2': 'offset_proj', 'point3': 'scale_proj'}
+SMCA_DECODER_KEYS = [*[(rf'^layers\.(\d+)\.{part}\.', rf'layers.\1.{ours}.')
+                       for part, ours in SMCA_LAYER_PARTS.items()],
+                     (r'^norm\.', 'post_norm.')]
 
 
 def smca_decoder_state_dict(official: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
