@@ -30,3 +30,26 @@ def test_ripple_traces(impl):
 def test_chunked_recompute_traces():
     x = torch.randn(2, 50, 4)
     check_traced(lambda x: checkpointed_chunks(torch.sin, (x,), 16), x)
+
+
+@pytest.mark.parametrize('masking', ['chunk', 'exact', 'cyclic'])
+@pytest.mark.parametrize('num_global', [0, 1])
+def test_traced_sliding_chunk_equals_the_reference(masking, num_global):
+    """The sliding-chunk op's own traced form (export, FLOP counters) against the explicit
+    reference, on a map that needs padding, with relative-position biases."""
+    from mmvisattn.ops.sliding_chunk import sliding_chunk_attention, sliding_chunk_attention_reference
+    torch.manual_seed(0)
+    hw, window, heads = (7, 8), 3, 2
+    q, k, v = torch.randn(3, 2, heads, num_global + 56, 8)
+    local = torch.randn((4 * window - 1) ** 2, heads)
+    tables = (local, torch.randn(2, heads, num_global), torch.randn(heads, num_global, num_global)) if num_global \
+        else (local, None, None)
+
+    def traced_op(q, k, v):
+        return sliding_chunk_attention(q, k, v, hw, window, num_global, masking, 0, tables, impl='torch')
+
+    traced = torch.jit.trace(traced_op, (q, k, v), check_trace=False)
+    assert 'PythonOp' not in str(traced.graph)
+    torch.testing.assert_close(traced(q, k, v),
+                               sliding_chunk_attention_reference(q, k, v, hw, window, num_global, masking, 0, tables),
+                               rtol=1e-5, atol=1e-6)
