@@ -95,15 +95,11 @@ def export_onnx(model: nn.Module, images: Tensor, opset: int, dynamic: bool = Fa
     dynamic with ``dynamic``)."""
     check_exportable(model)
     register_symbolics(check_opset(opset))
-    wrapper = RawOutputs(model).eval()
-    with torch.no_grad():
-        outputs = wrapper(images)
-    names = [f'output{i}' for i in range(len(outputs))]
     axes = {'images': {0: 'batch', 2: 'height', 3: 'width'}} if dynamic else None
     buffer = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(wrapper, (images,), buffer, dynamo=False, opset_version=opset, input_names=['images'],
-                          output_names=names, dynamic_axes=axes)
+        torch.onnx.export(RawOutputs(model).eval(), (images,), buffer, dynamo=False, opset_version=opset,
+                          input_names=['images'], dynamic_axes=axes)
     return buffer.getvalue()
 
 
