@@ -7,11 +7,11 @@ import importlib
 import json
 import os.path as osp
 import re
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 from mmengine.model import is_model_wrapper
-from torch import nn
+from torch import Tensor, nn
 
 from ..utils.checkpoint import CheckpointError, read_checkpoint, state_dict_of
 
@@ -66,6 +66,11 @@ def read_run_checkpoint(path: str) -> dict:
         raise SystemExit(f'error: {exc}') from None
 
 
+def model_weights(checkpoint: dict, path: str) -> Dict[str, Tensor]:
+    """The checkpoint's state dict under the model's own names (a ``module.`` wrapper prefix dropped)."""
+    return {re.sub(r'^module\.', '', key): value for key, value in state_dict_of(checkpoint, path).items()}
+
+
 def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
                                 remedy: str = 'pass --allow-partial-checkpoint to evaluate it anyway') -> None:
     """Exit in one line, ending with ``remedy``, unless ``checkpoint`` sets every weight of
@@ -73,7 +78,7 @@ def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
     leave it randomly initialised)."""
     model = model.module if is_model_wrapper(model) else model
     expected = model.state_dict()
-    weights = {re.sub(r'^module\.', '', key): value for key, value in state_dict_of(checkpoint, path).items()}
+    weights = model_weights(checkpoint, path)
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
     misshapen = sorted(key for key in set(expected) & set(weights) if expected[key].shape != weights[key].shape)

@@ -10,6 +10,7 @@ papers report as "FLOPs"; one MAC is two floating-point operations. Element-wise
 activations, additions) is not counted, as in those tools; norms and resampling count a few
 operations per element, as mmengine's handles do.
 """
+import math
 from typing import Callable, Dict
 
 import torch
@@ -23,9 +24,7 @@ def solve_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     """LU factorisation (2/3 M^3) plus forward and back substitution (2 M^2 per right-hand side),
     in floating-point operations, for every matrix of the batch."""
     size = a_shape[-1]
-    batch = 1
-    for dim in a_shape[:-2]:
-        batch *= dim
+    batch = math.prod(a_shape[:-2])
     rhs = b_shape[-1] if len(b_shape) == len(a_shape) else 1
     return batch * (2 * size ** 3 // 3 + 2 * size * size * rhs)
 
@@ -34,19 +33,12 @@ def cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _numel(shape) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
 def norm_flop(affine_index: int, per_element: int, affine_per_element: int) -> Callable:
     """A norm, counted as mmengine counts it: ``per_element`` operations per input element, or
     ``affine_per_element`` with an affine weight (argument ``affine_index``); in flops, twice
     mmengine's units, which :func:`count_flops` halves."""
     def formula(*args, out_shape=None, **kwargs) -> int:
-        return 2 * _numel(args[0]) * (affine_per_element if args[affine_index] is not None else per_element)
+        return 2 * math.prod(args[0]) * (affine_per_element if args[affine_index] is not None else per_element)
     return formula
 
 
@@ -61,7 +53,7 @@ def batch_norm_flop(*args, out_shape=None, **kwargs) -> int:
 def elementwise_flop(input_scale: int, output_scale: int) -> Callable:
     """``input_scale`` per input element plus ``output_scale`` per output element, as mmengine."""
     def formula(*args, out_shape=None, **kwargs) -> int:
-        return 2 * (input_scale * _numel(args[0]) + output_scale * _numel(out_shape))
+        return 2 * (input_scale * math.prod(args[0]) + output_scale * math.prod(out_shape))
     return formula
 
 

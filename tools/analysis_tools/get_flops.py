@@ -17,6 +17,7 @@ import torch
 from mmengine.config import Config, DictAction
 
 import mmvisattn  # noqa: F401
+from mmvisattn.deploy import switch_to_deploy
 from mmvisattn.registry import build_from_config
 from mmvisattn.utils import count_flops, count_parameters
 
@@ -64,9 +65,7 @@ def measure(config: str, shape, deploy: bool = False, cfg_options=None) -> Dict:
         cfg.merge_from_dict(cfg_options)
     model = build_model(cfg)
     if deploy:
-        for module in model.modules():
-            if hasattr(module, 'switch_to_deploy'):
-                module.switch_to_deploy()
+        switch_to_deploy(model)
     macs = count_flops(tensor_forward(model, cfg.default_scope, *shape))
     parts = {name: count_parameters(getattr(model, name))
              for name in ('backbone', 'neck', 'decode_head', 'bbox_head', 'rpn_head', 'roi_head')

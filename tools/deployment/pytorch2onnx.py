@@ -23,9 +23,8 @@ from mmengine.config import Config
 from mmvisattn.deploy import (ExportError, attention_sizes, check_shape, export_onnx, parity_error, quadratic_matmuls,
                               run_onnxruntime, switch_to_deploy)
 from mmvisattn.deploy.onnx_export import RawOutputs
-from mmvisattn.launch.checks import check_model_fits_checkpoint, read_run_checkpoint
+from mmvisattn.launch.checks import check_model_fits_checkpoint, model_weights, read_run_checkpoint
 from mmvisattn.registry import build_from_config
-from mmvisattn.utils import state_dict_of
 
 STRIDE = 32  # the deepest stride of every exported backbone
 
@@ -75,8 +74,7 @@ def load_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, Config]:
     model = build_from_config(cfg).eval()
     checkpoint = read_run_checkpoint(args.checkpoint)
     check_model_fits_checkpoint(model, checkpoint, args.checkpoint, 'is it a checkpoint of this config?')
-    model.load_state_dict({key.removeprefix('module.'): value
-                           for key, value in state_dict_of(checkpoint, args.checkpoint).items()})
+    model.load_state_dict(model_weights(checkpoint, args.checkpoint))
     return model, cfg
 
 
