@@ -78,3 +78,15 @@ def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp('workspace')
     run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes'], cwd=root)
     return root
+
+
+def saved_elements(fn) -> int:
+    """Elements autograd saves for the backward while ``fn()`` runs (each storage counted once)."""
+    sizes = {}
+
+    def pack(tensor):
+        sizes[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes() // tensor.element_size()
+        return tensor
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return sum(sizes.values())

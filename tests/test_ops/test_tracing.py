@@ -7,6 +7,7 @@ import torch
 from mmvisattn.ops.linear_angular import linear_angular_attention
 from mmvisattn.ops.recompute import checkpointed_chunks
 from mmvisattn.ops.ripple import ripple_attention
+from mmvisattn.ops.rwgk import rwgk_attention
 
 
 def check_traced(fn, *inputs):
@@ -25,6 +26,12 @@ def test_ripple_traces(impl):
     q, k, v = torch.randn(3, 1, 2, 30, 8).abs()
     logits = torch.randn(1, 2, 30, 3)
     check_traced(lambda q, k, v, logits: ripple_attention(q, k, v, logits, (5, 6), impl=impl), q, k, v, logits)
+
+
+def test_rwgk_traces():
+    q, k, v = torch.randn(3, 2, 2, 30, 8)
+    anchor_q, anchor_k = torch.randn(2, 1, 2, 5, 8)
+    check_traced(lambda q, k, v: rwgk_attention(q, k, v, anchor_q, anchor_k, 0.5), q, k, v)
 
 
 def test_chunked_recompute_traces():

@@ -190,12 +190,19 @@ def plot(rows: List[Dict], path: Path) -> None:
         time_axis.plot(tokens, [r['fwd_bwd_ms'] for r in ok], marker='o', label=spec)
         memory_axis.plot(tokens, [max(r['peak_mb'], 1e-2) for r in ok], marker='o', label=spec)
     for axis, label in ((time_axis, 'forward + backward, ms'), (memory_axis, 'peak memory growth, MB')):
-        axis.set_xscale('log')
-        axis.set_yscale('log')
-        axis.set_xlabel('tokens')
-        axis.set_ylabel(label)
-        axis.grid(True, which='both', alpha=0.3)
+        log_axes(axis, label)
     time_axis.legend(fontsize=7)
+    save_figure(figure, path)
+
+
+def log_axes(axis, ylabel: str, title: str = '') -> None:
+    """Log-log axes over the number of tokens, with a light grid."""
+    axis.set(xscale='log', yscale='log', xlabel='tokens', ylabel=ylabel, title=title)
+    axis.grid(True, which='both', alpha=0.3)
+
+
+def save_figure(figure, path: Path) -> None:
+    import matplotlib.pyplot as plt
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

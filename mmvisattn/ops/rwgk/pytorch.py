@@ -1,12 +1,112 @@
-"""RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``)."""
+"""RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``).
+
+One autograd Function with the backward written out. The forward saves the inputs, the ``M x M``
+system and its ``M x d`` solution, never the ``N x M`` graphs: the backward recomputes them (two
+``N x M x d`` products), so the saved memory is that of the inputs, as SDPA's. Both passes run in
+slices of images and heads, so the graphs and their gradients exist for one slice at a time.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
+it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
+"""
+from typing import Iterator, Optional, Tuple
+
 import torch
 from torch import Tensor
 
-from ..amp import float32_math
+from ..amp import autocast_off, float32_math, upcast
 from .common import bipartite_graphs, check_lam
 
 
-@float32_math
+GRAPH_BUDGET = 1 << 19  # elements of one slice's N x M graph: bounds the transient memory
+
+
+def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
+    """Gradient of the logits of ``probs = softmax(logits, dim=-1)``, written into ``grad``."""
+    row = (grad * probs).sum(dim=-1, keepdim=True)
+    return grad.sub_(row).mul_(probs)
+
+
+def _slices(q: Tensor, anchors: int) -> Iterator[Tuple[int, slice]]:
+    """``(image, heads)`` slices of ``(B, h, N, d)`` whose graphs hold about :data:`GRAPH_BUDGET` entries."""
+    batch, heads, tokens = q.shape[:3]
+    step = max(1, GRAPH_BUDGET // max(1, tokens * anchors))
+    for image in range(batch):
+        for start in range(0, heads, step):
+            yield image, slice(start, min(start + step, heads))
+
+
+def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
+                lam: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """Eq. (8) on whole tensors: the output, the system ``I - lam G_K G_Q`` and its solution
+    ``(I - lam G_K G_Q)^-1 G_K V``."""
+    graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
+    eye = torch.eye(graph_k.shape[-2], dtype=q.dtype, device=q.device)
+    system = eye - lam * (graph_k @ graph_q)  # strictly diagonally dominant, so always solvable
+    walked = torch.linalg.solve(system, graph_k @ v)
+    return (1.0 - lam) * (graph_q @ walked), system, walked
+
+
+class RandomWalkAttention(torch.autograd.Function):
+    """``(1 - lam) G_Q (I - lam G_K G_Q)^-1 (G_K V)`` (Eq. 8) with the graphs of Eq. (6), computed
+    in slices of images and heads so that the ``N x M`` graphs exist for one slice at a time."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float) -> Tensor:
+        inputs = (q, k, v, anchor_q, anchor_k)
+        q, k, v, anchor_q, anchor_k = upcast(*inputs)
+        anchors = anchor_q.shape[-2]
+        out = q.new_empty(q.shape)
+        system = q.new_empty(*q.shape[:2], anchors, anchors)
+        walked = q.new_empty(*q.shape[:2], anchors, v.shape[-1])
+        for image, heads in _slices(q, anchors):
+            shared = 0 if anchor_q.shape[0] == 1 else image
+            out[image, heads], system[image, heads], walked[image, heads] = random_walk(
+                q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads], anchor_k[shared, heads],
+                lam)
+        ctx.save_for_backward(*inputs, system, walked)
+        ctx.lam = lam
+        return out.to(inputs[0].dtype)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
+        *inputs, system, walked = ctx.saved_tensors
+        q, k, v, anchor_q, anchor_k, grad_out = upcast(*inputs, grad_out)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grad_anchor_q, grad_anchor_k = torch.zeros_like(anchor_q), torch.zeros_like(anchor_k)
+        for image, heads in _slices(q, anchor_q.shape[-2]):
+            shared = 0 if anchor_q.shape[0] == 1 else image
+            grads = _backward_slice(q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads],
+                                    anchor_k[shared, heads], system[image, heads], walked[image, heads],
+                                    grad_out[image, heads], ctx.lam)
+            grad_q[image, heads], grad_k[image, heads], grad_v[image, heads] = grads[:3]
+            grad_anchor_q[shared, heads] += grads[3]
+            grad_anchor_k[shared, heads] += grads[4]
+        grads = (grad_q, grad_k, grad_v, grad_anchor_q, grad_anchor_k)
+        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None)
+
+
+def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, system: Tensor,
+                    walked: Tensor, grad_out: Tensor, lam: float) -> Tuple[Tensor, ...]:
+    """Gradients of one slice for ``q, k, v, anchor_q, anchor_k``; the graphs are recomputed."""
+    graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
+    grad_out = (1.0 - lam) * grad_out
+    grad_graph_q = grad_out @ walked.transpose(-1, -2)  # (h, N, M)
+    # walked = S^-1 A with S = I - lam G_K G_Q and A = G_K V: dA = S^-T dW, dS = -dA W^T
+    grad_anchor_values = torch.linalg.solve(system.transpose(-1, -2), graph_q.transpose(-1, -2) @ grad_out)
+    grad_product = lam * (grad_anchor_values @ walked.transpose(-1, -2))  # of G_K G_Q, (h, M, M)
+    grad_graph_q.baddbmm_(graph_k.transpose(-1, -2), grad_product)
+    grad_graph_k = (grad_anchor_values @ v.transpose(-1, -2)).baddbmm_(grad_product, graph_q.transpose(-1, -2))
+    grad_v = graph_k.transpose(-1, -2) @ grad_anchor_values
+    scale = q.shape[-1] ** -0.5
+    grad_logits_q = _softmax_backward(graph_q, grad_graph_q).mul_(scale)
+    grad_logits_k = _softmax_backward(graph_k, grad_graph_k).mul_(scale)
+    return (grad_logits_q @ anchor_k, grad_logits_k.transpose(-1, -2) @ anchor_q, grad_v,
+            grad_logits_k @ k, grad_logits_q.transpose(-1, -2) @ q)
+
+
 def rwgk_attention_torch(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                          lam: float = 0.5) -> Tensor:
     """Algorithm 1 / Eq. (8): ``(1 - lam) (G_Q (I - lam G_K G_Q)^-1) (G_K V)`` in linear time.
@@ -20,8 +120,6 @@ def rwgk_attention_torch(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anch
         ``(B, heads, N, d)`` in the dtype of ``q``.
     """
     check_lam(lam)
-    graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
-    anchor_values = graph_k @ v  # (B, h, M, d): one walk step from tokens to anchors
-    eye = torch.eye(graph_k.shape[-2], dtype=v.dtype, device=v.device)
-    system = eye - lam * (graph_k @ graph_q)  # (B, h, M, M), strictly diagonally dominant
-    return (1.0 - lam) * (graph_q @ torch.linalg.solve(system, anchor_values))
+    if torch.jit.is_tracing():  # whole tensors: the Function writes slices into preallocated outputs
+        return float32_math(lambda *tensors: random_walk(*tensors, lam)[0])(q, k, v, anchor_q, anchor_k)
+    return RandomWalkAttention.apply(q, k, v, anchor_q, anchor_k, float(lam))

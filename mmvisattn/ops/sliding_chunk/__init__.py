@@ -22,6 +22,7 @@ from numbers import Integral
 from typing import Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..dispatch import resolve_impl
@@ -90,8 +91,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     else:
         grid = ChunkGrid(*window_grid(hw_shape, window), [NEIGHBOURS[i] for i in visited_neighbours(mode)],
                          masking == 'cyclic', q.device)
-        grid_shape = (chunks.shape[0], grid.rows, grid.cols, chunks.shape[2], -1)
-        keys, values = (to_chunks(t[:, :, num_global:], hw_shape, window).view(grid_shape) for t in (k, v))
+        # one zero chunk after the map's: where the neighbours beyond the border point
+        keys, values = (F.pad(to_chunks(t[:, :, num_global:], hw_shape, window), (0, 0, 0, 0, 0, 1)) for t in (k, v))
         local = sliding_chunk_local_torch(chunks, keys, values, _flat_globals(k, num_global),
                                           _flat_globals(v, num_global), grid, invalid, bias)
     local = from_chunks(local, batch, hw_shape, window)
