@@ -2,10 +2,10 @@
 
 Every query chunk multiplies its ``w^2`` queries with the ``S`` keys its slots gather (see
 :mod:`.layout`), so the scores are ``(B*H, C, w^2, S)``: ``N * S`` numbers with ``S <= G + 9 w^2``.
-The forward keeps only the inputs, the output, one log-sum-exp per query and the slot tables; the
-probabilities and the keys and values gathered per chunk (nine copies of the map under autograd)
-are rebuilt slice by slice of heads in the backward and never stored, so the saved tensors grow
-with ``N * d`` as SDPA's do, and the transient ones are bounded by :data:`SCORE_BUDGET`.
+The forward keeps only the inputs, the output and the slot tables; the probabilities and the keys
+and values gathered per chunk (nine copies of the map under autograd) are rebuilt slice by slice in
+the backward and never stored, so the saved tensors grow with ``N * d`` as SDPA's do, and the
+transient ones are bounded by :data:`SCORE_BUDGET`.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
 is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
@@ -102,10 +102,11 @@ class SlidingChunkAttention(torch.autograd.Function):
     :class:`ChunkGrid`; ``invalid`` ``(C, 1 or w^2, S)`` masked slots; ``bias`` ``(H, w^2, S)`` or
     ``None``. Output ``(B*H, C, w^2, d)``.
 
-    The forward saves the inputs, the output and one log-sum-exp per query, not the ``N x S``
-    probabilities: the backward recomputes them slice by slice (one more ``q k^T`` product), as
-    FlashAttention does, so the saved memory is ``O(N d)`` like SDPA's. Both passes run in slices
-    of heads and chunks (:data:`SCORE_BUDGET`), so the scores exist for one slice at a time.
+    The forward saves the inputs and the output, not the ``N x S`` probabilities: the backward
+    recomputes them slice by slice (one more ``q k^T`` product and softmax; a slice holds whole rows
+    of slots, so no log-sum-exp needs keeping, unlike FlashAttention's blocks), so the saved memory
+    is ``O(N d)`` like SDPA's. Both passes run in slices of heads and chunks (:data:`SCORE_BUDGET`),
+    so the scores exist for one slice at a time.
     """
 
     @staticmethod
@@ -117,26 +118,17 @@ class SlidingChunkAttention(torch.autograd.Function):
         ctx.bias_dtype = None if bias is None else bias.dtype
         bias = None if bias is None else upcast(bias)[0]
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
-        # inference needs no log-sum-exp: the plain softmax is one fused pass fewer
-        log_sum_exp = q.new_empty(*q.shape[:-1], 1) if any(ctx.needs_input_grad) else None
         for part in _slices(*q.shape[:3], invalid.shape[-1]):
-            scores = _scores(q, k, k_glob, grid, invalid, bias, part)
-            if log_sum_exp is None:
-                probs = scores.softmax(dim=-1)
-            else:
-                row_log_sum_exp = torch.logsumexp(scores, dim=-1, keepdim=True)
-                log_sum_exp[part.rows, part.chunks] = row_log_sum_exp
-                probs = scores.sub_(row_log_sum_exp).exp_()
+            probs = _scores(q, k, k_glob, grid, invalid, bias, part).softmax(dim=-1)
             out[part.rows, part.chunks] = probs @ grid.gather(v[part.rows], v_glob[part.rows], part.chunks)
-        if log_sum_exp is not None:
-            ctx.save_for_backward(*inputs, bias, log_sum_exp, out)
+        ctx.save_for_backward(*inputs, bias, out)
         ctx.grid, ctx.invalid = grid, invalid
         return out.to(inputs[2].dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
-        *inputs, bias, log_sum_exp, out = ctx.saved_tensors
+        *inputs, bias, out = ctx.saved_tensors
         q, k, v, k_glob, v_glob, grad_out = upcast(*inputs, grad_out)
         grid, invalid, num_global = ctx.grid, ctx.invalid, k_glob.shape[1]
         queries, slots = q.shape[2], invalid.shape[-1]
@@ -149,7 +141,7 @@ class SlidingChunkAttention(torch.autograd.Function):
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
         for part in _slices(*q.shape[:3], slots):
             rows, chunks = part
-            p = _scores(q, k, k_glob, grid, invalid, bias, part).sub_(log_sum_exp[rows, chunks]).exp_()
+            p = _scores(q, k, k_glob, grid, invalid, bias, part).softmax(dim=-1)
             g, q_part = grad_out[rows, chunks], q[rows, chunks]
             grad_pv = p.transpose(-1, -2) @ g
             grid.scatter_add_(grad_v[rows], grad_pv[:, :, num_global:], chunks)
