@@ -34,7 +34,7 @@ from ..token_grid import from_windows, to_windows, window_grid
 from ..tracing import apply_function
 from .common import ring_weights
 
-CHUNK_ELEMENTS = 2 ** 22  # score entries per chunk of tiles: bounds the temporaries of one step
+CHUNK_ELEMENTS = 2 ** 20  # score entries per chunk of tiles: bounds the temporaries of one step
 
 
 def tile_size(r_max: int) -> int:
