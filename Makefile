@@ -4,8 +4,9 @@ DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py
 DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
+PEERS_DIR    ?=
 
-.PHONY: install test test-slow kernels demo clean
+.PHONY: install test test-slow kernels bench demo clean
 
 install:
 	@bash tools/install.sh
@@ -19,6 +20,11 @@ test-slow: install
 # every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
 kernels: install
 	$(PYTHON) tools/analysis_tools/compile_kernels.py --arch sm_80 sm_90 --out-dir work_dirs/compile_kernels
+
+# the README's side-by-side tables (about 20 minutes on 2 cores); PEERS_DIR=... adds the official modules
+bench: install
+	$(PYTHON) tools/analysis_tools/benchmark_suite.py $(if $(PEERS_DIR),--peers $(PEERS_DIR)) \
+		--out-dir work_dirs/bench --readme README.md
 
 demo: install
 	@start=$$(date +%s); \

@@ -19,7 +19,9 @@ run time only; without it the official columns are left out.
   beside it), paired in rounds the same way against the first model of the group.
 
 Prints the tables (Markdown, as the README carries them), writes ``results.json``, ``tables.md``
-and ``bench.png`` into ``--out-dir``. About 20 minutes on two cores.
+and ``bench.png`` into ``--out-dir``; with ``--readme README.md`` (``make bench``) it also replaces
+the README's tables between the two marker comments, and nothing else of the file. About 20
+minutes on two cores.
 """
 import argparse
 import json
@@ -38,6 +40,7 @@ sys.path[:0] = [str(REPO), str(REPO / 'tools' / 'misc')]  # this checkout's pack
 
 SDPA = 'SoftmaxAttention'
 SRA = 'mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8'
+BEGIN, END = '<!-- benchmark_suite.py: begin -->', '<!-- benchmark_suite.py: end -->'
 WARM_UP_GRID = 8  # grid of the step that precedes each memory measurement
 OFFICIAL_REPOS = {'vil': 'microsoft+vision-longformer', 'castling': 'GATECH-EIC+Castling-ViT',
                   'pervit': 'juhongm999+pervit'}
@@ -114,12 +117,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--grids', type=int, nargs='+', help='one list of grid sides for every op (a quick run)')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help='one input size for every model')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench'))
+    parser.add_argument('--readme', type=Path, help=f'also replace the tables between {BEGIN!r} and {END!r} '
+                        'in this file (the README), nothing else of it')
     parser.add_argument('--child', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.cases or ()) - {c.key for c in OP_CASES + MODEL_GROUPS}
     if unknown:
         parser.error(f'--cases {sorted(unknown)}: expected keys among '
                      f'{[c.key for c in OP_CASES + MODEL_GROUPS]}')
+    if args.readme is not None:
+        check_markers(args.readme, parser.error)
     if args.peers is not None and not args.peers.is_dir():
         parser.error(f'--peers {args.peers}: not a folder')
     return args
@@ -381,6 +388,25 @@ def plot(results: dict, path: Path) -> None:
     save_figure(figure, path)
 
 
+def check_markers(readme: Path, error: Callable[[str], None]) -> str:
+    """The text of ``readme``, which must hold :data:`BEGIN` and, after it, :data:`END` once each."""
+    text = readme.read_text() if readme.is_file() else None
+    if text is None or text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        error(f'--readme {readme}: expected a file holding the lines {BEGIN!r} and {END!r}, once each and in order')
+    return text
+
+
+def update_readme(readme: Path, tables: str) -> None:
+    """Replace what lies between the markers of ``readme`` by ``tables`` (written to a temporary file
+    beside it, then renamed over it, so an interrupted run leaves the old README whole)."""
+    text = check_markers(readme, lambda message: sys.exit(f'benchmark_suite: {message}'))
+    head, rest = text.split(BEGIN)
+    tail = rest.split(END)[1]
+    scratch = readme.with_name(f'.{readme.name}.benchmark_suite')
+    scratch.write_text(f'{head}{BEGIN}\n{tables}{END}{tail}')
+    scratch.replace(readme)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
@@ -428,6 +454,9 @@ def main(argv=None) -> None:
     (args.out_dir / 'tables.md').write_text(text)
     plot(results, args.out_dir / 'bench.png')
     print(f'wrote {args.out_dir}/results.json, tables.md and bench.png in {results["seconds"]:.0f} s')
+    if args.readme is not None:
+        update_readme(args.readme, text)
+        print(f'replaced the tables of {args.readme}')
 
 
 if __name__ == '__main__':
