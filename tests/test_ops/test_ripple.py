@@ -44,6 +44,15 @@ def test_fast_paths_equal_reference(impl, height, width, r_max, tau):
     assert_matches_reference(impl, (height, width), r_max, tau)
 
 
+@pytest.mark.parametrize('budget', [1, 600, 2000])
+@pytest.mark.parametrize('height,width,r_max', [(9, 7, 2), (6, 11, 3)])
+def test_chunks_of_tile_rows_equal_reference(monkeypatch, budget, height, width, r_max):
+    """Large maps run in chunks of tile rows of one slice (their halos overlap the next chunk's):
+    one tile row per chunk (budget 1) and a few give the reference's values and gradients."""
+    monkeypatch.setattr('mmvisattn.ops.ripple.pytorch.CHUNK_ELEMENTS', budget)
+    assert_matches_reference('torch', (height, width), r_max, 1e-3)
+
+
 @pytest.mark.parametrize('height,width,r_max,tau', [(5, 7, 2, 1e-3), (3, 4, 4, 0.3)])
 def test_triton_equals_reference(height, width, r_max, tau):
     assert_matches_reference('triton', (height, width), r_max, tau, dtype=torch.float32,

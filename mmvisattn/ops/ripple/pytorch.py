@@ -14,7 +14,8 @@ summed-area tables of :mod:`.sat` need ``D E`` channels per position.
 The torch local part (:func:`tiled_forward`, :func:`tiled_backward`) runs on tiles of ``T x T``
 queries: each tile's queries meet its halo of ``(T + 2 R_max - 2)^2`` keys in two batched matrix
 products, the scores are weighted by ``beta`` of their Chebyshev group (zero beyond ``R_max - 1``),
-and slices are processed in chunks. :class:`RippleLocalGlobal` adds the global sums and normalises,
+and the work runs in chunks of slices, or of tile rows of one slice on large maps, so the scores
+exist for one chunk at a time. :class:`RippleLocalGlobal` adds the global sums and normalises,
 with the backward written out: the scores are recomputed chunk by chunk and only the inputs, the
 output and the normaliser are saved -- O(H W R_max^2) time, O(H W) memory. Halos of neighbouring
 tiles overlap; their key and value gradients are added back by ``F.fold``.
@@ -23,7 +24,7 @@ Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns aut
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
 range), for the torch and the Triton local parts alike; the output comes back in ``v``'s dtype.
 """
-from typing import Callable, NamedTuple, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,7 @@ from ..token_grid import from_windows, to_windows, window_grid
 from ..tracing import apply_function
 from .common import ring_weights
 
-CHUNK_ELEMENTS = 2 ** 20  # score entries per chunk of tiles: bounds the temporaries of one step
+CHUNK_ELEMENTS = 2 ** 17  # score entries per chunk of tiles: bounds the temporaries of one step
 
 
 def tile_size(r_max: int) -> int:
@@ -44,21 +45,21 @@ def tile_size(r_max: int) -> int:
     return min(costs)[1]  # no key=: torch.compile's tracer does not take min(key=...)
 
 
-def to_tiles(x: Tensor, hw_shape: Sequence[int], tile: int) -> Tensor:
-    """``(S, H * W, C) -> (S * L, T * T, C)``, the map zero-padded to whole ``T x T`` tiles."""
-    return to_windows(x, hw_shape, tile).flatten(0, 1)
+class Chunk(NamedTuple):
+    slices: slice  # of the S axis, whose tiles and padded maps are made once
+    tile_rows: List[slice]  # runs of the map's rows of tiles, one step each
 
 
 class Geometry:
     """Index tensors of one (map, tile, R_max): the Chebyshev group of every (query, halo key) pair of
-    a tile, and the cutting of a map into overlapping halos and the adding of them back."""
+    a tile, and the cutting of a map into overlapping halos and the adding of them back, for any
+    run of tile rows (a chunk)."""
 
     def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
         self.hw_shape, self.r_max, self.tile, self.halo = tuple(hw_shape), r_max, tile, r_max - 1
         self.side = tile + 2 * self.halo
-        rows, cols = window_grid(hw_shape, tile)
-        self.tiles = rows * cols
-        self.padded = (rows * tile + 2 * self.halo, cols * tile + 2 * self.halo)
+        self.rows, self.cols = window_grid(hw_shape, tile)
+        self.padded = (self.rows * tile + 2 * self.halo, self.cols * tile + 2 * self.halo)
         local = torch.arange(tile, device=device)
         span = torch.arange(self.side, device=device) - self.halo
         rows_q, cols_q = local.repeat_interleave(tile), local.repeat(tile)
@@ -70,28 +71,54 @@ class Geometry:
         # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a tile
         self.group_masks = F.one_hot(group, r_max + 1)[..., :r_max].float()
 
-    def halos(self, x: Tensor) -> Tensor:
-        """``(s, H * W, C) -> (s * L, K, C)``: each tile's keys with ``R_max - 1`` around, zeros outside
-        (strided windows of the padded map, copied once into the layout of the matrix products)."""
+    def chunks(self, slices: int) -> List[Chunk]:
+        """Steps whose score matrices hold about :data:`CHUNK_ELEMENTS` entries: whole slices while
+        one fits, else runs of tile rows of one slice."""
+        per_row = self.cols * self.tile ** 2 * self.side ** 2
+        if self.rows * per_row <= CHUNK_ELEMENTS:
+            step = CHUNK_ELEMENTS // (self.rows * per_row)
+            return [Chunk(slice(start, min(start + step, slices)), [slice(0, self.rows)])
+                    for start in range(0, slices, step)]
+        step = max(1, CHUNK_ELEMENTS // per_row)
+        runs = [slice(start, min(start + step, self.rows)) for start in range(0, self.rows, step)]
+        return [Chunk(slice(index, index + 1), runs) for index in range(slices)]
+
+    def tiles(self, x: Tensor) -> Tensor:
+        """``(s, H * W, C) -> (s, rows, cols, T * T, C)``, the map zero-padded to whole tiles."""
+        return to_windows(x, self.hw_shape, self.tile).view(x.shape[0], self.rows, self.cols, -1, x.shape[-1])
+
+    def untile(self, tiles: Tensor) -> Tensor:
+        """Inverse of :meth:`tiles`."""
+        return from_windows(tiles.flatten(1, 2), self.hw_shape, self.tile)
+
+    def pad(self, x: Tensor) -> Tensor:
+        """``(s, H * W, C) -> (s, H', W', C)``: the map with ``R_max - 1`` zeros around and whole tiles."""
         (height, width), channels, halo = self.hw_shape, x.shape[-1], self.halo
-        grid = F.pad(x.reshape(-1, height, width, channels),
+        return F.pad(x.reshape(-1, height, width, channels),
                      (0, 0, halo, self.padded[1] - width - halo, halo, self.padded[0] - height - halo))
-        windows = grid.unfold(1, self.side, self.tile).unfold(2, self.side, self.tile)  # (s, nH, nW, C, side, side)
-        return windows.permute(0, 1, 2, 4, 5, 3).reshape(-1, self.side ** 2, channels)
 
-    def fold(self, halos: Tensor) -> Tensor:
-        """Adjoint of :meth:`halos`: ``(s * L, K, C) -> (s, H * W, C)``, overlapping halos added."""
-        (height, width), channels, halo = self.hw_shape, halos.shape[-1], self.halo
-        columns = halos.view(-1, self.tiles, self.side ** 2, channels).permute(0, 3, 2, 1).reshape(
-            -1, channels * self.side ** 2, self.tiles)
-        grid = F.fold(columns, self.padded, self.side, stride=self.tile)[..., halo:halo + height, halo:halo + width]
-        return grid.reshape(-1, channels, height * width).transpose(1, 2)
+    def halos(self, padded: Tensor, tile_rows: slice) -> Tensor:
+        """``(s, H', W', C)`` padded maps -> ``(s * n, K, C)``: the keys of the ``n`` tiles of
+        ``tile_rows`` with ``R_max - 1`` around (strided windows, copied once into the layout of the
+        matrix products)."""
+        band = padded[:, tile_rows.start * self.tile:tile_rows.stop * self.tile + 2 * self.halo]
+        windows = band.unfold(1, self.side, self.tile).unfold(2, self.side, self.tile)  # (s, n, cols, C, side, side)
+        return windows.permute(0, 1, 2, 4, 5, 3).reshape(-1, self.side ** 2, padded.shape[-1])
 
-    def chunks(self, slices: int):
-        """Ranges of whole slices whose score matrices hold about :data:`CHUNK_ELEMENTS` entries."""
-        step = max(1, CHUNK_ELEMENTS // (self.tiles * self.tile ** 2 * self.side ** 2))
-        for start in range(0, slices, step):
-            yield start, min(start + step, slices)
+    def fold_into(self, padded: Tensor, halos: Tensor, tile_rows: slice) -> None:
+        """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, C, H', W')`` padded maps."""
+        channels, count = halos.shape[-1], (tile_rows.stop - tile_rows.start) * self.cols
+        columns = halos.view(padded.shape[0], count, self.side ** 2, channels).permute(0, 3, 2, 1).reshape(
+            padded.shape[0], channels * self.side ** 2, count)
+        height = (tile_rows.stop - tile_rows.start) * self.tile + 2 * self.halo
+        start = tile_rows.start * self.tile
+        padded[:, :, start:start + height] += F.fold(columns, (height, self.padded[1]), self.side, stride=self.tile)
+
+    def crop(self, padded: Tensor) -> Tensor:
+        """``(s, C, H', W') -> (s, H * W, C)``: the map inside the padding."""
+        (height, width), halo = self.hw_shape, self.halo
+        grid = padded[..., halo:halo + height, halo:halo + width]
+        return grid.reshape(padded.shape[0], -1, height * width).transpose(1, 2)
 
     def scores(self, q_tiles: Tensor, keys: Tensor, beta_tiles: Tensor) -> Tuple[Tensor, Tensor]:
         """Scores ``phi(q) . phi(k)`` of tiles against their halos, and the ``beta`` of each pair's group
@@ -100,65 +127,77 @@ class Geometry:
         weights = beta_tiles.reshape(count, -1).index_select(1, self.weight_index).view(count, self.tile ** 2, -1)
         return q_tiles @ keys.transpose(1, 2), weights
 
-    def query_tiles(self, q: Tensor, beta: Tensor) -> Tuple[Tensor, Tensor]:
-        """Query tiles and their ``beta`` with the zero column that far groups point at."""
-        return to_tiles(q, self.hw_shape, self.tile), F.pad(to_tiles(beta, self.hw_shape, self.tile), (0, 1))
+
+def _part(tiles: Tensor, rows: slice) -> Tensor:
+    """The ``(s * n, T * T, C)`` tiles of the tile ``rows`` of ``(s, rows, cols, T * T, C)`` tiles."""
+    return tiles[:, rows].flatten(0, 2)
+
+
+def _put(tiles: Tensor, rows: slice, part: Tensor) -> None:
+    """Write the ``(s * n, T * T, C)`` tiles of the tile ``rows`` into ``(s, rows, cols, T * T, C)`` tiles."""
+    target = tiles[:, rows]
+    target.copy_(part.view(target.shape))
+
+
+def _tiled_inputs(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor):
+    """Query tiles, ``beta`` tiles with the zero column far groups point at, padded keys and values."""
+    return (geometry.tiles(q), geometry.tiles(F.pad(beta, (0, 1))), geometry.pad(k), geometry.pad(v))
 
 
 def tiled_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """Local part: ``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and ``den_ij = sum beta_r(i, j) (q_ij . k_mn)``
     over the tokens ``(m, n)`` of groups ``r < R_max``; ``q, k`` ``(S, N, D)``, ``v`` ``(S, N, E)``,
-    ``beta`` ``(S, N, R_max)`` -> ``(S, N, E)``, ``(S, N, 1)``. Runs over chunks of whole slices."""
+    ``beta`` ``(S, N, R_max)`` -> ``(S, N, E)``, ``(S, N, 1)``. Runs in steps (:meth:`Geometry.chunks`),
+    whose temporaries end with each step."""
     geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
     num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
-    for start, stop in geometry.chunks(q.shape[0]):
-        num[start:stop], den[start:stop] = _forward_chunk(geometry, q[start:stop], k[start:stop], v[start:stop],
-                                                          beta[start:stop])
+    for chunk in geometry.chunks(q.shape[0]):
+        parts = (t[chunk.slices] for t in (q, k, v, beta))
+        q_tiles, beta_tiles, keys, values = _tiled_inputs(geometry, *parts)
+        num_tiles = q.new_empty(*q_tiles.shape[:-1], v.shape[-1])
+        den_tiles = q.new_empty(*q_tiles.shape[:-1], 1)
+        for rows in chunk.tile_rows:
+            scores, weights = geometry.scores(_part(q_tiles, rows), geometry.halos(keys, rows), _part(beta_tiles, rows))
+            weighted = scores.mul_(weights)
+            _put(num_tiles, rows, weighted @ geometry.halos(values, rows))
+            _put(den_tiles, rows, weighted.sum(dim=-1, keepdim=True))
+        num[chunk.slices], den[chunk.slices] = geometry.untile(num_tiles), geometry.untile(den_tiles)
     return num, den
-
-
-def _forward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> Tuple[Tensor, Tensor]:
-    """One chunk of :func:`tiled_forward`; its temporaries end with the call."""
-    q_tiles, beta_tiles = geometry.query_tiles(q, beta)
-    scores, weights = geometry.scores(q_tiles, geometry.halos(k), beta_tiles)
-    weighted = scores.mul_(weights)
-    tile = geometry.tile
-    return (from_windows(weighted @ geometry.halos(v), geometry.hw_shape, tile),
-            from_windows(weighted.sum(dim=-1, keepdim=True), geometry.hw_shape, tile))
 
 
 def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
                    grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of :func:`tiled_forward` for ``q, k, v, beta``, recomputing the scores chunk by chunk."""
+    """Gradients of :func:`tiled_forward` for ``q, k, v, beta``, recomputing the scores step by step;
+    score-sized temporaries are updated in place and end with each step."""
     geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
     grads = [torch.empty_like(t) for t in (q, k, v, beta)]
-    for start, stop in geometry.chunks(q.shape[0]):
-        chunk = [t[start:stop] for t in (q, k, v, beta, grad_num, grad_den)]
-        for grad, part in zip(grads, _backward_chunk(geometry, *chunk)):
-            grad[start:stop] = part
-    return tuple(grads)
-
-
-def _backward_chunk(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, grad_num: Tensor,
-                    grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One chunk of :func:`tiled_backward`; score-sized temporaries are updated in place and end with
-    the call."""
-    hw_shape, tile = geometry.hw_shape, geometry.tile
-    q_tiles, beta_tiles = geometry.query_tiles(q, beta)
-    keys = geometry.halos(k)
-    out_grad = to_tiles(grad_num, hw_shape, tile)
-    scores, weights = geometry.scores(q_tiles, keys, beta_tiles)
-    grad_weighted = (out_grad @ geometry.halos(v).transpose(1, 2)).add_(to_tiles(grad_den, hw_shape, tile))
-    by_group = grad_weighted * scores
     masks = geometry.group_masks.to(q.dtype)
-    grad_beta = torch.einsum('bqk,qkr->bqr', by_group, masks)  # per query of the tile: its keys summed by group
-    del by_group
-    grad_scores = grad_weighted.mul_(weights)
-    grad_q = from_windows(grad_scores @ keys, hw_shape, tile)
-    grad_k = geometry.fold(grad_scores.transpose(1, 2) @ q_tiles)
-    del grad_scores, grad_weighted
-    grad_v = geometry.fold(scores.mul_(weights).transpose(1, 2) @ out_grad)
-    return grad_q, grad_k, grad_v, from_windows(grad_beta, hw_shape, tile)
+    for chunk in geometry.chunks(q.shape[0]):
+        parts = (t[chunk.slices] for t in (q, k, v, beta))
+        q_tiles, beta_tiles, keys, values = _tiled_inputs(geometry, *parts)
+        num_grad_tiles, den_grad_tiles = geometry.tiles(grad_num[chunk.slices]), geometry.tiles(grad_den[chunk.slices])
+        grad_q, grad_beta = torch.empty_like(q_tiles), torch.empty_like(beta_tiles[..., :-1])
+        grad_keys = q.new_zeros(keys.shape[0], keys.shape[-1], *geometry.padded)
+        grad_values = q.new_zeros(values.shape[0], values.shape[-1], *geometry.padded)
+        for rows in chunk.tile_rows:
+            q_part, out_grad = _part(q_tiles, rows), _part(num_grad_tiles, rows)
+            key_halos = geometry.halos(keys, rows)
+            scores, weights = geometry.scores(q_part, key_halos, _part(beta_tiles, rows))
+            grad_weighted = out_grad @ geometry.halos(values, rows).transpose(1, 2)
+            grad_weighted += _part(den_grad_tiles, rows)
+            by_group = grad_weighted * scores
+            # per query of the tile: its keys' gradients summed by group
+            _put(grad_beta, rows, torch.einsum('bqk,qkr->bqr', by_group, masks))
+            del by_group
+            grad_scores = grad_weighted.mul_(weights)
+            _put(grad_q, rows, grad_scores @ key_halos)
+            geometry.fold_into(grad_keys, grad_scores.transpose(1, 2) @ q_part, rows)
+            del grad_scores, grad_weighted
+            geometry.fold_into(grad_values, scores.mul_(weights).transpose(1, 2) @ out_grad, rows)
+        for grad, part in zip(grads, (geometry.untile(grad_q), geometry.crop(grad_keys), geometry.crop(grad_values),
+                                      geometry.untile(grad_beta))):
+            grad[chunk.slices] = part
+    return tuple(grads)
 
 
 class LocalKernels(NamedTuple):
@@ -171,55 +210,83 @@ class LocalKernels(NamedTuple):
 TILED = LocalKernels(tiled_forward, tiled_backward)
 
 
+def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
+    """``(..., N, C)`` tensors as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``: the layout of the kernels
+    (a copy where the input is a permuted view; made in each pass, never kept)."""
+    return tuple(t.reshape(-1, *t.shape[-2:]) if t.dim() > 2 else t for t in tensors)
+
+
+def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
+    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each."""
+    step = max(1, CHUNK_ELEMENTS // (q.shape[1] * max(q.shape[-1], v.shape[-1])))
+    return [slice(start, min(start + step, q.shape[0])) for start in range(0, q.shape[0], step)]
+
+
 class RippleLocalGlobal(torch.autograd.Function):
-    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(S, N, .)`` tensors,
-    with the backward written out: only the inputs, the output and the normaliser are saved
-    (no token-sized intermediates of the sum and the division). Float32 arithmetic with autocast off."""
+    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(..., N, .)``
+    tensors (``merged_weight`` ``(S, N)``), with the backward written out: only the inputs as given
+    (views of the caller's projections), the output and the normaliser are saved (no token-sized
+    intermediates of the sum and the division, no copies into the kernels' layout). Both passes
+    run over groups of slices, so their token-sized temporaries exist for one group at a time.
+    Float32 arithmetic with autocast off."""
 
     @staticmethod
     @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
                 eps: float, kernels: LocalKernels) -> Tensor:
         inputs = (q, k, v, beta, merged_weight)
-        q, k, v, beta, merged_weight = upcast(*inputs)
-        num, den = kernels.forward(q, k, v, beta, hw_shape)
-        weight = merged_weight.unsqueeze(-1)
-        num += weight * (q @ (k.transpose(1, 2) @ v))
-        den += weight * (q @ k.sum(dim=1).unsqueeze(-1)) + eps
-        out = num.div_(den)
+        q, k, v, beta = _flat(*upcast(q, k, v, beta))
+        merged_weight = upcast(merged_weight)[0]
+        out, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
+        for part in _slice_groups(q, v):
+            num, den[part] = kernels.forward(q[part], k[part], v[part], beta[part], hw_shape)
+            weight = merged_weight[part].unsqueeze(-1)
+            num += weight * (q[part] @ (k[part].transpose(1, 2) @ v[part]))
+            den[part] += weight * (q[part] @ k[part].sum(dim=1).unsqueeze(-1)) + eps
+            torch.div(num, den[part], out=out[part])
         ctx.save_for_backward(*inputs, out, den)
         ctx.hw_shape, ctx.kernels = hw_shape, kernels
-        return out.to(inputs[2].dtype)
+        return out.view(*inputs[2].shape[:-1], -1).to(inputs[2].dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor):
         *inputs, out, den = ctx.saved_tensors
-        q, k, v, beta, merged_weight, grad_out = upcast(*inputs, grad_out)
-        grad_num = grad_out / den
-        grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
-        key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
-        grad_merged = (grad_num * (q @ key_values)).sum(dim=-1) + (grad_den * (q @ key_sum)).squeeze(-1)
-        weight = merged_weight.unsqueeze(-1)
-        weighted_num, weighted_den = weight * grad_num, weight * grad_den
-        grad_key_values, grad_key_sum = q.transpose(1, 2) @ weighted_num, q.transpose(1, 2) @ weighted_den
-        grad_q, grad_k, grad_v, grad_beta = ctx.kernels.backward(q, k, v, beta, ctx.hw_shape, grad_num, grad_den)
-        grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
-        grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
-        grad_v += k @ grad_key_values
-        grads = (grad_q, grad_k, grad_v, grad_beta, grad_merged)
-        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
+        q, k, v, beta, grad_out = _flat(*upcast(*inputs[:4], grad_out))
+        merged_weight = upcast(inputs[4])[0]
+        grads = [torch.empty_like(t) for t in (q, k, v, beta, merged_weight)]
+        for part in _slice_groups(q, v):
+            parts = _backward_slices(q[part], k[part], v[part], beta[part], merged_weight[part], out[part], den[part],
+                                     grad_out[part], ctx.hw_shape, ctx.kernels)
+            for grad, value in zip(grads, parts):
+                grad[part] = value
+        return (*(grad.view(x.shape).to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
+
+
+def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, out: Tensor, den: Tensor,
+                     grad_out: Tensor, hw_shape: Sequence[int], kernels: LocalKernels) -> Tuple[Tensor, ...]:
+    """Gradients of :class:`RippleLocalGlobal` for a group of slices: ``q, k, v, beta, merged_weight``."""
+    grad_num = grad_out / den
+    grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
+    key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
+    grad_merged = (grad_num * (q @ key_values)).sum(dim=-1) + (grad_den * (q @ key_sum)).squeeze(-1)
+    weight = merged_weight.unsqueeze(-1)
+    weighted_num, weighted_den = weight * grad_num, weight * grad_den
+    grad_key_values, grad_key_sum = q.transpose(1, 2) @ weighted_num, q.transpose(1, 2) @ weighted_den
+    grad_q, grad_k, grad_v, grad_beta = kernels.backward(q, k, v, beta, hw_shape, grad_num, grad_den)
+    grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
+    grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
+    grad_v += k @ grad_key_values
+    return grad_q, grad_k, grad_v, grad_beta, grad_merged
 
 
 def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                       eps: float, kernels: LocalKernels) -> Tensor:
     """Ripple attention from a local part (``kernels``) and the global sums weighted by ``w_m``."""
-    *lead, tokens, dims = q.shape
+    tokens = q.shape[-2]
     beta, merged_weight = ring_weights(logits, hw_shape, tau)
-    out = apply_function(RippleLocalGlobal, q.reshape(-1, tokens, dims), k.reshape(-1, tokens, dims),
-                                  v.reshape(-1, tokens, v.shape[-1]), beta.reshape(-1, tokens, beta.shape[-1]),
-                                  merged_weight.reshape(-1, tokens), tuple(hw_shape), eps, kernels)
-    return out.reshape(*lead, tokens, -1)
+    return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, tokens), tuple(hw_shape), eps,
+                          kernels)
 
 
 def ripple_attention_local(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
