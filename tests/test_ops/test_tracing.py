@@ -21,16 +21,21 @@ def test_linear_angular_traces():
     check_traced(lambda q, k, v: linear_angular_attention(q, k, v, 'torch'), q, k, v)
 
 
+@pytest.mark.parametrize('budget', [None, 1])
 @pytest.mark.parametrize('impl', ['torch', 'sat'])
-def test_ripple_traces(impl):
-    q, k, v = torch.randn(3, 1, 2, 30, 8).abs()
-    logits = torch.randn(1, 2, 30, 3)
+def test_ripple_traces(monkeypatch, impl, budget):
+    """Also with inputs that need gradients (a model's, as the FLOP counter traces it) and in
+    several groups of slices (budget 1)."""
+    if budget is not None:
+        monkeypatch.setattr('mmvisattn.ops.ripple.pytorch.CHUNK_ELEMENTS', budget)
+    q, k, v = (t.requires_grad_() for t in torch.randn(3, 1, 2, 30, 8).abs())
+    logits = torch.randn(1, 2, 30, 3, requires_grad=True)
     check_traced(lambda q, k, v, logits: ripple_attention(q, k, v, logits, (5, 6), impl=impl), q, k, v, logits)
 
 
 def test_rwgk_traces():
-    q, k, v = torch.randn(3, 2, 2, 30, 8)
-    anchor_q, anchor_k = torch.randn(2, 1, 2, 5, 8)
+    q, k, v = (t.requires_grad_() for t in torch.randn(3, 2, 2, 30, 8))
+    anchor_q, anchor_k = (t.requires_grad_() for t in torch.randn(2, 1, 2, 5, 8))
     check_traced(lambda q, k, v: rwgk_attention(q, k, v, anchor_q, anchor_k, 0.5), q, k, v)
 
 

@@ -237,13 +237,15 @@ class RippleLocalGlobal(torch.autograd.Function):
         inputs = (q, k, v, beta, merged_weight)
         q, k, v, beta = _flat(*upcast(q, k, v, beta))
         merged_weight = upcast(merged_weight)[0]
-        out, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
+        outs, dens = [], []  # joined by cat, not written into slices: traced with gradients, this runs as is
         for part in _slice_groups(q, v):
-            num, den[part] = kernels.forward(q[part], k[part], v[part], beta[part], hw_shape)
+            num, den = kernels.forward(q[part], k[part], v[part], beta[part], hw_shape)
             weight = merged_weight[part].unsqueeze(-1)
             num += weight * (q[part] @ (k[part].transpose(1, 2) @ v[part]))
-            den[part] += weight * (q[part] @ k[part].sum(dim=1).unsqueeze(-1)) + eps
-            torch.div(num, den[part], out=out[part])
+            den += weight * (q[part] @ k[part].sum(dim=1).unsqueeze(-1)) + eps
+            outs.append(num.div_(den))
+            dens.append(den)
+        out, den = (torch.cat(parts) if len(parts) > 1 else parts[0] for parts in (outs, dens))
         ctx.save_for_backward(*inputs, out, den)
         ctx.hw_shape, ctx.kernels = hw_shape, kernels
         return out.view(*inputs[2].shape[:-1], -1).to(inputs[2].dtype)

@@ -22,7 +22,8 @@ Two implementations share :func:`bipartite_graphs` (``common.py``), chosen by ``
   obviously correct, for tests at small ``N``;
 * ``'torch'`` (``pytorch.py``, the default for ``'auto'`` on every device: there is no kernel)
   follows Algorithm 1 with a linear solve instead of an explicit inverse: O(N M d + N M^2 + M^3)
-  time, O(N M + M^2) extra memory.
+  time; one autograd Function that saves the inputs and O(M^2 + M d) per head and recomputes the
+  ``N x M`` graphs in the backward, slice by slice of heads.
 
 The torch path runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
 (:mod:`mmvisattn.ops.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
