@@ -36,7 +36,8 @@ def test_ripple_traces(monkeypatch, impl, budget):
 def test_rwgk_traces():
     q, k, v = (t.requires_grad_() for t in torch.randn(3, 2, 2, 30, 8))
     anchor_q, anchor_k = (t.requires_grad_() for t in torch.randn(2, 1, 2, 5, 8))
-    check_traced(lambda q, k, v: rwgk_attention(q, k, v, anchor_q, anchor_k, 0.5), q, k, v)
+    check_traced(lambda q, k, v, anchor_q, anchor_k: rwgk_attention(q, k, v, anchor_q, anchor_k, 0.5),
+                 q, k, v, anchor_q, anchor_k)
 
 
 def test_chunked_recompute_traces():
