@@ -29,7 +29,7 @@ class ChunkGrid:
 
     def __init__(self, rows: int, cols: int, offsets: Sequence[Tuple[int, int]], cyclic: bool,
                  device: torch.device) -> None:
-        self.rows, self.cols, self.neighbours = rows, cols, len(offsets)
+        self.neighbours = len(offsets)
         row, col = torch.arange(rows)[:, None, None], torch.arange(cols)[None, :, None]
         dx, dy = torch.tensor([o[0] for o in offsets]), torch.tensor([o[1] for o in offsets])
         target_row, target_col = row + dx, col + dy
