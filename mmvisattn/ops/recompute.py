@@ -1,7 +1,8 @@
 """Recomputation by chunks of tokens, shared by the ops and the modules whose per-token
 intermediates (ripple's stick weights, feature maps) would otherwise be kept for the backward:
-the forward runs without a graph, the backward recomputes one chunk at a time."""
-from typing import Callable, Sequence, Tuple
+the forward runs without a graph, the backward recomputes one chunk at a time; and :func:`runs`,
+the cutting of an axis into steps that every op's memory budget uses."""
+from typing import Callable, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -9,6 +10,11 @@ from torch import Tensor
 from .tracing import apply_function
 
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
+
+
+def runs(count: int, step: int) -> List[slice]:
+    """``range(count)`` cut into consecutive slices of ``step`` (the last one shorter)."""
+    return [slice(start, min(start + step, count)) for start in range(0, count, step)]
 
 
 class ChunkedRecompute(torch.autograd.Function):

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import autocast_off, upcast
+from ..recompute import runs
 from ..token_grid import from_windows, to_windows, window_grid
 from ..tracing import apply_function
 from .common import ring_weights
@@ -76,12 +77,10 @@ class Geometry:
         one fits, else runs of tile rows of one slice."""
         per_row = self.cols * self.tile ** 2 * self.side ** 2
         if self.rows * per_row <= CHUNK_ELEMENTS:
-            step = CHUNK_ELEMENTS // (self.rows * per_row)
-            return [Chunk(slice(start, min(start + step, slices)), [slice(0, self.rows)])
-                    for start in range(0, slices, step)]
-        step = max(1, CHUNK_ELEMENTS // per_row)
-        runs = [slice(start, min(start + step, self.rows)) for start in range(0, self.rows, step)]
-        return [Chunk(slice(index, index + 1), runs) for index in range(slices)]
+            whole = [slice(0, self.rows)]
+            return [Chunk(part, whole) for part in runs(slices, CHUNK_ELEMENTS // (self.rows * per_row))]
+        tile_rows = runs(self.rows, max(1, CHUNK_ELEMENTS // per_row))
+        return [Chunk(slice(index, index + 1), tile_rows) for index in range(slices)]
 
     def tiles(self, x: Tensor) -> Tensor:
         """``(s, H * W, C) -> (s, rows, cols, T * T, C)``, the map zero-padded to whole tiles."""
@@ -218,8 +217,7 @@ def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
 
 def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
     """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each."""
-    step = max(1, CHUNK_ELEMENTS // (q.shape[1] * max(q.shape[-1], v.shape[-1])))
-    return [slice(start, min(start + step, q.shape[0])) for start in range(0, q.shape[0], step)]
+    return runs(q.shape[0], max(1, CHUNK_ELEMENTS // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
 
 
 class RippleLocalGlobal(torch.autograd.Function):

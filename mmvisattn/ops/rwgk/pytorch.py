@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..amp import autocast_off, float32_math, upcast
+from ..recompute import runs
 from .common import bipartite_graphs, check_lam
 
 
@@ -27,13 +28,13 @@ def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
     return grad.sub_(row).mul_(probs)
 
 
-def _slices(q: Tensor, anchors: int) -> Iterator[Tuple[int, slice]]:
-    """``(image, heads)`` slices of ``(B, h, N, d)`` whose graphs hold about :data:`GRAPH_BUDGET` entries."""
+def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[int, int, slice]]:
+    """``(image, anchor image, heads)`` slices of ``(B, h, N, d)`` whose graphs hold about
+    :data:`GRAPH_BUDGET` entries; the anchor image is 0 where one set of anchors serves all images."""
     batch, heads, tokens = q.shape[:3]
-    step = max(1, GRAPH_BUDGET // max(1, tokens * anchors))
     for image in range(batch):
-        for start in range(0, heads, step):
-            yield image, slice(start, min(start + step, heads))
+        for part in runs(heads, max(1, GRAPH_BUDGET // max(1, tokens * anchor.shape[-2]))):
+            yield image, 0 if anchor.shape[0] == 1 else image, part
 
 
 def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
@@ -60,8 +61,7 @@ class RandomWalkAttention(torch.autograd.Function):
         out = q.new_empty(q.shape)
         system = q.new_empty(*q.shape[:2], anchors, anchors)
         walked = q.new_empty(*q.shape[:2], anchors, v.shape[-1])
-        for image, heads in _slices(q, anchors):
-            shared = 0 if anchor_q.shape[0] == 1 else image
+        for image, shared, heads in _slices(q, anchor_q):
             out[image, heads], system[image, heads], walked[image, heads] = random_walk(
                 q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads], anchor_k[shared, heads],
                 lam)
@@ -76,8 +76,7 @@ class RandomWalkAttention(torch.autograd.Function):
         q, k, v, anchor_q, anchor_k, grad_out = upcast(*inputs, grad_out)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grad_anchor_q, grad_anchor_k = torch.zeros_like(anchor_q), torch.zeros_like(anchor_k)
-        for image, heads in _slices(q, anchor_q.shape[-2]):
-            shared = 0 if anchor_q.shape[0] == 1 else image
+        for image, shared, heads in _slices(q, anchor_q):
             grads = _backward_slice(q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads],
                                     anchor_k[shared, heads], system[image, heads], walked[image, heads],
                                     grad_out[image, heads], ctx.lam)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..amp import autocast_off, upcast
+from ..recompute import runs
 
 SCORE_BUDGET = 1 << 18  # score entries of one slice (rows of B*H by chunks): bounds the transient memory
 
@@ -68,19 +69,16 @@ def _slices(batch_heads: int, chunks: int, queries: int, slots: int) -> List[Sli
     """Whole rows of ``B*H`` per slice while they fit :data:`SCORE_BUDGET`, else runs of chunks of one row."""
     per_chunk = queries * slots
     if chunks * per_chunk <= SCORE_BUDGET:
-        step = SCORE_BUDGET // (chunks * per_chunk)
-        return [Slice(slice(start, min(start + step, batch_heads)), slice(0, chunks))
-                for start in range(0, batch_heads, step)]
-    step = max(1, SCORE_BUDGET // per_chunk)
-    return [Slice(slice(row, row + 1), slice(start, min(start + step, chunks)))
-            for row in range(batch_heads) for start in range(0, chunks, step)]
+        return [Slice(rows, slice(0, chunks)) for rows in runs(batch_heads, SCORE_BUDGET // (chunks * per_chunk))]
+    return [Slice(slice(row, row + 1), part) for row in range(batch_heads)
+            for part in runs(chunks, max(1, SCORE_BUDGET // per_chunk))]
 
 
-def _bias_rows(bias: Optional[Tensor], rows: slice, heads: int) -> Optional[Tensor]:
+def _bias_rows(bias: Optional[Tensor], rows: slice) -> Optional[Tensor]:
     """The ``(b, 1, w^2, S)`` bias of ``rows`` of the ``B*H`` axis (heads cycle fastest)."""
     if bias is None:
         return None
-    return bias[torch.arange(rows.start, rows.stop, device=bias.device) % heads][:, None]
+    return bias[torch.arange(rows.start, rows.stop, device=bias.device) % bias.shape[0]][:, None]
 
 
 def _scores(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tensor, bias: Optional[Tensor],
@@ -88,7 +86,7 @@ def _scores(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tens
     """The chunks' ``q k_slots^T + bias`` of one slice, ``-inf`` on the invalid slots; the gathered
     keys live only inside this call."""
     scores = q[part.rows, part.chunks] @ grid.gather(k[part.rows], k_glob[part.rows], part.chunks).transpose(-1, -2)
-    bias = _bias_rows(bias, part.rows, 1 if bias is None else bias.shape[0])
+    bias = _bias_rows(bias, part.rows)
     if bias is not None:
         scores += bias
     return scores.masked_fill_(invalid[part.chunks], float('-inf'))
