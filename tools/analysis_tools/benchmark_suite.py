@@ -31,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -88,8 +88,6 @@ class ModelGroup:
     configs: Dict[str, str]
     shape: Tuple[int, int]
     rounds: int = 5
-    backbone: bool = True
-    extra: Dict[str, dict] = field(default_factory=dict)
 
 
 MODEL_GROUPS = (
@@ -203,43 +201,53 @@ def paired_rounds(steps: Dict[str, Callable[[], None]], rounds: int, budget: flo
     return times
 
 
-def ratio_summary(times: Dict[str, List[float]], ours: Sequence[str], peers: Sequence[str]) -> Dict[str, object]:
-    result = {'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()}, 'ratio': {},
-              'rounds': len(next(iter(times.values())))}
-    for mine in ours:
-        for peer in peers:
-            per_round = [a / b for a, b in zip(times[mine], times[peer])]
-            result['ratio'][f'{mine} / {peer}'] = statistics.median(per_round)
-    return result
+def median_ratio(times: Sequence[float], peer_times: Sequence[float]) -> float:
+    """The median of the per-round ratios."""
+    return statistics.median(a / b for a, b in zip(times, peer_times))
+
+
+def ratio_summary(times: Dict[str, List[float]], ratios: Dict[str, Tuple[str, str]]) -> Dict[str, object]:
+    """Median times in ms and, for each ``name: (label, peer label)`` of ``ratios``, the median ratio."""
+    return {'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()},
+            'ratio': {name: median_ratio(times[mine], times[peer]) for name, (mine, peer) in ratios.items()},
+            'rounds': len(next(iter(times.values())))}
+
+
+def runnable(specs: Dict[str, str], peers: Optional[str]) -> Dict[str, str]:
+    """``specs`` without the official modules when no ``--peers`` folder was given."""
+    return {label: spec for label, spec in specs.items() if peers or not spec.startswith('official:')}
+
+
+def peak_growth_mb(run: Callable[[], object]) -> Dict[str, float]:
+    """Growth of the process's peak resident set while ``run()`` runs."""
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run()
+    return {'peak_mb': (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
 
 
 def child_time(payload: dict) -> dict:
     import torch
-    torch.set_num_threads(payload['threads'])
     case, grid, peers = OP_CASES[payload['case']], payload['grid'], payload['peers']
+    labels = {**case.ours, **runnable(case.peers, peers)}
     peers = Path(peers) if peers else None
-    labels = {**case.ours, **{k: v for k, v in case.peers.items() if peers or not v.startswith('official:')}}
     steps = {}
     for label, spec in labels.items():
         torch.manual_seed(0)
         steps[label] = training_step(spec, case, grid, peers)
     times = paired_rounds(steps, payload['rounds'], payload['budget'])
-    return ratio_summary(times, list(case.ours), [label for label in labels if label not in case.ours])
+    return ratio_summary(times, {f'{mine} / {peer}': (mine, peer) for mine in case.ours
+                                 for peer in labels if peer not in case.ours})
 
 
 def child_memory(payload: dict) -> dict:
     import torch
-    torch.set_num_threads(payload['threads'])
     torch.manual_seed(0)
     case = OP_CASES[payload['case']]
     peers = Path(payload['peers']) if payload['peers'] else None
     # one step on a small map first: the libraries' lazily allocated workspaces (BLAS, thread pools;
     # 10-40 MB on the first call of some ops) are not the op's memory
     training_step(payload['spec'], case, WARM_UP_GRID, peers)()
-    step = training_step(payload['spec'], case, payload['grid'], peers)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step()
-    return {'peak_mb': (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
+    return peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))
 
 
 def build_model(config: str):
@@ -253,7 +261,6 @@ def build_model(config: str):
 
 def child_models(payload: dict) -> dict:
     import torch
-    torch.set_num_threads(payload['threads'])
     group = MODEL_GROUPS[payload['group']]
     images = torch.randn(1, 3, *payload['shape'])
     steps = {}
@@ -261,29 +268,24 @@ def child_models(payload: dict) -> dict:
         torch.manual_seed(0)
         model = build_model(config)
         steps[label] = (lambda m: lambda: m._forward(images))(model)
-        if group.backbone:
-            steps[f'{label} backbone'] = (lambda m: lambda: m.backbone(images))(model)
+        steps[f'{label} backbone'] = (lambda m: lambda: m.backbone(images))(model)
     with torch.no_grad():
         times = paired_rounds(steps, group.rounds, float('inf'))
     first = next(iter(group.configs))
-    result = ratio_summary(times, [], [])
-    for label in steps:
-        whole = label.replace(' backbone', '')
-        reference = first + (' backbone' if label != whole else '')
-        result['ratio'][label] = statistics.median(a / b for a, b in zip(times[label], times[reference]))
-    return result
+    ratios = {}
+    for label in group.configs:  # each model against the first, each backbone against the first one's
+        ratios[label] = (label, first)
+        ratios[f'{label} backbone'] = (f'{label} backbone', f'{first} backbone')
+    return ratio_summary(times, ratios)
 
 
 def child_model_memory(payload: dict) -> dict:
     import torch
-    torch.set_num_threads(payload['threads'])
     group = MODEL_GROUPS[payload['group']]
     model = build_model(group.configs[payload['label']])
     images = torch.randn(1, 3, *payload['shape'])
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with torch.no_grad():
-        model._forward(images)
-    return {'peak_mb': (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
+        return peak_growth_mb(lambda: model._forward(images))
 
 
 MEMORY_KINDS = ('memory', 'model_memory')
@@ -410,7 +412,9 @@ def update_readme(readme: Path, tables: str) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
+        import torch
         payload = json.loads(args.child)
+        torch.set_num_threads(payload['threads'])
         print(json.dumps(CHILDREN[payload.pop('kind')](payload)))
         return
     peers = str(args.peers.resolve()) if args.peers else None
@@ -429,9 +433,8 @@ def main(argv=None) -> None:
                                                     budget=args.budget, **common)
             if 'memory' in args.only:
                 specs = {**case.ours, **{p: case.peers[p] for p in case.memory_peers}}
-                entry['memory'][str(grid)] = {
-                    label: in_child('memory', case=index, grid=grid, spec=spec, **common)
-                    for label, spec in specs.items() if peers or not spec.startswith('official:')}
+                entry['memory'][str(grid)] = {label: in_child('memory', case=index, grid=grid, spec=spec, **common)
+                                              for label, spec in runnable(specs, peers).items()}
             print(f'[{time.perf_counter() - started:6.0f} s] {case.title.split(" (")[0]} {grid}x{grid}',
                   file=sys.stderr, flush=True)
     if 'models' in args.only:
