@@ -4,7 +4,8 @@
 mmseg's ``get_flops.py`` call) cannot record a Python ``autograd.Function``. Traced inference needs
 none of the backward, so while tracing :func:`apply_function` runs the Function's own ``forward``
 as plain ops, with a context that keeps nothing: the same arithmetic, one copy of it. (The
-sliding-chunk op has its own traced form: its forward writes into preallocated slices.)
+sliding-chunk and RWGK ops have their own traced forms, whole-tensor formulas: their Functions
+write slice by slice into preallocated outputs.)
 """
 from typing import Any, Type
 

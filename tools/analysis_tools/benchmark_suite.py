@@ -251,12 +251,11 @@ def child_memory(payload: dict) -> dict:
 
 
 def build_model(config: str):
-    from mmengine.config import Config
-    from mmengine.hub import get_config
+    """The model of a project config or a stock one (``mmdet::`` / ``mmseg::``), random weights."""
+    from benchmark_inference import load_config
 
     from mmvisattn.registry import build_from_config
-    cfg = get_config(config) if '::' in config else Config.fromfile(REPO / config)
-    return build_from_config(cfg).eval()
+    return build_from_config(load_config(config)).eval()
 
 
 def child_models(payload: dict) -> dict:
