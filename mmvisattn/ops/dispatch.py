@@ -1,11 +1,13 @@
 """The one dispatch rule of every op with several implementations.
 
 Each op lists its implementations in ``IMPLS``, one file per value (``reference.py``, the torch
-path, ``triton.py``); ``impl='auto'`` runs the Triton kernel on CUDA tensors and the torch path
-elsewhere. Modules check their ``impl`` when they are built, ops when they are called, both with
+path, ``triton.py``, ``dense.py``); ``impl='auto'`` runs the Triton kernel on CUDA tensors and the
+torch path elsewhere, except that an op with a dense form (``'dense'``: the same arithmetic over all
+``N x N`` pairs) runs it on CPU where its measured crossover says the map is small enough for that
+to be faster. Modules check their ``impl`` when they are built, ops when they are called, both with
 :func:`check_impl`, so a bad value fails the same way everywhere.
 """
-from typing import Sequence
+from typing import Callable, Sequence
 
 from torch import Tensor
 
@@ -18,8 +20,12 @@ def check_impl(owner: str, impl: str, impls: Sequence[str], name: str = 'impl') 
     return impl
 
 
-def resolve_impl(owner: str, impl: str, tensor: Tensor, impls: Sequence[str]) -> str:
-    """The implementation to run: ``impl`` checked, with ``'auto'`` resolved for ``tensor``'s device."""
-    if check_impl(owner, impl, impls) == 'auto':
-        return 'triton' if tensor.is_cuda and 'triton' in impls else 'torch'
-    return impl
+def resolve_impl(owner: str, impl: str, tensor: Tensor, impls: Sequence[str],
+                 dense_is_faster: Callable[[], bool] = lambda: False) -> str:
+    """The implementation to run: ``impl`` checked, with ``'auto'`` resolved for ``tensor``'s device
+    and, on CPU, the op's crossover ``dense_is_faster()`` (asked only there)."""
+    if check_impl(owner, impl, impls) != 'auto':
+        return impl
+    if tensor.is_cuda and 'triton' in impls:
+        return 'triton'
+    return 'dense' if 'dense' in impls and dense_is_faster() else 'torch'

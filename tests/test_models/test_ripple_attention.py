@@ -41,7 +41,7 @@ def test_linear_twin_equals_explicit_quadratic_form():
     torch.testing.assert_close(attn(x, (5, 6)), expected)
 
 
-@pytest.mark.parametrize('impl', ['sat', 'torch'])
+@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
 @pytest.mark.parametrize('hw_shape,r_max', [((5, 7), 3), ((3, 3), 8)])
 def test_implementations_agree_in_the_module(impl, hw_shape, r_max):
     torch.manual_seed(0)

@@ -1,14 +1,16 @@
 """Ripple op (arXiv:2110.02453): the spatial weights (Eq. 5, C.3, tau, Eq. 6), the explicit reference against
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
-local/global split, the Triton kernels) against the reference in value and every gradient -- odd
-maps, batch and heads with per-head weights, R_max beyond the map, the tau merge. Triton runs on
-CPU under TRITON_INTERPRET=1 (set by tests/conftest.py)."""
+local/global split with its tiled and its dense local part, the Triton kernels) against the reference
+in value and every gradient -- odd maps, batch and heads with per-head weights, R_max beyond the map,
+the tau merge; the crossover ``auto`` follows. Triton runs on CPU under TRITON_INTERPRET=1 (set by
+tests/conftest.py)."""
 import pytest
 import torch
 
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
                                   stick_breaking, truncate, vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach
+from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
 from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
 
 
@@ -38,7 +40,7 @@ def assert_matches_reference(impl, hw_shape, r_max, tau, dtype=torch.float64, to
         torch.testing.assert_close(a, b, **(tol or {}), msg=lambda m: f'd{name}: {m}')
 
 
-@pytest.mark.parametrize('impl', ['sat', 'torch'])
+@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
 @pytest.mark.parametrize('height,width,r_max,tau', CASES)
 def test_fast_paths_equal_reference(impl, height, width, r_max, tau):
     assert_matches_reference(impl, (height, width), r_max, tau)
@@ -51,6 +53,42 @@ def test_chunks_of_tile_rows_equal_reference(monkeypatch, budget, height, width,
     one tile row per chunk (budget 1) and a few give the reference's values and gradients."""
     monkeypatch.setattr('mmvisattn.ops.ripple.pytorch.CHUNK_ELEMENTS', budget)
     assert_matches_reference('torch', (height, width), r_max, 1e-3)
+
+
+@pytest.mark.parametrize('budget', [1, 100])
+@pytest.mark.parametrize('height,width,r_max', [(9, 7, 2), (6, 11, 3)])
+def test_dense_blocks_of_queries_equal_reference(monkeypatch, budget, height, width, r_max):
+    """The dense local part runs in blocks of queries: one query per block (budget 1) and a few give the
+    reference's values and gradients."""
+    monkeypatch.setattr('mmvisattn.ops.ripple.dense.SCORE_BUDGET', budget)
+    assert_matches_reference('dense', (height, width), r_max, 1e-3)
+
+
+@pytest.mark.parametrize('hw_shape', [(24, 24), (23, 27)])
+def test_dense_equals_tiled_at_the_crossover(hw_shape):
+    """Where ``auto`` switches (R_max 8: 24x24 dense, beyond it tiled), both forms give the same values and
+    gradients in float32, on the square map and an odd one of about the same size."""
+    args = [t.detach().float().requires_grad_() for t in inputs(hw_shape, 8, batch=1, heads=2, dims=8, value_dims=8)]
+    dense = ripple_attention(*args, hw_shape, impl='dense')
+    tiled = ripple_attention(*args, hw_shape, impl='torch')
+    torch.testing.assert_close(dense, tiled, rtol=1e-4, atol=1e-5)
+    weights = torch.randn_like(dense)
+    dense_grads = torch.autograd.grad((dense * weights).sum(), args)
+    for a, b in zip(dense_grads, torch.autograd.grad((tiled * weights).sum(), args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_follows_the_measured_crossover(monkeypatch):
+    """On CPU ``auto`` runs the dense local part up to ``1.5 x`` the tiled work per query in tokens
+    (R_max 8: 607 tokens), the tiled one beyond; ``impl`` forces either."""
+    assert dense_is_faster((24, 24), 8) and not dense_is_faster((28, 28), 8)
+    assert dense_is_faster((13, 13), 4) and not dense_is_faster((14, 14), 4)
+    picked = []
+    monkeypatch.setattr('mmvisattn.ops.ripple.local_plus_global', lambda *args: picked.append(args[-1]))
+    for hw_shape, impl in [((24, 24), 'auto'), ((28, 28), 'auto'), ((24, 24), 'torch'), ((28, 28), 'dense')]:
+        q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
+        ripple_attention(q, k, v, logits, hw_shape, impl=impl)
+    assert picked == [DENSE, TILED, TILED, DENSE]
 
 
 @pytest.mark.parametrize('height,width,r_max,tau', [(5, 7, 2, 1e-3), (3, 4, 4, 0.3)])
@@ -67,15 +105,17 @@ def test_gradcheck_summed_area_backward():
     assert torch.autograd.gradcheck(vicinal_sum, [t.requires_grad_() for t in args], fast_mode=True)
 
 
-def test_gradcheck_local_global_backward():
-    """The hand-written backward of the tiled local part (overlapping halos folded back) together with
-    the global sums and the normalisation, in float64."""
+@pytest.mark.parametrize('kernels', [TILED, DENSE], ids=['tiled', 'dense'])
+def test_gradcheck_local_global_backward(kernels):
+    """The hand-written backward of the local part (tiled: overlapping halos folded back; dense: the
+    weights' gradients added back by group) together with the global sums and the normalisation, in
+    float64."""
     torch.manual_seed(0)
     hw_shape, r_max = (3, 5), 3
     args = [torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64),
             torch.randn(2, 15, 2, dtype=torch.float64), torch.randn(2, 15, r_max, dtype=torch.float64),
             torch.rand(2, 15, dtype=torch.float64)]
-    assert torch.autograd.gradcheck(lambda *a: RippleLocalGlobal.apply(*a, hw_shape, 1e-6, TILED),
+    assert torch.autograd.gradcheck(lambda *a: RippleLocalGlobal.apply(*a, hw_shape, 1e-6, kernels),
                                     [t.requires_grad_() for t in args], fast_mode=True)
 
 
@@ -130,11 +170,6 @@ def test_tau_stops_the_sticks_and_merges_the_rest():
                                - torch.tensor([0.25 / 3] * 2 + [0] * 2, dtype=torch.float64))
 
 
-def test_auto_picks_torch_on_cpu():
-    args = inputs((3, 5), 2)
-    torch.testing.assert_close(ripple_attention(*args, (3, 5)), ripple_attention(*args, (3, 5), impl='torch'))
-
-
 @pytest.mark.parametrize('change,message', [
     (dict(impl='cuda'), r"impl='cuda'; expected one of"),
     (dict(tau=0.0), r'tau=0.0; expected 0 < tau < 1'),
@@ -152,7 +187,7 @@ def test_bad_input_one_line(change, message):
         ripple_attention(q, k, v, logits, **call)
 
 
-@pytest.mark.parametrize('impl', ['sat', 'torch'])
+@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
 def test_saved_memory_is_linear_in_tokens(impl):
     """What autograd keeps grows with the tokens, not with their square (R_max fixed)."""
     def saved_elements(hw_shape):
@@ -165,7 +200,8 @@ def test_saved_memory_is_linear_in_tokens(impl):
     assert saved_elements((32, 32)) < 4.4 * saved_elements((16, 16))
 
 
-def test_local_global_keeps_only_inputs_and_output():
+@pytest.mark.parametrize('kernels', [TILED, DENSE], ids=['tiled', 'dense'])
+def test_local_global_keeps_only_inputs_and_output(kernels):
     """The scores are recomputed in the backward: saved are q, k, v, beta, w_m, the output and the
     normaliser."""
     q, k, v, logits = (t.detach().requires_grad_() for t in inputs((12, 10), 4))
@@ -174,5 +210,5 @@ def test_local_global_keeps_only_inputs_and_output():
     sizes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
         RippleLocalGlobal.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta,
-                                merged_weight, (12, 10), 1e-6, TILED)
+                                merged_weight, (12, 10), 1e-6, kernels)
     assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4 + 1 + 5 + 1)

@@ -1,8 +1,10 @@
-"""Sliding-chunk op (arXiv:2103.15358, App. C, D): the torch path with its hand-written backward and the
-Triton kernels equal the masked full-attention reference in value and gradient (queries, keys,
-values and the three bias tables) for every masking and neighbour mode, odd grids, batch 2 and
-0 / 1 / 2 global tokens; float64 gradcheck; saved memory grows with N d, as SDPA's; a window larger than the
-map is full attention; bad arguments are named. Triton runs under TRITON_INTERPRET=1 on CPU."""
+"""Sliding-chunk op (arXiv:2103.15358, App. C, D): the torch path with its hand-written backward, the
+dense path (one SDPA call with the pattern as a bias) and the Triton kernels equal the masked
+full-attention reference in value and gradient (queries, keys, values and the three bias tables)
+for every masking and neighbour mode, odd grids, batch 2 and 0 / 1 / 2 global tokens; float64
+gradcheck; saved memory grows with N d, as SDPA's; a window larger than the map is full attention;
+``auto`` takes the dense form on CPU up to the measured crossover; bad arguments are named. Triton
+runs under TRITON_INTERPRET=1 on CPU."""
 import itertools
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
+from mmvisattn.ops.sliding_chunk.dense import dense_is_faster
 
 from ..conftest import saved_elements
 
@@ -47,20 +50,56 @@ def assert_matches_reference(impl, hw, window, num_global, masking, mode, dtype=
         torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.parametrize('impl', ['torch', 'dense'])
 @pytest.mark.parametrize('masking,mode,num_global', itertools.product(MASKINGS, (0, -1, 2, 5), (0, 1, 2)))
-def test_torch_equals_reference_every_mode(masking, mode, num_global):
-    assert_matches_reference('torch', (5, 7), 2, num_global, masking, mode)
+def test_fast_paths_equal_reference_every_mode(impl, masking, mode, num_global):
+    assert_matches_reference(impl, (5, 7), 2, num_global, masking, mode)
 
 
-@pytest.mark.parametrize('hw,window', [((1, 1), 1), ((3, 10), 3), ((4, 4), 2), ((2, 3), 1), ((9, 5), 2)])
+ODD_GRIDS = [((1, 1), 1), ((3, 10), 3), ((4, 4), 2), ((2, 3), 1), ((9, 5), 2)]
+
+
+@pytest.mark.parametrize('hw,window', ODD_GRIDS)
 @pytest.mark.parametrize('masking', MASKINGS)
 def test_torch_equals_reference_odd_grids(hw, window, masking):
     # grids of one and two chunks too, where cyclic neighbours repeat and the reference merges them
     assert_matches_reference('torch', hw, window, 1, masking, 0)
 
 
-def test_torch_equals_reference_without_bias():
-    assert_matches_reference('torch', (6, 5), 2, 1, 'chunk', 0, rel_pos=False)
+@pytest.mark.parametrize('hw,window', ODD_GRIDS)
+@pytest.mark.parametrize('masking', ['chunk', 'exact'])
+def test_dense_equals_reference_odd_grids(hw, window, masking):
+    assert_matches_reference('dense', hw, window, 1, masking, 0)
+
+
+def test_dense_refuses_keys_visited_twice():
+    """Cyclic wrapping on a grid of one or two chunks visits a key in several slots, each with its own
+    bias, which one additive bias per pair cannot hold: forced dense fails in one line, auto stays on
+    the sliding chunks."""
+    q, k, v, tables = make_inputs(hw=(3, 10), window=3)
+    with pytest.raises(ValueError, match=r"impl='dense' with masking='cyclic' on a 3x10 map of window 3 visits "
+                                         r"some keys twice; expected impl='torch' there"):
+        sliding_chunk_attention(q, k, v, (3, 10), 3, 1, 'cyclic', rel_pos=tables, impl='dense')
+    assert not dense_is_faster((3, 10), 3, 1, 'cyclic', 0, q.device)
+
+
+@pytest.mark.parametrize('impl', ['torch', 'dense'])
+def test_fast_paths_equal_reference_without_bias(impl):
+    assert_matches_reference(impl, (6, 5), 2, 1, 'chunk', 0, rel_pos=False)
+
+
+def test_dense_equals_torch_at_the_crossover():
+    """w 7 with one global token: 21x21 (442 tokens, as many as a query's slots) is the largest map
+    ``auto`` runs dense; there and on an odd map one row larger both forms agree in float32."""
+    for hw in [(21, 21), (22, 21)]:
+        q, k, v, tables = make_inputs(batch=2, heads=2, num_global=1, hw=hw, dims=8, window=7, dtype=torch.float32)
+        dense = sliding_chunk_attention(q, k, v, hw, 7, 1, rel_pos=tables, impl='dense')
+        linear = sliding_chunk_attention(q, k, v, hw, 7, 1, rel_pos=tables, impl='torch')
+        torch.testing.assert_close(dense, linear, rtol=1e-4, atol=1e-5)
+        inputs, weights = leaves(q, k, v, tables), torch.randn_like(dense)
+        for a, b in zip(torch.autograd.grad((dense * weights).sum(), inputs),
+                        torch.autograd.grad((linear * weights).sum(), inputs)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize('budget', [1, 200])
@@ -72,11 +111,14 @@ def test_slices_of_chunks_equal_reference(monkeypatch, budget, masking):
     assert_matches_reference('torch', (7, 9), 2, 1, masking, 0)
 
 
-def test_gradcheck_hand_written_backward():
+@pytest.mark.parametrize('impl', ['torch', 'dense'])
+def test_gradcheck_hand_written_backward(impl):
+    """The torch path's backward, and the dense path's gather of the bias, whose gradient is added back
+    by one index_add_."""
     q, k, v, tables = make_inputs(batch=1, heads=2, num_global=1, hw=(3, 4), dims=2, window=2)
 
     def fn(q, k, v, table, g2l, g2g):
-        return sliding_chunk_attention(q, k, v, (3, 4), 2, 1, 'exact', 0, (table, g2l, g2g), impl='torch')
+        return sliding_chunk_attention(q, k, v, (3, 4), 2, 1, 'exact', 0, (table, g2l, g2g), impl=impl)
 
     assert torch.autograd.gradcheck(fn, (q, k, v, *tables))
 
@@ -89,6 +131,8 @@ def test_window_larger_than_map_is_full_attention(masking):
     q, k, v, _ = make_inputs(num_global=num_global, hw=(5, 6), window=8, rel_pos=False)
     full = F.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl='torch'), full)
+    if masking != 'cyclic':
+        torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl='dense'), full)
     torch.testing.assert_close(sliding_chunk_attention_reference(q, k, v, (5, 6), 8, num_global, masking), full)
 
 
@@ -123,10 +167,22 @@ def test_saved_tensors_grow_linearly_like_sdpa(masking):
     assert abs(second - first) < 0.1 * first  # linear growth
 
 
-def test_auto_picks_torch_on_cpu():
-    q, k, v, tables = make_inputs()
-    torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 7), 2, 1, rel_pos=tables),
-                               sliding_chunk_attention(q, k, v, (5, 7), 2, 1, rel_pos=tables, impl='torch'))
+def test_auto_follows_the_measured_crossover(monkeypatch):
+    """On CPU ``auto`` runs the dense form while the map holds at most a query's slots (w 7, one global
+    token, mode 0: 442 tokens, 21x21), the sliding chunks beyond; ``impl`` forces either."""
+    cpu = torch.device('cpu')
+    assert dense_is_faster((21, 21), 7, 1, 'chunk', 0, cpu) and not dense_is_faster((22, 21), 7, 1, 'chunk', 0, cpu)
+    assert dense_is_faster((7, 7), 7, 0, 'chunk', -1, cpu) and not dense_is_faster((7, 8), 7, 0, 'chunk', -1, cpu)
+    picked = []
+    # stand-ins that record the path and return their queries (shaped as each path's output)
+    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_attention_dense',
+                        lambda q, *args: picked.append('dense') or q)
+    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_local_torch',
+                        lambda chunks, *args: picked.append('torch') or chunks)
+    for hw, impl in [((21, 21), 'auto'), ((22, 21), 'auto'), ((21, 21), 'torch'), ((22, 21), 'dense')]:
+        q, k, v, _ = make_inputs(batch=1, heads=1, num_global=1, hw=hw, dims=2, window=7, rel_pos=False)
+        sliding_chunk_attention(q, k, v, hw, 7, 1, impl=impl)
+    assert picked == ['dense', 'torch', 'torch', 'dense']
 
 
 @pytest.mark.parametrize('kwargs,message', [

@@ -41,7 +41,7 @@ class LongformerAttention(BaseAttention):
         attn_drop: Must be 0: the op fuses the softmax with the value product (the official module's
             attention dropout, 0 by default in the official MsViT, is not reproduced).
         proj_drop: Dropout after the output projection.
-        impl: Op implementation, ``'auto' | 'reference' | 'torch' | 'triton'``.
+        impl: Op implementation, one of :data:`mmvisattn.ops.sliding_chunk.IMPLS`.
         init_cfg: mmengine initialisation config.
     """
 

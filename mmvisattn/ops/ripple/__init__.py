@@ -14,10 +14,14 @@ Implementations (``impl=``):
   hand-written backward of Appendix B, O(H W R_max D E) time, O(H W D E) memory;
 * ``torch``: groups inside ``R_max`` as a distance-weighted local attention on tiles plus the merged
   groups through global sums, hand-written backward, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory;
+* ``dense``: the same split with the local part as ``N x N`` products by blocks of queries
+  (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) memory: faster where the window
+  ``(2 R_max - 1)^2`` covers much of the map;
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
-``auto`` picks ``triton`` for CUDA tensors and ``torch`` otherwise: with the ``R_max`` of the paper
-(2-16) the local form needs fewer operations than the tables and far less memory.
+``auto`` picks ``triton`` for CUDA tensors; on CPU ``dense`` below the crossover measured in
+:mod:`.dense` (:func:`~.dense.dense_is_faster`) and ``torch`` above it: with the ``R_max`` of the
+paper (2-16) the local form needs fewer operations than the tables and far less memory.
 """
 from typing import Sequence
 
@@ -25,11 +29,12 @@ from torch import Tensor
 
 from ..dispatch import resolve_impl
 from .common import check_inputs, ring_weights, stick_breaking, truncate
-from .pytorch import ripple_attention_local
+from .dense import DENSE, dense_is_faster
+from .pytorch import TILED, local_plus_global
 from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
 
-IMPLS = ('auto', 'reference', 'sat', 'torch', 'triton')
+IMPLS = ('auto', 'reference', 'sat', 'dense', 'torch', 'triton')
 
 
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
@@ -49,8 +54,8 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     Returns:
         ``(..., N, E)``.
     """
-    impl = resolve_impl('ripple_attention', impl, q, IMPLS)
     check_inputs(q, k, v, logits, hw_shape, tau)
+    impl = resolve_impl('ripple_attention', impl, q, IMPLS, lambda: dense_is_faster(hw_shape, logits.shape[-1]))
     if impl == 'reference':
         return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
     if impl == 'sat':
@@ -58,7 +63,7 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     if impl == 'triton':
         from .triton import ripple_attention_triton
         return ripple_attention_triton(q, k, v, logits, hw_shape, tau, eps)
-    return ripple_attention_local(q, k, v, logits, hw_shape, tau, eps)
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, DENSE if impl == 'dense' else TILED)
 
 
 # group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'

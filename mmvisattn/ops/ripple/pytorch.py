@@ -39,11 +39,22 @@ from .common import ring_weights
 CHUNK_ELEMENTS = 2 ** 17  # score entries per chunk of tiles: bounds the temporaries of one step
 
 
-def tile_size(r_max: int) -> int:
-    """Tile side ``T`` minimising the work per query: ``(T + 2 R_max - 2)^2`` scores, plus gathering
-    the halo's keys and values (about four score passes' worth spread over ``T^2`` queries)."""
+def _tile_costs(r_max: int) -> Tuple[float, int]:
+    """The least work per query over the tile sides ``T``, and that ``T``: ``(T + 2 R_max - 2)^2``
+    scores, plus gathering the halo's keys and values (about four score passes' worth spread over
+    ``T^2`` queries)."""
     costs = [((tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2), tile) for tile in (1, 2, 4, 8, 16)]
-    return min(costs)[1]  # no key=: torch.compile's tracer does not take min(key=...)
+    return min(costs)  # no key=: torch.compile's tracer does not take min(key=...)
+
+
+def tile_size(r_max: int) -> int:
+    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`)."""
+    return _tile_costs(r_max)[1]
+
+
+def tiled_cost(r_max: int) -> float:
+    """Work per query of the tiled local part, in score entries."""
+    return _tile_costs(r_max)[0]
 
 
 class Chunk(NamedTuple):
@@ -288,8 +299,3 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape:
     return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, tokens), tuple(hw_shape), eps,
                           kernels)
 
-
-def ripple_attention_local(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
-                           eps: float) -> Tensor:
-    """Ripple attention with the tiled torch local part."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, TILED)

@@ -15,8 +15,10 @@ Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: 
 ``((4w-1)^2, heads)`` for local-local pairs, ``g2l`` ``(2, heads, G)`` (row 0: global query to a
 local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 
-Implementations: ``reference`` (masked full attention, tests only), ``torch`` (sliding chunks,
-hand-written backward) and ``triton`` (fused kernels); ``auto`` picks Triton for CUDA tensors.
+Implementations: ``reference`` (masked full attention, tests only), ``dense`` (one SDPA call with the
+pattern as an additive bias, :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward) and
+``triton`` (fused kernels); ``auto`` picks Triton for CUDA tensors and, on CPU, ``dense`` on maps no
+larger than a query's window (the crossover measured in :mod:`.dense`), ``torch`` on larger ones.
 """
 from numbers import Integral
 from typing import Optional, Sequence
@@ -27,12 +29,13 @@ from torch import Tensor
 
 from ..dispatch import resolve_impl
 from ..token_grid import window_grid
+from .dense import dense_is_faster, sliding_chunk_attention_dense
 from .pytorch import ChunkGrid, sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, slot_bias,
                      slot_tables, to_chunks, visited_neighbours)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
-IMPLS = ('auto', 'reference', 'torch', 'triton')
+IMPLS = ('auto', 'reference', 'dense', 'torch', 'triton')
 
 
 def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
@@ -68,13 +71,17 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         hw_shape: ``(h, w)`` of the map. window: chunk side ``w`` (attention window ``2w+1``);
         larger than the map is legal (one chunk then covers it all). num_global: ``G``.
         masking: ``'chunk' | 'exact' | 'cyclic'``. mode: -1, 0 or 1..8. rel_pos: see the module
-        docstring. scale: defaults to ``d ** -0.5``. impl: ``'auto' | 'reference' | 'torch' | 'triton'``.
+        docstring. scale: defaults to ``d ** -0.5``. impl: one of :data:`IMPLS`.
     """
     hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
-    impl = resolve_impl('sliding_chunk_attention', impl, q, IMPLS)
     window = _check(q, hw_shape, window, num_global, masking, mode)
+    impl = resolve_impl('sliding_chunk_attention', impl, q, IMPLS,
+                        lambda: dense_is_faster(hw_shape, window, num_global, masking, mode, q.device))
     if impl == 'reference':
         return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
+    if impl == 'dense':
+        return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos,
+                                             q.shape[-1] ** -0.5 if scale is None else scale)
     if impl == 'triton':
         from .triton import check_triton_inputs
         check_triton_inputs(q, k, v, window)

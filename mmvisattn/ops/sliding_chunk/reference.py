@@ -7,7 +7,7 @@ lie in several visited neighbour chunks of a query (cyclic wrapping on grids of 
 chunks); the fast paths then see it once per chunk, each time with that chunk's relative-position
 bias, which equals one entry of bias ``log(sum_copies exp(b))``.
 """
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -18,13 +18,15 @@ from ..token_grid import grid_coordinates, window_grid
 from .layout import NEIGHBOURS, visited_neighbours
 
 
-def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:
-    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 = forbidden)."""
+def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
+                  device=None) -> Iterator[Tuple[Tensor, Tensor]]:
+    """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s in that
+    chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the fast paths
+    place the key). Defined from token coordinates alone: the pattern of App. C."""
     height, width = hw_shape
-    x, y = grid_coordinates(hw_shape, table.device)
+    x, y = grid_coordinates(hw_shape, device)
     rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1
-    weights = table.new_zeros(table.shape[1], x.numel(), x.numel())
     for offset in visited_neighbours(mode):
         dx, dy = NEIGHBOURS[offset]
         target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy  # (N, 1) key chunk
@@ -37,7 +39,15 @@ def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int
         virtual_x = target_x * window + x[None, :] % window  # where the fast path places the key
         virtual_y = target_y * window + y[None, :] % window
         rel = (x[:, None] - virtual_x + 2 * window - 1) * side + (y[:, None] - virtual_y + 2 * window - 1)
-        bias = table[rel.clamp(0, side * side - 1)].permute(2, 0, 1)
+        yield match, rel.clamp(0, side * side - 1)
+
+
+def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:
+    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 = forbidden)."""
+    tokens = hw_shape[0] * hw_shape[1]
+    weights = table.new_zeros(table.shape[1], tokens, tokens)
+    for match, rel in visited_pairs(hw_shape, window, masking, mode, table.device):
+        bias = table[rel].permute(2, 0, 1)
         weights = weights + torch.where(match, bias.exp(), torch.zeros_like(bias))
     return weights
 

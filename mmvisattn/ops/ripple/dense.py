@@ -1,0 +1,108 @@
+"""The local part of ripple attention in dense form, for maps small against ``R_max`` (arXiv:2110.02453, Eq. 4).
+
+The local part of :mod:`.pytorch` weights the scores ``phi(q_ij) . phi(k_mn)`` of the groups
+``r < R_max`` by ``beta_r(i, j)``. Where the window ``(2 R_max - 1)^2`` covers much of the map, the
+tiles' halos overlap so much that one ``N x N`` matrix product per block of queries is cheaper:
+every key meets every query, ``beta`` is gathered by the pair's Chebyshev group (a zero weight from
+``R_max`` on), and the key and value gradients are accumulated by matrix products instead of being
+folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
+
+:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU. Measured on two cores
+(``benchmark_attention.py`` with ``RippleAttention:r_max=R,impl=torch`` against ``impl=dense``;
+forward + backward of the local/global op, 6 slices of 32 dims; ``cost`` = :func:`tiled_cost`):
+
+    R_max  grid  N / cost  dense / tiled          R_max  grid  N / cost  dense / tiled
+      2     8     2.00        0.57                  8     24     1.42        0.56
+      2    14     6.12        0.90                  8     28     1.94        0.99
+      4    14     1.57        0.50                  8     32     2.53        1.61
+      4    18     2.59        0.79                 16     40     1.11        0.47
+      4    20     3.20        1.59                 16     48     1.59        0.97
+
+The dense form wins up to ``N / cost`` of about 1.6 at ``R_max = 16`` and more at smaller ``R_max``,
+so :data:`DENSE_CROSSOVER` is 1.5, on the safe side for every ``R_max`` measured.
+"""
+from functools import lru_cache
+from typing import Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..recompute import runs
+from ..token_grid import grid_coordinates
+from .pytorch import LocalKernels, tiled_cost
+
+SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
+DENSE_CROSSOVER = 1.5  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
+
+
+def dense_is_faster(hw_shape: Sequence[int], r_max: int) -> bool:
+    """Whether the dense local part beats the tiled one on this map (measured on CPU)."""
+    return hw_shape[0] * hw_shape[1] <= DENSE_CROSSOVER * tiled_cost(r_max)
+
+
+@lru_cache(maxsize=4)
+def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Tensor:
+    """``(N * N,)`` flat positions in the ``(N, R_max + 1)`` weights of every (query, key) pair:
+    ``query * (R_max + 1) + min(Chebyshev distance, R_max)``. Cached: the same map recurs every layer
+    and every step."""
+    rows, cols = grid_coordinates(hw_shape, device)
+    group = torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs()).clamp_(max=r_max)
+    group += torch.arange(hw_shape[0] * hw_shape[1], device=device)[:, None] * (r_max + 1)
+    return group.view(-1)
+
+
+def _blocks(slices: int, tokens: int):
+    return runs(tokens, max(1, SCORE_BUDGET // (slices * tokens)))
+
+
+def _pair_weights(beta_flat: Tensor, positions: Tensor, rows: slice, tokens: int) -> Tensor:
+    """``(S, n, N)`` ``beta`` of every pair of the query ``rows``."""
+    index = positions[rows.start * tokens:rows.stop * tokens]
+    return beta_flat.index_select(1, index).view(beta_flat.shape[0], -1, tokens)
+
+
+def _weights_table(beta: Tensor) -> Tensor:
+    """``(S, N, R_max)`` -> ``(S, N * (R_max + 1))``: a zero weight appended for the far groups."""
+    return F.pad(beta, (0, 1)).view(beta.shape[0], -1)
+
+
+def dense_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
+    """``num``, ``den`` of the local part as :func:`.pytorch.tiled_forward`, by blocks of queries."""
+    slices, tokens = q.shape[:2]
+    positions = pair_positions(tuple(hw_shape), beta.shape[-1], q.device)
+    table = _weights_table(beta)
+    num, den = q.new_empty(*v.shape), q.new_empty(slices, tokens, 1)
+    for rows in _blocks(slices, tokens):
+        weighted = (q[:, rows] @ k.transpose(1, 2)).mul_(_pair_weights(table, positions, rows, tokens))
+        num[:, rows] = weighted @ v
+        den[:, rows] = weighted.sum(dim=-1, keepdim=True)
+    return num, den
+
+
+def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
+                   grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of :func:`dense_forward` for ``q, k, v, beta``, the scores recomputed block by block."""
+    slices, tokens = q.shape[:2]
+    r_max = beta.shape[-1]
+    positions = pair_positions(tuple(hw_shape), r_max, q.device)
+    table = _weights_table(beta)
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    grad_table = torch.zeros_like(table)
+    for rows in _blocks(slices, tokens):
+        weights = _pair_weights(table, positions, rows, tokens)
+        q_part, num_part = q[:, rows], grad_num[:, rows]
+        scores = q_part @ k.transpose(1, 2)
+        grad_weighted = num_part @ v.transpose(1, 2)
+        grad_weighted += grad_den[:, rows]
+        # the pairs' weight gradients summed by group: the adjoint of the gather
+        grad_table.index_add_(1, positions[rows.start * tokens:rows.stop * tokens],
+                              (grad_weighted * scores).view(slices, -1))
+        grad_scores = grad_weighted.mul_(weights)
+        grad_q[:, rows] = grad_scores @ k
+        grad_k.baddbmm_(grad_scores.transpose(1, 2), q_part)
+        grad_v.baddbmm_(scores.mul_(weights).transpose(1, 2), num_part)
+    return grad_q, grad_k, grad_v, grad_table.view(slices, tokens, r_max + 1)[..., :r_max]
+
+
+DENSE = LocalKernels(dense_forward, dense_backward)

@@ -1,0 +1,120 @@
+"""Vision Longformer attention in dense form, for maps no larger than a query's window (arXiv:2103.15358, App. C).
+
+Where the ``3 x 3`` chunks a query visits hold as many slots as the map has tokens, the sliding
+chunks only add work: padded slots beyond the border, the gathering of nine neighbour chunks per
+chunk, a score matrix per chunk. The dense form is one SDPA call over all ``G + N`` tokens with an
+additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allowed pair and
+``-inf`` on the forbidden ones, gathered from one row per head by a cached index of the pattern
+(:func:`visited_pairs`, the reference's definition from token coordinates).
+
+:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= S``, the slots of
+a query (``S = G + 9 w^2`` in mode 0). Measured on two cores (forward + backward, batch 2, 3
+heads of 32 dims, ``w = 7``, one global token, trainable relative-position bias; re-measure with
+``benchmark_attention.py --types LongformerAttention:window=7,num_global=1,impl=torch
+LongformerAttention:window=7,num_global=1,impl=dense``):
+
+    grid   G + N   / S    sliding chunks   dense
+    14x14    197   0.45        6.3 ms       1.2 ms
+    21x21    442   1.00       12.6 ms       5.8 ms
+    28x28    785   1.78       20.2 ms      18.6 ms
+
+Beyond ``S`` the dense form is barely faster and holds the ``N^2`` probabilities for the backward
+(SDPA's math path, which a bias with a gradient takes), which the sliding chunks never store, so it
+stops there. Layouts in which a key is visited twice (cyclic wrapping on a grid of fewer than three
+chunks, where the reference merges the copies' biases) have no single bias per pair and stay on the
+sliding chunks.
+
+Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.amp`).
+"""
+from functools import lru_cache
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..amp import autocast_off, float32_math
+from ..tracing import apply_function
+from .layout import visited_neighbours
+from .reference import visited_pairs
+
+
+def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int,
+                    device: torch.device) -> bool:
+    """Whether ``auto`` runs the dense form on CPU: the map holds at most a query's slots and every
+    allowed pair is visited once."""
+    slots = num_global + len(visited_neighbours(mode)) * window * window
+    return (num_global + hw_shape[0] * hw_shape[1] <= slots
+            and pair_index(tuple(hw_shape), window, num_global, masking, mode, device) is not None)
+
+
+@lru_cache(maxsize=16)
+def pair_index(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+               device: torch.device) -> Optional[Tensor]:
+    """``(G + N, G + N)`` position of every pair's bias in a head's row of :func:`bias_rows`, or ``None``
+    where some key is visited twice. Cached: a map size recurs in every layer and every step."""
+    tokens, side = hw_shape[0] * hw_shape[1], 4 * window - 1
+    forbidden = side * side + 2 * num_global + num_global ** 2 + 1
+    local = torch.full((tokens, tokens), forbidden, dtype=torch.long, device=device)
+    visits = torch.zeros(tokens, tokens, dtype=torch.long, device=device)
+    for match, rel in visited_pairs(hw_shape, window, masking, mode, device):
+        local = torch.where(match, rel, local)
+        visits += match
+    if bool((visits > 1).any()):
+        return None
+    if num_global == 0:
+        return local
+    glob = torch.arange(num_global, device=device)
+    from_global = (side * side + glob)[:, None].expand(-1, tokens)
+    to_global = (side * side + num_global + glob)[None].expand(tokens, -1)
+    among = side * side + 2 * num_global + glob[:, None] * num_global + glob[None]
+    return torch.cat([torch.cat([among, from_global], dim=1), torch.cat([to_global, local], dim=1)])
+
+
+def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, heads: int,
+              like: Tensor) -> Tensor:
+    """``(heads, E)``: each head's local table ``(4w-1)^2``, global query to local key ``G``, local
+    query to global key ``G``, global to global ``G^2``, then ``0`` (no bias) and ``-inf`` (forbidden)."""
+    side = 4 * window - 1
+    table = like.new_zeros(heads, side * side) if rel_pos is None or rel_pos[0] is None else rel_pos[0].t()
+    if rel_pos is not None and rel_pos[1] is not None:
+        glob = [rel_pos[1][0], rel_pos[1][1], rel_pos[2].reshape(heads, -1)]
+    else:
+        glob = [like.new_zeros(heads, 2 * num_global + num_global ** 2)]
+    ends = like.new_tensor([0.0, float('-inf')]).expand(heads, 2)
+    return torch.cat([table.to(like.dtype), *(g.to(like.dtype) for g in glob), ends], dim=1)
+
+
+class GatherBias(torch.autograd.Function):
+    """``rows[:, index]`` with the backward adding the pairs' gradients back by one ``index_add_`` (the
+    gradient of advanced indexing, ``index_put_`` with accumulation, is slower on CPU). Autocast off
+    in both passes; a gather keeps its input's dtype."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, rows: Tensor, index: Tensor) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.width = rows.shape[1]
+        return rows.index_select(1, index.view(-1)).view(rows.shape[0], *index.shape)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
+        index, = ctx.saved_tensors
+        heads = grad.shape[0]
+        flat = (index.view(1, -1) + torch.arange(heads, device=grad.device)[:, None] * ctx.width).view(-1)
+        return grad.new_zeros(heads * ctx.width).index_add_(0, flat, grad.reshape(-1)).view(heads, -1), None
+
+
+@float32_math  # half logits of large inputs overflow before the softmax
+def sliding_chunk_attention_dense(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+                                  num_global: int, masking: str, mode: int,
+                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
+    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (arguments checked)."""
+    index = pair_index(tuple(hw_shape), window, num_global, masking, mode, q.device)
+    if index is None:
+        raise ValueError(f"sliding_chunk_attention: impl='dense' with masking={masking!r} on a "
+                         f'{hw_shape[0]}x{hw_shape[1]} map of window {window} visits some keys twice; '
+                         "expected impl='torch' there")
+    bias = apply_function(GatherBias, bias_rows(rel_pos, window, num_global, q.shape[1], q), index)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
