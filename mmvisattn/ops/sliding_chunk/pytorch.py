@@ -89,7 +89,11 @@ def _scores(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tens
     bias = _bias_rows(bias, part.rows)
     if bias is not None:
         scores += bias
-    return scores.masked_fill_(invalid[part.chunks], float('-inf'))
+    # -inf added, not masked_fill_: filling through a mask broadcast over the heads is some 6x slower
+    # on CPU than filling the small mask itself and adding it
+    blocked = invalid[part.chunks]
+    return scores.add_(torch.zeros(blocked.shape, dtype=scores.dtype, device=scores.device)
+                       .masked_fill_(blocked, float('-inf')))
 
 
 class SlidingChunkAttention(torch.autograd.Function):
