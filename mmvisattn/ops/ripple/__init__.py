@@ -15,8 +15,8 @@ Implementations (``impl=``):
 * ``torch``: groups inside ``R_max`` as a distance-weighted local attention on tiles plus the merged
   groups through global sums, hand-written backward, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory;
 * ``dense``: the same split with the local part as ``N x N`` products by blocks of queries
-  (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) memory: faster where the window
-  ``(2 R_max - 1)^2`` covers much of the map;
+  (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) saved memory plus a cached index of
+  ``8 H^2 W^2`` bytes: faster where the window ``(2 R_max - 1)^2`` covers much of the map;
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
 ``auto`` picks ``triton`` for CUDA tensors; on CPU ``dense`` below the crossover measured in

@@ -19,7 +19,10 @@ forward + backward of the local/global op, 6 slices of 32 dims; ``cost`` = :func
       4    20     3.20        1.59                 16     48     1.59        0.97
 
 The dense form wins up to ``N / cost`` of about 1.6 at ``R_max = 16`` and more at smaller ``R_max``,
-so :data:`DENSE_CROSSOVER` is 1.5, on the safe side for every ``R_max`` measured.
+so :data:`DENSE_CROSSOVER` is 1.5, on the safe side for every ``R_max`` measured. Memory: the saved
+tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
+:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (1.3 MB at the
+crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).
 """
 from functools import lru_cache
 from typing import Sequence, Tuple
