@@ -13,8 +13,9 @@ run time only; without it the official columns are left out.
   the op and its peers and runs them in rounds, alternating the order every round (ours first,
   then last); the ratio is the median of the per-round ratios ours / peer, the times the medians.
 * **Memory**: the growth of the peak resident set over one forward + backward, each module and
-  grid in a fresh process, measured after the module and input exist and after one step on an
-  8x8 map (which allocates the libraries' workspaces, the same for every module).
+  grid in a fresh process, measured after the module and input exist and after a step on an
+  8x8 map (which allocates the libraries' workspaces, the same for every module), one per path
+  of an op with a dense form (``auto`` takes that one on so small a map).
 * **Models**: one image, inference (``model._forward``, the raw head outputs; the backbone alone
   beside it), paired in rounds the same way against the first model of the group.
 
@@ -171,10 +172,15 @@ def attention_module(spec: str, dims: int, heads: int, grid: int, peers: Optiona
     return module, lambda x: module(x, (grid, grid)), getattr(module, 'num_extra_tokens', 0)
 
 
-def training_step(spec: str, case: OpCase, grid: int, peers: Optional[Path]) -> Callable[[], None]:
+def training_step(spec: str, case: OpCase, grid: int, peers: Optional[Path],
+                  impl: Optional[str] = None) -> Callable[[], None]:
+    """One forward + backward of the module of ``spec``; ``impl`` overrides the op path of a project
+    module that has one."""
     import torch
     module, call, extra = attention_module(spec, case.dims, case.heads, grid, peers)
     module.train()
+    if impl is not None and impl in getattr(module, 'impls', ()):
+        module.impl = impl
     x = torch.randn(case.batch, extra + grid * grid, case.dims, requires_grad=True)
 
     def step() -> None:
@@ -245,8 +251,10 @@ def child_memory(payload: dict) -> dict:
     case = OP_CASES[payload['case']]
     peers = Path(payload['peers']) if payload['peers'] else None
     # one step on a small map first: the libraries' lazily allocated workspaces (BLAS, thread pools;
-    # 10-40 MB on the first call of some ops) are not the op's memory
-    training_step(payload['spec'], case, WARM_UP_GRID, peers)()
+    # 10-40 MB on the first call of some ops) are not the op's memory. On a map that small 'auto'
+    # takes an op's dense form, so the linear path, which the benchmark grids take, warms up too.
+    for impl in ('torch', None):
+        training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
     return peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))
 
 
