@@ -3,7 +3,7 @@ torch SDPA, mmseg's spatial-reduction attention (SRA) and, given ``--peers``, th
 then whole models end to end.
 
     python tools/analysis_tools/benchmark_suite.py [--peers PEERS_DIR] [--out-dir work_dirs/bench]
-        [--only ops memory models] [--rounds 5]
+        [--only ops memory models] [--rounds 25]
 
 ``PEERS_DIR`` holds checkouts of the official repositories named ``owner+name``
 (``microsoft+vision-longformer``, ``GATECH-EIC+Castling-ViT``, ``juhongm999+pervit``), imported at
@@ -108,7 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--peers', type=Path, help='folder of owner+name checkouts of the official repositories')
     parser.add_argument('--only', nargs='+', choices=('ops', 'memory', 'models'), default=['ops', 'memory', 'models'])
-    parser.add_argument('--rounds', type=int, default=5, help='paired rounds per op and grid')
+    parser.add_argument('--rounds', type=int, default=25, help='paired rounds per op and grid (at most; '
+                        'small grids run them all, large ones stop at --budget)')
     parser.add_argument('--budget', type=float, default=40, help='seconds of rounds per op and grid (at least 3)')
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--cases', nargs='+', metavar='KEY', help='op and model keys to run (default: all): '
