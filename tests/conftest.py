@@ -63,11 +63,17 @@ def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = Tru
 
 
 def load_tool(path: str):
-    """The module of the tool script ``path`` (relative to the repository), to call its functions."""
+    """The module of the tool script ``path`` (relative to the repository), to call its functions. Its
+    folder is on ``sys.path`` while it loads, as when the script runs, so it imports its siblings."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    folder = str((REPO / path).parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
     return module
 
 

@@ -12,12 +12,12 @@ milliseconds. PyTorch runs with 2 threads. Writes ``results.json`` into ``--out-
 """
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
+
+from benchmark_attention import median_seconds  # this folder: on sys.path when the script runs
 
 from mmvisattn.deploy import export_onnx, onnxruntime_session, switch_to_deploy
 from mmvisattn.deploy.onnx_export import RawOutputs
@@ -49,14 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def median_ms(run: Callable[[], object], warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * median_seconds(run, warmup, repeats, sync=lambda: None)
 
 
 def load_config(config: str):
