@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..recompute import runs
-from ..token_grid import grid_coordinates
 from .pytorch import LocalKernels, tiled_cost
+from .reference import chebyshev_distances
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
 DENSE_CROSSOVER = 1.5  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
@@ -49,8 +49,7 @@ def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) 
     """``(N * N,)`` flat positions in the ``(N, R_max + 1)`` weights of every (query, key) pair:
     ``query * (R_max + 1) + min(Chebyshev distance, R_max)``. Cached: the same map recurs every layer
     and every step."""
-    rows, cols = grid_coordinates(hw_shape, device)
-    group = torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs()).clamp_(max=r_max)
+    group = chebyshev_distances(hw_shape, device).clamp_(max=r_max)
     group += torch.arange(hw_shape[0] * hw_shape[1], device=device)[:, None] * (r_max + 1)
     return group.view(-1)
 
@@ -59,9 +58,13 @@ def _blocks(slices: int, tokens: int):
     return runs(tokens, max(1, SCORE_BUDGET // (slices * tokens)))
 
 
-def _pair_weights(beta_flat: Tensor, positions: Tensor, rows: slice, tokens: int) -> Tensor:
-    """``(S, n, N)`` ``beta`` of every pair of the query ``rows``."""
-    index = positions[rows.start * tokens:rows.stop * tokens]
+def _block_positions(positions: Tensor, rows: slice, tokens: int) -> Tensor:
+    """The :func:`pair_positions` of the pairs of the query ``rows``."""
+    return positions[rows.start * tokens:rows.stop * tokens]
+
+
+def _pair_weights(beta_flat: Tensor, index: Tensor, tokens: int) -> Tensor:
+    """``(S, n, N)`` ``beta`` of the pairs at ``index`` (a block of queries)."""
     return beta_flat.index_select(1, index).view(beta_flat.shape[0], -1, tokens)
 
 
@@ -77,7 +80,8 @@ def dense_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seque
     table = _weights_table(beta)
     num, den = q.new_empty(*v.shape), q.new_empty(slices, tokens, 1)
     for rows in _blocks(slices, tokens):
-        weighted = (q[:, rows] @ k.transpose(1, 2)).mul_(_pair_weights(table, positions, rows, tokens))
+        weights = _pair_weights(table, _block_positions(positions, rows, tokens), tokens)
+        weighted = (q[:, rows] @ k.transpose(1, 2)).mul_(weights)
         num[:, rows] = weighted @ v
         den[:, rows] = weighted.sum(dim=-1, keepdim=True)
     return num, den
@@ -93,14 +97,14 @@ def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
     grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_table = torch.zeros_like(table)
     for rows in _blocks(slices, tokens):
-        weights = _pair_weights(table, positions, rows, tokens)
+        index = _block_positions(positions, rows, tokens)
+        weights = _pair_weights(table, index, tokens)
         q_part, num_part = q[:, rows], grad_num[:, rows]
         scores = q_part @ k.transpose(1, 2)
         grad_weighted = num_part @ v.transpose(1, 2)
         grad_weighted += grad_den[:, rows]
         # the pairs' weight gradients summed by group: the adjoint of the gather
-        grad_table.index_add_(1, positions[rows.start * tokens:rows.stop * tokens],
-                              (grad_weighted * scores).view(slices, -1))
+        grad_table.index_add_(1, index, (grad_weighted * scores).view(slices, -1))
         grad_scores = grad_weighted.mul_(weights)
         grad_q[:, rows] = grad_scores @ k
         grad_k.baddbmm_(grad_scores.transpose(1, 2), q_part)

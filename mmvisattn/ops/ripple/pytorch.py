@@ -68,7 +68,7 @@ class Geometry:
     run of tile rows (a chunk)."""
 
     def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
-        self.hw_shape, self.r_max, self.tile, self.halo = tuple(hw_shape), r_max, tile, r_max - 1
+        self.hw_shape, self.tile, self.halo = tuple(hw_shape), tile, r_max - 1
         self.side = tile + 2 * self.halo
         self.rows, self.cols = window_grid(hw_shape, tile)
         self.padded = (self.rows * tile + 2 * self.halo, self.cols * tile + 2 * self.halo)

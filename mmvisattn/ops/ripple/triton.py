@@ -1,4 +1,4 @@
-"""Triton kernels for the local part of ripple attention (see :mod:`.local`): every query visits the
+"""Triton kernels for the local part of ripple attention (see :mod:`.pytorch`): every query visits the
 ``(2 R_max - 1)^2`` offsets of its groups ``r < R_max`` in registers, so nothing beyond the inputs
 and outputs is ever written -- O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory, forward and
 backward. The merged groups stay global sums in torch (:func:`.pytorch.local_plus_global`).

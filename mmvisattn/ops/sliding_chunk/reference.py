@@ -23,7 +23,6 @@ def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
     """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s in that
     chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the fast paths
     place the key). Defined from token coordinates alone: the pattern of App. C."""
-    height, width = hw_shape
     x, y = grid_coordinates(hw_shape, device)
     rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1
