@@ -28,8 +28,14 @@ TRITON_OPTIONS = {'RippleAttention': dict(r_max=2)}
 SCALES = {'normal': 1.0, 'x100': 100.0, 'zero': 0.0}
 
 # (output, gradients) bounds per dtype, normal and zero inputs; the largest errors measured over all
-# types and impls were bfloat16 4.2e-3 / 6.1e-3, float16 2.7e-3 / 4.4e-3.
+# types and impls were bfloat16 4.2e-3 / 6.1e-3, float16 2.7e-3 / 4.4e-3, except for ripple below.
 BOUNDS = {torch.bfloat16: (1e-2, 2e-2), torch.float16: (5e-3, 1e-2)}
+# The feature map of ripple attention (Eq. 13) takes sin and cos of projections of size |q| sqrt(d):
+# bfloat16 queries (autocast rounds the stock Linear's output to 8 bits) move those arguments by
+# about 1e-2 and flip the ReLU that follows on features near zero, so its parameters' gradients,
+# sums over tokens that largely cancel, differ by a few percent however exactly the map itself is
+# computed (float32 throughout: 4.5e-2 at this test's seed, 0.5e-2 to 2.7e-2 at seeds 1-3).
+BFLOAT16_GRAD_BOUNDS = {'RippleAttention': 6e-2, 'RippleLinearAttention': 6e-2}
 # x100: the softmax of logits some 1e4 apart is nearly one-hot, and autocast rounds q and k (the
 # stock Linear's outputs, before any op of ours) by more than the gaps between the top logits, so
 # the half and float32 runs pick different keys for some queries. Outputs stay averages of values
@@ -85,5 +91,7 @@ def test_autocast_finite_and_close_to_float32(attn_type, impl):
                 assert relative_error(out, out32) <= X100_OUTPUT_BOUNDS[dtype], where
             else:
                 out_bound, grad_bound = BOUNDS[dtype]
+                if dtype == torch.bfloat16:
+                    grad_bound = BFLOAT16_GRAD_BOUNDS.get(attn_type, grad_bound)
                 assert relative_error(out, out32) <= out_bound, where
                 assert relative_error(grads, grads32) <= grad_bound, where

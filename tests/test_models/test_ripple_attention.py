@@ -86,25 +86,6 @@ def test_bad_settings_one_line(options, message):
         build_attention(dict(type='RippleAttention', **options), embed_dims=24, num_heads=3)
 
 
-def test_chunked_recompute_matches_the_direct_computation():
-    """Feature map over chunks of tokens, recomputed in the backward: same values and gradients (input and
-    parameters) as calling it directly, and only the input is kept for the backward."""
-    from mmvisattn.ops.recompute import checkpointed_chunks
-    attn = build_attention(dict(type='RippleAttention'), embed_dims=24, num_heads=3).double()
-    q = torch.randn(2, 3, 10, 8, dtype=torch.float64, requires_grad=True)
-    params = list(attn.feature_map.parameters())
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-        chunked = checkpointed_chunks(attn.scaled_features, (q,), 3, params=params)
-    assert sum(saved) == q.numel()
-    direct = attn.scaled_features(q)
-    torch.testing.assert_close(chunked, direct)
-    weights = torch.randn_like(direct)
-    for a, b in zip(torch.autograd.grad((chunked * weights).sum(), [q, *params]),
-                    torch.autograd.grad((direct * weights).sum(), [q, *params])):
-        torch.testing.assert_close(a, b)
-
-
 def test_attention_maps_are_rings_around_the_query():
     from mmvisattn.ops.ripple.reference import chebyshev_distances
     attn = build_attention(dict(type='RippleAttention'), embed_dims=32, num_heads=2, r_max=3).eval()

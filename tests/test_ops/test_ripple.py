@@ -2,13 +2,14 @@
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
 local/global split with its tiled and its dense local part, the Triton kernels) against the reference
 in value and every gradient -- odd maps, batch and heads with per-head weights, R_max beyond the map,
-the tau merge; the crossover ``auto`` follows. Triton runs on CPU under TRITON_INTERPRET=1 (set by
-tests/conftest.py)."""
+the tau merge; the crossover ``auto`` follows; the feature map of Eq. 13 against its autograd form.
+Triton runs on CPU under TRITON_INTERPRET=1 (set by tests/conftest.py)."""
 import pytest
 import torch
 
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
-                                  stick_breaking, truncate, vicinal_sum)
+                                  stick_breaking, trig_relu_features, trig_relu_features_reference, truncate,
+                                  vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
 from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
@@ -64,9 +65,9 @@ def test_dense_blocks_of_queries_equal_reference(monkeypatch, budget, height, wi
     assert_matches_reference('dense', (height, width), r_max, 1e-3)
 
 
-@pytest.mark.parametrize('hw_shape', [(24, 24), (23, 27)])
+@pytest.mark.parametrize('hw_shape', [(23, 23), (21, 27)])
 def test_dense_equals_tiled_at_the_crossover(hw_shape):
-    """Where ``auto`` switches (R_max 8: 24x24 dense, beyond it tiled), both forms give the same values and
+    """Where ``auto`` switches (R_max 8: 23x23 dense, beyond it tiled), both forms give the same values and
     gradients in float32, on the square map and an odd one of about the same size."""
     args = [t.detach().float().requires_grad_() for t in inputs(hw_shape, 8, batch=1, heads=2, dims=8, value_dims=8)]
     dense = ripple_attention(*args, hw_shape, impl='dense')
@@ -79,13 +80,13 @@ def test_dense_equals_tiled_at_the_crossover(hw_shape):
 
 
 def test_auto_follows_the_measured_crossover(monkeypatch):
-    """On CPU ``auto`` runs the dense local part up to ``1.5 x`` the tiled work per query in tokens
-    (R_max 8: 607 tokens), the tiled one beyond; ``impl`` forces either."""
-    assert dense_is_faster((24, 24), 8) and not dense_is_faster((28, 28), 8)
+    """On CPU ``auto`` runs the dense local part up to ``1.4 x`` the tiled work per query in tokens
+    (R_max 8: 567 tokens), the tiled one beyond; ``impl`` forces either."""
+    assert dense_is_faster((23, 23), 8) and not dense_is_faster((24, 24), 8)
     assert dense_is_faster((13, 13), 4) and not dense_is_faster((14, 14), 4)
     picked = []
     monkeypatch.setattr('mmvisattn.ops.ripple.local_plus_global', lambda *args: picked.append(args[-1]))
-    for hw_shape, impl in [((24, 24), 'auto'), ((28, 28), 'auto'), ((24, 24), 'torch'), ((28, 28), 'dense')]:
+    for hw_shape, impl in [((23, 23), 'auto'), ((24, 24), 'auto'), ((23, 23), 'torch'), ((24, 24), 'dense')]:
         q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
         ripple_attention(q, k, v, logits, hw_shape, impl=impl)
     assert picked == [DENSE, TILED, TILED, DENSE]
@@ -212,3 +213,50 @@ def test_local_global_keeps_only_inputs_and_output(kernels):
         RippleLocalGlobal.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta,
                                 merged_weight, (12, 10), 1e-6, kernels)
     assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4 + 1 + 5 + 1)
+
+
+def feature_inputs(dtype=torch.float64, shape=(2, 3, 11, 8), num_features=6):
+    torch.manual_seed(7)
+    x = torch.randn(*shape, dtype=dtype) * 2
+    w1 = torch.randn(num_features, shape[-1], dtype=dtype)
+    w2 = torch.randn(shape[-1], 2 * num_features, dtype=dtype) * 0.3
+    b2 = torch.randn(shape[-1], dtype=dtype) * 0.1  # some features below zero: the ReLU's mask matters
+    return [t.requires_grad_() for t in (x, w1, w2, b2)]
+
+
+@pytest.mark.parametrize('chunk', [4, 4096])  # several chunks of tokens in the backward, and one
+def test_feature_map_equals_eq13_in_value_and_gradients(monkeypatch, chunk):
+    import mmvisattn.ops.ripple.feature_map as feature_map
+    monkeypatch.setattr(feature_map, 'CHUNK_TOKENS', chunk)
+    args = feature_inputs()
+    fast = trig_relu_features(*args, scale=0.7)
+    slow = trig_relu_features_reference(*args, scale=0.7)
+    torch.testing.assert_close(fast, slow)
+    assert 0 < (slow == 0).float().mean() < 1
+    weights = torch.randn_like(slow)
+    for a, b in zip(torch.autograd.grad((fast * weights).sum(), args),
+                    torch.autograd.grad((slow * weights).sum(), args)):
+        torch.testing.assert_close(a, b)
+
+
+def test_feature_map_gradcheck_and_saved_tensors():
+    """float64 gradcheck of the hand-written backward on a permuted view (the modules' heads); only
+    the input and the output are saved."""
+    x, w1, w2, b2 = feature_inputs(shape=(2, 5, 3, 4), num_features=3)
+    view = x.transpose(1, 2)
+    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5), (view, w1, w2, b2))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = trig_relu_features(view, w1, w2, b2)
+    assert sum(t.numel() for t in saved) == sum(t.numel() for t in (view, w1, w2, out))
+
+
+def test_feature_map_half_inputs_keep_their_dtype():
+    x, w1, w2, b2 = (t.detach().float().requires_grad_() for t in feature_inputs())
+    half = x.detach().bfloat16().requires_grad_()
+    out = trig_relu_features(half, w1, w2, b2)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), trig_relu_features_reference(half.float(), w1, w2, b2), atol=2e-2,
+                               rtol=2e-2)
+    out.float().sum().backward()
+    assert half.grad.dtype == torch.bfloat16 and w1.grad.dtype == torch.float32

@@ -23,11 +23,10 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, group_weights_reference, ripple_attention
-from mmvisattn.ops.amp import upcast
+from mmvisattn.ops.ripple import (IMPLS, chebyshev_distances, group_weights_reference, ripple_attention,
+                                  trig_relu_features)
 from mmvisattn.ops.linearized import linearized_attention
 from mmvisattn.ops.recompute import CHUNK_TOKENS, checkpointed_chunks
 from mmvisattn.registry import ATTENTIONS
@@ -49,13 +48,10 @@ class TrigReLUFeatureMap(nn.Module):
         self.w1 = nn.Parameter(torch.randn(num_features, dims))
         self.fc = nn.Linear(2 * num_features, dims)
 
-    def forward(self, x: Tensor) -> Tensor:
-        # float32 under autocast: sin and cos of Gaussian projections (arguments of size ~|x| sqrt(d))
-        # keep none of their digits in half precision; the features themselves lie in [-1, 1]
-        with torch.autocast(x.device.type, enabled=False):
-            projected = upcast(x)[0] @ upcast(self.w1)[0].t()
-            trig = torch.cat([projected.sin(), projected.cos()], dim=-1).to(x.dtype)
-        return F.relu(self.fc(trig))
+    def forward(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        """``phi(scale x)`` (:func:`mmvisattn.ops.ripple.trig_relu_features`: float32 inside, so the
+        arguments of ``sin`` and ``cos``, of size ``|x| sqrt(d)``, keep their digits under autocast)."""
+        return trig_relu_features(x, self.w1, self.fc.weight, self.fc.bias, scale)
 
 
 @ATTENTIONS.register_module()
@@ -85,14 +81,11 @@ class RippleLinearAttention(QKVAttention):
         self.feature_map = TrigReLUFeatureMap(self.head_dims, num_features)
         self.eps = eps
 
-    def scaled_features(self, x: Tensor) -> Tensor:
-        return self.feature_map(x * self.head_dims ** -0.25)
-
     def features(self, q: Tensor, k: Tensor) -> Tuple[Tensor, Tensor]:
-        """``phi(q), phi(k)`` over chunks of tokens, each recomputed in the backward: Eq. 13 has six
-        token-sized intermediates, which would otherwise outweigh the attention itself."""
-        params = list(self.feature_map.parameters())
-        return tuple(checkpointed_chunks(self.scaled_features, (x,), CHUNK_TOKENS, params=params) for x in (q, k))
+        """``phi(q), phi(k)`` with queries and keys scaled by ``d^{-1/4}``; the feature map's backward
+        recomputes its intermediates, so only ``q`` and ``k`` are kept for it."""
+        scale = self.head_dims ** -0.25
+        return self.feature_map(q, scale), self.feature_map(k, scale)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         return linearized_attention(*self.features(q, k), v, self.eps)
@@ -136,7 +129,8 @@ class RippleAttention(RippleLinearAttention):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         q, k = self.features(q, k)
-        logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS,  # recomputed like the features
+        # the stick logits' intermediates are recomputed in the backward, as the features' are
+        logits = checkpointed_chunks(self.stick_logits, (v,), CHUNK_TOKENS,
                                      params=[*self.stick_proj.parameters(), self.stick_embeds])
         return ripple_attention(q, k, v, logits, hw_shape, self.tau, self.impl, self.eps)
 

@@ -30,6 +30,7 @@ from torch import Tensor
 from ..dispatch import resolve_impl
 from .common import check_inputs, ring_weights, stick_breaking, truncate
 from .dense import DENSE, dense_is_faster
+from .feature_map import FEATURE_IMPLS, trig_relu_features, trig_relu_features_reference
 from .pytorch import TILED, local_plus_global
 from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
@@ -69,4 +70,5 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
 # group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'
 # attention maps (visualisation only) are drawn from.
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'chebyshev_distances', 'group_weights_reference',
-           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS']
+           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'trig_relu_features',
+           'trig_relu_features_reference', 'FEATURE_IMPLS']

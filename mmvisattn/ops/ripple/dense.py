@@ -8,20 +8,24 @@ every key meets every query, ``beta`` is gathered by the pair's Chebyshev group 
 folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU. Measured on two cores
-(``benchmark_attention.py`` with ``RippleAttention:r_max=R,impl=torch`` against ``impl=dense``;
-forward + backward of the local/global op, 6 slices of 32 dims; ``cost`` = :func:`tiled_cost`):
+(forward + backward of :func:`~mmvisattn.ops.ripple.ripple_attention` with ``impl='torch'`` against
+``impl='dense'``, paired rounds, 6 slices of 32 dims; ``cost`` = :func:`tiled_cost`; re-measure the
+same way, or with ``benchmark_attention.py`` and ``RippleAttention:r_max=R,impl=torch`` against
+``impl=dense`` for whole modules):
 
     R_max  grid  N / cost  dense / tiled          R_max  grid  N / cost  dense / tiled
-      2     8     2.00        0.57                  8     24     1.42        0.56
-      2    14     6.12        0.90                  8     28     1.94        0.99
-      4    14     1.57        0.50                  8     32     2.53        1.61
-      4    18     2.59        0.79                 16     40     1.11        0.47
-      4    20     3.20        1.59                 16     48     1.59        0.97
+      2     8     2.00        0.63                  8     20     0.99        0.84
+      2    11     3.78        0.74                  8     22     1.20        0.86
+      2    14     6.12        0.99                  8     24     1.42        1.02
+      4    12     1.15        0.68                  8     28     1.94        1.38
+      4    14     1.57        0.63                 16     36     0.90        0.78
+      4    16     2.05        0.89                 16     40     1.11        0.80
+      4    18     2.59        0.99                 16     44     1.34        0.68
 
-The dense form wins up to ``N / cost`` of about 1.6 at ``R_max = 16`` and more at smaller ``R_max``,
-so :data:`DENSE_CROSSOVER` is 1.5, on the safe side for every ``R_max`` measured. Memory: the saved
-tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
-:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (1.3 MB at the
+The dense form wins up to ``N / cost`` of about 1.4 at ``R_max = 8`` and further at the other
+``R_max``, so :data:`DENSE_CROSSOVER` is 1.4, on the safe side for every ``R_max`` measured.
+Memory: the saved tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
+:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (2.2 MB at the
 crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).
 """
 from functools import lru_cache
@@ -36,7 +40,7 @@ from .pytorch import LocalKernels, tiled_cost
 from .reference import chebyshev_distances
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
-DENSE_CROSSOVER = 1.5  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
+DENSE_CROSSOVER = 1.4  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
 
 
 def dense_is_faster(hw_shape: Sequence[int], r_max: int) -> bool:

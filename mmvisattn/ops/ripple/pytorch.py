@@ -18,7 +18,7 @@ and the work runs in chunks of slices, or of tile rows of one slice on large map
 exist for one chunk at a time. :class:`RippleLocalGlobal` adds the global sums and normalises,
 with the backward written out: the scores are recomputed chunk by chunk and only the inputs, the
 output and the normaliser are saved -- O(H W R_max^2) time, O(H W) memory. Halos of neighbouring
-tiles overlap; their key and value gradients are added back by ``F.fold``.
+tiles overlap; their key and value gradients are added back by one ``index_add_`` per step.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
@@ -82,6 +82,10 @@ class Geometry:
         self.weight_index = (torch.arange(tile * tile, device=device)[:, None] * (r_max + 1) + group).reshape(-1)
         # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a tile
         self.group_masks = F.one_hot(group, r_max + 1)[..., :r_max].float()
+        # (rows * cols * K,) flat position in the padded map of every halo key, tile by tile
+        tile_row, tile_col = (torch.arange(n, device=device)[:, None] * tile + span[None] + self.halo
+                              for n in (self.rows, self.cols))
+        self.halo_index = (tile_row[:, None, :, None] * self.padded[1] + tile_col[None, :, None, :]).reshape(-1)
 
     def chunks(self, slices: int) -> List[Chunk]:
         """Steps whose score matrices hold about :data:`CHUNK_ELEMENTS` entries: whole slices while
@@ -116,19 +120,19 @@ class Geometry:
         return windows.permute(0, 1, 2, 4, 5, 3).reshape(-1, self.side ** 2, padded.shape[-1])
 
     def fold_into(self, padded: Tensor, halos: Tensor, tile_rows: slice) -> None:
-        """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, C, H', W')`` padded maps."""
-        channels, count = halos.shape[-1], (tile_rows.stop - tile_rows.start) * self.cols
-        columns = halos.view(padded.shape[0], count, self.side ** 2, channels).permute(0, 3, 2, 1).reshape(
-            padded.shape[0], channels * self.side ** 2, count)
-        height = (tile_rows.stop - tile_rows.start) * self.tile + 2 * self.halo
-        start = tile_rows.start * self.tile
-        padded[:, :, start:start + height] += F.fold(columns, (height, self.padded[1]), self.side, stride=self.tile)
+        """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, H', W', C)`` padded maps by one
+        ``index_add_`` of rows over the halo keys' flat positions (on CPU some 10x faster than
+        ``F.fold``, which wants the channels first, and 6x faster than indexing dim 1)."""
+        per_row = self.cols * self.side ** 2
+        index = self.halo_index[tile_rows.start * per_row:tile_rows.stop * per_row]
+        slices, plane, channels = padded.shape[0], padded[0, ..., 0].numel(), padded.shape[-1]
+        index = (index + torch.arange(slices, device=index.device)[:, None] * plane).view(-1)
+        padded.view(-1, channels).index_add_(0, index, halos.reshape(-1, channels))
 
     def crop(self, padded: Tensor) -> Tensor:
-        """``(s, C, H', W') -> (s, H * W, C)``: the map inside the padding."""
+        """``(s, H', W', C) -> (s, H * W, C)``: the map inside the padding."""
         (height, width), halo = self.hw_shape, self.halo
-        grid = padded[..., halo:halo + height, halo:halo + width]
-        return grid.reshape(padded.shape[0], -1, height * width).transpose(1, 2)
+        return padded[:, halo:halo + height, halo:halo + width].reshape(padded.shape[0], height * width, -1)
 
     def scores(self, q_tiles: Tensor, keys: Tensor, beta_tiles: Tensor) -> Tuple[Tensor, Tensor]:
         """Scores ``phi(q) . phi(k)`` of tiles against their halos, and the ``beta`` of each pair's group
@@ -187,8 +191,7 @@ def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
         q_tiles, beta_tiles, keys, values = _tiled_inputs(geometry, *parts)
         num_grad_tiles, den_grad_tiles = geometry.tiles(grad_num[chunk.slices]), geometry.tiles(grad_den[chunk.slices])
         grad_q, grad_beta = torch.empty_like(q_tiles), torch.empty_like(beta_tiles[..., :-1])
-        grad_keys = q.new_zeros(keys.shape[0], keys.shape[-1], *geometry.padded)
-        grad_values = q.new_zeros(values.shape[0], values.shape[-1], *geometry.padded)
+        grad_keys, grad_values = torch.zeros_like(keys), torch.zeros_like(values)
         for rows in chunk.tile_rows:
             q_part, out_grad = _part(q_tiles, rows), _part(num_grad_tiles, rows)
             key_halos = geometry.halos(keys, rows)
