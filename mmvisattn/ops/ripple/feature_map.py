@@ -9,10 +9,10 @@ with ``s`` the temperature the modules split between queries and keys. Two forms
 * :class:`TrigReLUFeatures` (``impl='torch'``): the same forward without a graph and the backward
   written out, saving only the input (the caller's view) and the output (which the attention keeps
   anyway): the backward recomputes ``W1 s x`` and its sine and cosine once, by chunks of
-  :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` tokens, so its temporaries stay small. Against the
-  reference recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks`, as the modules did
-  before, it evaluates four sines and cosines instead of six and has no graph to replay: 1.5 ms
-  less of 31 ms for a ripple module of 96 dims on a 32x32 map (forward + backward, two cores).
+  :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` rows of tokens, so its temporaries stay small.
+  The reference recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks` would save as
+  little but evaluate six sines and cosines instead of four and replay a graph: 1.5 ms more of
+  31 ms for a ripple module of 96 dims on a 32x32 map (forward + backward, two cores).
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): autocast off in both passes and float32 arithmetic (the
 arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in half
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from ..amp import autocast_off, float32_math, upcast
 from ..dispatch import check_impl
-from ..recompute import CHUNK_TOKENS
+from ..recompute import CHUNK_TOKENS, runs
 from ..tracing import apply_function
 
 FEATURE_IMPLS = ('reference', 'torch')
@@ -59,24 +59,25 @@ class TrigReLUFeatures(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         x, w1, w2, features = ctx.saved_tensors
+        shape, num_features = x.shape, w1.shape[0]
+        # rows of tokens: one copy of a permuted input, then every product is a plain matrix product
+        x, features, grad_out = (_rows(t) for t in (x, features, grad_out))
         x, w1, w2, grad_out = upcast(x, w1, w2, grad_out)
-        num_features = w1.shape[0]
         grad_w1, grad_w2 = torch.zeros_like(w1), torch.zeros_like(w2)
         grad_b2 = w2.new_zeros(w2.shape[0])
-        grad_x = []
-        parts = zip(*(t.split(CHUNK_TOKENS, dim=-2) for t in (x, features, grad_out)))
-        for x_part, out_part, grad_part in parts:
-            scaled = x_part * ctx.scale
+        grad_x = torch.empty_like(x)
+        for rows in runs(x.shape[0], CHUNK_TOKENS):
+            scaled = x[rows] * ctx.scale
             projected = scaled @ w1.t()
             sin, cos = projected.sin(), projected.cos()
-            grad_pre = grad_part * (out_part > 0)  # through the ReLU
-            grad_b2 += _rows(grad_pre).sum(dim=0)
-            grad_w2 += _rows(grad_pre).t() @ torch.cat([_rows(sin), _rows(cos)], dim=1)
+            grad_pre = grad_out[rows] * (features[rows] > 0)  # through the ReLU
+            grad_b2 += grad_pre.sum(dim=0)
+            grad_w2 += grad_pre.t() @ torch.cat([sin, cos], dim=1)
             grad_trig = grad_pre @ w2
-            grad_projected = grad_trig[..., :num_features] * cos - grad_trig[..., num_features:] * sin
-            grad_w1 += _rows(grad_projected).t() @ _rows(scaled)
-            grad_x.append((grad_projected @ w1) * ctx.scale)
-        grads = (torch.cat(grad_x, dim=-2), grad_w1, grad_w2, grad_b2)
+            grad_projected = grad_trig[:, :num_features] * cos - grad_trig[:, num_features:] * sin
+            grad_w1 += grad_projected.t() @ scaled
+            torch.mul(grad_projected @ w1, ctx.scale, out=grad_x[rows])
+        grads = (grad_x.view(shape), grad_w1, grad_w2, grad_b2)
         return (*(grad.to(dtype) for grad, dtype in zip(grads, ctx.dtypes)), None)
 
 
