@@ -101,6 +101,11 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float 
     hidden = F.conv2d(weighted.unsqueeze(0), params.conv1_weight, params.conv1_bias)[0]
     hidden = query_windows(hidden, (height, width))
     hidden = F.relu(instance_norm(hidden, params.norm1_weight, params.norm1_bias, eps))
-    logits = F.conv2d(hidden, params.conv2_weight, params.conv2_bias)
+    # the second projection in channels-last memory: few channels over many windows, where CPU
+    # convolutions run 1.6x (14x14 map) to 2.4x (28x28) faster forward and backward; the instance
+    # norms stay channels-first, where theirs are fast (module forward + backward: -5% at 14x14,
+    # -15% at 28x28)
+    logits = F.conv2d(hidden.contiguous(memory_format=torch.channels_last), params.conv2_weight,
+                      params.conv2_bias).contiguous()
     logits = instance_norm(logits, params.norm2_weight, params.norm2_bias, eps)
     return logits.flatten(2).transpose(0, 1)
