@@ -3,7 +3,9 @@ the models end to end; it writes a table, JSON and a plot, and replaces only the
 a README."""
 import json
 
-from ..conftest import run_tool
+import pytest
+
+from ..conftest import load_tool, run_tool
 
 TOOL = 'tools/analysis_tools/benchmark_suite.py'
 
@@ -39,3 +41,18 @@ def test_bad_arguments_fail_in_one_line(tmp_path):
     assert done.returncode == 2 and 'expected a file holding the lines' in done.stderr
     assert readme.read_text() == 'no markers\n'
     assert 'Traceback' not in done.stderr
+
+
+def test_official_peers_without_einops_fail_at_once(tmp_path, monkeypatch, capsys):
+    """The official ViL and PerViT code imports einops: with --peers and without it the suite stops
+    before measuring anything, in one line (not rows of errors a quarter of an hour later)."""
+    suite = load_tool(TOOL)
+    real_find_spec = suite.importlib.util.find_spec
+    monkeypatch.setattr(suite.importlib.util, 'find_spec', lambda name, *a: None if name == 'einops'
+                        else real_find_spec(name, *a))
+    with pytest.raises(SystemExit) as exit_info:
+        suite.parse_args(['--peers', str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert 'the official vil and pervit code imports einops; install it with `pip install einops`' in \
+        capsys.readouterr().err
+    assert suite.parse_args(['--peers', str(tmp_path), '--cases', 'castling']).cases == ['castling']

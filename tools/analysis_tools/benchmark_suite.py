@@ -25,6 +25,7 @@ the README's tables between the two marker comments, and nothing else of the fil
 minutes on two cores.
 """
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -129,6 +130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         check_markers(args.readme, parser.error)
     if args.peers is not None and not args.peers.is_dir():
         parser.error(f'--peers {args.peers}: not a folder')
+    needing_einops = [key for key in ('vil', 'pervit') if key in (args.cases or OFFICIAL_REPOS)]
+    if args.peers is not None and needing_einops and importlib.util.find_spec('einops') is None:
+        parser.error(f'--peers: the official {" and ".join(needing_einops)} code imports einops; install it with '
+                     '`pip install einops`')
     return args
 
 

@@ -76,7 +76,7 @@ class TrigReLUFeatures(torch.autograd.Function):
             grad_trig = grad_pre @ w2
             grad_projected = grad_trig[:, :num_features] * cos - grad_trig[:, num_features:] * sin
             grad_w1 += grad_projected.t() @ scaled
-            torch.mul(grad_projected @ w1, ctx.scale, out=grad_x[rows])
+            grad_x[rows] = (grad_projected @ w1) * ctx.scale
         grads = (grad_x.view(shape), grad_w1, grad_w2, grad_b2)
         return (*(grad.to(dtype) for grad, dtype in zip(grads, ctx.dtypes)), None)
 
