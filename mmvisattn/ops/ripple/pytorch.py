@@ -24,6 +24,7 @@ Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns aut
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
 range), for the torch and the Triton local parts alike; the output comes back in ``v``'s dtype.
 """
+from functools import cached_property
 from typing import Callable, List, NamedTuple, Sequence, Tuple
 
 import torch
@@ -82,10 +83,15 @@ class Geometry:
         self.weight_index = (torch.arange(tile * tile, device=device)[:, None] * (r_max + 1) + group).reshape(-1)
         # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a tile
         self.group_masks = F.one_hot(group, r_max + 1)[..., :r_max].float()
-        # (rows * cols * K,) flat position in the padded map of every halo key, tile by tile
-        tile_row, tile_col = (torch.arange(n, device=device)[:, None] * tile + span[None] + self.halo
-                              for n in (self.rows, self.cols))
-        self.halo_index = (tile_row[:, None, :, None] * self.padded[1] + tile_col[None, :, None, :]).reshape(-1)
+        self.device = device
+
+    @cached_property
+    def halo_index(self) -> Tensor:
+        """``(rows * cols * K,)`` flat position in the padded map of every halo key, tile by tile (built
+        by the backward only, which adds gradients back through it)."""
+        tile_row, tile_col = (torch.arange(n, device=self.device)[:, None] * self.tile
+                              + torch.arange(self.side, device=self.device)[None] for n in (self.rows, self.cols))
+        return (tile_row[:, None, :, None] * self.padded[1] + tile_col[None, :, None, :]).reshape(-1)
 
     def chunks(self, slices: int) -> List[Chunk]:
         """Steps whose score matrices hold about :data:`CHUNK_ELEMENTS` entries: whole slices while
