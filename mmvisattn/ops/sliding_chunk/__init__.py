@@ -24,15 +24,13 @@ from numbers import Integral
 from typing import Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..dispatch import resolve_impl
-from ..token_grid import window_grid
 from .dense import dense_is_faster, sliding_chunk_attention_dense
-from .pytorch import ChunkGrid, sliding_chunk_local_torch
-from .layout import (MASKINGS, MODES, NEIGHBOURS, from_chunks, global_rows, key_table, slot_bias,
-                     slot_tables, to_chunks, visited_neighbours)
+from .pytorch import sliding_chunk_local_torch
+from .layout import (MASKINGS, MODES, from_chunks, global_rows, key_table, slot_bias, slot_tables,
+                     to_chunks)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 IMPLS = ('auto', 'reference', 'dense', 'torch', 'triton')
@@ -55,10 +53,6 @@ def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking:
         raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
                          f'+ {hw_shape[0]}x{hw_shape[1]} tokens as (B, heads, N, d)')
     return window
-
-
-def _flat_globals(x: Tensor, num_global: int) -> Tensor:
-    return x[:, :, :num_global].reshape(x.shape[0] * x.shape[1], num_global, x.shape[-1])
 
 
 def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
@@ -91,17 +85,11 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
+    keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
+    local_attention = sliding_chunk_local_torch
     if impl == 'triton':
-        from .triton import sliding_chunk_local_triton
-        keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
-        local = sliding_chunk_local_triton(chunks, keys, values, index, invalid, bias)
-    else:
-        grid = ChunkGrid(*window_grid(hw_shape, window), [NEIGHBOURS[i] for i in visited_neighbours(mode)],
-                         masking == 'cyclic', q.device)
-        # one zero chunk after the map's: where the neighbours beyond the border point
-        keys, values = (F.pad(to_chunks(t[:, :, num_global:], hw_shape, window), (0, 0, 0, 0, 0, 1)) for t in (k, v))
-        local = sliding_chunk_local_torch(chunks, keys, values, _flat_globals(k, num_global),
-                                          _flat_globals(v, num_global), grid, invalid, bias)
+        from .triton import sliding_chunk_local_triton as local_attention
+    local = local_attention(chunks, keys, values, index, invalid, bias)
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:
         return local

@@ -11,7 +11,7 @@ Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function 
 is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
 the output comes back in ``v``'s dtype, each gradient in its input's.
 """
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -20,44 +20,6 @@ from ..amp import autocast_off, upcast
 from ..recompute import runs
 
 SCORE_BUDGET = 1 << 18  # score entries of one slice (rows of B*H by chunks): bounds the transient memory
-
-
-class ChunkGrid:
-    """Gathers the slot keys of chunks from a ``(b, C + 1, w^2, d)`` table of key chunks (the last one
-    zero) whole chunks at a time (one index per neighbour chunk, the zero chunk for those beyond the
-    border unless the grid wraps around), and adds slot gradients back the same way: a few large
-    copies instead of one per token."""
-
-    def __init__(self, rows: int, cols: int, offsets: Sequence[Tuple[int, int]], cyclic: bool,
-                 device: torch.device) -> None:
-        self.neighbours = len(offsets)
-        row, col = torch.arange(rows)[:, None, None], torch.arange(cols)[None, :, None]
-        dx, dy = torch.tensor([o[0] for o in offsets]), torch.tensor([o[1] for o in offsets])
-        target_row, target_col = row + dx, col + dy
-        if cyclic:
-            index = (target_row % rows) * cols + target_col % cols
-        else:
-            outside = (target_row < 0) | (target_row >= rows) | (target_col < 0) | (target_col >= cols)
-            index = torch.where(outside, rows * cols, target_row * cols + target_col)
-        self.index = index.reshape(-1).to(device)  # (C * len(offsets),) chunk ids, rows*cols = zero chunk
-
-    def _index(self, chunks: slice) -> Tensor:
-        return self.index[chunks.start * self.neighbours:chunks.stop * self.neighbours]
-
-    def gather(self, table: Tensor, glob: Tensor, chunks: slice) -> Tensor:
-        """``(b, C + 1, L, d)`` chunks and ``(b, G, d)`` globals -> ``(b, c, G + len(offsets) L, d)``
-        for the ``c`` query chunks ``chunks``."""
-        batch, _, size, dims = table.shape
-        count = chunks.stop - chunks.start
-        local = table.flatten(2).index_select(1, self._index(chunks)).view(batch, count, -1, dims)
-        if glob.shape[1] == 0:
-            return local
-        return torch.cat([glob[:, None].expand(-1, count, -1, -1), local], dim=2)
-
-    def scatter_add_(self, table: Tensor, local: Tensor, chunks: slice) -> None:
-        """Adjoint of :meth:`gather` on the local slots: add ``(b, c, len(offsets) L, d)`` into the
-        ``(b, C + 1, L, d)`` table."""
-        table.flatten(2).index_add_(1, self._index(chunks), local.reshape(local.shape[0], -1, table[0, 0].numel()))
 
 
 class Slice(NamedTuple):
@@ -74,6 +36,24 @@ def _slices(batch_heads: int, chunks: int, queries: int, slots: int) -> List[Sli
             for part in runs(chunks, max(1, SCORE_BUDGET // per_chunk))]
 
 
+def _gather(table: Tensor, index: Tensor, part: Slice) -> Tensor:
+    """The ``(b, c, S, d)`` slot keys (or values) of the chunks of ``part`` from the ``(B*H, T, d)``
+    token table: one ``index_select`` of token rows, the global tokens included, so no concatenation
+    (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves)."""
+    rows = table[part.rows]
+    slots = index[part.chunks]
+    return rows.index_select(1, slots.reshape(-1)).view(rows.shape[0], *slots.shape, rows.shape[-1])
+
+
+def _add_back_(grad_table: Tensor, grad_slots: Tensor, index: Tensor, part: Slice) -> None:
+    """Adjoint of :func:`_gather`: add the ``(b, c, S, d)`` slot gradients into the token table's rows."""
+    slots = index[part.chunks].reshape(-1)
+    for row, grad in zip(range(part.rows.start, part.rows.stop), grad_slots):
+        # one row at a time along dim 0: along dim 1 of (b, T, d) index_add_ took 4x as long for one row
+        # (28x28 map, w 7) and 1.3x for six
+        grad_table[row].index_add_(0, slots, grad.reshape(-1, grad.shape[-1]))
+
+
 def _bias_rows(bias: Optional[Tensor], rows: slice) -> Optional[Tensor]:
     """The ``(b, 1, w^2, S)`` bias of ``rows`` of the ``B*H`` axis (heads cycle fastest)."""
     if bias is None:
@@ -81,11 +61,10 @@ def _bias_rows(bias: Optional[Tensor], rows: slice) -> Optional[Tensor]:
     return bias[torch.arange(rows.start, rows.stop, device=bias.device) % bias.shape[0]][:, None]
 
 
-def _scores(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tensor, bias: Optional[Tensor],
-            part: Slice) -> Tensor:
+def _scores(q: Tensor, k: Tensor, index: Tensor, invalid: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor:
     """The chunks' ``q k_slots^T + bias`` of one slice, ``-inf`` on the invalid slots; the gathered
     keys live only inside this call."""
-    scores = q[part.rows, part.chunks] @ grid.gather(k[part.rows], k_glob[part.rows], part.chunks).transpose(-1, -2)
+    scores = q[part.rows, part.chunks] @ _gather(k, index, part).transpose(-1, -2)
     bias = _bias_rows(bias, part.rows)
     if bias is not None:
         scores += bias
@@ -99,10 +78,11 @@ def _scores(q: Tensor, k: Tensor, k_glob: Tensor, grid: ChunkGrid, invalid: Tens
 class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
-    Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled queries; ``k``, ``v`` ``(B*H, C + 1, w^2, d)`` key and
-    value chunks, the last one zero; ``k_glob``, ``v_glob`` ``(B*H, G, d)``; ``grid`` the
-    :class:`ChunkGrid`; ``invalid`` ``(C, 1 or w^2, S)`` masked slots; ``bias`` ``(H, w^2, S)`` or
-    ``None``. Output ``(B*H, C, w^2, d)``.
+    Inputs, as :class:`mmvisattn.ops.sliding_chunk.triton.SlidingChunkTriton` takes them: ``q``
+    ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables (globals,
+    padded map, one zero row: :func:`.layout.key_table`); ``index`` ``(C, S)`` the table rows of each
+    chunk's slots and ``invalid`` ``(C, 1 or w^2, S)`` its masked slots (:func:`.layout.slot_tables`);
+    ``bias`` ``(H, w^2, S)`` or ``None``. Output ``(B*H, C, w^2, d)``.
 
     The forward saves the inputs and the output, not the ``N x S`` probabilities: the backward
     recomputes them slice by slice (one more ``q k^T`` product and softmax; a slice holds whole rows
@@ -113,29 +93,28 @@ class SlidingChunkAttention(torch.autograd.Function):
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,
-                invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
-        inputs = (q, k, v, k_glob, v_glob)
-        q, k, v, k_glob, v_glob = upcast(*inputs)
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
+                bias: Optional[Tensor]) -> Tensor:
+        inputs = (q, k, v)
+        q, k, v = upcast(*inputs)
         ctx.bias_dtype = None if bias is None else bias.dtype
         bias = None if bias is None else upcast(bias)[0]
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
-        for part in _slices(*q.shape[:3], invalid.shape[-1]):
-            probs = _scores(q, k, k_glob, grid, invalid, bias, part).softmax(dim=-1)
-            out[part.rows, part.chunks] = probs @ grid.gather(v[part.rows], v_glob[part.rows], part.chunks)
+        for part in _slices(*q.shape[:3], index.shape[-1]):
+            probs = _scores(q, k, index, invalid, bias, part).softmax(dim=-1)
+            out[part.rows, part.chunks] = probs @ _gather(v, index, part)
         ctx.save_for_backward(*inputs, bias, out)
-        ctx.grid, ctx.invalid = grid, invalid
+        ctx.index, ctx.invalid = index, invalid  # slot_tables' cached tables, not memory of this call
         return out.to(inputs[2].dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         *inputs, bias, out = ctx.saved_tensors
-        q, k, v, k_glob, v_glob, grad_out = upcast(*inputs, grad_out)
-        grid, invalid, num_global = ctx.grid, ctx.invalid, k_glob.shape[1]
-        queries, slots = q.shape[2], invalid.shape[-1]
+        index, invalid = ctx.index, ctx.invalid
+        q, k, v, grad_out = upcast(*inputs, grad_out)
+        queries, slots = q.shape[2], index.shape[-1]
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        grad_k_glob, grad_v_glob = torch.zeros_like(k_glob), torch.zeros_like(v_glob)
         heads = 1 if bias is None else bias.shape[0]
         grad_bias = q.new_zeros(q.shape[0], queries, slots) if bias is not None else None
         grad_out = grad_out.contiguous()
@@ -143,37 +122,33 @@ class SlidingChunkAttention(torch.autograd.Function):
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
         for part in _slices(*q.shape[:3], slots):
             rows, chunks = part
-            p = _scores(q, k, k_glob, grid, invalid, bias, part).softmax(dim=-1)
-            g, q_part = grad_out[rows, chunks], q[rows, chunks]
-            grad_pv = p.transpose(-1, -2) @ g
-            grid.scatter_add_(grad_v[rows], grad_pv[:, :, num_global:], chunks)
-            grad_v_glob[rows] += grad_pv[:, :, :num_global].sum(dim=1)
-            grad_s = g @ grid.gather(v[rows], v_glob[rows], chunks).transpose(-1, -2)
+            p = _scores(q, k, index, invalid, bias, part).softmax(dim=-1)
+            g = grad_out[rows, chunks]
+            _add_back_(grad_v, p.transpose(-1, -2) @ g, index, part)
+            grad_s = g @ _gather(v, index, part).transpose(-1, -2)
             grad_s -= row_dots[rows, chunks]
             grad_s *= p
-            del p, grad_pv
+            del p
             if grad_bias is not None:
                 grad_bias[rows] += grad_s.sum(dim=1)
-            grad_q[rows, chunks] = grad_s @ grid.gather(k[rows], k_glob[rows], chunks)
-            grad_kq = grad_s.transpose(-1, -2) @ q_part
-            grid.scatter_add_(grad_k[rows], grad_kq[:, :, num_global:], chunks)
-            grad_k_glob[rows] += grad_kq[:, :, :num_global].sum(dim=1)
+            grad_q[rows, chunks] = grad_s @ _gather(k, index, part)
+            _add_back_(grad_k, grad_s.transpose(-1, -2) @ q[rows, chunks], index, part)
         if grad_bias is not None:
             grad_bias = grad_bias.view(-1, heads, queries, slots).sum(dim=0).to(ctx.bias_dtype)
-        grads = (grad_q, grad_k, grad_v, grad_k_glob, grad_v_glob)
+        grads = (grad_q, grad_k, grad_v)
         return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None, None, grad_bias)
 
 
-def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, k_glob: Tensor, v_glob: Tensor, grid: ChunkGrid,
-                              invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """The local attention of every chunk. Traced (``torch.onnx.export``, mmengine's FLOP
-    counter), the same arithmetic runs as plain ops on the whole batch: not through
-    :func:`mmvisattn.ops.tracing.apply_function`, because the Function's forward writes slice by
-    slice into preallocated outputs (``out=``), which tracing records wrongly."""
+def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
+                              bias: Optional[Tensor]) -> Tensor:
+    """The local attention of every chunk (:class:`SlidingChunkAttention`). Traced
+    (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops on the
+    whole batch: not through :func:`mmvisattn.ops.tracing.apply_function`, because the Function's
+    forward writes slice by slice into a preallocated output, which tracing records wrongly."""
     if torch.jit.is_tracing():
         dtype = v.dtype
-        q, k, v, k_glob, v_glob = upcast(q, k, v, k_glob, v_glob)
+        q, k, v = upcast(q, k, v)
         everything = Slice(slice(0, q.shape[0]), slice(0, q.shape[1]))
-        scores = _scores(q, k, k_glob, grid, invalid, None if bias is None else upcast(bias)[0], everything)
-        return (scores.softmax(dim=-1) @ grid.gather(v, v_glob, everything.chunks)).to(dtype)
-    return SlidingChunkAttention.apply(q, k, v, k_glob, v_glob, grid, invalid, bias)
+        scores = _scores(q, k, index, invalid, None if bias is None else upcast(bias)[0], everything)
+        return (scores.softmax(dim=-1) @ _gather(v, index, everything)).to(dtype)
+    return SlidingChunkAttention.apply(q, k, v, index, invalid, bias)
