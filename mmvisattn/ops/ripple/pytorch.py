@@ -37,7 +37,10 @@ from ..token_grid import from_windows, to_windows, window_grid
 from ..tracing import apply_function
 from .common import ring_weights
 
-CHUNK_ELEMENTS = 2 ** 17  # score entries per chunk of tiles: bounds the temporaries of one step
+# Score entries per chunk of tiles: bounds the temporaries of one step. On a 32x32 map, R_max 8, the
+# module's forward + backward against SDPA's (paired) was 3.21x at 2^15, 2.96x at 2^16, 2.34x at 2^17
+# and at 2^18: fewer, larger steps stop paying off here.
+CHUNK_ELEMENTS = 2 ** 17
 
 
 def _tile_costs(r_max: int) -> Tuple[float, int]:
@@ -49,7 +52,10 @@ def _tile_costs(r_max: int) -> Tuple[float, int]:
 
 
 def tile_size(r_max: int) -> int:
-    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`)."""
+    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`). The model's ``T = 4`` for
+    ``R_max`` 4 and 8 is also the fastest measured: on a 32x32 map the module's forward + backward
+    against SDPA's (paired) was 2.93x / 2.35x / 2.73x / 3.96x at ``T`` 2 / 4 / 8 / 16 for ``R_max`` 8,
+    1.36x / 1.05x / 1.25x at ``T`` 2 / 4 / 8 for ``R_max`` 4."""
     return _tile_costs(r_max)[1]
 
 
