@@ -1,7 +1,8 @@
 """The geometry of a row-major ``H x W`` token map, shared by the ops and modules: the coordinates
 of its tokens, and its cutting into square windows and back (sliding-chunk attention's chunks and
 ripple attention's tiles). Windows zero-pad the map at the bottom and the right; the padding is
-cropped on the way back."""
+cropped on the way back. :func:`add_rows_` is the adjoint of gathering token rows, which both ops'
+backwards use to add gradients back."""
 from typing import Sequence, Tuple
 
 import torch
@@ -40,3 +41,17 @@ def from_windows(windows: Tensor, hw_shape: Sequence[int], window: int) -> Tenso
     grid = windows.reshape(-1, rows, cols, window, window, channels).transpose(2, 3)
     grid = grid.reshape(-1, rows * window, cols * window, channels)[:, :height, :width]
     return grid.reshape(-1, height * width, channels)
+
+
+def add_rows_(tables: Tensor, index: Tensor, rows: Tensor) -> None:
+    """Adjoint of ``tables.index_select(1, index)``: add ``rows`` ``(S, n, C)`` into the contiguous
+    ``(S, P, C)`` ``tables`` at the positions ``index`` ``(n,)``, the same in every slice.
+
+    One ``index_add_`` along dim 0 of the flattened tables, the index offset per slice where there
+    are several. On CPU, along dim 1 took 4x as long for one slice (sliding chunks, 28x28 map, w 7)
+    and 1.3x for six, a loop of one call per slice 1.3-1.6x for six, and ``F.fold`` of ripple
+    attention's halos some 10x."""
+    slices, positions, channels = tables.shape
+    if slices > 1:
+        index = (index + torch.arange(slices, device=index.device)[:, None] * positions).view(-1)
+    tables.view(-1, channels).index_add_(0, index, rows.reshape(-1, channels))

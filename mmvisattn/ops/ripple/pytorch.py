@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ..amp import autocast_off, upcast
 from ..recompute import runs
-from ..token_grid import from_windows, to_windows, window_grid
+from ..token_grid import add_rows_, from_windows, to_windows, window_grid
 from ..tracing import apply_function
 from .common import ring_weights
 
@@ -132,14 +132,12 @@ class Geometry:
         return windows.permute(0, 1, 2, 4, 5, 3).reshape(-1, self.side ** 2, padded.shape[-1])
 
     def fold_into(self, padded: Tensor, halos: Tensor, tile_rows: slice) -> None:
-        """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, H', W', C)`` padded maps by one
-        ``index_add_`` of rows over the halo keys' flat positions (on CPU some 10x faster than
-        ``F.fold``, which wants the channels first, and 6x faster than indexing dim 1)."""
+        """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, H', W', C)`` padded maps at
+        the halo keys' flat positions (:func:`~mmvisattn.ops.token_grid.add_rows_`)."""
         per_row = self.cols * self.side ** 2
         index = self.halo_index[tile_rows.start * per_row:tile_rows.stop * per_row]
-        slices, plane, channels = padded.shape[0], padded[0, ..., 0].numel(), padded.shape[-1]
-        index = (index + torch.arange(slices, device=index.device)[:, None] * plane).view(-1)
-        padded.view(-1, channels).index_add_(0, index, halos.reshape(-1, channels))
+        slices, channels = padded.shape[0], padded.shape[-1]
+        add_rows_(padded.view(slices, -1, channels), index, halos.reshape(slices, -1, channels))
 
     def crop(self, padded: Tensor) -> Tensor:
         """``(s, H', W', C) -> (s, H * W, C)``: the map inside the padding."""

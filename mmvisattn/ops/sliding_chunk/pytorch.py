@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..amp import autocast_off, upcast
 from ..recompute import runs
+from ..token_grid import add_rows_
 
 # Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Measured on a 28x28 map
 # (w 7, 346k scores per row of B*H; module forward + backward paired with SDPA): 2^19, whole rows, runs 7%
@@ -43,19 +44,11 @@ def _slices(batch_heads: int, chunks: int, queries: int, slots: int) -> List[Sli
 def _gather(table: Tensor, index: Tensor, part: Slice) -> Tensor:
     """The ``(b, c, S, d)`` slot keys (or values) of the chunks of ``part`` from the ``(B*H, T, d)``
     token table: one ``index_select`` of token rows, the global tokens included, so no concatenation
-    (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves)."""
+    (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves); its
+    adjoint is :func:`~mmvisattn.ops.token_grid.add_rows_`."""
     rows = table[part.rows]
     slots = index[part.chunks]
     return rows.index_select(1, slots.reshape(-1)).view(rows.shape[0], *slots.shape, rows.shape[-1])
-
-
-def _add_back_(grad_table: Tensor, grad_slots: Tensor, index: Tensor, part: Slice) -> None:
-    """Adjoint of :func:`_gather`: add the ``(b, c, S, d)`` slot gradients into the token table's rows."""
-    slots = index[part.chunks].reshape(-1)
-    for row, grad in zip(range(part.rows.start, part.rows.stop), grad_slots):
-        # one row at a time along dim 0: along dim 1 of (b, T, d) index_add_ took 4x as long for one row
-        # (28x28 map, w 7) and 1.3x for six
-        grad_table[row].index_add_(0, slots, grad.reshape(-1, grad.shape[-1]))
 
 
 def _bias_rows(bias: Optional[Tensor], rows: slice) -> Optional[Tensor]:
@@ -126,9 +119,10 @@ class SlidingChunkAttention(torch.autograd.Function):
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
         for part in _slices(*q.shape[:3], slots):
             rows, chunks = part
+            slot_rows = index[chunks].reshape(-1)
             p = _scores(q, k, index, invalid, bias, part).softmax(dim=-1)
             g = grad_out[rows, chunks]
-            _add_back_(grad_v, p.transpose(-1, -2) @ g, index, part)
+            add_rows_(grad_v[rows], slot_rows, p.transpose(-1, -2) @ g)
             grad_s = g @ _gather(v, index, part).transpose(-1, -2)
             grad_s -= row_dots[rows, chunks]
             grad_s *= p
@@ -136,7 +130,7 @@ class SlidingChunkAttention(torch.autograd.Function):
             if grad_bias is not None:
                 grad_bias[rows] += grad_s.sum(dim=1)
             grad_q[rows, chunks] = grad_s @ _gather(k, index, part)
-            _add_back_(grad_k, grad_s.transpose(-1, -2) @ q[rows, chunks], index, part)
+            add_rows_(grad_k[rows], slot_rows, grad_s.transpose(-1, -2) @ q[rows, chunks])
         if grad_bias is not None:
             grad_bias = grad_bias.view(-1, heads, queries, slots).sum(dim=0).to(ctx.bias_dtype)
         grads = (grad_q, grad_k, grad_v)
