@@ -2,9 +2,9 @@
 dense path (one SDPA call with the pattern as a bias) and the Triton kernels equal the masked
 full-attention reference in value and gradient (queries, keys, values and the three bias tables)
 for every masking and neighbour mode, odd grids, batch 2 and 0 / 1 / 2 global tokens; float64
-gradcheck; saved memory grows with N d, as SDPA's; a window larger than the map is full attention;
-``auto`` takes the dense form on CPU up to the measured crossover; bad arguments are named. Triton
-runs under TRITON_INTERPRET=1 on CPU."""
+gradcheck; border chunks compute only their live slots; saved memory grows with N d, as SDPA's; a
+window larger than the map is full attention; ``auto`` takes the dense form on CPU up to the measured
+crossover; bad arguments are named. Triton runs under TRITON_INTERPRET=1 on CPU."""
 import itertools
 
 import pytest
@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk.dense import dense_is_faster
+from mmvisattn.ops.sliding_chunk.layout import slot_tables
+from mmvisattn.ops.sliding_chunk.pytorch import chunk_groups
 
 from ..conftest import saved_elements
 
@@ -109,6 +111,30 @@ def test_slices_of_chunks_equal_reference(monkeypatch, budget, masking):
     and a few chunks per slice give the reference's values and gradients."""
     monkeypatch.setattr('mmvisattn.ops.sliding_chunk.pytorch.SCORE_BUDGET', budget)
     assert_matches_reference('torch', (7, 9), 2, 1, masking, 0)
+
+
+@pytest.mark.parametrize('masking', MASKINGS)
+def test_chunk_groups_keep_exactly_the_live_slots(masking):
+    """Every chunk is in one group, whose slots are the columns some query of the chunk may use, in
+    the tables' order; on a 28x28 map at w 7 (4x4 chunks) corner chunks keep 1 + 4 w^2 slots, edge
+    chunks 1 + 6 w^2, inner ones all 1 + 9 w^2."""
+    index, invalid = slot_tables((28, 28), 7, 1, masking, 0, torch.device('cpu'))
+    groups = chunk_groups(index, invalid)
+    assert chunk_groups(index, invalid) is groups  # cached
+    seen = torch.zeros(index.shape[0], dtype=torch.long)
+    for group in groups:
+        chunks = torch.arange(index.shape[0]) if group.chunks is None else group.chunks
+        seen[chunks] += 1
+        columns = torch.arange(index.shape[1]) if group.columns is None else group.columns
+        live = ~invalid[chunks].all(dim=1)
+        assert live[:, columns].all() and live.sum(dim=1).eq(len(columns)).all()
+        assert torch.equal(group.index, index[chunks][:, columns])
+        masked = invalid[chunks][..., columns]
+        assert (group.invalid is None and not masked.any()) or torch.equal(group.invalid, masked)
+    assert seen.eq(1).all()
+    if masking == 'chunk':
+        slots = sorted(group.index.shape[1] for group in groups for _ in range(group.index.shape[0]))
+        assert slots == [197] * 4 + [295] * 8 + [442] * 4
 
 
 @pytest.mark.parametrize('impl', ['torch', 'dense'])
