@@ -216,16 +216,30 @@ def _add_bias_grad_(grad_bias: Tensor, group: ChunkGroup, grad: Tensor) -> None:
         grad_bias.index_add_(2, group.columns, grad)
 
 
+def _traced(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """The Function's arithmetic as plain ops, group by group on all rows of ``B*H``; the groups'
+    outputs are joined and put back in chunk order by one ``index_select`` (no writes into a
+    preallocated output)."""
+    groups = chunk_groups(index, invalid)
+    outputs, chunks = [], []
+    for group in groups:
+        part = Slice(slice(0, q.shape[0]), group, slice(0, group.index.shape[0]))
+        scores = _scores(_chunks_of(q, part), k, _group_bias(bias, group), part)
+        outputs.append(scores.softmax(dim=-1) @ _gather(v, part))
+        chunks.append(torch.arange(q.shape[1], device=q.device) if group.chunks is None else group.chunks)
+    if len(groups) == 1:
+        return outputs[0]
+    return torch.cat(outputs, dim=1).index_select(1, torch.cat(chunks).argsort())
+
+
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
                               bias: Optional[Tensor]) -> Tensor:
     """The local attention of every chunk (:class:`SlidingChunkAttention`). Traced
-    (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops on the
-    whole batch: not through :func:`mmvisattn.ops.tracing.apply_function`, because the Function's
+    (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops
+    (:func:`_traced`): not through :func:`mmvisattn.ops.tracing.apply_function`, because the Function's
     forward writes slice by slice into a preallocated output, which tracing records wrongly."""
     if torch.jit.is_tracing():
         dtype = v.dtype
         q, k, v = upcast(q, k, v)
-        everything = Slice(slice(0, q.shape[0]), ChunkGroup(None, None, index, invalid), slice(0, q.shape[1]))
-        scores = _scores(q, k, None if bias is None else upcast(bias)[0], everything)
-        return (scores.softmax(dim=-1) @ _gather(v, everything)).to(dtype)
+        return _traced(q, k, v, index, invalid, None if bias is None else upcast(bias)[0]).to(dtype)
     return SlidingChunkAttention.apply(q, k, v, index, invalid, bias)
