@@ -13,7 +13,7 @@ is float32 whatever the inputs' dtype (half logits of large inputs overflow befo
 the output comes back in ``v``'s dtype, each gradient in its input's.
 """
 from functools import lru_cache
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -62,7 +62,7 @@ def chunk_groups(index: Tensor, invalid: Tensor) -> Tuple[ChunkGroup, ...]:
 class Slice(NamedTuple):
     rows: slice  # of the B*H axis
     group: ChunkGroup
-    part: slice  # of the group's chunks
+    span: slice  # of the group's chunks
 
 
 def _slices(batch_heads: int, queries: int, group: ChunkGroup) -> List[Slice]:
@@ -76,22 +76,32 @@ def _slices(batch_heads: int, queries: int, group: ChunkGroup) -> List[Slice]:
             for part in runs(chunks, max(1, SCORE_BUDGET // per_chunk))]
 
 
+def _group_slices(batch_heads: int, queries: int, groups: Tuple[ChunkGroup, ...],
+                  bias: Optional[Tensor]) -> Iterator[Tuple[Slice, Optional[Tensor]]]:
+    """Every slice of every group with the group's bias (:func:`_group_bias`), cut once per group
+    and alive for one group at a time."""
+    for group in groups:
+        group_bias = _group_bias(bias, group)
+        for part in _slices(batch_heads, queries, group):
+            yield part, group_bias
+
+
 def _chunks_of(x: Tensor, part: Slice) -> Tensor:
-    """The ``(b, c, w^2, C)`` chunks of ``part`` from ``(B*H, C, w^2, C)`` (a copy unless they are
+    """The ``(b, c, w^2, d)`` chunks of ``part`` from ``(B*H, C, w^2, d)`` (a copy unless they are
     consecutive)."""
     rows = x[part.rows]
     if part.group.chunks is None:
-        return rows[:, part.part]
-    return rows.index_select(1, part.group.chunks[part.part])
+        return rows[:, part.span]
+    return rows.index_select(1, part.group.chunks[part.span])
 
 
 def _put_chunks(x: Tensor, part: Slice, values: Tensor) -> None:
-    """Write the chunks of ``part`` into ``(B*H, C, w^2, C)`` ``x``."""
+    """Write the chunks of ``part`` into ``(B*H, C, w^2, d)`` ``x``."""
     rows = x[part.rows]
     if part.group.chunks is None:
-        rows[:, part.part] = values
+        rows[:, part.span] = values
     else:
-        rows.index_copy_(1, part.group.chunks[part.part], values)
+        rows.index_copy_(1, part.group.chunks[part.span], values)
 
 
 def _gather(table: Tensor, part: Slice) -> Tensor:
@@ -100,7 +110,7 @@ def _gather(table: Tensor, part: Slice) -> Tensor:
     (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves); its
     adjoint is :func:`~mmvisattn.ops.token_grid.add_rows_`."""
     rows = table[part.rows]
-    slots = part.group.index[part.part]
+    slots = part.group.index[part.span]
     return rows.index_select(1, slots.reshape(-1)).view(rows.shape[0], *slots.shape, rows.shape[-1])
 
 
@@ -129,7 +139,7 @@ def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor
         return scores
     # -inf added, not masked_fill_: filling through a mask broadcast over the heads is some 6x slower
     # on CPU than filling the small mask itself and adding it
-    blocked = part.group.invalid[part.part]
+    blocked = part.group.invalid[part.span]
     return scores.add_(torch.zeros(blocked.shape, dtype=scores.dtype, device=scores.device)
                        .masked_fill_(blocked, float('-inf')))
 
@@ -160,11 +170,9 @@ class SlidingChunkAttention(torch.autograd.Function):
         ctx.bias_dtype = None if bias is None else bias.dtype
         bias = None if bias is None else upcast(bias)[0]
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
-        for group in chunk_groups(index, invalid):
-            group_bias = _group_bias(bias, group)
-            for part in _slices(q.shape[0], q.shape[2], group):
-                probs = _scores(_chunks_of(q, part), k, group_bias, part).softmax(dim=-1)
-                _put_chunks(out, part, probs @ _gather(v, part))
+        for part, group_bias in _group_slices(q.shape[0], q.shape[2], chunk_groups(index, invalid), bias):
+            probs = _scores(_chunks_of(q, part), k, group_bias, part).softmax(dim=-1)
+            _put_chunks(out, part, probs @ _gather(v, part))
         ctx.save_for_backward(*inputs, bias, out)
         ctx.index, ctx.invalid = index, invalid  # slot_tables' cached tables, not memory of this call
         return out.to(inputs[2].dtype)
@@ -179,10 +187,9 @@ class SlidingChunkAttention(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         # sum_j p_ij dp_ij = grad_out_i . out_i: the softmax backward without a score-sized product
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
-        for group in chunk_groups(ctx.index, ctx.invalid):
-            group_bias = _group_bias(bias, group)
-            for part in _slices(q.shape[0], q.shape[2], group):
-                _backward_slice(part, q, k, v, group_bias, grad_out, row_dots, (grad_q, grad_k, grad_v, grad_bias))
+        buffers = (grad_q, grad_k, grad_v, grad_bias)
+        for part, group_bias in _group_slices(q.shape[0], q.shape[2], chunk_groups(ctx.index, ctx.invalid), bias):
+            _backward_slice(part, q, k, v, group_bias, grad_out, row_dots, buffers)
         if grad_bias is not None:
             grad_bias = grad_bias.view(-1, *bias.shape).sum(dim=0).to(ctx.bias_dtype)
         grads = (grad_q, grad_k, grad_v)
@@ -193,7 +200,7 @@ def _backward_slice(part: Slice, q: Tensor, k: Tensor, v: Tensor, bias: Optional
                     row_dots: Tensor, grads: Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]) -> None:
     """Add one slice's share into the gradients of ``q, k, v`` and the bias (rows of ``B*H``)."""
     grad_q, grad_k, grad_v, grad_bias = grads
-    slot_rows = part.group.index[part.part].reshape(-1)
+    slot_rows = part.group.index[part.span].reshape(-1)
     q_part = _chunks_of(q, part)
     p = _scores(q_part, k, bias, part).softmax(dim=-1)
     g = _chunks_of(grad_out, part)
@@ -221,15 +228,14 @@ def _traced(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor, bia
     outputs are joined and put back in chunk order by one ``index_select`` (no writes into a
     preallocated output)."""
     groups = chunk_groups(index, invalid)
-    outputs, chunks = [], []
+    outputs = []
     for group in groups:
         part = Slice(slice(0, q.shape[0]), group, slice(0, group.index.shape[0]))
         scores = _scores(_chunks_of(q, part), k, _group_bias(bias, group), part)
         outputs.append(scores.softmax(dim=-1) @ _gather(v, part))
-        chunks.append(torch.arange(q.shape[1], device=q.device) if group.chunks is None else group.chunks)
-    if len(groups) == 1:
+    if len(groups) == 1:  # the only group holds every chunk, in order
         return outputs[0]
-    return torch.cat(outputs, dim=1).index_select(1, torch.cat(chunks).argsort())
+    return torch.cat(outputs, dim=1).index_select(1, torch.cat([group.chunks for group in groups]).argsort())
 
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
