@@ -1,8 +1,9 @@
 """The one dispatch rule of every op with several implementations.
 
 Each op lists its implementations in ``IMPLS``, one file per value (``reference.py``, the torch
-path, ``triton.py``, ``dense.py``); ``impl='auto'`` runs the Triton kernel on CUDA tensors and the
-torch path elsewhere, except that an op with a dense form (``'dense'``: the same arithmetic over all
+path, ``cpu.py`` with its C++ ``cpu.cpp``, ``triton.py``, ``dense.py``); ``impl='auto'`` runs the
+Triton kernel on CUDA tensors and, elsewhere, the C++ kernels where the op has them and the torch
+path otherwise, except that an op with a dense form (``'dense'``: the same arithmetic over all
 ``N x N`` pairs) runs it on CPU where its measured crossover says the map is small enough for that
 to be faster. Modules check their ``impl`` when they are built, ops when they are called, both with
 :func:`check_impl`, so a bad value fails the same way everywhere.
@@ -28,4 +29,6 @@ def resolve_impl(owner: str, impl: str, tensor: Tensor, impls: Sequence[str],
         return impl
     if tensor.is_cuda and 'triton' in impls:
         return 'triton'
-    return 'dense' if 'dense' in impls and dense_is_faster() else 'torch'
+    if 'dense' in impls and dense_is_faster():
+        return 'dense'
+    return 'cpu' if 'cpu' in impls and tensor.device.type == 'cpu' else 'torch'

@@ -1,20 +1,24 @@
 """Sliding-chunk op (arXiv:2103.15358, App. C, D): the torch path with its hand-written backward, the
-dense path (one SDPA call with the pattern as a bias) and the Triton kernels equal the masked
-full-attention reference in value and gradient (queries, keys, values and the three bias tables)
-for every masking and neighbour mode, odd grids, batch 2 and 0 / 1 / 2 global tokens; float64
-gradcheck; border chunks compute only their live slots; saved memory grows with N d, as SDPA's; a
-window larger than the map is full attention; ``auto`` takes the dense form on CPU up to the measured
-crossover; bad arguments are named. Triton runs under TRITON_INTERPRET=1 on CPU."""
+C++ CPU kernels, the dense path (one SDPA call with the pattern as a bias) and the Triton kernels
+equal the masked full-attention reference in value and gradient (queries, keys, values and the
+three bias tables) for every masking and neighbour mode, odd grids, batch 2 and 0 / 1 / 2 global
+tokens, float32 and half inputs; float64 gradcheck; border chunks compute only their live slots;
+saved memory grows with N d, as SDPA's; a window larger than the map is full attention; ``auto``
+takes the dense form on CPU up to the measured crossover and the C++ kernels beyond; bad arguments
+and a failed kernel build are named. Triton runs under TRITON_INTERPRET=1 on CPU."""
 import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from mmvisattn.ops.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
 from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
+from mmvisattn.ops.sliding_chunk.cpu import sliding_chunk_local_cpu
 from mmvisattn.ops.sliding_chunk.dense import dense_is_faster
 from mmvisattn.ops.sliding_chunk.layout import slot_tables
 from mmvisattn.ops.sliding_chunk.pytorch import chunk_groups
+
 
 from ..conftest import saved_elements
 
@@ -52,7 +56,7 @@ def assert_matches_reference(impl, hw, window, num_global, masking, mode, dtype=
         torch.testing.assert_close(a, b, **tol)
 
 
-@pytest.mark.parametrize('impl', ['torch', 'dense'])
+@pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
 @pytest.mark.parametrize('masking,mode,num_global', itertools.product(MASKINGS, (0, -1, 2, 5), (0, 1, 2)))
 def test_fast_paths_equal_reference_every_mode(impl, masking, mode, num_global):
     assert_matches_reference(impl, (5, 7), 2, num_global, masking, mode)
@@ -61,11 +65,32 @@ def test_fast_paths_equal_reference_every_mode(impl, masking, mode, num_global):
 ODD_GRIDS = [((1, 1), 1), ((3, 10), 3), ((4, 4), 2), ((2, 3), 1), ((9, 5), 2)]
 
 
+@pytest.mark.parametrize('impl', ['torch', 'cpu'])
 @pytest.mark.parametrize('hw,window', ODD_GRIDS)
 @pytest.mark.parametrize('masking', MASKINGS)
-def test_torch_equals_reference_odd_grids(hw, window, masking):
+def test_sliding_chunks_equal_reference_odd_grids(impl, hw, window, masking):
     # grids of one and two chunks too, where cyclic neighbours repeat and the reference merges them
-    assert_matches_reference('torch', hw, window, 1, masking, 0)
+    assert_matches_reference(impl, hw, window, 1, masking, 0)
+
+
+@pytest.mark.parametrize('dtype,bound', [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_cpu_kernels_equal_reference_in_float32_and_half(dtype, bound):
+    """The float32 kernels (vectorised exp) on a 28x28 map at w 7, batch 2, against the float64
+    reference of the same inputs: largest error over largest value. bfloat16 inputs are computed in
+    float32 and come back, gradients included, in bfloat16; measured 3e-3 on the output and 1.2e-2 on
+    the bias table's gradient, which autograd sums in bfloat16 outside the kernels, as on the torch
+    path (the same figures there)."""
+    q, k, v, tables = make_inputs(batch=2, heads=3, num_global=1, hw=(28, 28), dims=8, window=7, dtype=dtype)
+    out = sliding_chunk_attention(q, k, v, (28, 28), 7, 1, 'chunk', 0, tables, impl='cpu')
+    inputs = leaves(q, k, v, tables)
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    reference = sliding_chunk_attention_reference(*exact[:3], (28, 28), 7, 1, 'chunk', 0, exact[3:])
+    weights = torch.randn(reference.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grads = torch.autograd.grad((out.double() * weights).sum(), inputs)
+    expected = torch.autograd.grad((reference * weights).sum(), exact)
+    assert out.dtype == dtype and all(grad.dtype == dtype for grad in grads)
+    for got, want in zip((out, *grads), (reference, *expected)):
+        assert (got.double() - want).abs().max() <= bound * want.abs().max()
 
 
 @pytest.mark.parametrize('hw,window', ODD_GRIDS)
@@ -85,23 +110,25 @@ def test_dense_refuses_keys_visited_twice():
     assert not dense_is_faster((3, 10), 3, 1, 'cyclic', 0, q.device)
 
 
-@pytest.mark.parametrize('impl', ['torch', 'dense'])
+@pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
 def test_fast_paths_equal_reference_without_bias(impl):
     assert_matches_reference(impl, (6, 5), 2, 1, 'chunk', 0, rel_pos=False)
 
 
-def test_dense_equals_torch_at_the_crossover():
-    """w 7 with one global token: 21x21 (442 tokens, as many as a query's slots) is the largest map
-    ``auto`` runs dense; there and on an odd map one row larger both forms agree in float32."""
-    for hw in [(21, 21), (22, 21)]:
+def test_dense_equals_sliding_chunks_at_the_crossover():
+    """w 7 with one global token: 19x18 (343 tokens, 0.78 of a query's 442 slots) is the largest map
+    ``auto`` runs dense; there and on the map one row larger the dense form, the torch path and the
+    C++ kernels agree in float32."""
+    for hw in [(19, 18), (19, 19)]:
         q, k, v, tables = make_inputs(batch=2, heads=2, num_global=1, hw=hw, dims=8, window=7, dtype=torch.float32)
         dense = sliding_chunk_attention(q, k, v, hw, 7, 1, rel_pos=tables, impl='dense')
-        linear = sliding_chunk_attention(q, k, v, hw, 7, 1, rel_pos=tables, impl='torch')
-        torch.testing.assert_close(dense, linear, rtol=1e-4, atol=1e-5)
         inputs, weights = leaves(q, k, v, tables), torch.randn_like(dense)
-        for a, b in zip(torch.autograd.grad((dense * weights).sum(), inputs),
-                        torch.autograd.grad((linear * weights).sum(), inputs)):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        dense_grads = torch.autograd.grad((dense * weights).sum(), inputs)
+        for impl in ('torch', 'cpu'):
+            linear = sliding_chunk_attention(q, k, v, hw, 7, 1, rel_pos=tables, impl=impl)
+            torch.testing.assert_close(dense, linear, rtol=1e-4, atol=1e-5)
+            for a, b in zip(dense_grads, torch.autograd.grad((linear * weights).sum(), inputs)):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize('budget', [1, 200])
@@ -137,10 +164,10 @@ def test_chunk_groups_keep_exactly_the_live_slots(masking):
         assert slots == [197] * 4 + [295] * 8 + [442] * 4
 
 
-@pytest.mark.parametrize('impl', ['torch', 'dense'])
+@pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
 def test_gradcheck_hand_written_backward(impl):
-    """The torch path's backward, and the dense path's gather of the bias, whose gradient is added back
-    by one index_add_."""
+    """The backwards of the torch path and the C++ kernels, and the dense path's gather of the bias,
+    whose gradient is added back by one index_add_."""
     q, k, v, tables = make_inputs(batch=1, heads=2, num_global=1, hw=(3, 4), dims=2, window=2)
 
     def fn(q, k, v, table, g2l, g2g):
@@ -156,7 +183,8 @@ def test_window_larger_than_map_is_full_attention(masking):
     num_global = 0 if masking == 'cyclic' else 1
     q, k, v, _ = make_inputs(num_global=num_global, hw=(5, 6), window=8, rel_pos=False)
     full = F.scaled_dot_product_attention(q, k, v)
-    torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl='torch'), full)
+    for impl in ('torch', 'cpu'):
+        torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl=impl), full)
     if masking != 'cyclic':
         torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl='dense'), full)
     torch.testing.assert_close(sliding_chunk_attention_reference(q, k, v, (5, 6), 8, num_global, masking), full)
@@ -173,10 +201,11 @@ def test_exact_window_is_the_conv_like_neighbourhood():
     assert (weights[~near] == 0).all() and (weights[near] > 0).all()
 
 
+@pytest.mark.parametrize('impl', ['torch', 'cpu'])
 @pytest.mark.parametrize('masking', MASKINGS)
-def test_saved_tensors_grow_linearly_like_sdpa(masking):
-    """The backward recomputes the probabilities from one log-sum-exp per query: per token and head
-    the op saves its inputs, output and that number, about ``4 d + 1`` values (the probabilities
+def test_saved_tensors_grow_linearly_like_sdpa(impl, masking):
+    """The backward recomputes the probabilities (the C++ kernels from one log-sum-exp per query): per
+    token and head the op saves its inputs and output, about ``4 d + 1`` values (the probabilities
     were ``G + 9 w^2``: 145 here), the same order as SDPA's saved tensors."""
     dims, window = 4, 4
 
@@ -184,7 +213,7 @@ def test_saved_tensors_grow_linearly_like_sdpa(masking):
         q, k, v, tables = make_inputs(batch=1, heads=1, num_global=1, hw=(side, side), dims=dims, window=window,
                                       dtype=torch.float32)
         return saved_elements(lambda: sliding_chunk_attention(q, k, v, (side, side), window, 1, masking,
-                                                              rel_pos=tables, impl='torch'))
+                                                              rel_pos=tables, impl=impl))
 
     # per added token (the bias tables and slot indices are a constant, the same at every size)
     small, medium, large = saved(16), saved(32), saved(64)
@@ -194,21 +223,43 @@ def test_saved_tensors_grow_linearly_like_sdpa(masking):
 
 
 def test_auto_follows_the_measured_crossover(monkeypatch):
-    """On CPU ``auto`` runs the dense form while the map holds at most a query's slots (w 7, one global
-    token, mode 0: 442 tokens, 21x21), the sliding chunks beyond; ``impl`` forces either."""
+    """On CPU ``auto`` runs the dense form while the map holds at most 0.8 of a query's slots (w 7, one
+    global token, mode 0: 353 of 442 tokens, 19x18), the C++ sliding chunks beyond; ``impl`` forces any."""
     cpu = torch.device('cpu')
-    assert dense_is_faster((21, 21), 7, 1, 'chunk', 0, cpu) and not dense_is_faster((22, 21), 7, 1, 'chunk', 0, cpu)
-    assert dense_is_faster((7, 7), 7, 0, 'chunk', -1, cpu) and not dense_is_faster((7, 8), 7, 0, 'chunk', -1, cpu)
+    assert dense_is_faster((18, 18), 7, 1, 'chunk', 0, cpu) and dense_is_faster((19, 18), 7, 1, 'chunk', 0, cpu) \
+        and not dense_is_faster((19, 19), 7, 1, 'chunk', 0, cpu)
+    assert dense_is_faster((6, 6), 7, 0, 'chunk', -1, cpu) and not dense_is_faster((6, 7), 7, 0, 'chunk', -1, cpu)
     picked = []
     # stand-ins that record the path and return their queries (shaped as each path's output)
     monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_attention_dense',
                         lambda q, *args: picked.append('dense') or q)
-    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_local_torch',
-                        lambda chunks, *args: picked.append('torch') or chunks)
-    for hw, impl in [((21, 21), 'auto'), ((22, 21), 'auto'), ((21, 21), 'torch'), ((22, 21), 'dense')]:
+    for name in ('sliding_chunk_local_torch', 'cpu.sliding_chunk_local_cpu'):
+        monkeypatch.setattr(f'mmvisattn.ops.sliding_chunk.{name}',
+                            lambda chunks, *args, name=name: picked.append(name.split('_')[-1]) or chunks)
+    for hw, impl in [((19, 18), 'auto'), ((19, 19), 'auto'), ((19, 18), 'torch'), ((19, 18), 'cpu'),
+                     ((19, 19), 'dense')]:
         q, k, v, _ = make_inputs(batch=1, heads=1, num_global=1, hw=hw, dims=2, window=7, rel_pos=False)
         sliding_chunk_attention(q, k, v, hw, 7, 1, impl=impl)
-    assert picked == ['dense', 'torch', 'torch', 'dense']
+    assert picked == ['dense', 'cpu', 'torch', 'cpu', 'dense']
+
+
+def test_cpu_kernels_refuse_other_devices():
+    q = torch.zeros(1, 1, 4, 2, device='meta')
+    with pytest.raises(ValueError, match=r"^sliding_chunk_attention: impl='cpu' needs CPU tensors; got meta$"):
+        sliding_chunk_local_cpu(q, q, q, None, None, None)
+
+
+def test_failed_kernel_build_is_one_line(monkeypatch):
+    """A compiler error (many lines from ninja) becomes one line naming the source and the way round it."""
+    def failing_load(**kwargs):
+        raise RuntimeError('Error building extension \'mmvisattn_sliding_chunk_cpu\'\nninja: build stopped\n...')
+
+    monkeypatch.setattr('torch.utils.cpp_extension.load', failing_load)
+    with pytest.raises(CpuKernelBuildError) as error:
+        load_cpu_kernels.__wrapped__('sliding_chunk')
+    message, source = str(error.value), OPS_DIR / 'sliding_chunk' / 'cpu.cpp'
+    assert '\n' not in message and message.startswith(f'{source}: the CPU kernels did not compile (')
+    assert "Error building extension 'mmvisattn_sliding_chunk_cpu'" in message and "impl='torch'" in message
 
 
 @pytest.mark.parametrize('kwargs,message', [

@@ -16,9 +16,10 @@ Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: 
 local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 
 Implementations: ``reference`` (masked full attention, tests only), ``dense`` (one SDPA call with the
-pattern as an additive bias, :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward) and
-``triton`` (fused kernels); ``auto`` picks Triton for CUDA tensors and, on CPU, ``dense`` on maps no
-larger than a query's window (the crossover measured in :mod:`.dense`), ``torch`` on larger ones.
+pattern as an additive bias, :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward),
+``cpu`` (the same fused per chunk in C++, :mod:`.cpu`) and ``triton`` (fused kernels); ``auto`` picks
+Triton for CUDA tensors and, on CPU, ``dense`` on maps no larger than a query's window (the
+crossover measured in :mod:`.dense`), ``cpu`` on larger ones.
 """
 from numbers import Integral
 from typing import Optional, Sequence
@@ -33,7 +34,7 @@ from .layout import (MASKINGS, MODES, from_chunks, global_rows, key_table, slot_
                      to_chunks)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
-IMPLS = ('auto', 'reference', 'dense', 'torch', 'triton')
+IMPLS = ('auto', 'reference', 'dense', 'torch', 'cpu', 'triton')
 
 
 def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
@@ -87,6 +88,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
     keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
     local_attention = sliding_chunk_local_torch
+    if impl == 'cpu':
+        from .cpu import sliding_chunk_local_cpu as local_attention
     if impl == 'triton':
         from .triton import sliding_chunk_local_triton as local_attention
     local = local_attention(chunks, keys, values, index, invalid, bias)

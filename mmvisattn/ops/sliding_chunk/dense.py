@@ -7,22 +7,25 @@ additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allo
 ``-inf`` on the forbidden ones, gathered from one row per head by a cached index of the pattern
 (:func:`visited_pairs`, the reference's definition from token coordinates).
 
-:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= S``, the slots of
-a query (``S = G + 9 w^2`` in mode 0). Measured on two cores (forward + backward, batch 2, 3
-heads of 32 dims, ``w = 7``, one global token, trainable relative-position bias; re-measure with
-``benchmark_attention.py --types LongformerAttention:window=7,num_global=1,impl=torch
-LongformerAttention:window=7,num_global=1,impl=dense``):
+:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
+the slots of a query (``S = G + 9 w^2`` in mode 0). Measured on two cores (module forward +
+backward, batch 2, 3 heads of 32 dims, ``w = 7``, one global token, trainable relative-position
+bias, paired in one process; re-measure with ``benchmark_attention.py --types
+LongformerAttention:window=7,num_global=1,impl=cpu LongformerAttention:window=7,num_global=1,impl=dense``):
 
-    grid   G + N   / S    sliding chunks   dense
-    14x14    197   0.45        6.3 ms       1.2 ms
-    21x21    442   1.00       12.6 ms       5.8 ms
-    28x28    785   1.78       20.2 ms      18.6 ms
+    grid   G + N   / S    C++ sliding chunks   dense    SDPA
+    14x14    197   0.45         5.9 ms         4.1 ms   2.6 ms
+    17x17    290   0.66         8.1 ms         6.3 ms   3.9 ms
+    18x18    325   0.74         8.7 ms         7.9 ms   5.1 ms
+    19x19    362   0.82         8.7 ms         8.6 ms   5.1 ms
+    20x20    401   0.91         9.6 ms        11.9 ms   6.8 ms
+    21x21    442   1.00         9.9 ms        14.7 ms   7.1 ms
 
-Beyond ``S`` the dense form is barely faster and holds the ``N^2`` probabilities for the backward
-(SDPA's math path, which a bias with a gradient takes), which the sliding chunks never store, so it
-stops there. Layouts in which a key is visited twice (cyclic wrapping on a grid of fewer than three
-chunks, where the reference merges the copies' biases) have no single bias per pair and stay on the
-sliding chunks.
+The C++ kernels (:mod:`.cpu`) cost about the same on every map of 3 x 3 chunks, the dense form
+grows with ``N^2`` and holds the ``N^2`` probabilities for the backward (SDPA's math path, which a
+bias with a gradient takes), so it stops at 0.8 ``S``. Layouts in which a key is visited twice
+(cyclic wrapping on a grid of fewer than three chunks, where the reference merges the copies' biases)
+have no single bias per pair and stay on the sliding chunks.
 
 Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.amp`).
 """
@@ -38,13 +41,17 @@ from ..tracing import apply_function
 from .layout import visited_neighbours
 from .reference import visited_pairs
 
+# Tokens per slot of a query up to which the dense form is faster than the C++ sliding chunks (the
+# table above: 18x18 at w 7 and one global token is the largest such map, 19x19 a tie).
+DENSE_SHARE = 0.8
+
 
 def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int,
                     device: torch.device) -> bool:
-    """Whether ``auto`` runs the dense form on CPU: the map holds at most a query's slots and every
-    allowed pair is visited once."""
+    """Whether ``auto`` runs the dense form on CPU: the map holds at most :data:`DENSE_SHARE` of a
+    query's slots and every allowed pair is visited once."""
     slots = num_global + len(visited_neighbours(mode)) * window * window
-    return (num_global + hw_shape[0] * hw_shape[1] <= slots
+    return (num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * slots
             and pair_index(tuple(hw_shape), window, num_global, masking, mode, device) is not None)
 
 

@@ -1,0 +1,68 @@
+"""The ops' C++ CPU kernels, compiled on first use.
+
+An op with a ``cpu`` implementation keeps its kernels in ``<op>/cpu.cpp``, registered as
+``torch.ops.mmvisattn_<op>.*``, beside the ``cpu.py`` that wraps them in an autograd Function.
+:func:`load_cpu_kernels` compiles a source with ``torch.utils.cpp_extension.load`` (about 10 s on two
+cores) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
+``~/.cache/torch_extensions``), which later processes reuse and which is rebuilt when the source
+changes. ``make install`` compiles every kernel once, so a compiler problem surfaces there and not
+in the first training step. Why C++ and not the torch path alone: on CPU the torch path's softmax,
+masks and gathers each pass over the ``N x S`` scores in memory, while SDPA's fused kernel does not;
+the kernels do all of it while one chunk's scores are in cache.
+"""
+import functools
+import os
+import shutil
+from pathlib import Path
+from typing import Any, List
+
+import torch
+
+OPS_DIR = Path(__file__).parent
+
+# -fopenmp: at::parallel_for and the `omp simd` loops (the library joins the OpenMP runtime torch
+# loaded: same soname). -fno-trapping-math, -fno-math-errno: without them GCC keeps float selects and
+# reductions scalar for the sake of floating-point exception flags and errno; the values are IEEE's
+# either way, and torch builds itself with both.
+CFLAGS = ('-O3', '-fopenmp', '-fno-trapping-math', '-fno-math-errno')
+
+
+class CpuKernelBuildError(RuntimeError):
+    """A kernel source did not compile; the message is one line."""
+
+
+@functools.lru_cache(maxsize=None)
+def load_cpu_kernels(op: str) -> Any:
+    """Compile (or find in the cache) ``<op>/cpu.cpp`` and return its ``torch.ops.mmvisattn_<op>``
+    namespace; a failed build raises :class:`CpuKernelBuildError` naming the source and the way round it."""
+    from torch.utils import cpp_extension
+    source = OPS_DIR / op / 'cpu.cpp'
+    _put_ninja_on_path()
+    try:
+        cpp_extension.load(name=f'mmvisattn_{op}_cpu', sources=[str(source)], extra_cflags=list(CFLAGS),
+                           extra_ldflags=['-fopenmp'], is_python_module=False, verbose=False)
+    except (RuntimeError, OSError) as error:
+        reason = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        raise CpuKernelBuildError(f'{source}: the CPU kernels did not compile ({reason.strip()}); they need a C++ '
+                                  f"compiler and ninja (make install sets both up); impl='torch' runs without them"
+                                  ) from None
+    return getattr(torch.ops, f'mmvisattn_{op}')
+
+
+def _put_ninja_on_path() -> None:
+    """torch builds with the ``ninja`` on ``PATH``; a virtual environment run without activating it
+    has the pip ``ninja`` (installed by ``make install``) only beside its Python."""
+    if shutil.which('ninja') is None:
+        try:
+            import ninja
+        except ImportError:
+            return  # the build then fails and says so
+        os.environ['PATH'] = os.pathsep.join([ninja.BIN_DIR, os.environ.get('PATH', '')])
+
+
+def load_every_cpu_kernel() -> List[str]:
+    """Compile the kernels of every op with a ``cpu.cpp`` (``make install`` calls it); returns the ops."""
+    ops = sorted(source.parent.name for source in OPS_DIR.glob('*/cpu.cpp'))
+    for op in ops:
+        load_cpu_kernels(op)
+    return ops
