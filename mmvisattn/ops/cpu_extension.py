@@ -1,7 +1,9 @@
 """The ops' C++ CPU kernels, compiled on first use.
 
 An op with a ``cpu`` implementation keeps its kernels in ``<op>/cpu.cpp``, registered as
-``torch.ops.mmvisattn_<op>.*``, beside the ``cpu.py`` that wraps them in an autograd Function.
+``torch.ops.mmvisattn_<op>_cpu.*``, beside the ``cpu.py`` that exposes them as custom operators
+(``torch.library.custom_op``, with fake implementations for ``torch.compile``; their bodies load the
+kernels at the first call, outside any compiled graph) and wraps those in an autograd Function.
 :func:`load_cpu_kernels` compiles a source with ``torch.utils.cpp_extension.load`` (about 10 s on two
 cores) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``), which later processes reuse and which is rebuilt when the source
@@ -33,7 +35,7 @@ class CpuKernelBuildError(RuntimeError):
 
 @functools.lru_cache(maxsize=None)
 def load_cpu_kernels(op: str) -> Any:
-    """Compile (or find in the cache) ``<op>/cpu.cpp`` and return its ``torch.ops.mmvisattn_<op>``
+    """Compile (or find in the cache) ``<op>/cpu.cpp`` and return its ``torch.ops.mmvisattn_<op>_cpu``
     namespace; a failed build raises :class:`CpuKernelBuildError` naming the source and the way round it."""
     from torch.utils import cpp_extension
     source = OPS_DIR / op / 'cpu.cpp'
@@ -42,11 +44,31 @@ def load_cpu_kernels(op: str) -> Any:
         cpp_extension.load(name=f'mmvisattn_{op}_cpu', sources=[str(source)], extra_cflags=list(CFLAGS),
                            extra_ldflags=['-fopenmp'], is_python_module=False, verbose=False)
     except (RuntimeError, OSError) as error:
-        reason = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        # the compiler's first error says more than ninja's summary line before it
+        reason = next((line for line in lines if 'error:' in line), lines[0] if lines else type(error).__name__)
         raise CpuKernelBuildError(f'{source}: the CPU kernels did not compile ({reason.strip()}); they need a C++ '
                                   f"compiler and ninja (make install sets both up); impl='torch' runs without them"
                                   ) from None
-    return getattr(torch.ops, f'mmvisattn_{op}')
+    return getattr(torch.ops, f'mmvisattn_{op}_cpu')
+
+
+def check_cpu_tensor(owner: str, tensor: torch.Tensor) -> None:
+    """A one-line ``ValueError`` unless ``tensor`` lives on the CPU, where the kernels run."""
+    if tensor.device.type != 'cpu':
+        raise ValueError(f"{owner}: impl='cpu' needs CPU tensors; got {tensor.device}")
+
+
+def kernels_hidden() -> bool:
+    """Whether the ops run under ``torch.jit`` tracing (ONNX export, mmengine's FLOP counter) or a
+    dispatch mode (torch's ``FlopCounterMode``, which :func:`mmvisattn.utils.count_flops` uses): there
+    each op's torch path runs in place of its C++ kernels, whose one opaque call those would record
+    wrongly or count as nothing, while the torch path shows them the same arithmetic op by op.
+    ``torch.compile`` keeps the kernels (custom operators); it is asked first, so that its tracer
+    meets no call returning a plain int."""
+    if torch.compiler.is_compiling():
+        return False
+    return torch.jit.is_tracing() or bool(torch._C._len_torch_dispatch_stack())
 
 
 def _put_ninja_on_path() -> None:

@@ -1,6 +1,6 @@
 """Ripple op (arXiv:2110.02453): the spatial weights (Eq. 5, C.3, tau, Eq. 6), the explicit reference against
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
-local/global split with its tiled and its dense local part, the Triton kernels) against the reference
+local/global split with its tiled, its dense and its C++ local part, the Triton kernels) against the reference
 in value and every gradient -- odd maps, batch and heads with per-head weights, R_max beyond the map,
 the tau merge; the crossover ``auto`` follows; the feature map of Eq. 13 against its autograd form.
 Triton runs on CPU under TRITON_INTERPRET=1 (set by tests/conftest.py)."""
@@ -11,6 +11,7 @@ from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_
                                   stick_breaking, trig_relu_features, trig_relu_features_reference, truncate,
                                   vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach
+from mmvisattn.ops.ripple.cpu import CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
 from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
 
@@ -41,7 +42,7 @@ def assert_matches_reference(impl, hw_shape, r_max, tau, dtype=torch.float64, to
         torch.testing.assert_close(a, b, **(tol or {}), msg=lambda m: f'd{name}: {m}')
 
 
-@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
+@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch', 'cpu'])
 @pytest.mark.parametrize('height,width,r_max,tau', CASES)
 def test_fast_paths_equal_reference(impl, height, width, r_max, tau):
     assert_matches_reference(impl, (height, width), r_max, tau)
@@ -56,6 +57,19 @@ def test_chunks_of_tile_rows_equal_reference(monkeypatch, budget, height, width,
     assert_matches_reference('torch', (height, width), r_max, 1e-3)
 
 
+@pytest.mark.parametrize('height,width,r_max', [(40, 37, 4), (50, 9, 2)])
+def test_cpu_bands_of_tile_rows_equal_reference(height, width, r_max):
+    """The C++ backward runs bands of tile rows in parallel, in two passes so that no two add into the
+    same keys: 2 bands of 5 tile rows (R_max 4, tile 4), 12 bands of about 2 (R_max 2, tile 2)."""
+    assert_matches_reference('cpu', (height, width), r_max, 1e-3, batch=1, heads=2)
+
+
+def test_cpu_kernels_refuse_other_devices():
+    q = torch.zeros(1, 4, 2, device='meta')
+    with pytest.raises(ValueError, match=r"^ripple_attention: impl='cpu' needs CPU tensors; got meta$"):
+        CPU.forward(q, q, q, q, (2, 2))
+
+
 @pytest.mark.parametrize('budget', [1, 100])
 @pytest.mark.parametrize('height,width,r_max', [(9, 7, 2), (6, 11, 3)])
 def test_dense_blocks_of_queries_equal_reference(monkeypatch, budget, height, width, r_max):
@@ -65,31 +79,33 @@ def test_dense_blocks_of_queries_equal_reference(monkeypatch, budget, height, wi
     assert_matches_reference('dense', (height, width), r_max, 1e-3)
 
 
-@pytest.mark.parametrize('hw_shape', [(23, 23), (21, 27)])
+@pytest.mark.parametrize('hw_shape', [(18, 18), (19, 18)])
 def test_dense_equals_tiled_at_the_crossover(hw_shape):
-    """Where ``auto`` switches (R_max 8: 23x23 dense, beyond it tiled), both forms give the same values and
-    gradients in float32, on the square map and an odd one of about the same size."""
+    """Where ``auto`` switches (R_max 8: 18x18 dense, beyond it the C++ tiles), the dense form, the torch
+    tiles and the C++ tiles give the same values and gradients in float32."""
     args = [t.detach().float().requires_grad_() for t in inputs(hw_shape, 8, batch=1, heads=2, dims=8, value_dims=8)]
     dense = ripple_attention(*args, hw_shape, impl='dense')
-    tiled = ripple_attention(*args, hw_shape, impl='torch')
-    torch.testing.assert_close(dense, tiled, rtol=1e-4, atol=1e-5)
     weights = torch.randn_like(dense)
     dense_grads = torch.autograd.grad((dense * weights).sum(), args)
-    for a, b in zip(dense_grads, torch.autograd.grad((tiled * weights).sum(), args)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for impl in ('torch', 'cpu'):
+        tiled = ripple_attention(*args, hw_shape, impl=impl)
+        torch.testing.assert_close(dense, tiled, rtol=1e-4, atol=1e-5)
+        for a, b in zip(dense_grads, torch.autograd.grad((tiled * weights).sum(), args)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_auto_follows_the_measured_crossover(monkeypatch):
-    """On CPU ``auto`` runs the dense local part up to ``1.4 x`` the tiled work per query in tokens
-    (R_max 8: 567 tokens), the tiled one beyond; ``impl`` forces either."""
-    assert dense_is_faster((23, 23), 8) and not dense_is_faster((24, 24), 8)
-    assert dense_is_faster((13, 13), 4) and not dense_is_faster((14, 14), 4)
+    """On CPU ``auto`` runs the dense local part up to ``0.8 x`` the tiled work per query in tokens
+    (R_max 8: 324 tokens), the C++ tiles beyond; ``impl`` forces any."""
+    assert dense_is_faster((18, 18), 8) and not dense_is_faster((19, 18), 8)
+    assert dense_is_faster((10, 10), 4) and not dense_is_faster((11, 10), 4)
     picked = []
     monkeypatch.setattr('mmvisattn.ops.ripple.local_plus_global', lambda *args: picked.append(args[-1]))
-    for hw_shape, impl in [((23, 23), 'auto'), ((24, 24), 'auto'), ((23, 23), 'torch'), ((24, 24), 'dense')]:
+    for hw_shape, impl in [((18, 18), 'auto'), ((19, 18), 'auto'), ((18, 18), 'torch'), ((18, 18), 'cpu'),
+                           ((19, 18), 'dense')]:
         q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
         ripple_attention(q, k, v, logits, hw_shape, impl=impl)
-    assert picked == [DENSE, TILED, TILED, DENSE]
+    assert picked == [DENSE, CPU, TILED, CPU, DENSE]
 
 
 @pytest.mark.parametrize('height,width,r_max,tau', [(5, 7, 2, 1e-3), (3, 4, 4, 0.3)])
@@ -106,11 +122,11 @@ def test_gradcheck_summed_area_backward():
     assert torch.autograd.gradcheck(vicinal_sum, [t.requires_grad_() for t in args], fast_mode=True)
 
 
-@pytest.mark.parametrize('kernels', [TILED, DENSE], ids=['tiled', 'dense'])
+@pytest.mark.parametrize('kernels', [TILED, DENSE, CPU], ids=['tiled', 'dense', 'cpu'])
 def test_gradcheck_local_global_backward(kernels):
     """The hand-written backward of the local part (tiled: overlapping halos folded back; dense: the
-    weights' gradients added back by group) together with the global sums and the normalisation, in
-    float64."""
+    weights' gradients added back by group; C++: the halos added into the maps) together with the
+    global sums and the normalisation, in float64."""
     torch.manual_seed(0)
     hw_shape, r_max = (3, 5), 3
     args = [torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64),
@@ -188,7 +204,7 @@ def test_bad_input_one_line(change, message):
         ripple_attention(q, k, v, logits, **call)
 
 
-@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
+@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch', 'cpu'])
 def test_saved_memory_is_linear_in_tokens(impl):
     """What autograd keeps grows with the tokens, not with their square (R_max fixed)."""
     def saved_elements(hw_shape):
@@ -201,7 +217,7 @@ def test_saved_memory_is_linear_in_tokens(impl):
     assert saved_elements((32, 32)) < 4.4 * saved_elements((16, 16))
 
 
-@pytest.mark.parametrize('kernels', [TILED, DENSE], ids=['tiled', 'dense'])
+@pytest.mark.parametrize('kernels', [TILED, DENSE, CPU], ids=['tiled', 'dense', 'cpu'])
 def test_local_global_keeps_only_inputs_and_output(kernels):
     """The scores are recomputed in the backward: saved are q, k, v, beta, w_m, the output and the
     normaliser."""

@@ -17,10 +17,11 @@ Implementations (``impl=``):
 * ``dense``: the same split with the local part as ``N x N`` products by blocks of queries
   (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) saved memory plus a cached index of
   ``8 H^2 W^2`` bytes: faster where the window ``(2 R_max - 1)^2`` covers much of the map;
+* ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
 ``auto`` picks ``triton`` for CUDA tensors; on CPU ``dense`` below the crossover measured in
-:mod:`.dense` (:func:`~.dense.dense_is_faster`) and ``torch`` above it: with the ``R_max`` of the
+:mod:`.dense` (:func:`~.dense.dense_is_faster`) and ``cpu`` above it: with the ``R_max`` of the
 paper (2-16) the local form needs fewer operations than the tables and far less memory.
 """
 from typing import Sequence
@@ -35,7 +36,7 @@ from .pytorch import TILED, local_plus_global
 from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
 
-IMPLS = ('auto', 'reference', 'sat', 'dense', 'torch', 'triton')
+IMPLS = ('auto', 'reference', 'sat', 'dense', 'torch', 'cpu', 'triton')
 
 
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
@@ -64,7 +65,11 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     if impl == 'triton':
         from .triton import ripple_attention_triton
         return ripple_attention_triton(q, k, v, logits, hw_shape, tau, eps)
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, DENSE if impl == 'dense' else TILED)
+    if impl == 'cpu':
+        from .cpu import CPU as local_kernels
+    else:
+        local_kernels = DENSE if impl == 'dense' else TILED
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, local_kernels)
 
 
 # group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'

@@ -7,25 +7,24 @@ every key meets every query, ``beta`` is gathered by the pair's Chebyshev group 
 ``R_max`` on), and the key and value gradients are accumulated by matrix products instead of being
 folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
 
-:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU. Measured on two cores
-(forward + backward of :func:`~mmvisattn.ops.ripple.ripple_attention` with ``impl='torch'`` against
-``impl='dense'``, paired rounds, 6 slices of 32 dims; ``cost`` = :func:`tiled_cost`; re-measure the
-same way, or with ``benchmark_attention.py`` and ``RippleAttention:r_max=R,impl=torch`` against
-``impl=dense`` for whole modules):
+:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU, where the tiled local part
+beyond it is the C++ one (:mod:`.cpu`). Measured on two cores (module forward + backward,
+``RippleAttention:r_max=R,impl=cpu`` against ``impl=dense`` with ``benchmark_attention.py`` or paired
+in one process, 96 dims, 3 heads, batch 2; ``cost`` = :func:`tiled_cost`):
 
-    R_max  grid  N / cost  dense / tiled          R_max  grid  N / cost  dense / tiled
-      2     8     2.00        0.63                  8     20     0.99        0.84
-      2    11     3.78        0.74                  8     22     1.20        0.86
-      2    14     6.12        0.99                  8     24     1.42        1.02
-      4    12     1.15        0.68                  8     28     1.94        1.38
-      4    14     1.57        0.63                 16     36     0.90        0.78
-      4    16     2.05        0.89                 16     40     1.11        0.80
-      4    18     2.59        0.99                 16     44     1.34        0.68
+    R_max  grid  N / cost  dense     C++ tiles        R_max  grid  N / cost  dense     C++ tiles
+      2     7     1.53     4.7 ms     4.9 ms            8     16     0.63    11.8 ms   12.7 ms
+      2     9     2.53     5.7 ms     5.9 ms            8     17     0.71    10.3 ms   11.3 ms
+      4    10     0.80     5.3 ms     5.6 ms            8     18     0.80    14.4 ms   14.4 ms
+      4    11     0.97     7.4 ms     7.3 ms            8     20     0.99    20.3 ms   14.1 ms
+      4    12     1.15     6.6 ms     6.5 ms            8     24     1.42    29.9 ms   18.3 ms
+      4    14     1.57     7.6 ms     7.4 ms
 
-The dense form wins up to ``N / cost`` of about 1.4 at ``R_max = 8`` and further at the other
-``R_max``, so :data:`DENSE_CROSSOVER` is 1.4, on the safe side for every ``R_max`` measured.
+The C++ tiles win from ``N / cost`` of 0.8 at ``R_max = 8`` and 1.0 at 4 (against the torch tiles
+the line was 1.4); at ``R_max = 2`` dense stays 4 % faster further out, a small loss for one line
+for every ``R_max``: :data:`DENSE_CROSSOVER` is 0.8.
 Memory: the saved tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
-:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (2.2 MB at the
+:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (0.8 MB at the
 crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).
 """
 from functools import lru_cache
@@ -40,7 +39,7 @@ from .pytorch import LocalKernels, tiled_cost
 from .reference import chebyshev_distances
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
-DENSE_CROSSOVER = 1.4  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
+DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
 
 
 def dense_is_faster(hw_shape: Sequence[int], r_max: int) -> bool:

@@ -17,31 +17,13 @@
 #include <utility>
 #include <vector>
 
-// The BLAS that torch links (MKL or OpenBLAS) exports the Fortran symbols; at::mm per chunk costs
-// microseconds of dispatch on 49 x 442 products.
-extern "C" {
-void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
-            const float*, const int*, const float*, float*, const int*);
-void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
-            const double*, const int*, const double*, double*, const int*);
-}
+#include "../cpu_kernels.h"
 
 namespace {
 
-using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (first slot column, length)
+using mmvisattn::matmul;
 
-// Row-major C (m x n) = op(A) op(B) through the column-major BLAS, which computes C^T = op(B)^T op(A)^T.
-template <typename T>
-void matmul(bool trans_a, bool trans_b, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
-            int ldc) {
-  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  const T one = 1, zero = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    sgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
-  } else {
-    dgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
-  }
-}
+using Runs = std::vector<std::pair<int64_t, int64_t>>;  // (first slot column, length)
 
 // exp of a float as the inlined Cephes polynomial (relative error about 1e-7): unlike a call to
 // expf it vectorises. Arguments below the float range, -inf included, give exactly 0.
@@ -296,13 +278,13 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_out, const at::Tensor& q
 
 }  // namespace
 
-TORCH_LIBRARY(mmvisattn_sliding_chunk, m) {
+TORCH_LIBRARY(mmvisattn_sliding_chunk_cpu, m) {
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor index, Tensor invalid, Tensor? bias) -> Tensor[]");
   m.def("backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor index, Tensor invalid, Tensor? bias, "
         "Tensor out, Tensor lse) -> Tensor[]");
 }
 
-TORCH_LIBRARY_IMPL(mmvisattn_sliding_chunk, CPU, m) {
+TORCH_LIBRARY_IMPL(mmvisattn_sliding_chunk_cpu, CPU, m) {
   m.impl("forward", &forward);
   m.impl("backward", &backward);
 }
