@@ -7,7 +7,7 @@ queries' scores against their halo, the ring weights gathered onto them, and the
 halos gathered from the maps in place and their gradients added straight back (one task per (slice,
 tile) in the forward; per band of tile rows of a slice in the backward, in two passes so that no two
 bands add into the same keys). Module forward + backward, R_max 8, 96 dims, 3 heads, batch 2, two
-threads (``configs/ripple`` README): 32x32 42 -> 26-29 ms against the torch tiles (SDPA 25-26 ms),
+threads (``configs/smca`` README): 32x32 42 -> 26-29 ms against the torch tiles (SDPA 25-26 ms),
 64x64 157 -> 110 ms. Under tracing (ONNX export,
 mmengine's FLOP counter) and dispatch modes (``FlopCounterMode``) the torch tiles run instead
 (:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
