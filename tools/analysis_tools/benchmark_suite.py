@@ -257,9 +257,10 @@ def child_memory(payload: dict) -> dict:
     case = OP_CASES[payload['case']]
     peers = Path(payload['peers']) if payload['peers'] else None
     # one step on a small map first: the libraries' lazily allocated workspaces (BLAS, thread pools;
-    # 10-40 MB on the first call of some ops) are not the op's memory. On a map that small 'auto'
-    # takes an op's dense form, so the linear path, which the benchmark grids take, warms up too.
-    for impl in ('torch', None):
+    # 10-40 MB on the first call of some ops; 20-25 MB for loading the C++ kernels and
+    # torch.utils.cpp_extension) are not the op's memory. On a map that small 'auto' takes an op's
+    # dense form, so the linear paths, which the benchmark grids take, warm up too.
+    for impl in ('torch', 'cpu', None):
         training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
     return peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))
 
