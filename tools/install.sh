@@ -73,7 +73,7 @@ EOF
 # The ops' C++ CPU kernels compile on first use into torch's extension cache; compiling them here makes
 # a compiler problem an install error and spares the first training step the wait.
 compile_cpu_kernels() {
-    step "compiling the ops' C++ CPU kernels (about 10 s each on 2 cores)"
+    step "compiling the ops' C++ CPU kernels (about 13 s each on 2 cores)"
     "$VENV/bin/python" -c 'from mmvisattn.ops.cpu_extension import load_every_cpu_kernel; load_every_cpu_kernel()' \
         || die "the ops' C++ CPU kernels did not compile (see the line above)"
     done_step
