@@ -172,6 +172,30 @@ void put_tile(T* map, const Grid& g, int64_t y0, int64_t x0, int64_t channels, c
   }
 }
 
+// What both passes start a tile with: its queries, ring weights, halo keys and values gathered from
+// one slice's maps, and the scores q k^T (T^2, keys), not yet weighted.
+template <typename T>
+struct TileScores {
+  const Grid& g;
+  int64_t dims, value_dims;
+  // weights: the ring weights with a last zero column (weight_slots), which the gathers leave untouched
+  std::vector<T> q_tile, weights, keys, values, scores;
+
+  TileScores(const Grid& g, int64_t dims, int64_t value_dims)
+      : g(g), dims(dims), value_dims(value_dims), q_tile(queries() * dims), weights(queries() * (g.rings + 1), 0),
+        keys(g.keys * dims), values(g.keys * value_dims), scores(queries() * g.keys) {}
+
+  int64_t queries() const { return g.tile * g.tile; }
+
+  void load(const T* q, const T* beta, const T* k, const T* v, int64_t y0, int64_t x0) {
+    gather_tile(q, g, y0, x0, dims, q_tile.data());
+    gather_tile(beta, g, y0, x0, g.rings, weights.data(), g.rings + 1);
+    gather_halo(k, g, y0, x0, dims, keys.data());
+    gather_halo(v, g, y0, x0, value_dims, values.data());
+    matmul<T>(false, true, queries(), g.keys, dims, q_tile.data(), dims, keys.data(), dims, scores.data(), g.keys);
+  }
+};
+
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& beta,
                   int64_t height, int64_t width, int64_t tile) {
   TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.dim() == 3 && beta.dim() == 3,
@@ -199,22 +223,18 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                    *v_data = v.data_ptr<scalar_t>(), *beta_data = beta.data_ptr<scalar_t>();
     scalar_t *num_data = num.data_ptr<scalar_t>(), *den_data = den.data_ptr<scalar_t>();
     at::parallel_for(0, slices * g.tiles(), 1, [&](int64_t begin, int64_t end) {
-      // the ring weights with a last zero column (weight_slots), which the gathers leave untouched
-      std::vector<scalar_t> q_tile(queries * dims), weights(queries * (g.rings + 1), 0), keys(g.keys * dims),
-          values(g.keys * value_dims), scores(queries * g.keys), num_tile(queries * value_dims), den_tile(queries);
+      TileScores<scalar_t> tile_scores(g, dims, value_dims);
+      std::vector<scalar_t> num_tile(queries * value_dims), den_tile(queries);
+      scalar_t* scores = tile_scores.scores.data();
       for (int64_t task = begin; task < end; ++task) {
         const int64_t s = task / g.tiles(), y0 = task % g.tiles() / g.tile_cols * tile,
                       x0 = task % g.tile_cols * tile;
-        gather_tile(q_data + s * g.tokens * dims, g, y0, x0, dims, q_tile.data());
-        gather_tile(beta_data + s * g.tokens * g.rings, g, y0, x0, g.rings, weights.data(), g.rings + 1);
-        gather_halo(k_data + s * g.tokens * dims, g, y0, x0, dims, keys.data());
-        gather_halo(v_data + s * g.tokens * value_dims, g, y0, x0, value_dims, values.data());
-        matmul<scalar_t>(false, true, queries, g.keys, dims, q_tile.data(), dims, keys.data(), dims, scores.data(),
-                         g.keys);
-        weigh(scores.data(), weights.data(), slots.data(), queries * g.keys);
-        row_sums(scores.data(), queries, g.keys, den_tile.data());
-        matmul<scalar_t>(false, false, queries, value_dims, g.keys, scores.data(), g.keys, values.data(), value_dims,
-                         num_tile.data(), value_dims);
+        tile_scores.load(q_data + s * g.tokens * dims, beta_data + s * g.tokens * g.rings,
+                         k_data + s * g.tokens * dims, v_data + s * g.tokens * value_dims, y0, x0);
+        weigh(scores, tile_scores.weights.data(), slots.data(), queries * g.keys);
+        row_sums(scores, queries, g.keys, den_tile.data());
+        matmul<scalar_t>(false, false, queries, value_dims, g.keys, scores, g.keys, tile_scores.values.data(),
+                         value_dims, num_tile.data(), value_dims);
         put_tile(num_data + s * g.tokens * value_dims, g, y0, x0, value_dims, num_tile.data());
         put_tile(den_data + s * g.tokens, g, y0, x0, 1, den_tile.data());
       }
@@ -232,42 +252,36 @@ struct TileBackward {
   int64_t dims, value_dims;
   const T *q, *k, *v, *beta, *grad_num, *grad_den;  // the slice's maps
   T *grad_q, *grad_k, *grad_v, *grad_beta;
-  std::vector<T> q_tile, weights, keys, values, grad_num_tile, grad_den_tile, scores, grad_weighted, products,
-      grad_q_tile, grad_beta_tile, grad_halo;
+  TileScores<T> tile;
+  std::vector<T> grad_num_tile, grad_den_tile, grad_weighted, products, grad_q_tile, grad_beta_tile, grad_halo;
 
   TileBackward(const Grid& g, const int32_t* slots, int64_t dims, int64_t value_dims)
-      : g(g), slots(slots), dims(dims), value_dims(value_dims), q_tile(queries() * dims),
-        weights(queries() * (g.rings + 1), 0),
-        keys(g.keys * dims), values(g.keys * value_dims), grad_num_tile(queries() * value_dims),
-        grad_den_tile(queries()), scores(queries() * g.keys), grad_weighted(queries() * g.keys),
-        products(queries() * g.keys), grad_q_tile(queries() * dims), grad_beta_tile(queries() * g.rings),
+      : g(g), slots(slots), dims(dims), value_dims(value_dims), tile(g, dims, value_dims),
+        grad_num_tile(tile.queries() * value_dims), grad_den_tile(tile.queries()),
+        grad_weighted(tile.queries() * g.keys), products(tile.queries() * g.keys),
+        grad_q_tile(tile.queries() * dims), grad_beta_tile(tile.queries() * g.rings),
         grad_halo(g.keys * std::max(dims, value_dims)) {}
 
-  int64_t queries() const { return g.tile * g.tile; }
-
   void run(int64_t y0, int64_t x0) {
-    const int n = queries();
-    gather_tile(q, g, y0, x0, dims, q_tile.data());
-    gather_tile(beta, g, y0, x0, g.rings, weights.data(), g.rings + 1);
+    const int n = tile.queries();
+    T *scores = tile.scores.data(), *weights = tile.weights.data();
+    tile.load(q, beta, k, v, y0, x0);
     gather_tile(grad_num, g, y0, x0, value_dims, grad_num_tile.data());
     gather_tile(grad_den, g, y0, x0, 1, grad_den_tile.data());
-    gather_halo(k, g, y0, x0, dims, keys.data());
-    gather_halo(v, g, y0, x0, value_dims, values.data());
-    matmul<T>(false, true, n, g.keys, dims, q_tile.data(), dims, keys.data(), dims, scores.data(), g.keys);
-    matmul<T>(false, true, n, g.keys, value_dims, grad_num_tile.data(), value_dims, values.data(), value_dims,
+    matmul<T>(false, true, n, g.keys, value_dims, grad_num_tile.data(), value_dims, tile.values.data(), value_dims,
               grad_weighted.data(), g.keys);
-    add_den_gradient(grad_weighted.data(), scores.data(), grad_den_tile.data(), n, g.keys, products.data());
+    add_den_gradient(grad_weighted.data(), scores, grad_den_tile.data(), n, g.keys, products.data());
     ring_sums(products.data(), g, grad_beta_tile.data());
     put_tile(grad_beta, g, y0, x0, g.rings, grad_beta_tile.data());
-    weigh(grad_weighted.data(), weights.data(), slots, n * g.keys);  // now the scores' gradient
-    matmul<T>(false, false, n, dims, g.keys, grad_weighted.data(), g.keys, keys.data(), dims, grad_q_tile.data(),
-              dims);
+    weigh(grad_weighted.data(), weights, slots, n * g.keys);  // now the scores' gradient
+    matmul<T>(false, false, n, dims, g.keys, grad_weighted.data(), g.keys, tile.keys.data(), dims,
+              grad_q_tile.data(), dims);
     put_tile(grad_q, g, y0, x0, dims, grad_q_tile.data());
-    matmul<T>(true, false, g.keys, dims, n, grad_weighted.data(), g.keys, q_tile.data(), dims, grad_halo.data(),
-              dims);
+    matmul<T>(true, false, g.keys, dims, n, grad_weighted.data(), g.keys, tile.q_tile.data(), dims,
+              grad_halo.data(), dims);
     add_halo(grad_k, g, y0, x0, dims, grad_halo.data());
-    weigh(scores.data(), weights.data(), slots, n * g.keys);  // the weighted scores
-    matmul<T>(true, false, g.keys, value_dims, n, scores.data(), g.keys, grad_num_tile.data(), value_dims,
+    weigh(scores, weights, slots, n * g.keys);  // the weighted scores
+    matmul<T>(true, false, g.keys, value_dims, n, scores, g.keys, grad_num_tile.data(), value_dims,
               grad_halo.data(), value_dims);
     add_halo(grad_v, g, y0, x0, value_dims, grad_halo.data());
   }
