@@ -24,7 +24,7 @@ class ChunkedRecompute(torch.autograd.Function):
 
     Autocast: as a checkpoint, the forward runs ``fn`` under the caller's autocast state and the
     backward replays that state, so the recomputed dtypes equal the forward's; ``fn`` itself picks
-    float32 where it needs it (:func:`_ring_weights`)."""
+    float32 where it needs it."""
 
     @staticmethod
     def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:

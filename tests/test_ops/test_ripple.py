@@ -10,7 +10,7 @@ import torch
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
                                   stick_breaking, trig_relu_features, trig_relu_features_reference, truncate,
                                   vicinal_sum)
-from mmvisattn.ops.ripple.common import query_reach
+from mmvisattn.ops.ripple.common import query_reach, ring_weights_reference
 from mmvisattn.ops.ripple.cpu import CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
 from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
@@ -185,6 +185,26 @@ def test_tau_stops_the_sticks_and_merges_the_rest():
     torch.testing.assert_close(merged_weight[4], torch.tensor(0.25 / 3, dtype=torch.float64))
     torch.testing.assert_close(beta[4], torch.tensor([0.5, 0.25, 0, 0], dtype=torch.float64)
                                - torch.tensor([0.25 / 3] * 2 + [0] * 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize('hw_shape,r_max,tau', [((9, 7), 5, 1e-3), ((1, 9), 4, 0.2), ((6, 6), 8, 0.05)])
+def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, tau):
+    """The written-out backward of the ring weights (a reverse sweep over the stick products) against
+    autograd through its twin: every r_hat from 0 to R_max occurs (logits of scale 3), R_max beyond
+    the map, a large tau; then float64 gradcheck where no stick product sits at tau."""
+    reach = query_reach(hw_shape).unsqueeze(-1)
+    logits = inputs(hw_shape, r_max, scale=3.0)[3]
+    fast = ring_weights(logits, hw_shape, tau)
+    slow = ring_weights_reference(logits, reach, tau)
+    r_hat = truncate(logits, tau)[1]
+    assert set(r_hat.unique().tolist()) >= {0, r_max} or hw_shape == (1, 9)
+    cotangents = [torch.randn_like(fast[0]), torch.randn_like(fast[1])]
+    grads = [torch.autograd.grad((out[0] * cotangents[0]).sum() + (out[1].reshape(fast[1].shape) * cotangents[1]).sum(),
+                                 logits)[0] for out in (fast, slow)]
+    torch.testing.assert_close(fast[0], slow[0])
+    torch.testing.assert_close(fast[1], slow[1].squeeze(-1))
+    torch.testing.assert_close(*grads)
+    assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau), (logits[0, 0].detach().requires_grad_(),))
 
 
 @pytest.mark.parametrize('change,message', [
