@@ -9,7 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_attention_reference,
-                                      peripheral_attention, peripheral_attention_reference, position_logits)
+                                      peripheral_attention, peripheral_attention_reference, peripheral_padding,
+                                      position_logits)
+from mmvisattn.ops.peripheral import position
+
+from ..conftest import saved_elements
 
 
 def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64):
@@ -73,9 +77,21 @@ def test_mixed_attention_is_content_times_position_normalised():
     torch.testing.assert_close(mixed, unnormalised / unnormalised.sum(-1, keepdim=True))
 
 
+def rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size, hidden=8):
+    """Make the torch ``Phi_p`` run ``rows`` query rows per recomputed chunk (``None``: in one piece)."""
+    if rows is not None:
+        pad = peripheral_padding(kernel_size)
+        row_elements = hw_shape[1] * hidden * (hw_shape[0] + 2 * pad) * (hw_shape[1] + 2 * pad)
+        monkeypatch.setattr(position, 'CHUNK_ELEMENTS', rows * row_elements)
+
+
+@pytest.mark.parametrize('rows', [None, 1, 2], ids=['whole', 'chunks-of-1-row', 'chunks-of-2-rows'])
 @pytest.mark.parametrize('hw_shape,kernel_size', [((4, 4), 3), ((3, 5), 3), ((6, 2), 3), ((1, 1), 3), ((1, 4), 3),
                                                    ((7, 7), 1), ((3, 5), 1), ((5, 4), 5)])
-def test_relative_position_form_equals_full_distance_tensor(hw_shape, kernel_size):
+def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shape, kernel_size, rows):
+    """In one piece and by chunks of query rows (the last one shorter on odd heights), each chunk
+    recomputed in the backward."""
+    rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size)
     params = position_params(kernel_size)
     fast = position_logits(params, hw_shape, impl='torch')
     slow = position_logits(params, hw_shape, impl='reference')
@@ -84,6 +100,20 @@ def test_relative_position_form_equals_full_distance_tensor(hw_shape, kernel_siz
     weights = torch.randn_like(fast)
     for a, b in zip(gradients(fast, params, weights), gradients(slow, params, weights)):
         torch.testing.assert_close(a, b)
+
+
+def test_chunks_of_query_rows_keep_no_window_sized_tensor(monkeypatch):
+    """What autograd keeps for ``Phi_p`` by chunks: the first projection's map and the logits, not the
+    ``N x D_hid x (H + 2P) x (W + 2P)`` windows and their norms (12x12 map: 295 k numbers each)."""
+    params = position_params()
+
+    def saved(rows):
+        rows_per_chunk(monkeypatch, rows, (12, 12), 3)
+        return saved_elements(lambda: position_logits(params, (12, 12)))
+    whole, chunked = saved(None), saved(3)
+    windows = 144 * 8 * 16 * 16
+    assert whole > 2 * windows
+    assert chunked < 2 * 144 * 144 + 8 * 31 * 31 + 144 + sum(p.numel() for p in params) + 1000 < windows
 
 
 def test_coordinates_span_minus_one_to_one_along_the_longer_side():
