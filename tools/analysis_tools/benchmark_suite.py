@@ -77,7 +77,9 @@ OP_CASES = (
            {'SRA r8 (mmseg)': SRA}, (64, 128, 256), dims=32, heads=1, batch=1, memory_peers=('SRA r8 (mmseg)',)),
     OpCase('castling', 'Castling (linear-angular, deploy form)', {'Castling': 'LinearAngularAttention'},
            {'SDPA': SDPA, 'official': 'official:castling'}, (28, 56, 112)),
-    OpCase('pervit', 'PerViT (peripheral, position MLP every call)', {'PerViT': 'PeripheralAttention'},
+    OpCase('pervit', 'PerViT (peripheral; position MLP every call, as in training, and Phi_p frozen, as cached '
+           'in eval)', {'PerViT': 'PeripheralAttention',
+                        'PerViT, Phi_p frozen': 'PeripheralAttention:freeze_position=True'},
            {'SDPA': SDPA, 'official': 'official:pervit'}, (14, 28, 56)),
 )
 
