@@ -30,11 +30,13 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequ
         raise ValueError(f'ripple_attention: tau={tau}; expected 0 < tau < 1')
 
 
-def stick_lengths(logits: Tensor) -> Tensor:
-    """``s_r = 1 / (1 + (R_max - r) exp(-o_r))`` of ``(..., R_max)`` logits (C.3)."""
+def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:
+    """Stick lengths ``s_r = 1 / (1 + (R_max - r) exp(-o_r))`` of ``(..., R_max)`` logits (C.3) and the
+    stick left after each group, ``c_r = prod_{r' <= r} (1 - s_r')``."""
     r_max = logits.shape[-1]
     offsets = torch.arange(r_max, 0, -1, dtype=logits.dtype, device=logits.device)
-    return torch.sigmoid(logits - offsets.log())
+    sticks = torch.sigmoid(logits - offsets.log())
+    return sticks, torch.cumprod(1 - sticks, dim=-1)
 
 
 def stick_breaking(logits: Tensor) -> Tuple[Tensor, Tensor]:
@@ -46,8 +48,7 @@ def stick_breaking(logits: Tensor) -> Tuple[Tensor, Tensor]:
     Returns ``alpha`` ``(..., R_max + 1)`` (on the simplex) and ``remaining`` ``(..., R_max)``,
     the stick left after group ``r``.
     """
-    sticks = stick_lengths(logits)
-    remaining = torch.cumprod(1 - sticks, dim=-1)
+    sticks, remaining = stick_products(logits)
     ones = torch.ones_like(sticks[..., :1])
     alpha = torch.cat([sticks, ones], dim=-1) * torch.cat([ones, remaining], dim=-1)
     return alpha, remaining
@@ -128,8 +129,7 @@ class RingWeights(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_beta: Tensor, grad_merged_weight: Tensor) -> Tuple[Optional[Tensor], None, None]:
         logits, reach = ctx.saved_tensors
-        sticks = stick_lengths(upcast(logits)[0])
-        remaining = torch.cumprod(1 - sticks, dim=-1)
+        sticks, remaining = stick_products(upcast(logits)[0])
         r_hat = (remaining >= ctx.tau).sum(dim=-1, keepdim=True)
         rings = torch.arange(logits.shape[-1], device=logits.device)
         kept = rings < r_hat
