@@ -14,16 +14,17 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
 
 namespace mmvisattn {
 
-// Row-major C (m x n) = op(A) op(B) through the column-major BLAS, which computes C^T = op(B)^T op(A)^T.
+// Row-major C (m x n) = op(A) op(B) (+ C with accumulate) through the column-major BLAS, which
+// computes C^T = op(B)^T op(A)^T.
 template <typename T>
 void matmul(bool trans_a, bool trans_b, int m, int n, int k, const T* a, int lda, const T* b, int ldb, T* c,
-            int ldc) {
+            int ldc, bool accumulate = false) {
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  const T one = 1, zero = 0;
+  const T one = 1, keep = accumulate ? 1 : 0;
   if constexpr (std::is_same_v<T, float>) {
-    sgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+    sgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &keep, c, &ldc);
   } else {
-    dgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+    dgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &keep, c, &ldc);
   }
 }
 

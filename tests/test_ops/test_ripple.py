@@ -11,8 +11,9 @@ from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_
                                   stick_breaking, trig_relu_features, trig_relu_features_reference, truncate,
                                   vicinal_sum)
 from mmvisattn.ops.ripple.common import query_reach, ring_weights_reference
-from mmvisattn.ops.ripple.cpu import CPU
+from mmvisattn.ops.ripple.cpu import CPU, FEATURES_CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
+from mmvisattn.ops.ripple.feature_map import TORCH
 from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
 
 
@@ -260,12 +261,18 @@ def feature_inputs(dtype=torch.float64, shape=(2, 3, 11, 8), num_features=6):
     return [t.requires_grad_() for t in (x, w1, w2, b2)]
 
 
-@pytest.mark.parametrize('chunk', [4, 4096])  # several chunks of tokens in the backward, and one
-def test_feature_map_equals_eq13_in_value_and_gradients(monkeypatch, chunk):
+@pytest.mark.parametrize('impl, chunk, shape', [
+    ('torch', 4, (2, 3, 11, 8)),  # several chunks of tokens in the backward
+    ('torch', 4096, (2, 3, 11, 8)),  # one
+    ('cpu', None, (2, 3, 11, 8)),  # one block of rows
+    ('cpu', None, (2, 5, 61, 8)),  # 610 rows: two blocks of 256 and a shorter one
+])
+def test_feature_map_equals_eq13_in_value_and_gradients(monkeypatch, impl, chunk, shape):
     import mmvisattn.ops.ripple.feature_map as feature_map
-    monkeypatch.setattr(feature_map, 'CHUNK_TOKENS', chunk)
-    args = feature_inputs()
-    fast = trig_relu_features(*args, scale=0.7)
+    if chunk is not None:
+        monkeypatch.setattr(feature_map, 'CHUNK_TOKENS', chunk)
+    args = feature_inputs(shape=shape)
+    fast = trig_relu_features(*args, scale=0.7, impl=impl)
     slow = trig_relu_features_reference(*args, scale=0.7)
     torch.testing.assert_close(fast, slow)
     assert 0 < (slow == 0).float().mean() < 1
@@ -275,22 +282,38 @@ def test_feature_map_equals_eq13_in_value_and_gradients(monkeypatch, chunk):
         torch.testing.assert_close(a, b)
 
 
-def test_feature_map_gradcheck_and_saved_tensors():
+def test_feature_map_cpu_passes_equal_torch_passes_in_float32():
+    """The C++ passes (SLEEF's sine and cosine, blocked products) against the torch passes, float32,
+    on the heads of a qkv projection read in place."""
+    x, w1, w2, b2 = (t.detach().float() for t in feature_inputs(shape=(2, 300, 3, 8)))
+    heads = x.transpose(1, 2)
+    features = TORCH.forward(heads, w1, w2, b2, 0.7)
+    torch.testing.assert_close(FEATURES_CPU.forward(heads, w1, w2, b2, 0.7), features)
+    grad_out = torch.randn_like(features)
+    # the weights' gradients sum 1800 rows in another order (blocks per thread, against chunks)
+    for a, b in zip(FEATURES_CPU.backward(heads, w1, w2, features, grad_out, 0.7),
+                    TORCH.backward(heads, w1, w2, features, grad_out, 0.7)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('impl', ['torch', 'cpu'])
+def test_feature_map_gradcheck_and_saved_tensors(impl):
     """float64 gradcheck of the hand-written backward on a permuted view (the modules' heads); only
     the input and the output are saved."""
     x, w1, w2, b2 = feature_inputs(shape=(2, 5, 3, 4), num_features=3)
     view = x.transpose(1, 2)
-    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5), (view, w1, w2, b2))
+    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5, impl=impl), (view, w1, w2, b2))
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        out = trig_relu_features(view, w1, w2, b2)
+        out = trig_relu_features(view, w1, w2, b2, impl=impl)
     assert sum(t.numel() for t in saved) == sum(t.numel() for t in (view, w1, w2, out))
 
 
-def test_feature_map_half_inputs_keep_their_dtype():
+@pytest.mark.parametrize('impl', ['torch', 'cpu'])
+def test_feature_map_half_inputs_keep_their_dtype(impl):
     x, w1, w2, b2 = (t.detach().float().requires_grad_() for t in feature_inputs())
     half = x.detach().bfloat16().requires_grad_()
-    out = trig_relu_features(half, w1, w2, b2)
+    out = trig_relu_features(half, w1, w2, b2, impl=impl)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), trig_relu_features_reference(half.float(), w1, w2, b2), atol=2e-2,
                                rtol=2e-2)
