@@ -123,7 +123,7 @@ class LongformerAttention(BaseAttention):
         local = self.proj(self.merge_heads(out[:, :, num_global:]))
         q_glob = self.split_heads(self.query_global(x[:, :num_global])) * self.head_dims ** -0.5
         k_glob, v_glob = (self.split_heads(t) for t in self.kv_global(x).chunk(2, dim=-1))
-        glob = self.proj_global(self.merge_heads(global_rows(q_glob, k_glob, v_glob, num_global, rel_pos)))
+        glob = self.proj_global(self.merge_heads(global_rows(q_glob, k_glob, v_glob, rel_pos)))
         return self.proj_drop(torch.cat([glob, local], dim=1))
 
     @torch.no_grad()

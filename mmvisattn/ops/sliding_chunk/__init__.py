@@ -31,7 +31,7 @@ from ..dispatch import resolve_impl
 from .dense import dense_is_faster, sliding_chunk_attention_dense
 from .pytorch import sliding_chunk_local_torch
 from .layout import (MASKINGS, MODES, from_chunks, global_rows, key_table, slot_bias, slot_tables,
-                     to_chunks)
+                     table_padding, to_chunks)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 IMPLS = ('auto', 'reference', 'dense', 'torch', 'cpu', 'triton')
@@ -81,11 +81,10 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         from .triton import check_triton_inputs
         check_triton_inputs(q, k, v, window)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    q = q * scale
     batch, heads = q.shape[:2]
     index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
-    chunks = to_chunks(q[:, :, num_global:], hw_shape, window)
+    chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
     keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
     local_attention = sliding_chunk_local_torch
     if impl == 'cpu':
@@ -96,7 +95,11 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:
         return local
-    return torch.cat([global_rows(q, k, v, num_global, rel_pos), local], dim=2)
+    # the global rows read the key tables the local attention saves, not a second copy of k and v
+    table_shape = (batch, heads, -1, k.shape[-1])
+    glob = global_rows(q[:, :, :num_global] * scale, keys.view(table_shape), values.view(table_shape), rel_pos,
+                       table_padding(hw_shape, window, num_global, q.device))
+    return torch.cat([glob, local], dim=2)
 
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with

@@ -121,13 +121,30 @@ def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
     return torch.cat([to_global, local], dim=-1)
 
 
+@lru_cache(maxsize=64)
+def table_padding(hw_shape: Tuple[int, int], window: int, num_global: int, device: torch.device) -> Tensor:
+    """``(T,)``, true at the rows of :func:`key_table` that hold no token: the map's zero padding and
+    the closing zero row."""
+    rows, cols = window_grid(hw_shape, window)
+    outside = (torch.arange(rows * window)[:, None] >= hw_shape[0]) | (torch.arange(cols * window) >= hw_shape[1])
+    return torch.cat([outside.new_zeros(num_global), outside.flatten(), outside.new_ones(1)]).to(device)
+
+
 @float32_math  # half logits of large inputs overflow before the softmax
-def global_rows(q: Tensor, k: Tensor, v: Tensor, num_global: int,
-                rel_pos: Optional[Sequence[Optional[Tensor]]]) -> Tensor:
-    """The global queries attend to every token: ``(B, H, G, d)`` (``q`` already scaled)."""
-    scores = q[:, :, :num_global] @ k.transpose(-1, -2)
+def global_rows(q_global: Tensor, k: Tensor, v: Tensor, rel_pos: Optional[Sequence[Optional[Tensor]]],
+                padding: Optional[Tensor] = None) -> Tensor:
+    """The ``G`` global queries ``(B, H, G, d)`` (already scaled) attend to every token -> ``(B, H, G, d)``.
+
+    ``k`` and ``v`` are ``(B, H, T, d)`` with the global tokens first; the order of the rest is free
+    (the global-to-local bias is one value per head and global token), so the op passes the key
+    tables the local attention saves anyway, with ``padding`` ``(T,)`` marking the rows that hold
+    no token (:func:`table_padding`).
+    """
+    scores = q_global @ k.transpose(-1, -2)
     if rel_pos is not None and rel_pos[1] is not None:
-        tokens = k.shape[2] - num_global
+        tokens = k.shape[2] - q_global.shape[2]
         bias = torch.cat([rel_pos[2], rel_pos[1][0][..., None].expand(-1, -1, tokens)], dim=-1)
         scores = scores + bias
+    if padding is not None:
+        scores = scores.masked_fill(padding, float('-inf'))
     return scores.softmax(dim=-1) @ v
