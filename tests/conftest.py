@@ -1,5 +1,9 @@
-"""Shared fixtures: the repository root, the demo data written once per session, and a runner
-for the command-line tools as a user calls them (a subprocess in a scratch working directory)."""
+"""Shared fixtures: the devices the op and attention tests run on and the tolerances of their
+products, the repository root, the demo data written once per session, and a runner for the
+command-line tools as a user calls them (a subprocess in a scratch working directory).
+
+This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
+not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
 import os
 import subprocess
 import sys
@@ -10,11 +14,42 @@ import pytest
 import torch
 
 # Triton kernels are tested on CPU tensors through the interpreter where there is no GPU; it must
-# be chosen before any kernel is defined, hence here and not in the tests.
+# be chosen before any kernel is defined, hence here and not in the tests. With a GPU they run
+# compiled, on CUDA tensors (`make test` sets the interpreter only where there is no GPU).
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Every test of an op or attention that takes the `device` fixture runs on each of these.
+DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+# Where the Triton kernels run: compiled on CUDA, or interpreted on CPU tensors without a GPU.
+KERNEL_DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+
+# Tolerances of float32 results against a float64 reference (or another float32 path), by how the
+# products were computed:
+# - exact float32 products (CPU; CUDA matmuls with TF32 off, torch's default for matmul);
+EXACT_FLOAT32 = dict(rtol=1e-4, atol=1e-5)
+# - TF32 products: Triton's float32 `tl.dot` on Ampere and Hopper rounds the operands to 10-bit
+#   mantissas (relative error 2^-11 per operand, growing with the reduction length);
+TF32 = dict(rtol=1e-2, atol=2e-3)
+# - float16 / bfloat16 inputs (8-bit mantissa for bfloat16), float32 accumulation.
+HALF = dict(rtol=2e-2, atol=2e-2)
+
+
+def kernel_tolerance(device: torch.device, dtype: torch.dtype = torch.float32) -> dict:
+    """The tolerance of a Triton kernel's result on ``device`` for inputs of ``dtype``: half inputs
+    :data:`HALF`; float32 :data:`TF32` where the kernels run compiled on a GPU (TF32 tensor-core
+    products), :data:`EXACT_FLOAT32` under the interpreter (numpy's float32 products)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return HALF
+    return TF32 if torch.device(device).type == 'cuda' else EXACT_FLOAT32
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """Each device of :data:`DEVICES`: the CPU, and CUDA where there is a GPU."""
+    return torch.device(request.param)
 
 
 def tool_env() -> dict:

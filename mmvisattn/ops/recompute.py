@@ -18,23 +18,25 @@ def runs(count: int, step: int) -> List[slice]:
 
 
 class ChunkedRecompute(torch.autograd.Function):
-    """``fn`` over chunks of tokens (dim -2) that keeps none of ``fn``'s intermediates: the forward runs
-    without a graph, the backward recomputes one chunk at a time (``torch.utils.checkpoint`` would do
-    the same but pulls in the compiler stack on first use, some 100 MB of modules).
+    """``fn(span, *parts)`` over the ``spans`` of the token axis (dim -2), ``parts`` the spans of the
+    chunked inputs, keeping none of ``fn``'s intermediates: the forward runs without a graph, the
+    backward recomputes one span at a time (``torch.utils.checkpoint`` would do the same but pulls in
+    the compiler stack on first use, some 100 MB of modules). The span is a ``slice`` known to the
+    host, so ``fn`` can cut its own tensors by it without reading a position back from the device.
 
     Autocast: as a checkpoint, the forward runs ``fn`` under the caller's autocast state and the
     backward replays that state, so the recomputed dtypes equal the forward's; ``fn`` itself picks
     float32 where it needs it."""
 
     @staticmethod
-    def forward(ctx, fn: Callable, chunk: int, num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
+    def forward(ctx, fn: Callable, spans: Sequence[slice], num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
         inputs = tensors[:num_inputs]
-        ctx.fn, ctx.chunk, ctx.params = fn, chunk, tensors[num_inputs:]  # parameters: leaves, kept anyway
-        device = inputs[0].device.type
+        ctx.fn, ctx.spans, ctx.params = fn, spans, tensors[num_inputs:]  # parameters: leaves, kept anyway
+        device = tensors[0].device.type
         ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         ctx.save_for_backward(*inputs)
         with torch.no_grad():
-            outputs = [fn(*parts) for parts in zip(*(t.split(chunk, dim=-2) for t in inputs))]
+            outputs = [fn(span, *(t[..., span, :] for t in inputs)) for span in spans]
         return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
 
     @staticmethod
@@ -42,13 +44,12 @@ class ChunkedRecompute(torch.autograd.Function):
         inputs = ctx.saved_tensors
         grad_params = [torch.zeros_like(p) for p in ctx.params]
         grad_inputs = [[] for _ in inputs]
-        grad_chunks = [g.split(ctx.chunk, dim=-2) for g in grads]
-        for index, parts in enumerate(zip(*(t.split(ctx.chunk, dim=-2) for t in inputs))):
-            parts = [p.detach().requires_grad_(p.is_floating_point()) for p in parts]
+        for span in ctx.spans:
+            parts = [t[..., span, :].detach().requires_grad_(t.is_floating_point()) for t in inputs]
             with torch.enable_grad(), torch.autocast(ctx.autocast[0], ctx.autocast[1], enabled=ctx.autocast[2]):
-                outputs = ctx.fn(*parts)  # under the forward's autocast state, so dtypes match
+                outputs = ctx.fn(span, *parts)  # under the forward's autocast state, so dtypes match
             wanted = [p for p in parts if p.requires_grad] + list(ctx.params)
-            found = iter(torch.autograd.grad(outputs, wanted, [g[index] for g in grad_chunks], allow_unused=True))
+            found = iter(torch.autograd.grad(outputs, wanted, [g[..., span, :] for g in grads], allow_unused=True))
             for part, collected in zip(parts, grad_inputs):
                 collected.append(next(found) if part.requires_grad else None)
             for total, grad in zip(grad_params, found):
@@ -58,14 +59,16 @@ class ChunkedRecompute(torch.autograd.Function):
         return (None, None, None, *inputs_grads, *grad_params)
 
 
-def checkpointed_chunks(fn: Callable, tensors: Sequence[Tensor], chunk: int, *args, params: Sequence[Tensor] = ()):
-    """``fn(*parts, *args)`` over chunks of ``chunk`` tokens (dim -2) of ``tensors``, each chunk
-    recomputed in the backward, the outputs (a tensor or a tuple of them) concatenated along dim -2: the
-    intermediates of ``fn`` never exist for more than one chunk. ``params`` are the parameters ``fn``
-    uses, which receive their gradients."""
-    def call(*parts: Tensor) -> Tuple[Tensor, ...]:
-        out = fn(*parts, *args)
+def checkpointed_chunks(fn: Callable, length: int, chunk: int, tensors: Sequence[Tensor] = (), *args,
+                        params: Sequence[Tensor] = ()):
+    """``fn(span, *parts, *args)`` over the spans of ``chunk`` positions of a token axis of ``length``
+    (dim -2), ``parts`` those spans of ``tensors``, each span recomputed in the backward, the outputs
+    (a tensor or a tuple of them, ``span``-long along dim -2) concatenated: the intermediates of ``fn``
+    never exist for more than one span. ``params`` are the other tensors ``fn`` uses (parameters, or
+    whole tensors shared by the spans), which receive their gradients."""
+    def call(span: slice, *parts: Tensor) -> Tuple[Tensor, ...]:
+        out = fn(span, *parts, *args)
         return out if isinstance(out, tuple) else (out,)
 
-    outputs = apply_function(ChunkedRecompute, call, chunk, len(tensors), *tensors, *params)
+    outputs = apply_function(ChunkedRecompute, call, runs(length, chunk), len(tensors), *tensors, *params)
     return outputs if len(outputs) > 1 else outputs[0]

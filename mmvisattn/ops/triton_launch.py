@@ -7,7 +7,7 @@ op's kernels keep more rows in registers (the shipped models use 16 to 70);
 ``tools/analysis_tools/compile_kernels.py`` compiles every kernel at the widest head its op accepts
 too and reports registers, spills and shared memory per GPU architecture.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -20,17 +20,26 @@ class UnsupportedInput(ValueError):
     """An input the Triton kernels of an op do not take (a dtype, a head width, a window)."""
 
 
+def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: Optional[int] = None) -> Optional[str]:
+    """Why the Triton kernels cannot take tensors of ``dtype`` with heads ``head_dims`` wide (at most
+    ``max_head_dims``, default :data:`MAX_HEAD_DIMS`), or ``None``."""
+    max_head_dims = max_head_dims or MAX_HEAD_DIMS
+    if dtype not in KERNEL_DTYPES:
+        names = ', '.join(str(kind).replace('torch.', '') for kind in KERNEL_DTYPES)
+        return f"dtype {str(dtype).replace('torch.', '')} is not supported; expected one of {names}"
+    if not 1 <= head_dims <= max_head_dims:
+        return f'head width {head_dims} is outside the supported range 1..{max_head_dims}'
+    return None
+
+
 def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int = MAX_HEAD_DIMS) -> None:
     """One-line :class:`UnsupportedInput` naming the value when a tensor's dtype or last dimension
     (the head width) is outside what the kernels of ``op`` support."""
     for tensor in tensors:
-        if tensor.dtype not in KERNEL_DTYPES:
-            names = ', '.join(str(dtype).replace('torch.', '') for dtype in KERNEL_DTYPES)
-            raise UnsupportedInput(f"{op}(impl='triton'): dtype {str(tensor.dtype).replace('torch.', '')} is not "
-                                   f"supported; expected one of {names} (impl='torch' takes any floating dtype)")
-        if not 1 <= tensor.shape[-1] <= max_head_dims:
-            raise UnsupportedInput(f"{op}(impl='triton'): head width {tensor.shape[-1]} is outside the supported "
-                                   f"range 1..{max_head_dims} (impl='torch' takes any width)")
+        reason = unsupported_kernel_input(tensor.dtype, tensor.shape[-1], max_head_dims)
+        if reason is not None:
+            takes = 'any floating dtype' if tensor.dtype not in KERNEL_DTYPES else 'any width'
+            raise UnsupportedInput(f"{op}(impl='triton'): {reason} (impl='torch' takes {takes})")
 
 
 def head_block(width: int) -> int:

@@ -91,7 +91,7 @@ def test_longformer_training_modes_equal_the_official_module(name):
     for run in fixture['train_runs']:
         neighbour = run.get('sampled_neighbour', run['module_mode'])
         attn.mode = min(run['module_mode'], 1)
-        attn.step_mode = lambda neighbour=neighbour: neighbour
+        attn.step_mode = lambda device, neighbour=neighbour: neighbour
         out, grad = run_with_gradient(attn, fixture['inputs']['x'], fixture['grad_output'], hw_shape)
         assert_matches(out, run['output'], f'{name} mode {neighbour} output')
         assert_matches(grad, run['grad_input'], f'{name} mode {neighbour} input gradient')

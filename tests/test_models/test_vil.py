@@ -54,12 +54,14 @@ def test_random_shifting_draws_a_neighbour_in_training_only():
     shifted = attn(x, (5, 6))
     attn.mode, attn.impl = 0, 'reference'
     with pytest.MonkeyPatch.context() as patch:  # the reference with the neighbour the module drew
-        patch.setattr(attn, 'step_mode', lambda: drawn)
+        patch.setattr(attn, 'step_mode', lambda device: drawn)
         torch.testing.assert_close(shifted, attn(x, (5, 6)), rtol=1e-5, atol=1e-6)
     attn.mode = 1
-    assert {attn.step_mode() for _ in range(40)} == set(range(1, 9))
+    draws = [attn.step_mode(x.device) for _ in range(40)]
+    assert all(isinstance(draw, torch.Tensor) and draw.device == x.device for draw in draws)  # never read back
+    assert {int(draw) for draw in draws} == set(range(1, 9))
     attn.eval()
-    assert attn.step_mode() == 0
+    assert attn.step_mode(x.device) == 0
 
 
 def test_attention_maps_show_the_exact_window():

@@ -1,6 +1,7 @@
 """Linear-angular op: the torch and Triton forms equal the explicit N x N angular kernel, in value
-and gradient, for odd sizes and batch > 1; the kernel is positive and its rows normalise. The
-Triton kernels run on CPU under TRITON_INTERPRET=1 (set by `make test` and tests/conftest.py)."""
+and gradient, for odd sizes and batch > 1, on every device of the suite; the kernel is positive and
+its rows normalise. The Triton kernels run compiled on a GPU, else on CPU under TRITON_INTERPRET=1
+(set by `make test` and tests/conftest.py)."""
 import math
 
 import pytest
@@ -9,27 +10,28 @@ import torch
 from mmvisattn.ops.linear_angular import (angular_kernel_reference, linear_angular_attention,
                                           linear_angular_attention_reference)
 
+from ..conftest import KERNEL_DEVICE, kernel_tolerance
 
 
-def inputs(batch=2, heads=3, tokens=17, dims=8, value_dims=8):
+def inputs(batch=2, heads=3, tokens=17, dims=8, value_dims=8, device='cpu'):
     torch.manual_seed(tokens)
     shapes = [(batch, heads, tokens, dims)] * 2 + [(batch, heads, tokens, value_dims)]
-    return [torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in shapes]
+    return [torch.randn(*shape, dtype=torch.float64, device=device, requires_grad=True) for shape in shapes]
 
 
 SIZES = [(17, 8, 8), (1, 4, 4), (64, 16, 5), (9, 3, 12), (130, 32, 33)]
 
 
 @pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
-def test_linear_form_equals_explicit_kernel(tokens, dims, value_dims):
-    q, k, v = inputs(tokens=tokens, dims=dims, value_dims=value_dims)
+def test_linear_form_equals_explicit_kernel(tokens, dims, value_dims, device):
+    q, k, v = inputs(tokens=tokens, dims=dims, value_dims=value_dims, device=device)
     torch.testing.assert_close(linear_angular_attention(q, k, v, impl='torch'),
                                linear_angular_attention_reference(q, k, v))
 
 
-def test_gradients_equal_explicit_kernel():
-    q, k, v = inputs()
-    weights = torch.randn(2, 3, 17, 8, dtype=torch.float64)
+def test_gradients_equal_explicit_kernel(device):
+    q, k, v = inputs(device=device)
+    weights = torch.randn(2, 3, 17, 8, dtype=torch.float64, device=device)
     fast = torch.autograd.grad((linear_angular_attention(q, k, v, impl='torch') * weights).sum(), (q, k, v))
     slow = torch.autograd.grad((linear_angular_attention_reference(q, k, v) * weights).sum(), (q, k, v))
     for a, b in zip(fast, slow):
@@ -38,23 +40,25 @@ def test_gradients_equal_explicit_kernel():
 
 @pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
 def test_triton_equals_reference_forward_and_gradients(tokens, dims, value_dims):
-    q, k, v = (t.detach().float().requires_grad_() for t in inputs(tokens=tokens, dims=dims, value_dims=value_dims))
-    weights = torch.randn(*v.shape[:-2], tokens, value_dims)
+    q, k, v = (t.detach().float().requires_grad_()
+               for t in inputs(tokens=tokens, dims=dims, value_dims=value_dims, device=KERNEL_DEVICE))
+    weights = torch.randn(*v.shape[:-2], tokens, value_dims, device=KERNEL_DEVICE)
     fast = linear_angular_attention(q, k, v, impl='triton')
     slow = linear_angular_attention_reference(q, k, v)
-    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    tolerance = kernel_tolerance(KERNEL_DEVICE)
+    torch.testing.assert_close(fast, slow, **tolerance)
     fast_grads = torch.autograd.grad((fast * weights).sum(), (q, k, v))
     slow_grads = torch.autograd.grad((slow * weights).sum(), (q, k, v))
     for a, b in zip(fast_grads, slow_grads):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a, b, **tolerance)
 
 
 def test_triton_keeps_half_precision_dtype():
-    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(tokens=40, dims=16, value_dims=16))
+    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(tokens=40, dims=16, value_dims=16, device=KERNEL_DEVICE))
     out = linear_angular_attention(q, k, v, impl='triton')
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), linear_angular_attention_reference(q.float(), k.float(), v.float()),
-                               rtol=2e-2, atol=2e-2)
+                               **kernel_tolerance(KERNEL_DEVICE, torch.bfloat16))
 
 
 def test_auto_picks_torch_on_cpu_and_unknown_impl_is_named():
@@ -65,9 +69,10 @@ def test_auto_picks_torch_on_cpu_and_unknown_impl_is_named():
 
 
 @pytest.mark.parametrize('batch,tokens,dims,value_dims', [(1, 5, 3, 2), (2, 7, 4, 5)])
-def test_hand_written_backward_passes_gradcheck(batch, tokens, dims, value_dims):
+def test_hand_written_backward_passes_gradcheck(batch, tokens, dims, value_dims, device):
     assert torch.autograd.gradcheck(lambda *a: linear_angular_attention(*a, impl='torch'),
-                                    inputs(batch=batch, heads=2, tokens=tokens, dims=dims, value_dims=value_dims))
+                                    inputs(batch=batch, heads=2, tokens=tokens, dims=dims, value_dims=value_dims,
+                                           device=device))
 
 
 def test_backward_saves_only_the_inputs():

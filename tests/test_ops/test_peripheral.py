@@ -1,7 +1,7 @@
 """Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA and Triton mixing equal the explicit
 Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
-value and gradient, for odd and non-square grids and batch > 1. Triton runs on CPU under
-TRITON_INTERPRET=1 (tests/conftest.py)."""
+value and gradient, for odd and non-square grids and batch > 1, on every device of the suite. Triton
+runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (tests/conftest.py)."""
 import math
 
 import pytest
@@ -13,21 +13,22 @@ from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_atten
                                       position_logits)
 from mmvisattn.ops.peripheral import position
 
-from ..conftest import saved_elements
+from ..conftest import KERNEL_DEVICE, kernel_tolerance, saved_elements
 
 
-def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64):
+def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64, device='cpu'):
     torch.manual_seed(tokens)
-    q, k, v = (torch.randn(batch, heads, tokens, dims, dtype=dtype, requires_grad=True) for _ in range(3))
-    log_phi_p = F.logsigmoid(3 * torch.randn(heads, tokens, tokens, dtype=dtype)).requires_grad_()
+    q, k, v = (torch.randn(batch, heads, tokens, dims, dtype=dtype, device=device, requires_grad=True)
+               for _ in range(3))
+    log_phi_p = F.logsigmoid(3 * torch.randn(heads, tokens, tokens, dtype=dtype, device=device)).requires_grad_()
     return q, k, v, log_phi_p
 
 
-def position_params(kernel_size=3, heads=2, hidden=8, dtype=torch.float64) -> PositionParams:
+def position_params(kernel_size=3, heads=2, hidden=8, dtype=torch.float64, device='cpu') -> PositionParams:
     torch.manual_seed(kernel_size)
 
     def rand(*shape):
-        return torch.randn(*shape, dtype=dtype, requires_grad=True)
+        return torch.randn(*shape, dtype=dtype, device=device, requires_grad=True)
     return PositionParams(rand(hidden, 1), rand(hidden), rand(hidden, hidden, kernel_size, kernel_size), rand(hidden),
                           rand(hidden), rand(hidden), rand(heads, hidden, kernel_size, kernel_size), rand(heads),
                           rand(heads), rand(heads))
@@ -44,8 +45,8 @@ SIZES = [(1, 17, 8), (2, 1, 4), (3, 64, 16), (2, 30, 5)]
 
 
 @pytest.mark.parametrize('batch,tokens,dims', SIZES)
-def test_sdpa_form_equals_explicit_mixing(batch, tokens, dims):
-    q, k, v, log_phi_p = attention_inputs(batch=batch, tokens=tokens, dims=dims)
+def test_sdpa_form_equals_explicit_mixing(batch, tokens, dims, device):
+    q, k, v, log_phi_p = attention_inputs(batch=batch, tokens=tokens, dims=dims, device=device)
     fast = peripheral_attention(q, k, v, log_phi_p, 0.3, impl='torch')
     slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.3)
     torch.testing.assert_close(fast, slow)
@@ -58,15 +59,17 @@ def test_sdpa_form_equals_explicit_mixing(batch, tokens, dims):
 
 @pytest.mark.parametrize('batch,tokens,dims', [(2, 17, 8), (1, 40, 5)])
 def test_triton_equals_reference_forward_and_gradients(batch, tokens, dims):
-    q, k, v, log_phi_p = (t.detach().float().requires_grad_() for t in attention_inputs(batch, 2, tokens, dims))
+    q, k, v, log_phi_p = (t.detach().float().requires_grad_()
+                          for t in attention_inputs(batch, 2, tokens, dims, device=KERNEL_DEVICE))
     fast = peripheral_attention(q, k, v, log_phi_p, 0.4, impl='triton')
     slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.4)
-    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    tolerance = kernel_tolerance(KERNEL_DEVICE)
+    torch.testing.assert_close(fast, slow, **tolerance)
     weights = torch.randn_like(fast)
     inputs = (q, k, v, log_phi_p)
     for a, b in zip(torch.autograd.grad((fast * weights).sum(), inputs),
                     torch.autograd.grad((slow * weights).sum(), inputs)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a, b, **tolerance)
 
 
 def test_mixed_attention_is_content_times_position_normalised():
@@ -88,11 +91,11 @@ def rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size, hidden=8):
 @pytest.mark.parametrize('rows', [None, 1, 2], ids=['whole', 'chunks-of-1-row', 'chunks-of-2-rows'])
 @pytest.mark.parametrize('hw_shape,kernel_size', [((4, 4), 3), ((3, 5), 3), ((6, 2), 3), ((1, 1), 3), ((1, 4), 3),
                                                    ((7, 7), 1), ((3, 5), 1), ((5, 4), 5)])
-def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shape, kernel_size, rows):
+def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shape, kernel_size, rows, device):
     """In one piece and by chunks of query rows (the last one shorter on odd heights), each chunk
     recomputed in the backward."""
     rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size)
-    params = position_params(kernel_size)
+    params = position_params(kernel_size, device=device)
     fast = position_logits(params, hw_shape, impl='torch')
     slow = position_logits(params, hw_shape, impl='reference')
     assert fast.shape == (2, hw_shape[0] * hw_shape[1], hw_shape[0] * hw_shape[1])

@@ -1,6 +1,7 @@
 """Random-walk graph kernel op: Woodbury form == explicit N x N inverse (Eq. 5 vs Eq. 8),
 normalised rows (Lemma 1), the hand-written backward (gradcheck, slices of heads), saved memory of
-the inputs' size, autocast stability, bad lambda."""
+the inputs' size, autocast stability, bad lambda; the Woodbury form and its backward on every device
+of the suite."""
 import pytest
 import torch
 
@@ -9,18 +10,19 @@ from mmvisattn.ops.rwgk import bipartite_graphs, rwgk_attention, rwgk_attention_
 from ..conftest import saved_elements
 
 
-def inputs(batch=2, heads=3, tokens=20, anchors=7, dims=8, dtype=torch.float64, scale=1.0, shared_anchors=True):
+def inputs(batch=2, heads=3, tokens=20, anchors=7, dims=8, dtype=torch.float64, scale=1.0, shared_anchors=True,
+           device='cpu'):
     torch.manual_seed(tokens * 31 + anchors)
     q, k, v = (scale * torch.randn(batch, heads, tokens, dims, dtype=dtype) for _ in range(3))
     anchor_batch = 1 if shared_anchors else batch
     anchor_q, anchor_k = (torch.randn(anchor_batch, heads, anchors, dims, dtype=dtype) for _ in range(2))
-    return q, k, v, anchor_q, anchor_k
+    return tuple(t.to(device) for t in (q, k, v, anchor_q, anchor_k))
 
 
 @pytest.mark.parametrize('lam', [0.1, 0.5, 0.9, 0.99])
 @pytest.mark.parametrize('tokens,anchors,heads', [(20, 7, 3), (33, 1, 1), (9, 16, 2), (64, 64, 4)])
-def test_woodbury_equals_explicit_inverse(lam, tokens, anchors, heads):
-    args = inputs(heads=heads, tokens=tokens, anchors=anchors)
+def test_woodbury_equals_explicit_inverse(lam, tokens, anchors, heads, device):
+    args = inputs(heads=heads, tokens=tokens, anchors=anchors, device=device)
     torch.testing.assert_close(rwgk_attention(*args, lam=lam), rwgk_attention_reference(*args, lam=lam),
                                rtol=1e-9, atol=1e-10)
 
@@ -48,9 +50,9 @@ def test_constant_values_pass_through():
 
 
 @pytest.mark.parametrize('shared_anchors', [True, False])
-def test_gradcheck_hand_written_backward(shared_anchors):
+def test_gradcheck_hand_written_backward(shared_anchors, device):
     args = [t.requires_grad_() for t in inputs(batch=2, heads=2, tokens=6, anchors=3, dims=4,
-                                               shared_anchors=shared_anchors)]
+                                               shared_anchors=shared_anchors, device=device)]
     assert torch.autograd.gradcheck(lambda *a: rwgk_attention(*a, lam=0.7), args)
 
 

@@ -5,7 +5,9 @@ three bias tables) for every masking and neighbour mode, odd grids, batch 2 and 
 tokens, float32 and half inputs; float64 gradcheck; border chunks compute only their live slots;
 saved memory grows with N d, as SDPA's; a window larger than the map is full attention; ``auto``
 takes the dense form on CPU up to the measured crossover and the C++ kernels beyond; bad arguments
-and a failed kernel build are named. Triton runs under TRITON_INTERPRET=1 on CPU."""
+and a failed kernel build are named; a drawn neighbour (random shifting, a tensor on the device) equals
+its mode in every fast path. The torch path runs on every device of the suite; Triton compiled on a
+GPU, else under TRITON_INTERPRET=1 on CPU."""
 import itertools
 
 import pytest
@@ -20,15 +22,16 @@ from mmvisattn.ops.sliding_chunk.layout import slot_tables
 from mmvisattn.ops.sliding_chunk.pytorch import chunk_groups
 
 
-from ..conftest import saved_elements
+from ..conftest import KERNEL_DEVICE, kernel_tolerance, saved_elements
 
 
-def make_inputs(batch=2, heads=2, num_global=1, hw=(5, 7), dims=4, window=2, rel_pos=True, dtype=torch.float64):
+def make_inputs(batch=2, heads=2, num_global=1, hw=(5, 7), dims=4, window=2, rel_pos=True, dtype=torch.float64,
+                device='cpu'):
     generator = torch.Generator().manual_seed(hw[0] * 31 + hw[1] + 7 * num_global)
     tokens = num_global + hw[0] * hw[1]
 
     def rand(*shape):
-        return torch.randn(*shape, generator=generator, dtype=dtype).requires_grad_()
+        return torch.randn(*shape, generator=generator, dtype=dtype).to(device).requires_grad_()
 
     q, k, v = (rand(batch, heads, tokens, dims) for _ in range(3))
     side = 4 * window - 1
@@ -43,9 +46,12 @@ def leaves(q, k, v, tables):
     return [q, k, v] + [t for t in (tables or ()) if t is not None]
 
 
-def assert_matches_reference(impl, hw, window, num_global, masking, mode, dtype=torch.float64, tol=None, **kw):
+def assert_matches_reference(impl, hw, window, num_global, masking, mode, dtype=torch.float64, tol=None,
+                             drawn=False, **kw):
+    """``impl`` against the reference; ``drawn``: ``mode`` given as a neighbour drawn on the device."""
     q, k, v, tables = make_inputs(num_global=num_global, hw=hw, window=window, dtype=dtype, **kw)
-    fast = sliding_chunk_attention(q, k, v, hw, window, num_global, masking, mode, tables, impl=impl)
+    fast_mode = torch.tensor(mode, device=q.device) if drawn else mode
+    fast = sliding_chunk_attention(q, k, v, hw, window, num_global, masking, fast_mode, tables, impl=impl)
     slow = sliding_chunk_attention_reference(q, k, v, hw, window, num_global, masking, mode, tables)
     tol = tol or {}
     torch.testing.assert_close(fast, slow, **tol)
@@ -56,10 +62,35 @@ def assert_matches_reference(impl, hw, window, num_global, masking, mode, dtype=
         torch.testing.assert_close(a, b, **tol)
 
 
-@pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
+@pytest.mark.parametrize('impl', ['cpu', 'dense'])
 @pytest.mark.parametrize('masking,mode,num_global', itertools.product(MASKINGS, (0, -1, 2, 5), (0, 1, 2)))
 def test_fast_paths_equal_reference_every_mode(impl, masking, mode, num_global):
     assert_matches_reference(impl, (5, 7), 2, num_global, masking, mode)
+
+
+@pytest.mark.parametrize('masking,mode,num_global', itertools.product(MASKINGS, (0, -1, 2, 5), (0, 1, 2)))
+def test_torch_path_equals_reference_every_mode_on_every_device(masking, mode, num_global, device):
+    assert_matches_reference('torch', (5, 7), 2, num_global, masking, mode, device=device)
+
+
+@pytest.mark.parametrize('impl', ['torch', 'cpu'])
+@pytest.mark.parametrize('masking', MASKINGS)
+@pytest.mark.parametrize('mode', [1, 4, 8])
+def test_drawn_neighbour_equals_its_mode(impl, masking, mode):
+    """Random shifting hands the op its neighbour as a tensor on the device; the tables of the eight
+    modes are stacked once and the drawn one picked there: the same values and gradients as the mode."""
+    assert_matches_reference(impl, (5, 7), 2, 1, masking, mode, drawn=True)
+
+
+def test_drawn_neighbour_refuses_dense_and_bad_tensors():
+    q, k, v, tables = make_inputs()
+    drawn = torch.tensor(3)
+    with pytest.raises(ValueError, match=r"impl='dense'\): a drawn neighbour \(random shifting\) is picked"):
+        sliding_chunk_attention(q, k, v, (5, 7), 2, 1, 'chunk', drawn, tables, impl='dense')
+    with pytest.raises(ValueError, match=r'a drawn mode must be a 0-dim integer tensor on cpu holding one of'):
+        sliding_chunk_attention(q, k, v, (5, 7), 2, 1, 'chunk', torch.tensor([3]), tables)
+    with pytest.raises(ValueError, match=r'a drawn mode must be a 0-dim integer tensor'):
+        sliding_chunk_attention(q, k, v, (5, 7), 2, 1, 'chunk', torch.tensor(3.0), tables)
 
 
 ODD_GRIDS = [((1, 1), 1), ((3, 10), 3), ((4, 4), 2), ((2, 3), 1), ((9, 5), 2)]
@@ -164,16 +195,23 @@ def test_chunk_groups_keep_exactly_the_live_slots(masking):
         assert slots == [197] * 4 + [295] * 8 + [442] * 4
 
 
+def assert_gradcheck(impl, q, k, v, tables):
+    def fn(q, k, v, table, g2l, g2g):
+        return sliding_chunk_attention(q, k, v, (3, 4), 2, 1, 'exact', 0, (table, g2l, g2g), impl=impl)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, *tables))
+
+
 @pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
 def test_gradcheck_hand_written_backward(impl):
     """The backwards of the torch path and the C++ kernels, and the dense path's gather of the bias,
     whose gradient is added back by one index_add_."""
     q, k, v, tables = make_inputs(batch=1, heads=2, num_global=1, hw=(3, 4), dims=2, window=2)
+    assert_gradcheck(impl, q, k, v, tables)
 
-    def fn(q, k, v, table, g2l, g2g):
-        return sliding_chunk_attention(q, k, v, (3, 4), 2, 1, 'exact', 0, (table, g2l, g2g), impl=impl)
 
-    assert torch.autograd.gradcheck(fn, (q, k, v, *tables))
+def test_gradcheck_torch_path_on_every_device(device):
+    assert_gradcheck('torch', *make_inputs(batch=2, heads=2, num_global=1, hw=(3, 4), dims=2, window=2, device=device))
 
 
 @pytest.mark.parametrize('masking', MASKINGS)
@@ -285,4 +323,9 @@ def test_bad_arguments_are_named(kwargs, message):
                                                      ('chunk', -1, 1)])
 def test_triton_equals_reference(masking, mode, num_global):
     assert_matches_reference('triton', (5, 3), 2, num_global, masking, mode, dtype=torch.float32,
-                             tol=dict(rtol=1e-4, atol=1e-5), batch=1)
+                             tol=kernel_tolerance(KERNEL_DEVICE), batch=1, device=KERNEL_DEVICE)
+
+
+def test_triton_takes_a_drawn_neighbour():
+    assert_matches_reference('triton', (5, 7), 2, 1, 'chunk', 6, dtype=torch.float32,
+                             tol=kernel_tolerance(KERNEL_DEVICE), batch=1, device=KERNEL_DEVICE, drawn=True)

@@ -1,7 +1,7 @@
 """Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, Eq. 3, App. C, D):
 local queries attend to the global tokens and to a 2-D window around them, global queries attend to
 every token, with relative-position bias for local-local, global-local and global-global pairs."""
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -95,10 +95,12 @@ class LongformerAttention(BaseAttention):
                              '(-1 own chunk, 0 all neighbours, 1 random shifting)')
         self._mode = mode
 
-    def step_mode(self) -> int:
-        """The op mode of this call: a random neighbour 1..8 when random shifting in training."""
+    def step_mode(self, device: torch.device) -> Union[int, Tensor]:
+        """The op mode of this call: when random shifting in training, a neighbour 1..8 drawn on
+        ``device`` and never read back (the op picks its tables there, so every draw runs the same
+        graph and the step waits for nothing)."""
         if self._mode == 1:
-            return int(torch.randint(1, 9, ())) if self.training else 0
+            return torch.randint(1, 9, (), device=device) if self.training else 0
         return self._mode
 
     def bias_tables(self):
@@ -115,8 +117,8 @@ class LongformerAttention(BaseAttention):
         q = self.split_heads(self.query(x))
         k, v = (self.split_heads(t) for t in self.kv(x).chunk(2, dim=-1))
         rel_pos = self.bias_tables()
-        out = sliding_chunk_attention(q, k, v, hw_shape, self.window, num_global, self.masking, self.step_mode(),
-                                      rel_pos, impl=self.impl)
+        out = sliding_chunk_attention(q, k, v, hw_shape, self.window, num_global, self.masking,
+                                      self.step_mode(x.device), rel_pos, impl=self.impl)
         if self.share_global_weights:
             return self.proj_drop(self.proj(self.merge_heads(out)))
         # separate global projections: the global rows are recomputed with them (G x N, cheap)

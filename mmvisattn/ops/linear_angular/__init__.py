@@ -10,21 +10,26 @@ never needed::
     out_i = (1/2 sum_j v_j + 1/pi q^_i (K^T V)) / (N/2 + 1/pi q^_i . sum_j k^_j)
 
 Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (the form above) and
-``triton`` (two fused passes); ``auto`` picks Triton for CUDA tensors and torch otherwise.
+``triton`` (two fused passes); ``auto`` (:data:`OP`) takes Triton on CUDA where its kernels take the
+inputs, and torch otherwise.
 :func:`linear_angular_unnormalised` is the official module's form without the row-sum division.
 """
 from torch import Tensor
 
-from ..dispatch import resolve_impl
+from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
 from .pytorch import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 
-IMPLS = ('auto', 'reference', 'torch', 'triton')
+OP = Op('linear_angular_attention', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
+        dict(cuda=('triton', 'torch')))
+IMPLS = OP.impls
 
 
 def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto') -> Tensor:
     """Row-normalised linear-angular attention of ``(B, heads, N, d)`` tensors."""
-    impl = resolve_impl('linear_angular_attention', impl, q, IMPLS)
+    impl = OP.choose(impl, Request.of((q, k, v)))
+    if impl == DRY_RUN:
+        return dry_output(q, v)
     if impl == 'reference':
         return linear_angular_attention_reference(q, k, v)
     if impl == 'triton':
@@ -34,4 +39,4 @@ def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto'
 
 
 __all__ = ['linear_angular_attention', 'linear_angular_unnormalised', 'linear_angular_attention_reference',
-           'angular_kernel_reference', 'IMPLS']
+           'angular_kernel_reference', 'IMPLS', 'OP']

@@ -8,7 +8,8 @@ Two ops, each with a reference twin:
 
 * :func:`peripheral_attention` mixes and normalises: ``reference`` (explicit ``N x N`` Eq. 5),
   ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (online softmax with the
-  bias, backward through the SDPA form); ``auto`` picks Triton for CUDA tensors, torch otherwise.
+  bias, backward through the SDPA form); ``auto`` (:data:`OP`) takes Triton on CUDA where its
+  kernels take the inputs, torch otherwise.
 * :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
   first peripheral projection on the map of relative offsets (:mod:`.position`), ``reference``
   on the full ``HW x HW x D_r`` distance tensor.
@@ -17,13 +18,15 @@ from typing import Sequence
 
 from torch import Tensor
 
-from ..dispatch import check_impl, resolve_impl
+from ..dispatch import DRY_RUN, Op, Request, check_impl, dry_output, reference_only, runs_anywhere, triton_kernels
 from .position import PositionParams, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
 from .pytorch import peripheral_attention_sdpa
 
-IMPLS = ('auto', 'reference', 'torch', 'triton')
+OP = Op('peripheral_attention', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
+        dict(cuda=('triton', 'torch')))
+IMPLS = OP.impls
 POSITION_IMPLS = ('reference', 'torch')
 
 
@@ -31,10 +34,12 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
                          impl: str = 'auto') -> Tensor:
     """``Normalize[exp(scale q k^T) * Phi_p] v`` of ``(B, heads, N, d)`` tensors; ``log_phi_p`` is
     ``(heads, N, N)``, shared by the batch."""
-    impl = resolve_impl('peripheral_attention', impl, q, IMPLS)
+    impl = OP.choose(impl, Request.of((q, k, v)))
     if log_phi_p.shape != (q.shape[1], q.shape[2], k.shape[2]):
         raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; expected '
                          f'(heads, queries, keys) = {(q.shape[1], q.shape[2], k.shape[2])}')
+    if impl == DRY_RUN:
+        return dry_output(q, v)
     if impl == 'reference':
         return peripheral_attention_reference(q, k, v, log_phi_p, scale)
     if impl == 'triton':
@@ -53,4 +58,4 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
 
 __all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_reference',
            'peripheral_attention_reference', 'position_logits_reference', 'key_distances', 'grid_step',
-           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS']
+           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP']

@@ -120,18 +120,17 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float 
     rows_per_chunk = max(1, CHUNK_ELEMENTS // row_elements)
     if rows_per_chunk >= height:
         return _row_logits(slice(0, height), relative, params, hw_shape, eps)
-    queries = torch.arange(height * width, device=relative.device).unsqueeze(-1)
     used = [relative, params.norm1_weight, params.norm1_bias, params.conv2_weight, params.conv2_bias,
             params.norm2_weight, params.norm2_bias]
-    return checkpointed_chunks(_chunk_logits, (queries,), rows_per_chunk * width, relative, params, hw_shape, eps,
-                               params=used)
+    return checkpointed_chunks(_chunk_logits, height * width, rows_per_chunk * width, (), relative, params, hw_shape,
+                               eps, params=used)
 
 
-def _chunk_logits(queries: Tensor, relative: Tensor, params: PositionParams, hw_shape: Sequence[int],
+def _chunk_logits(queries: slice, relative: Tensor, params: PositionParams, hw_shape: Sequence[int],
                   eps: float) -> Tensor:
-    """:func:`_row_logits` of the ``(n, 1)`` ``queries`` (token indices) of whole consecutive rows."""
+    """:func:`_row_logits` of the ``queries`` (a span of token indices) of whole consecutive rows."""
     width = hw_shape[1]
-    return _row_logits(slice(int(queries[0]) // width, int(queries[-1]) // width + 1), relative, params, hw_shape, eps)
+    return _row_logits(slice(queries.start // width, queries.stop // width), relative, params, hw_shape, eps)
 
 
 def _row_logits(rows: slice, relative: Tensor, params: PositionParams, hw_shape: Sequence[int],

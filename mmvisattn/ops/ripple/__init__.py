@@ -20,23 +20,42 @@ Implementations (``impl=``):
 * ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
-``auto`` picks ``triton`` for CUDA tensors; on CPU ``dense`` below the crossover measured in
-:mod:`.dense` (:func:`~.dense.dense_is_faster`) and ``cpu`` above it: with the ``R_max`` of the
-paper (2-16) the local form needs fewer operations than the tables and far less memory.
+``auto`` (:data:`OP`) takes ``triton`` on CUDA where its kernels take the heads (else ``torch``);
+on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.dense_is_faster`) and
+``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
+the tables and far less memory.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 from torch import Tensor
 
-from ..dispatch import resolve_impl
+from ..dispatch import DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels
 from .common import check_inputs, ring_weights, stick_breaking, truncate
 from .dense import DENSE, dense_is_faster
-from .feature_map import FEATURE_IMPLS, trig_relu_features, trig_relu_features_reference
+from .feature_map import FEATURE_IMPLS, FEATURE_OP, trig_relu_features, trig_relu_features_reference
 from .pytorch import TILED, local_plus_global
 from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
 
-IMPLS = ('auto', 'reference', 'sat', 'dense', 'torch', 'cpu', 'triton')
+
+
+def _sat_refusal(request: Request) -> str:
+    return ('summed-area tables (Algorithm 1) hold D x E numbers a token; the local/global split is faster and '
+            'lighter at R_max 2-16')
+
+
+def _dense_refusal(request: Request) -> Optional[str]:
+    hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
+    if dense_is_faster(hw_shape, r_max):
+        return None
+    return f'a {hw_shape[0]}x{hw_shape[1]} map at R_max {r_max} is past the crossover where the tiles are faster'
+
+
+OP = Op('ripple_attention',
+        dict(reference=reference_only, sat=_sat_refusal, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
+             triton=triton_kernels()),
+        dict(cpu=('dense', 'cpu', 'torch'), cuda=('triton', 'torch')))
+IMPLS = OP.impls
 
 
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
@@ -57,7 +76,9 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
         ``(..., N, E)``.
     """
     check_inputs(q, k, v, logits, hw_shape, tau)
-    impl = resolve_impl('ripple_attention', impl, q, IMPLS, lambda: dense_is_faster(hw_shape, logits.shape[-1]))
+    impl = OP.choose(impl, Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1]))
+    if impl == DRY_RUN:
+        return dry_output(q, v)
     if impl == 'reference':
         return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
     if impl == 'sat':
@@ -76,4 +97,4 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
 # attention maps (visualisation only) are drawn from.
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'chebyshev_distances', 'group_weights_reference',
            'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'trig_relu_features',
-           'trig_relu_features_reference', 'FEATURE_IMPLS']
+           'trig_relu_features_reference', 'FEATURE_IMPLS', 'OP', 'FEATURE_OP']

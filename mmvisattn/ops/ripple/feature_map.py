@@ -33,11 +33,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..amp import autocast_off, float32_math, upcast
-from ..dispatch import resolve_impl
+from ..dispatch import DRY_RUN, Op, Request, cpu_kernels, runs_anywhere
 from ..recompute import CHUNK_TOKENS, runs
 from ..tracing import apply_function
 
-FEATURE_IMPLS = ('auto', 'reference', 'torch', 'cpu')
+
+
+def _reference_refusal(request: Request) -> str:
+    return 'Eq. 13 under autograd, for tests: keeps six token-sized intermediates for the backward'
+
+
+FEATURE_OP = Op('trig_relu_features', dict(reference=_reference_refusal, torch=runs_anywhere, cpu=cpu_kernels),
+                dict(cpu=('cpu', 'torch')))
+FEATURE_IMPLS = FEATURE_OP.impls
 
 
 @float32_math
@@ -115,7 +123,9 @@ def trig_relu_features(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: flo
                        impl: str = 'auto') -> Tensor:
     """``phi(x)`` of Eq. 13 for ``(..., d)`` inputs ``x`` scaled by ``scale`` first; ``impl`` one of
     :data:`FEATURE_IMPLS` (``auto``: the C++ kernels for CPU tensors, the torch passes otherwise)."""
-    impl = resolve_impl('trig_relu_features', impl, x, FEATURE_IMPLS)
+    impl = FEATURE_OP.choose(impl, Request.of((x,)))
+    if impl == DRY_RUN:
+        return x.new_empty(*x.shape[:-1], w2.shape[0])
     if impl == 'reference':
         return trig_relu_features_reference(x, w1, w2, b2, scale)
     if impl == 'cpu':

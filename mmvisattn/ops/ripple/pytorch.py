@@ -24,7 +24,7 @@ Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns aut
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
 range), for the torch and the Triton local parts alike; the output comes back in ``v``'s dtype.
 """
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Callable, List, NamedTuple, Sequence, Tuple
 
 import torch
@@ -72,7 +72,7 @@ class Chunk(NamedTuple):
 class Geometry:
     """Index tensors of one (map, tile, R_max): the Chebyshev group of every (query, halo key) pair of
     a tile, and the cutting of a map into overlapping halos and the adding of them back, for any
-    run of tile rows (a chunk)."""
+    run of tile rows (a chunk). Built once per (map, R_max, device) and cached (:func:`cached_geometry`)."""
 
     def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
         self.hw_shape, self.tile, self.halo = tuple(hw_shape), tile, r_max - 1
@@ -88,7 +88,7 @@ class Geometry:
         # flat positions in a tile's (T * T, R_max + 1) weights, so gathering them is one index_select
         self.weight_index = (torch.arange(tile * tile, device=device)[:, None] * (r_max + 1) + group).reshape(-1)
         # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a tile
-        self.group_masks = F.one_hot(group, r_max + 1)[..., :r_max].float()
+        self.group_masks = (group[..., None] == torch.arange(r_max, device=device)).float()
         self.device = device
 
     @cached_property
@@ -152,6 +152,14 @@ class Geometry:
         return q_tiles @ keys.transpose(1, 2), weights
 
 
+@lru_cache(maxsize=32)
+def cached_geometry(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Geometry:
+    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of :func:`tile_size`:
+    the same maps recur every layer and every step, whose index tensors are then neither rebuilt nor
+    copied."""
+    return Geometry(hw_shape, r_max, tile_size(r_max), device)
+
+
 def _part(tiles: Tensor, rows: slice) -> Tensor:
     """The ``(s * n, T * T, C)`` tiles of the tile ``rows`` of ``(s, rows, cols, T * T, C)`` tiles."""
     return tiles[:, rows].flatten(0, 2)
@@ -173,7 +181,7 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seque
     over the tokens ``(m, n)`` of groups ``r < R_max``; ``q, k`` ``(S, N, D)``, ``v`` ``(S, N, E)``,
     ``beta`` ``(S, N, R_max)`` -> ``(S, N, E)``, ``(S, N, 1)``. Runs in steps (:meth:`Geometry.chunks`),
     whose temporaries end with each step."""
-    geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+    geometry = cached_geometry(tuple(hw_shape), beta.shape[-1], q.device)
     num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
     for chunk in geometry.chunks(q.shape[0]):
         parts = (t[chunk.slices] for t in (q, k, v, beta))
@@ -193,7 +201,7 @@ def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
                    grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of :func:`tiled_forward` for ``q, k, v, beta``, recomputing the scores step by step;
     score-sized temporaries are updated in place and end with each step."""
-    geometry = Geometry(hw_shape, beta.shape[-1], tile_size(beta.shape[-1]), q.device)
+    geometry = cached_geometry(tuple(hw_shape), beta.shape[-1], q.device)
     grads = [torch.empty_like(t) for t in (q, k, v, beta)]
     masks = geometry.group_masks.to(q.dtype)
     for chunk in geometry.chunks(q.shape[0]):

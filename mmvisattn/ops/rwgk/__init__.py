@@ -30,22 +30,26 @@ The torch path runs in float32 (float64 stays float64) even under float16 / bflo
 """
 from torch import Tensor
 
-from ..dispatch import resolve_impl
+from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
 from .common import bipartite_graphs, check_lam
 from .pytorch import rwgk_attention_torch
 from .reference import rwgk_attention_reference, rwgk_kernel_reference
 
-IMPLS = ('auto', 'reference', 'torch')
+OP = Op('rwgk_attention', dict(reference=reference_only, torch=runs_anywhere), {})
+IMPLS = OP.impls
 
 
 def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5,
                    impl: str = 'auto') -> Tensor:
     """RWGK attention of ``(B, heads, N, d)`` tensors through ``(B or 1, heads, M, d)`` anchors,
     decay ``lam`` in (0, 1); ``impl`` one of :data:`IMPLS`."""
-    if resolve_impl('rwgk_attention', impl, q, IMPLS) == 'reference':
+    impl = OP.choose(impl, Request.of((q, k, v), anchors=anchor_q.shape[-2]))
+    if impl == DRY_RUN:
+        return dry_output(q, v)
+    if impl == 'reference':
         return rwgk_attention_reference(q, k, v, anchor_q, anchor_k, lam)
     return rwgk_attention_torch(q, k, v, anchor_q, anchor_k, lam)
 
 
 __all__ = ['rwgk_attention', 'rwgk_attention_reference', 'rwgk_kernel_reference', 'bipartite_graphs', 'check_lam',
-           'IMPLS']
+           'IMPLS', 'OP']

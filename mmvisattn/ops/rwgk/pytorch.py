@@ -37,6 +37,16 @@ def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[int, int, slice]]:
             yield image, 0 if anchor.shape[0] == 1 else image, part
 
 
+def solve(system: Tensor, rhs: Tensor) -> Tensor:
+    """``system^-1 rhs`` without the error check of ``torch.linalg.solve``, which reads the factorisation's
+    status back from the device (a synchronisation every layer, every step): the systems here are
+    strictly diagonally dominant (rows of ``lam G_K G_Q`` sum to ``lam < 1``), so never singular. Traced
+    (ONNX export, mmengine's FLOP counter), ``torch.linalg.solve``, the operator both know."""
+    if torch.jit.is_tracing():
+        return torch.linalg.solve(system, rhs)
+    return torch.linalg.solve_ex(system, rhs, check_errors=False)[0]
+
+
 def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                 lam: float) -> Tuple[Tensor, Tensor, Tensor]:
     """Eq. (8) on whole tensors: the output, the system ``I - lam G_K G_Q`` and its solution
@@ -44,7 +54,7 @@ def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Ten
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
     eye = torch.eye(graph_k.shape[-2], dtype=q.dtype, device=q.device)
     system = eye - lam * (graph_k @ graph_q)  # strictly diagonally dominant, so always solvable
-    walked = torch.linalg.solve(system, graph_k @ v)
+    walked = solve(system, graph_k @ v)
     return (1.0 - lam) * (graph_q @ walked), system, walked
 
 
@@ -94,7 +104,7 @@ def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k:
     grad_out = (1.0 - lam) * grad_out
     grad_graph_q = grad_out @ walked.transpose(-1, -2)  # (h, N, M)
     # walked = S^-1 A with S = I - lam G_K G_Q and A = G_K V: dA = S^-T dW, dS = -dA W^T
-    grad_anchor_values = torch.linalg.solve(system.transpose(-1, -2), graph_q.transpose(-1, -2) @ grad_out)
+    grad_anchor_values = solve(system.transpose(-1, -2), graph_q.transpose(-1, -2) @ grad_out)
     grad_product = lam * (grad_anchor_values @ walked.transpose(-1, -2))  # of G_K G_Q, (h, M, M)
     grad_graph_q.baddbmm_(graph_k.transpose(-1, -2), grad_product)
     grad_graph_k = (grad_anchor_values @ v.transpose(-1, -2)).baddbmm_(grad_product, graph_q.transpose(-1, -2))

@@ -15,11 +15,15 @@ Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: 
 ``((4w-1)^2, heads)`` for local-local pairs, ``g2l`` ``(2, heads, G)`` (row 0: global query to a
 local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 
-Implementations: ``reference`` (masked full attention, tests only), ``dense`` (one SDPA call with the
-pattern as an additive bias, :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward),
-``cpu`` (the same fused per chunk in C++, :mod:`.cpu`) and ``triton`` (fused kernels); ``auto`` picks
-Triton for CUDA tensors and, on CPU, ``dense`` on maps no larger than a query's window (the
-crossover measured in :mod:`.dense`), ``cpu`` on larger ones.
+Implementations (:data:`OP` says which runs where and why): ``reference`` (masked full
+attention, tests only), ``dense`` (one SDPA call with the pattern as an additive bias,
+:mod:`.dense`), ``torch`` (sliding chunks, hand-written backward), ``cpu`` (the same fused per chunk
+in C++, :mod:`.cpu`) and ``triton`` (fused kernels, CUDA); ``auto`` takes Triton on CUDA where its
+kernels take the heads and window (else torch) and, on CPU, ``dense`` on maps no larger than a
+query's window (the crossover measured in :mod:`.dense`), ``cpu`` on larger ones.
+
+Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
+inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.
 """
 from numbers import Integral
 from typing import Optional, Sequence
@@ -27,14 +31,43 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..dispatch import resolve_impl
+from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
+                        DRY_RUN)
+from ..triton_launch import UnsupportedInput, check_kernel_inputs
 from .dense import dense_is_faster, sliding_chunk_attention_dense
 from .pytorch import sliding_chunk_local_torch
-from .layout import (MASKINGS, MODES, from_chunks, global_rows, key_table, slot_bias, slot_tables,
-                     table_padding, to_chunks)
+from .layout import (DRAWN, MASKINGS, MODES, Mode, from_chunks, global_rows, is_drawn, key_table, slot_bias,
+                     slot_tables, table_padding, to_chunks, visited_neighbours)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
-IMPLS = ('auto', 'reference', 'dense', 'torch', 'cpu', 'triton')
+TRITON_MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
+TRITON_MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
+
+
+def _dense_refusal(request: Request) -> Optional[str]:
+    if request.fact('mode') == 'drawn':
+        return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
+    hw_shape, window, num_global = request.fact('hw_shape'), request.fact('window'), request.fact('num_global')
+    if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode'),
+                           torch.device(request.device)):
+        slots = num_global + len(visited_neighbours(request.fact('mode'))) * window * window
+        return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {slots} slots a query: past the '
+                'crossover where the sliding chunks are faster (or some keys are visited twice)')
+    return None
+
+
+def _triton_refusal(request: Request) -> Optional[str]:
+    reason = triton_kernels(TRITON_MAX_HEAD_DIMS)(request)
+    if reason is None and request.fact('window') > TRITON_MAX_WINDOW:
+        reason = f"window={request.fact('window')} is outside the supported range 1..{TRITON_MAX_WINDOW}"
+    return reason
+
+
+OP = Op('sliding_chunk_attention',
+        dict(reference=reference_only, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
+             triton=_triton_refusal),
+        dict(cpu=('dense', 'cpu', 'torch'), cuda=('triton', 'torch')))
+IMPLS = OP.impls
 
 
 def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
@@ -44,12 +77,29 @@ def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
     return int(window)
 
 
-def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: int) -> int:
+def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
+    """Fail in one line, before any work, on what the Triton kernels cannot take."""
+    check_kernel_inputs('sliding_chunk_attention', (q, k, v), TRITON_MAX_HEAD_DIMS)
+    if window > TRITON_MAX_WINDOW:
+        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
+                               f"range 1..{TRITON_MAX_WINDOW} (impl='torch' takes any window)")
+
+
+def _check_mode(mode: Mode, q: Tensor) -> None:
+    if is_drawn(mode):
+        if mode.dim() != 0 or mode.is_floating_point() or mode.device != q.device:
+            raise ValueError(f'sliding_chunk_attention: a drawn mode must be a 0-dim integer tensor on {q.device} '
+                             f'holding one of {DRAWN}; got {mode.dim()}-dim {mode.dtype} on {mode.device}')
+    elif isinstance(mode, bool) or mode not in MODES:
+        raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8 or a drawn '
+                         'neighbour (0-dim integer tensor)')
+
+
+def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: Mode) -> int:
     window = check_window(window)
     if masking not in MASKINGS:
         raise ValueError(f'sliding_chunk_attention: masking={masking!r}; expected one of {MASKINGS}')
-    if isinstance(mode, bool) or mode not in MODES:
-        raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8')
+    _check_mode(mode, q)
     if q.dim() != 4 or q.shape[2] != num_global + hw_shape[0] * hw_shape[1]:
         raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
                          f'+ {hw_shape[0]}x{hw_shape[1]} tokens as (B, heads, N, d)')
@@ -57,7 +107,7 @@ def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking:
 
 
 def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
-                            num_global: int = 0, masking: str = 'chunk', mode: int = 0,
+                            num_global: int = 0, masking: str = 'chunk', mode: Mode = 0,
                             rel_pos: Optional[Sequence[Optional[Tensor]]] = None, scale: Optional[float] = None,
                             impl: str = 'auto') -> Tensor:
     """Longformer attention of ``(B, heads, G + h*w, d)`` tensors -> ``(B, heads, G + h*w, d)``.
@@ -65,22 +115,35 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     Args:
         hw_shape: ``(h, w)`` of the map. window: chunk side ``w`` (attention window ``2w+1``);
         larger than the map is legal (one chunk then covers it all). num_global: ``G``.
-        masking: ``'chunk' | 'exact' | 'cyclic'``. mode: -1, 0 or 1..8. rel_pos: see the module
+        masking: ``'chunk' | 'exact' | 'cyclic'``. mode: -1, 0 or 1..8, or a drawn neighbour (a
+        0-dim integer tensor on the inputs' device holding 1..8). rel_pos: see the module
         docstring. scale: defaults to ``d ** -0.5``. impl: one of :data:`IMPLS`.
     """
     hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
     window = _check(q, hw_shape, window, num_global, masking, mode)
-    impl = resolve_impl('sliding_chunk_attention', impl, q, IMPLS,
-                        lambda: dense_is_faster(hw_shape, window, num_global, masking, mode, q.device))
-    if impl == 'reference':
-        return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
-    if impl == 'dense':
-        return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos,
-                                             q.shape[-1] ** -0.5 if scale is None else scale)
-    if impl == 'triton':
-        from .triton import check_triton_inputs
-        check_triton_inputs(q, k, v, window)
+    request = Request.of((q, k, v), hw_shape=hw_shape, window=window, num_global=num_global, masking=masking,
+                         mode='drawn' if is_drawn(mode) else mode)
+    impl = OP.choose(impl, request)
+    if impl == DRY_RUN:
+        return dry_output(q, v)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if impl == 'reference':
+        return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking,
+                                                 int(mode), rel_pos, scale)
+    if impl == 'dense':
+        if is_drawn(mode):
+            raise ValueError(f"sliding_chunk_attention(impl='dense'): {_dense_refusal(request)}; "
+                             "expected impl='torch', 'cpu' or 'triton' for random shifting")
+        return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
+    if impl == 'triton':
+        check_triton_inputs(q, k, v, window)
+    return _sliding_chunks(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale, impl)
+
+
+def _sliding_chunks(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int,
+                    masking: str, mode: Mode, rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float,
+                    impl: str) -> Tensor:
+    """The local queries by sliding chunks (``impl`` torch, cpu or triton), the global ones in full."""
     batch, heads = q.shape[:2]
     index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
@@ -91,7 +154,7 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         from .cpu import sliding_chunk_local_cpu as local_attention
     if impl == 'triton':
         from .triton import sliding_chunk_local_triton as local_attention
-    local = local_attention(chunks, keys, values, index, invalid, bias)
+    local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:
         return local
@@ -105,4 +168,4 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
 # separate global projections compute themselves; dense_bias: the attention map's additive bias.
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'dense_bias',
-           'global_rows', 'IMPLS', 'MASKINGS', 'MODES']
+           'global_rows', 'IMPLS', 'OP', 'MASKINGS', 'MODES', 'DRAWN']

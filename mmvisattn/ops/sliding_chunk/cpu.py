@@ -86,10 +86,11 @@ class SlidingChunkCpu(torch.autograd.Function):
 
 
 def sliding_chunk_local_cpu(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                            bias: Optional[Tensor]) -> Tensor:
+                            bias: Optional[Tensor], drawn: bool = False) -> Tensor:
     """The local attention of every chunk (:class:`SlidingChunkCpu`) for CPU tensors; traced, the
-    torch path's plain ops (see the module docstring)."""
+    torch path's plain ops (see the module docstring). The kernels find each chunk's live slots
+    themselves, so tables picked for a drawn mode (``drawn``) need nothing more."""
     check_cpu_tensor('sliding_chunk_attention', q)
     if kernels_hidden():
-        return sliding_chunk_local_torch(q, k, v, index, invalid, bias)
+        return sliding_chunk_local_torch(q, k, v, index, invalid, bias, drawn)
     return SlidingChunkCpu.apply(q, k, v, index, invalid, bias)

@@ -6,10 +6,16 @@ for each neighbour chunk the mode visits (all 3 x 3 for mode 0, the own chunk fo
 and neighbour ``i`` for mode ``i`` in 1..8, App. D), in the neighbour order of the official code:
 (-1,-1), (-1,0), (-1,1), (0,-1), (0,0), (0,1), (1,-1), (1,0), (1,1). Slots index a flat key table
 ``[globals, padded local map, one zero row]``; the masking mode decides which slots a query may use.
-The fast paths (torch and Triton) share these tables; the reference builds its mask independently.
+The fast paths (torch, C++ and Triton) share these tables; the reference builds its mask independently.
+
+Every table is built once per (map, window, mode, device) and cached on that device, so a step
+copies nothing from the host and reads nothing back. Random shifting draws its neighbour on the
+device (a 0-dim integer tensor ``mode`` holding 1..8, :data:`DRAWN`): the tables of the eight
+modes, which share one slot count, are stacked once and the drawn one picked by ``index_select``,
+so the step neither reads the draw back nor changes shape (one compiled graph for all draws).
 """
 from functools import lru_cache
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +26,8 @@ from ..token_grid import from_windows, to_windows, window_grid
 
 MASKINGS = ('chunk', 'exact', 'cyclic')
 MODES = tuple(range(-1, 9))
+DRAWN = tuple(range(1, 9))  # the modes random shifting draws from, one neighbour each
+Mode = Union[int, Tensor]  # an int of MODES, or a 0-dim integer tensor holding one of DRAWN
 NEIGHBOURS = tuple((dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1))
 CENTRE = 4
 
@@ -31,6 +39,16 @@ def visited_neighbours(mode: int) -> Tuple[int, ...]:
     if mode == -1:
         return (CENTRE,)
     return CENTRE, mode - 1 if mode <= 4 else mode
+
+
+def is_drawn(mode: Mode) -> bool:
+    """Whether ``mode`` is a neighbour drawn on the device (random shifting)."""
+    return isinstance(mode, Tensor)
+
+
+def pick_drawn(stacked: Tensor, mode: Tensor) -> Tensor:
+    """The entry of the drawn ``mode`` (1..8) of tables stacked over :data:`DRAWN`, picked on the device."""
+    return stacked.index_select(0, (mode - 1).view(1))[0]
 
 
 def relative_index(window: int, offsets: Sequence[int]) -> Tensor:
@@ -48,8 +66,35 @@ def relative_index(window: int, offsets: Sequence[int]) -> Tensor:
 
 
 @lru_cache(maxsize=64)
-def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+def _relative_index_on(window: int, mode: int, device: torch.device) -> Tensor:
+    return relative_index(window, visited_neighbours(mode)).to(device)
+
+
+@lru_cache(maxsize=16)
+def _drawn_relative_index(window: int, device: torch.device) -> Tensor:
+    return torch.stack([relative_index(window, visited_neighbours(mode)) for mode in DRAWN]).to(device)
+
+
+def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: Mode,
                 device: torch.device) -> Tuple[Tensor, Tensor]:
+    """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk, on
+    ``device`` (:func:`mode_slot_tables`; a drawn ``mode`` picks its tables on the device)."""
+    if is_drawn(mode):
+        index, invalid = _drawn_slot_tables(hw_shape, window, num_global, masking, device)
+        return pick_drawn(index, mode), pick_drawn(invalid, mode)
+    return mode_slot_tables(hw_shape, window, num_global, masking, mode, device)
+
+
+@lru_cache(maxsize=16)
+def _drawn_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str,
+                       device: torch.device) -> Tuple[Tensor, Tensor]:
+    tables = [mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu')) for mode in DRAWN]
+    return tuple(torch.stack(parts).to(device) for parts in zip(*tables))
+
+
+@lru_cache(maxsize=64)
+def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+                     device: torch.device) -> Tuple[Tensor, Tensor]:
     """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk.
 
     ``C`` is the number of chunks and ``S = G + len(visited) * w^2``. Masked slots point at the
@@ -107,13 +152,16 @@ def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) 
     return torch.cat(parts, dim=1)
 
 
-def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, mode: int,
+def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, mode: Mode,
               heads: int) -> Optional[Tensor]:
     """``(heads, w^2, S)`` relative-position bias of the local queries' slots, or ``None``."""
     if rel_pos is None or rel_pos[0] is None:
         return None
     table, local_to_global = rel_pos[0], rel_pos[1]
-    index = relative_index(window, visited_neighbours(mode)).to(table.device)
+    if is_drawn(mode):
+        index = pick_drawn(_drawn_relative_index(window, table.device), mode)
+    else:
+        index = _relative_index_on(window, mode, table.device)
     local = table[index.view(-1)].view(window * window, -1, heads).permute(2, 0, 1)
     if num_global == 0:
         return local

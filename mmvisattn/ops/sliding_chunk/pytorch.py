@@ -44,7 +44,8 @@ def chunk_groups(index: Tensor, invalid: Tensor) -> Tuple[ChunkGroup, ...]:
     """The chunks of :func:`.layout.slot_tables`' ``(C, S)`` index and ``(C, 1 or w^2, S)`` mask,
     grouped by their live columns (a column is dead where every query of the chunk masks it). Cached
     by the tables' identity: ``slot_tables`` hands out the same cached tensors, which the cache keeps
-    alive, so an identity is never reused while its entry lives."""
+    alive, so an identity is never reused while its entry lives. Built once per table (the unique
+    patterns are counted on the host, a read of the device where the tables live there)."""
     dead = invalid.all(dim=1)
     patterns, group_of = torch.unique(dead, dim=0, return_inverse=True)
     groups = []
@@ -57,6 +58,13 @@ def chunk_groups(index: Tensor, invalid: Tensor) -> Tuple[ChunkGroup, ...]:
                                  index.index_select(0, chunks).index_select(1, columns),
                                  masked if bool(masked.any()) else None))
     return tuple(groups)
+
+
+def table_groups(index: Tensor, invalid: Tensor, drawn: bool) -> Tuple[ChunkGroup, ...]:
+    """The groups the passes run: :func:`chunk_groups` of cached tables; tables picked on the device
+    for a drawn mode (:func:`.layout.pick_drawn`, new tensors every step, their live slots unknown to
+    the host) run as one group of every chunk on all slots, the masked ones included."""
+    return (ChunkGroup(None, None, index, invalid),) if drawn else chunk_groups(index, invalid)
 
 
 class Slice(NamedTuple):
@@ -147,12 +155,12 @@ def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor
 class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
-    Inputs, as :class:`mmvisattn.ops.sliding_chunk.triton.SlidingChunkTriton` takes them: ``q``
-    ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables (globals,
-    padded map, one zero row: :func:`.layout.key_table`); ``index`` ``(C, S)`` the table rows of each
-    chunk's slots and ``invalid`` ``(C, 1 or w^2, S)`` its masked slots (:func:`.layout.slot_tables`);
-    ``bias`` ``(H, w^2, S)`` or ``None``. Output ``(B*H, C, w^2, d)``. The chunks run by
-    :func:`chunk_groups`, each group on its live slots only.
+    Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables
+    (globals, padded map, one zero row: :func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or
+    ``None``; ``groups`` the :func:`table_groups` of the slot tables (:func:`.layout.slot_tables`:
+    ``index`` ``(C, S)`` the table rows of each chunk's slots, ``invalid`` ``(C, 1 or w^2, S)`` its
+    masked slots, as the C++ and Triton paths take them), each group run on its live slots only.
+    Output ``(B*H, C, w^2, d)``.
 
     The forward saves the inputs and the output, not the ``N x S`` probabilities: the backward
     recomputes them slice by slice (one more ``q k^T`` product and softmax; a slice holds whole rows
@@ -163,18 +171,18 @@ class SlidingChunkAttention(torch.autograd.Function):
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                bias: Optional[Tensor]) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                groups: Tuple[ChunkGroup, ...]) -> Tensor:
         inputs = (q, k, v)
         q, k, v = upcast(*inputs)
         ctx.bias_dtype = None if bias is None else bias.dtype
         bias = None if bias is None else upcast(bias)[0]
         out = q.new_empty(*q.shape[:-1], v.shape[-1])
-        for part, group_bias in _group_slices(q.shape[0], q.shape[2], chunk_groups(index, invalid), bias):
+        for part, group_bias in _group_slices(q.shape[0], q.shape[2], groups, bias):
             probs = _scores(_chunks_of(q, part), k, group_bias, part).softmax(dim=-1)
             _put_chunks(out, part, probs @ _gather(v, part))
         ctx.save_for_backward(*inputs, bias, out)
-        ctx.index, ctx.invalid = index, invalid  # slot_tables' cached tables, not memory of this call
+        ctx.groups = groups  # cached tables (or one step's picked ones), not memory of this call
         return out.to(inputs[2].dtype)
 
     @staticmethod
@@ -188,12 +196,12 @@ class SlidingChunkAttention(torch.autograd.Function):
         # sum_j p_ij dp_ij = grad_out_i . out_i: the softmax backward without a score-sized product
         row_dots = (grad_out * out).sum(dim=-1, keepdim=True)
         buffers = (grad_q, grad_k, grad_v, grad_bias)
-        for part, group_bias in _group_slices(q.shape[0], q.shape[2], chunk_groups(ctx.index, ctx.invalid), bias):
+        for part, group_bias in _group_slices(q.shape[0], q.shape[2], ctx.groups, bias):
             _backward_slice(part, q, k, v, group_bias, grad_out, row_dots, buffers)
         if grad_bias is not None:
             grad_bias = grad_bias.view(-1, *bias.shape).sum(dim=0).to(ctx.bias_dtype)
         grads = (grad_q, grad_k, grad_v)
-        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None, None, grad_bias)
+        return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), grad_bias, None)
 
 
 def _backward_slice(part: Slice, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], grad_out: Tensor,
@@ -223,11 +231,10 @@ def _add_bias_grad_(grad_bias: Tensor, group: ChunkGroup, grad: Tensor) -> None:
         grad_bias.index_add_(2, group.columns, grad)
 
 
-def _traced(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor, bias: Optional[Tensor]) -> Tensor:
+def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], groups: Tuple[ChunkGroup, ...]) -> Tensor:
     """The Function's arithmetic as plain ops, group by group on all rows of ``B*H``; the groups'
     outputs are joined and put back in chunk order by one ``index_select`` (no writes into a
     preallocated output)."""
-    groups = chunk_groups(index, invalid)
     outputs = []
     for group in groups:
         part = Slice(slice(0, q.shape[0]), group, slice(0, group.index.shape[0]))
@@ -239,13 +246,15 @@ def _traced(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor, bia
 
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                              bias: Optional[Tensor]) -> Tensor:
-    """The local attention of every chunk (:class:`SlidingChunkAttention`). Traced
+                              bias: Optional[Tensor], drawn: bool = False) -> Tensor:
+    """The local attention of every chunk (:class:`SlidingChunkAttention`) on the slot tables
+    ``index``, ``invalid``; ``drawn``: they were picked for a drawn mode (:func:`table_groups`). Traced
     (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops
     (:func:`_traced`): not through :func:`mmvisattn.ops.tracing.apply_function`, because the Function's
     forward writes slice by slice into a preallocated output, which tracing records wrongly."""
+    groups = table_groups(index, invalid, drawn)
     if torch.jit.is_tracing():
         dtype = v.dtype
         q, k, v = upcast(q, k, v)
-        return _traced(q, k, v, index, invalid, None if bias is None else upcast(bias)[0]).to(dtype)
-    return SlidingChunkAttention.apply(q, k, v, index, invalid, bias)
+        return _traced(q, k, v, None if bias is None else upcast(bias)[0], groups).to(dtype)
+    return SlidingChunkAttention.apply(q, k, v, bias, groups)

@@ -20,11 +20,9 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_launch import UnsupportedInput, check_kernel_inputs, head_block, num_warps
+from ..triton_launch import head_block, num_warps
 
 BLOCK_S = 16
-MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
-MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
 
 
 @triton.jit
@@ -178,14 +176,9 @@ class SlidingChunkTriton(torch.autograd.Function):
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, bias_grad
 
 
-def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
-    """Fail in one line, before any work, on what the kernels cannot take."""
-    check_kernel_inputs('sliding_chunk_attention', (q, k, v), MAX_HEAD_DIMS)
-    if window > MAX_WINDOW:
-        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
-                               f"range 1..{MAX_WINDOW} (impl='torch' takes any window)")
-
-
 def sliding_chunk_local_triton(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                               bias: Optional[Tensor]) -> Tensor:
+                               bias: Optional[Tensor], drawn: bool = False) -> Tensor:
+    """The local attention of every chunk; the kernels mask each slot from ``invalid``, so tables
+    picked for a drawn mode (``drawn``) need nothing more. Inputs checked by the op
+    (:func:`mmvisattn.ops.sliding_chunk.check_triton_inputs`)."""
     return SlidingChunkTriton.apply(q, k, v, index, invalid, bias)
