@@ -1,4 +1,5 @@
-"""RankMeanLossHook: in a two-process gloo group both ranks log the mean of their losses."""
+"""RankMeanLossHook: in a two-process gloo group both ranks log the mean of their losses, reported
+as tensors or as Python floats."""
 from types import SimpleNamespace
 
 import torch
@@ -10,7 +11,7 @@ from mmvisattn.engine import RankMeanLossHook
 
 def log_values_of_rank(rank: int, init_file: str, results) -> None:
     dist.init_process_group('gloo', init_method=f'file://{init_file}', rank=rank, world_size=2)
-    outputs = dict(loss=torch.tensor(1.0 + rank), loss_cls=torch.tensor(4.0 * rank), acc=torch.tensor(50.0))
+    outputs = dict(loss=torch.tensor(1.0 + rank), loss_cls=4.0 * rank, acc=torch.tensor(50.0))
     RankMeanLossHook().after_train_iter(SimpleNamespace(), 0, outputs=outputs)
     results[rank] = {name: float(value) for name, value in outputs.items()}
     dist.destroy_process_group()

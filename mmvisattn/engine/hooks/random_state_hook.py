@@ -1,31 +1,34 @@
 """Exact resumption: the random-number states of every rank travel with each checkpoint."""
-import random
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import numpy as np
-import torch
 from mmengine.dist import all_gather_object, get_rank, get_world_size
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import IterBasedTrainLoop
 
-RandomStates = Dict[str, object]
+from mmvisattn.utils.random_states import RandomStates, capture_random_states, restore_random_states
 
 
-def capture_random_states() -> RandomStates:
-    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator states."""
-    states = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states['cuda'] = torch.cuda.get_rng_state()
-    return states
+def checkpoint_due(runner, by_epoch: bool) -> bool:
+    """Whether a ``CheckpointHook`` of the runner saves at the end of this training iteration
+    (``by_epoch`` False) or epoch: the rule of its own ``after_train_iter`` / ``after_train_epoch``."""
+    for hook in runner.hooks:
+        if not isinstance(hook, CheckpointHook) or hook.by_epoch != by_epoch:
+            continue
+        if by_epoch:
+            due = hook.every_n_epochs(runner, hook.interval, hook.save_begin) or (
+                hook.save_last and hook.is_last_train_epoch(runner))
+        else:
+            due = hook.every_n_train_iters(runner, hook.interval, hook.save_begin) or (
+                hook.save_last and hook.is_last_train_iter(runner))
+        if due:
+            return True
+    return False
 
 
-def restore_random_states(states: RandomStates) -> None:
-    random.setstate(states['python'])
-    np.random.set_state(states['numpy'])
-    torch.set_rng_state(states['torch'])
-    if 'cuda' in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state(states['cuda'])
+def saves_best(runner) -> bool:
+    """Whether a ``CheckpointHook`` may save a best checkpoint after a validation."""
+    return any(isinstance(hook, CheckpointHook) and hook.save_best for hook in runner.hooks)
 
 
 @HOOKS.register_module()
@@ -39,41 +42,56 @@ class RandomStateHook(Hook):
     ``checkpoint['random_states']`` (one entry per rank).
 
     When states are taken: in the state the run has when its checkpoint is written (the end of a
-    training iteration or epoch; this hook runs just before ``CheckpointHook``). Only rank 0 writes
-    checkpoints, so in distributed runs every rank's states are gathered to it at each of those
-    points. Validation leaves the states as it found them: a new validation dataloader iterator
-    draws a seed from torch's generator, which would otherwise shift the training stream of a run
-    that validated at its checkpoint against the run resumed from it.
+    training iteration or epoch; this hook runs just before ``CheckpointHook``); a best checkpoint,
+    written after a validation, gets the training stream's states from before the validation. Only
+    rank 0 writes checkpoints, so in distributed runs every rank's states are gathered to it, and only
+    where a checkpoint is due (``CheckpointHook``'s own rule) or may follow a validation (``save_best``):
+    one ``all_gather_object`` per checkpoint, not per iteration. Validation leaves the states as it found
+    them: a new validation dataloader iterator draws a seed from torch's generator, which would
+    otherwise shift the training stream of a run that validated at its checkpoint against the run
+    resumed from it.
 
     When states are restored: ``IterBasedTrainLoop`` replays the batches already trained through
     the dataloader before it continues, which draws from the main process's generators when
     ``num_workers=0``, so the states are put back after that replay, right before the first new
     batch is loaded. Epoch-based loops start a new epoch and are restored before training starts.
-    A checkpoint without states (an older one) or from another number of ranks is reported in the
-    log and resumes with mmengine's re-seeding.
+    States are restored whatever device the checkpoint was mapped to (mmengine maps it to the
+    training device). A checkpoint without states (an older one) or from another number of ranks
+    is reported in the log and resumes with mmengine's re-seeding.
     """
 
     priority = 'LOW'  # after the logger, before CheckpointHook (VERY_LOW)
 
     def __init__(self) -> None:
-        self._saved: Optional[List[RandomStates]] = None
+        self._gathered: Optional[List[RandomStates]] = None  # every rank's, for the checkpoint due now
         self._loaded: Optional[List[RandomStates]] = None
         self._before_val: Optional[RandomStates] = None
 
-    def _gather(self) -> None:
-        """Distributed runs only: rank 0 alone saves, so it collects every rank's states now; a
-        single process takes its own when it saves."""
+    def _gather(self, states: RandomStates) -> None:
+        """Distributed runs only: rank 0 alone saves, so it collects every rank's states; a single
+        process takes its own when it saves."""
         if get_world_size() > 1:
-            self._saved = all_gather_object(capture_random_states())
+            self._gathered = all_gather_object(states)
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self._gathered = None
+
+    def before_train_epoch(self, runner) -> None:
+        self._gathered = None
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        self._gather()
+        if checkpoint_due(runner, by_epoch=False):
+            self._gather(capture_random_states())
 
     def after_train_epoch(self, runner) -> None:
-        self._gather()
+        if checkpoint_due(runner, by_epoch=True):
+            self._gather(capture_random_states())
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        checkpoint['random_states'] = self._saved or [capture_random_states()]
+        if get_world_size() == 1:
+            checkpoint['random_states'] = [self._before_val or capture_random_states()]
+        elif self._gathered is not None:
+            checkpoint['random_states'] = self._gathered
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         self._loaded = checkpoint.get('random_states')
@@ -100,6 +118,8 @@ class RandomStateHook(Hook):
 
     def before_val(self, runner) -> None:
         self._before_val = capture_random_states()
+        if self._gathered is None and saves_best(runner):
+            self._gather(self._before_val)
 
     def after_val(self, runner) -> None:
         if self._before_val is not None:

@@ -1,0 +1,38 @@
+"""The random-number states of a process, captured for a checkpoint and restored from one.
+
+Torch-only (with numpy), so the GPU proof checks the CUDA generators on a machine without
+OpenMMLab; :class:`mmvisattn.engine.hooks.RandomStateHook` saves them with every checkpoint.
+"""
+import random
+from typing import Dict
+
+import numpy as np
+import torch
+from torch import Tensor
+
+RandomStates = Dict[str, object]
+
+
+def capture_random_states() -> RandomStates:
+    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator states."""
+    states = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states['cuda'] = torch.cuda.get_rng_state()
+    return states
+
+
+def generator_state(state: Tensor) -> Tensor:
+    """A generator state as ``torch.set_rng_state`` and ``torch.cuda.set_rng_state`` take it: a CPU
+    byte tensor, whatever device the checkpoint was mapped to (mmengine's ``Runner.resume`` loads with
+    ``map_location`` the training device, which makes a saved state a CUDA tensor on a GPU)."""
+    return state.detach().to(device='cpu', dtype=torch.uint8)
+
+
+def restore_random_states(states: RandomStates) -> None:
+    """Put back the states of :func:`capture_random_states`; a CUDA state is restored where CUDA is
+    available (a checkpoint of a GPU run resumed on CPU keeps the CPU streams exact)."""
+    random.setstate(states['python'])
+    np.random.set_state(states['numpy'])
+    torch.set_rng_state(generator_state(states['torch']))
+    if 'cuda' in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(generator_state(states['cuda']))
