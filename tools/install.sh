@@ -2,8 +2,9 @@
 # Idempotent set-up of the pinned OpenMMLab stack in .venv (called by `make install`).
 #
 # mmcv 2.1.0 has no wheel for torch 2.13, so it is compiled once from the PyPI source
-# (about 6 minutes on 2 cores) and the wheel is cached under $MMVISATTN_WHEEL_CACHE,
-# keyed by torch version and Python tag; later installs reuse it.
+# (about 8 minutes on 2 cores) and the wheel is cached under $MMVISATTN_WHEEL_CACHE,
+# keyed by torch version, Python tag and torch's CUDA version (or cpu): a wheel built
+# without CUDA kernels is never reused by a CUDA torch. Later installs reuse it.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,17 +36,38 @@ install_fingerprint() {
 # pip warns about every local index folder that lacks a package; those lines are noise here.
 venv_pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; }
 
+# The wheel cache of this venv's torch: torch<version>-<python tag>-<cu<version> or cpu>.
+mmcv_cache_dir() {
+    local tags
+    tags=$("$VENV/bin/python" -c 'import sys, torch
+cuda = torch.version.cuda
+print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + ("cu" + cuda.replace(".", "") if cuda else "cpu"))')
+    echo "${MMVISATTN_WHEEL_CACHE:-$HOME/.cache/mmvisattn/wheels}/torch$TORCH_VERSION-$tags"
+}
+
+cached_mmcv_wheel() {
+    ls "$(mmcv_cache_dir)"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n 1 || true
+}
+
 install_mmcv() {
-    local py_tag cache wheel
-    py_tag=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-    cache=${MMVISATTN_WHEEL_CACHE:-$HOME/.cache/mmvisattn/wheels}/torch$TORCH_VERSION-$py_tag
-    wheel=$(ls "$cache"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n 1 || true)
-    if [ -z "$wheel" ]; then
-        step "building mmcv $MMCV_VERSION with compiled ops (about 6 min on 2 cores) into $cache"
+    local cache wheel legacy
+    cache=$(mmcv_cache_dir)
+    wheel=$(cached_mmcv_wheel)
+    # caches before the CUDA tag held CPU builds only: a CPU torch may take them over
+    legacy=${cache%-cpu}
+    if [ -z "$wheel" ] && [ "$legacy" != "$cache" ] && ls "$legacy"/mmcv-$MMCV_VERSION-*.whl >/dev/null 2>&1; then
         mkdir -p "$cache"
-        MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-2} venv_pip wheel --no-build-isolation --no-deps \
-            -w "$cache" "mmcv==$MMCV_VERSION" || die "mmcv $MMCV_VERSION build failed (see the compiler output above)"
-        wheel=$(ls "$cache"/mmcv-$MMCV_VERSION-*.whl | head -n 1)
+        mv "$legacy"/mmcv-$MMCV_VERSION-*.whl "$cache"/
+        wheel=$(cached_mmcv_wheel)
+    fi
+    if [ -z "$wheel" ]; then
+        step "building mmcv $MMCV_VERSION with compiled ops (about 8 min on 2 cores) into $cache"
+        mkdir -p "$cache"
+        # FORCE_CUDA: with a CUDA torch, the CUDA kernels are built even where no GPU is visible
+        MMCV_WITH_OPS=1 FORCE_CUDA=$([[ $cache == *-cpu ]] && echo 0 || echo 1) MAX_JOBS=${MAX_JOBS:-2} \
+            venv_pip wheel --no-build-isolation --no-deps -w "$cache" "mmcv==$MMCV_VERSION" \
+            || die "mmcv $MMCV_VERSION build failed (see the compiler output above)"
+        wheel=$(cached_mmcv_wheel)
         done_step
     else
         echo "==> using cached mmcv wheel $wheel"
@@ -55,18 +77,12 @@ install_mmcv() {
     done_step
 }
 
+# nms and RoIAlign on CPU; where CUDA is available, also nms, RoIAlign and MultiScaleDeformableAttention on
+# CUDA tensors (a CPU-only wheel would pass the CPU check and fail at the first CUDA op of training).
 verify_mmcv_ops() {
-    step "checking that mmcv.ops holds compiled extensions (nms, RoIAlign)"
-    "$VENV/bin/python" - <<'EOF' || die "mmcv.ops has no compiled extensions (mmcv._ext missing or broken); delete the cached wheel and run make install again"
-import torch
-from mmcv.ops import RoIAlign, nms
-boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
-_, keep = nms(boxes, torch.tensor([0.9, 0.8, 0.7]), iou_threshold=0.5)
-assert keep.tolist() == [0, 2], keep
-feats = torch.arange(64.).view(1, 1, 8, 8)
-out = RoIAlign((2, 2), spatial_scale=1.0, sampling_ratio=1)(feats, torch.tensor([[0., 0., 0., 4., 4.]]))
-assert out.shape == (1, 1, 2, 2), out.shape
-EOF
+    step "checking that mmcv.ops holds compiled kernels for every device here"
+    "$VENV/bin/python" "$ROOT/tools/misc/check_mmcv_ops.py" --wheel "$(cached_mmcv_wheel)" \
+        || exit 1
     done_step
 }
 
