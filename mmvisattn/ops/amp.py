@@ -17,14 +17,38 @@ The rule every op of :mod:`mmvisattn.ops` follows: **inputs may be half, arithme
   (``clamp_min(1e-12)``) underflow to 0 in float16, which turned outputs into 0/0.
 
 :func:`norm_eps` gives the one epsilon that needs the dtype: the clamp of a vector's norm.
+:func:`no_autocast` is the context all of them use: devices without autocast (``meta``, where tools
+run models with no data) get none.
 """
+import contextlib
 import functools
-from typing import Callable, Tuple
+from typing import Callable, ContextManager, Tuple
 
 import torch
 from torch import Tensor
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def no_autocast(device_type: str) -> ContextManager:
+    """Autocast disabled on ``device_type``; nothing to disable where the device has no autocast."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def autocast_state(device_type: str) -> Tuple[str, torch.dtype, bool]:
+    """``(device type, autocast dtype, enabled)`` of ``device_type`` now, for :func:`restore_autocast`."""
+    if torch.amp.is_autocast_available(device_type):
+        return device_type, torch.get_autocast_dtype(device_type), torch.is_autocast_enabled(device_type)
+    return device_type, torch.float32, False
+
+
+def restore_autocast(state: Tuple[str, torch.dtype, bool]) -> ContextManager:
+    """Autocast as :func:`autocast_state` recorded it (a recomputation replays its forward's)."""
+    if torch.amp.is_autocast_available(state[0]):
+        return torch.autocast(state[0], state[1], enabled=state[2])
+    return contextlib.nullcontext()
 
 
 def autocast_off(method: Callable) -> Callable:
@@ -33,7 +57,7 @@ def autocast_off(method: Callable) -> Callable:
     @functools.wraps(method)
     def wrapper(ctx, *args):
         device_type = next(arg.device.type for arg in args if isinstance(arg, Tensor))
-        with torch.autocast(device_type, enabled=False):
+        with no_autocast(device_type):
             return method(ctx, *args)
     wrapper.autocast_off = True  # what tests/test_ops/test_amp.py looks for
     return wrapper
@@ -45,7 +69,7 @@ def float32_math(function: Callable) -> Callable:
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         first = next(arg for arg in args if isinstance(arg, Tensor))
-        with torch.autocast(first.device.type, enabled=False):
+        with no_autocast(first.device.type):
             result = function(*(upcast(arg)[0] if isinstance(arg, Tensor) else arg for arg in args), **kwargs)
         return result.to(first.dtype)
     return wrapper

@@ -7,6 +7,7 @@ from typing import Callable, List, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .amp import autocast_state, restore_autocast
 from .tracing import apply_function
 
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
@@ -32,8 +33,7 @@ class ChunkedRecompute(torch.autograd.Function):
     def forward(ctx, fn: Callable, spans: Sequence[slice], num_inputs: int, *tensors: Tensor) -> Tuple[Tensor, ...]:
         inputs = tensors[:num_inputs]
         ctx.fn, ctx.spans, ctx.params = fn, spans, tensors[num_inputs:]  # parameters: leaves, kept anyway
-        device = tensors[0].device.type
-        ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
+        ctx.autocast = autocast_state(tensors[0].device.type)
         ctx.save_for_backward(*inputs)
         with torch.no_grad():
             outputs = [fn(span, *(t[..., span, :] for t in inputs)) for span in spans]
@@ -46,7 +46,7 @@ class ChunkedRecompute(torch.autograd.Function):
         grad_inputs = [[] for _ in inputs]
         for span in ctx.spans:
             parts = [t[..., span, :].detach().requires_grad_(t.is_floating_point()) for t in inputs]
-            with torch.enable_grad(), torch.autocast(ctx.autocast[0], ctx.autocast[1], enabled=ctx.autocast[2]):
+            with torch.enable_grad(), restore_autocast(ctx.autocast):
                 outputs = ctx.fn(span, *parts)  # under the forward's autocast state, so dtypes match
             wanted = [p for p in parts if p.requires_grad] + list(ctx.params)
             found = iter(torch.autograd.grad(outputs, wanted, [g[..., span, :] for g in grads], allow_unused=True))

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.amp import norm_eps, upcast
+from mmvisattn.ops.amp import no_autocast, norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -98,7 +98,7 @@ class LinearAngularAttention(QKVAttention):
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Masked softmax attention: weights at or below ``mask_threshold`` are dropped (quadratic).
         In float32: half logits of large inputs overflow before the softmax."""
-        with torch.autocast(q.device.type, enabled=False):
+        with no_autocast(q.device.type):
             q, k, values = upcast(q, k, v)
             weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)
             weights = weights * (weights > self.mask_threshold)

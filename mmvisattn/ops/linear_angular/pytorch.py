@@ -17,7 +17,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, norm_eps, upcast
+from ..amp import autocast_off, no_autocast, norm_eps, upcast
 from ..tracing import apply_function
 
 
@@ -82,7 +82,7 @@ def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -
 def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's row
     sums (its caller normalises each output token), in float32 with autocast off; ``v``'s dtype."""
-    with torch.autocast(q.device.type, enabled=False):
+    with no_autocast(q.device.type):
         (q_hat, _), (k_hat, _), (values,) = _normalise(q), _normalise(k), upcast(v)
         return (0.5 * values + q_hat @ (k_hat.transpose(-1, -2) @ values) / math.pi).to(v.dtype)
 

@@ -45,11 +45,13 @@ TRITON_MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradi
 
 
 def _dense_refusal(request: Request) -> Optional[str]:
+    if request.device != 'cpu':
+        return 'taken on CPU below a crossover measured there (an N x N bias); elsewhere the sliding chunks run'
     if request.fact('mode') == 'drawn':
         return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
     hw_shape, window, num_global = request.fact('hw_shape'), request.fact('window'), request.fact('num_global')
     if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode'),
-                           torch.device(request.device)):
+                           torch.device('cpu')):
         slots = num_global + len(visited_neighbours(request.fact('mode'))) * window * window
         return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {slots} slots a query: past the '
                 'crossover where the sliding chunks are faster (or some keys are visited twice)')
