@@ -5,17 +5,32 @@ DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
 PEERS_DIR    ?=
+# the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
+# has torch and triton but no venv and no network; those targets need nothing else)
+GPU_PYTHON   ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
+GPU_PROOF_DIR ?= work_dirs/gpu_proof
+# Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
+INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install test test-slow kernels bench demo clean
+.PHONY: install test test-slow test-ops gpu-proof kernels bench demo clean
 
 install:
 	@bash tools/install.sh
 
 test: install
-	TRITON_INTERPRET=1 PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
 test-slow: install
-	TRITON_INTERPRET=1 PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
+
+# the op tests alone, with torch, triton and pytest only (on CUDA where there is a GPU, Triton compiled)
+test-ops:
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) -m pytest tests/test_ops -p no:cacheprovider $(PYTEST_ARGS)
+
+# every op on CUDA against its float64 reference, races, autocast, host syncs, random states, torch.compile
+# and the benchmark rows (tools/analysis_tools/gpu_proof.py; a few minutes on one GPU, no install needed)
+gpu-proof:
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/analysis_tools/gpu_proof.py --out-dir $(GPU_PROOF_DIR)
 
 # every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
 kernels: install

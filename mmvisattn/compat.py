@@ -30,18 +30,11 @@ are added to its defaults (the stock handles stay as they are).
 from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
 
-import numpy as np
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
 
 from .ops.amp import HALF_DTYPES
-
-
-def _numpy_types() -> List[object]:
-    """The globals numpy's pickles of arrays, dtypes and scalars refer to (numpy 1.x and 2.x)."""
-    core = getattr(np, '_core', None) or np.core
-    dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUS']
-    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtype_classes]
+from .utils.random_states import numpy_globals
 
 
 # HistoryBuffer fills its class-level ``_statistics_methods`` with these on first instantiation.
@@ -72,7 +65,7 @@ def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
     stand_ins = [(function, f'{module}.{name}') for function, name in ((history_buffer_statistic, 'getattr'),
                                                                        (empty_bytes, 'bytes'))
                  for module in ('__builtin__', 'builtins')]
-    return [HistoryBuffer, *_numpy_types(), *stand_ins]
+    return [HistoryBuffer, *numpy_globals(), *stand_ins]
 
 
 def _half_on_cpu(arg: Any) -> bool:

@@ -4,13 +4,21 @@ Torch-only (with numpy), so the GPU proof checks the CUDA generators on a machin
 OpenMMLab; :class:`mmvisattn.engine.hooks.RandomStateHook` saves them with every checkpoint.
 """
 import random
-from typing import Dict
+from typing import Dict, List
 
 import numpy as np
 import torch
 from torch import Tensor
 
 RandomStates = Dict[str, object]
+
+
+def numpy_globals() -> List[object]:
+    """The globals numpy's pickles of arrays, dtypes and scalars refer to (numpy 1.x and 2.x): what
+    ``torch.load(weights_only=True)`` must be allowed to rebuild NumPy's state (and any array)."""
+    core = getattr(np, '_core', None) or np.core
+    dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUS']
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtype_classes]
 
 
 def capture_random_states() -> RandomStates:

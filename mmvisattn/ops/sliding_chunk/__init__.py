@@ -151,11 +151,12 @@ def _sliding_chunks(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], wi
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
     keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
-    local_attention = sliding_chunk_local_torch
     if impl == 'cpu':
         from .cpu import sliding_chunk_local_cpu as local_attention
-    if impl == 'triton':
+    elif impl == 'triton':
         from .triton import sliding_chunk_local_triton as local_attention
+    else:
+        local_attention = sliding_chunk_local_torch
     local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:
