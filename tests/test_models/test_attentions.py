@@ -1,5 +1,6 @@
-"""The attention contract (for every registered attention) and the three baselines against their
-references: explicit softmax, the explicit quadratic form of linear attention, and mmseg's stock
+"""The attention contract (for every registered attention, on every device of the suite, and
+``impl='auto'`` equal to the torch path there) and the three baselines against their references:
+explicit softmax, the explicit quadratic form of linear attention, and mmseg's stock
 EfficientMultiheadAttention."""
 import pytest
 import torch
@@ -9,21 +10,40 @@ from mmvisattn.models.attentions import BaseAttention
 from mmvisattn.ops.linearized import elu_feature_map
 from mmvisattn.registry import ATTENTIONS, build_attention
 
+from ..conftest import kernel_tolerance
+
 ALL_TYPES = sorted(ATTENTIONS.module_dict)
 
 
 @pytest.mark.parametrize('attn_type', ALL_TYPES)
 @pytest.mark.parametrize('hw_shape', [(7, 9), (1, 1), (16, 16)])
-def test_contract_shapes(attn_type, hw_shape):
-    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4)
+def test_contract_shapes(attn_type, hw_shape, device):
+    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4).to(device)
     assert isinstance(attn, BaseAttention)
     assert attn.complexity in ('linear', 'quadratic')
     assert isinstance(attn.num_extra_tokens, int)
-    x = torch.randn(2, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], 32, requires_grad=True)
+    x = torch.randn(2, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], 32, device=device, requires_grad=True)
     out = attn(x, hw_shape)
     assert out.shape == x.shape
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize('attn_type', [name for name in ALL_TYPES if 'torch' in ATTENTIONS.get(name).impls])
+def test_auto_runs_and_equals_the_torch_path(attn_type, device):
+    """Whatever ``auto`` picks on the device (Triton on CUDA, the C++ kernels or a dense form on CPU),
+    the training step equals the torch path's, within the tolerance of the products it runs."""
+    torch.manual_seed(0)
+    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=2).to(device).train()
+    x = torch.randn(2, attn.num_extra_tokens + 63, 32, device=device, requires_grad=True)
+    results = []
+    for impl in ('auto', 'torch'):
+        attn.impl = impl
+        out = attn(x, (7, 9))
+        grads = torch.autograd.grad(out.square().sum(), [x, *attn.parameters()], allow_unused=True)
+        results.append([out, *(grad for grad in grads if grad is not None)])
+    for auto, torch_path in zip(*results):
+        torch.testing.assert_close(auto, torch_path, **kernel_tolerance(device))
 
 
 @pytest.mark.parametrize('attn_type', ALL_TYPES)

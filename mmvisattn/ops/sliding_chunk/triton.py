@@ -134,8 +134,9 @@ def _blocks(queries: int, dims: int, value_dims: int) -> dict:
 
 
 class SlidingChunkTriton(torch.autograd.Function):
-    """Same contract as :class:`mmvisattn.ops.sliding_chunk.pytorch.SlidingChunkAttention`, with
-    ``k``, ``v`` as flat key tables ``(B*H, M, d)`` and ``index`` ``(C, S)`` slot indices into them."""
+    """The arithmetic of :class:`mmvisattn.ops.sliding_chunk.pytorch.SlidingChunkAttention` on the same
+    tensors, taking the slot tables themselves: ``index`` ``(C, S)`` rows of the flat key tables ``k``,
+    ``v`` ``(B*H, M, d)`` and ``invalid`` ``(C, 1 or w^2, S)`` the masked slots."""
 
     @staticmethod
     @autocast_off
