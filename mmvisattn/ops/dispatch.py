@@ -16,7 +16,6 @@ one at hand: :func:`record_dispatch` collects the requests of a forward pass, wh
 """
 import contextlib
 import dataclasses
-import functools
 from importlib.util import find_spec
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -196,9 +195,7 @@ def cpu_kernels(request: Request) -> Optional[str]:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def triton_version() -> Optional[Tuple[int, ...]]:
-    """The installed Triton's ``(major, minor)``, or ``None`` where it is not installed."""
+def _installed_triton() -> Optional[Tuple[int, ...]]:
     if find_spec('triton') is None:
         return None
     from importlib.metadata import PackageNotFoundError, version
@@ -206,6 +203,15 @@ def triton_version() -> Optional[Tuple[int, ...]]:
         return tuple(int(part) for part in version('triton').split('.')[:2])
     except (PackageNotFoundError, ValueError):
         return None
+
+
+# read once: the refusal of the Triton kernels runs on every call, torch.compile's tracer included
+INSTALLED_TRITON = _installed_triton()
+
+
+def triton_version() -> Optional[Tuple[int, ...]]:
+    """The installed Triton's ``(major, minor)``, or ``None`` where it is not installed."""
+    return INSTALLED_TRITON
 
 
 def triton_kernels(max_head_dims: Optional[int] = None) -> Refusal:
