@@ -2,6 +2,7 @@
 between GPU sessions), on a Python where OpenMMLab cannot be imported, as on the bare GPU machine;
 the op tests collect there too; a machine without CUDA or with a Triton too old fails in one line."""
 import json
+import sys
 import textwrap
 
 import pytest
@@ -32,14 +33,12 @@ def without_openmmlab(tmp_path_factory) -> dict:
 
 
 def test_openmmlab_is_hidden(without_openmmlab):
-    import sys
     done = run_command([sys.executable, '-c', 'import mmvisattn, importlib.util; '
                         'print(importlib.util.find_spec("mmengine"), mmvisattn.__all__)'], env=without_openmmlab)
     assert done.returncode == 0 and done.stdout.strip() == "None ['__version__']", done.stderr
 
 
 def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp_path):
-    import sys
     done = run_command([sys.executable, str(REPO / TOOL), '--cpu-smoke', '--out-dir', str(tmp_path)],
                        cwd=tmp_path, env=without_openmmlab)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -56,7 +55,6 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
 
 
 def test_op_tests_collect_without_openmmlab(without_openmmlab):
-    import sys
     done = run_command([sys.executable, '-m', 'pytest', 'tests/test_ops', '--collect-only', '-q', '-p',
                         'no:cacheprovider'], cwd=REPO, env=without_openmmlab)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -64,7 +62,6 @@ def test_op_tests_collect_without_openmmlab(without_openmmlab):
 
 
 def test_no_cuda_is_one_line(tmp_path):
-    import sys
     done = run_command([sys.executable, str(REPO / TOOL), '--out-dir', str(tmp_path)], cwd=tmp_path,
                        env=tool_env())
     assert done.returncode == 1
@@ -78,3 +75,12 @@ def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
     monkeypatch.setattr('mmvisattn.ops.dispatch.triton_version', lambda: found)
     with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)
+
+
+def test_what_the_budget_leaves_is_reported_as_skipped(tmp_path):
+    done = run_command([sys.executable, str(REPO / TOOL), '--cpu-smoke', '--budget', '0', '--sections', 'random_states',
+                        '--out-dir', str(tmp_path)], cwd=tmp_path, env=tool_env())
+    assert done.returncode == 0, done.stderr
+    section = json.loads((tmp_path / 'gpu_proof.json').read_text())['sections']['random_states']
+    assert section == dict(skipped='out of time (--budget 0 s)', rows=[])
+    assert '## random_states (skipped: out of time (--budget 0 s))' in (tmp_path / 'gpu_proof.md').read_text()

@@ -24,7 +24,7 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   ``torch.cuda.max_memory_allocated`` above the inputs.
 
 Writes ``gpu_proof.json`` and ``gpu_proof.md`` into ``--out-dir``; exits 1 when a check fails (the
-benchmarks only measure). Sections left when ``--budget`` runs out are reported as skipped.
+benchmarks only measure). Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
 
 ``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter in
 place of the sync debug mode, ``aot_eager`` in place of inductor), inside ``make test``, so the proof
@@ -123,7 +123,7 @@ class Proof:
         for name in SECTIONS:
             if name not in self.args.sections:
                 continue
-            if time.perf_counter() - self.start > self.args.budget:
+            if self.out_of_time():
                 self.sections[name] = dict(skipped=f'out of time (--budget {self.args.budget:g} s)', rows=[])
                 continue
             began = time.perf_counter()
@@ -271,10 +271,17 @@ class Proof:
             rows.append(dict(row, error=error, bound=BOUNDS['float32'], ok=error <= BOUNDS['float32']))
         return rows
 
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.start > self.args.budget
+
     def benchmarks(self) -> List[Dict]:
         rows = []
         for case in self.cases.CASES:
             for layer, size in self.shipped_sizes(case).items():
+                if self.out_of_time():
+                    rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size),
+                                     skipped=f'out of time (--budget {self.args.budget:g} s)'))
+                    continue
                 leaves = self.leaves(case, size, 'bfloat16')
                 auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]
                 for impl in dict.fromkeys([auto, 'torch']):
@@ -300,9 +307,14 @@ class Proof:
         return dict(forward_ms=forward_ms, forward_backward_ms=both_ms, peak_mb=memory)
 
     def median_ms(self, run: Callable) -> float:
-        torch, repeats = self.torch, 1 if self.smoke else self.args.repeats
+        """Median of ``--repeats`` timed runs after warm-up, fewer where one run takes over half a
+        second (the torch paths at the largest maps), so a row stays within a few seconds."""
+        torch = self.torch
+        began = time.perf_counter()
         for _ in range(1 if self.smoke else 3):
             run()
+        per_run = (time.perf_counter() - began) / (1 if self.smoke else 3)
+        repeats = 1 if self.smoke else max(1, min(self.args.repeats, int(5.0 / max(per_run, 1e-6))))
         times = []
         for _ in range(repeats):
             if self.device == 'cuda':
