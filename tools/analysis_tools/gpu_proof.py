@@ -98,9 +98,11 @@ class Proof:
     def shipped_sizes(self, case):
         return {name: self.cases.smoke_size(size) if self.smoke else size for name, size in case.shipped.items()}
 
-    def leaves(self, case, size, dtype, seed: int = 0) -> List:
+    def leaves(self, make_inputs: Callable, size, dtype, seed: int = 0) -> List:
+        """The tensors ``make_inputs`` (a case's ``inputs``) makes on the device, the floating ones leaves
+        requiring gradients."""
         generator = self.torch.Generator().manual_seed(seed)
-        tensors = case.inputs(size, self.device, getattr(self.torch, dtype), generator)
+        tensors = make_inputs(size, self.device, getattr(self.torch, dtype), generator)
         return [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
 
     def upstream(self, out, seed: int = 1):
@@ -108,11 +110,14 @@ class Proof:
         return self.torch.randn(out.shape, generator=generator, dtype=self.torch.float64).to(out.device, out.dtype)
 
     def step(self, case, impl: str, size, leaves, upstream=None):
-        """Output and gradients of one forward + backward."""
-        out = case.call(impl, size, *leaves)
+        """Output and gradients of one forward + backward of an implementation."""
+        return self.gradients(lambda: case.call(impl, size, *leaves), leaves, upstream)
+
+    def gradients(self, forward: Callable, leaves, upstream=None):
+        """``forward()`` and the gradients of its leaves for ``upstream`` (default :meth:`upstream`)."""
+        out = forward()
         upstream = self.upstream(out) if upstream is None else upstream
-        grads = self.torch.autograd.grad(out, [t for t in leaves if t.requires_grad], upstream)
-        return out, grads
+        return out, self.torch.autograd.grad(out, [t for t in leaves if t.requires_grad], upstream)
 
     def impls_auto_may_take(self, case) -> List[str]:
         return [impl for impl in case.dispatch.order(self.device) if impl in case.impls]
@@ -148,27 +153,24 @@ class Proof:
 
     def compare_to_reference(self, case, impl: str, size, dtype: str) -> Dict:
         row = dict(op=case.dispatch.name, impl=impl, dtype=dtype, bound=BOUNDS[dtype])
-        leaves = self.leaves(case, size, dtype)
+        leaves = self.leaves(case.inputs, size, dtype)
         exact = [t.detach().double().requires_grad_(t.requires_grad) for t in leaves]
         try:
             out, grads = self.step(case, impl, size, leaves)
         except Exception as error:  # a failure of an implementation is this row's finding
             return dict(row, ok=False, error=first_line(error))
-        reference, exact_grads = self.reference_step(case, size, exact, self.upstream(out).double())
+        reference, exact_grads = self.gradients(lambda: case.reference(size, *exact), exact,
+                                                self.upstream(out).double())
         errors = [relative_error(out, reference)] + [relative_error(g, e) for g, e in zip(grads, exact_grads)]
         return dict(row, error=max(errors), worst=['output', *(f'grad {i}' for i in range(len(grads)))][
             errors.index(max(errors))], ok=max(errors) <= BOUNDS[dtype])
-
-    def reference_step(self, case, size, leaves, upstream):
-        out = case.reference(size, *leaves)
-        return out, self.torch.autograd.grad(out, [t for t in leaves if t.requires_grad], upstream)
 
     def races(self) -> List[Dict]:
         rows = []
         for case in self.cases.CASES:
             size = self.test_size(case)
             for impl in case.impls:
-                leaves = self.leaves(case, size, 'float32')
+                leaves = self.leaves(case.inputs, size, 'float32')
                 passes = [self.step(case, impl, size, leaves)[1] for _ in range(3)]
                 spread = max(relative_error(later, first) for grads in passes[1:]
                              for later, first in zip(grads, passes[0]))
@@ -180,7 +182,7 @@ class Proof:
         torch, rows = self.torch, []
         for case in self.cases.CASES:
             size = self.test_size(case)
-            leaves = self.leaves(case, size, 'float32')
+            leaves = self.leaves(case.inputs, size, 'float32')
             _, expected = self.step(case, 'auto', size, leaves)
             with torch.autocast(self.device, dtype=torch.float16):
                 half = [t.half() if t.is_floating_point() else t for t in leaves]
@@ -201,7 +203,7 @@ class Proof:
         for case in self.cases.CASES:
             size = self.test_size(case)
             for impl in self.impls_auto_may_take(case):
-                leaves = self.leaves(case, size, 'float32')
+                leaves = self.leaves(case.inputs, size, 'float32')
                 self.step(case, impl, size, leaves)  # warm-up: tables built and cached
                 upstream = self.upstream(case.call(impl, size, *leaves))
                 found = self.audited(lambda: self.step(case, impl, size, leaves, upstream))
@@ -252,7 +254,7 @@ class Proof:
         backend = 'aot_eager' if self.smoke else 'inductor'
         for case in self.cases.CASES:
             size = self.test_size(case)
-            leaves = self.leaves(case, size, 'float32')
+            leaves = self.leaves(case.inputs, size, 'float32')
             row = dict(op=case.dispatch.name, impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],
                        backend=backend)
             torch._dynamo.reset()
@@ -282,12 +284,12 @@ class Proof:
                     rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size),
                                      skipped=f'out of time (--budget {self.args.budget:g} s)'))
                     continue
-                leaves = self.leaves(case, size, 'bfloat16')
+                leaves = self.leaves(case.inputs, size, 'bfloat16')
                 auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]
                 for impl in dict.fromkeys([auto, 'torch']):
                     rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=impl,
                                      **self.timed(lambda: case.call(impl, size, *leaves), leaves)))
-                baseline = self.leaves(_sdpa_case(self.cases), size, 'bfloat16')
+                baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
                 rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl='SDPA (flash)',
                                  **self.timed(lambda: flash_sdpa(*baseline), baseline)))
         return rows
@@ -340,13 +342,6 @@ class Proof:
         run()
         torch.cuda.synchronize()
         return round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1)
-
-
-def _sdpa_case(cases):
-    """A case whose inputs are SDPA's ``q, k, v`` (for :meth:`Proof.leaves`)."""
-    return cases.Case(None, lambda size, device, dtype, generator: cases.baseline_inputs(size, device, dtype,
-                                                                                         generator),
-                      None, None, (), None, {})
 
 
 def flash_sdpa(q, k, v):

@@ -38,7 +38,6 @@ from .reference import chebyshev_distances, group_weights_reference, ripple_atte
 from .sat import ripple_attention_sat, vicinal_sum
 
 
-
 def _sat_refusal(request: Request) -> str:
     return ('summed-area tables (Algorithm 1) hold D x E numbers a token; the local/global split is faster and '
             'lighter at R_max 2-16')

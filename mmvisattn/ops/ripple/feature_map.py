@@ -38,7 +38,6 @@ from ..recompute import CHUNK_TOKENS, runs
 from ..tracing import apply_function
 
 
-
 def _reference_refusal(request: Request) -> str:
     return 'Eq. 13 under autograd, for tests: keeps six token-sized intermediates for the backward'
 

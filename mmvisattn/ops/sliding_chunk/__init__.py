@@ -34,10 +34,10 @@ from torch import Tensor
 from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
                         DRY_RUN)
 from ..triton_launch import UnsupportedInput, check_kernel_inputs
-from .dense import dense_is_faster, sliding_chunk_attention_dense
+from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
 from .pytorch import sliding_chunk_local_torch
 from .layout import (DRAWN, MASKINGS, MODES, Mode, from_chunks, global_rows, is_drawn, key_table, slot_bias,
-                     slot_tables, table_padding, to_chunks, visited_neighbours)
+                     slot_tables, table_padding, to_chunks)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 TRITON_MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
@@ -52,17 +52,24 @@ def _dense_refusal(request: Request) -> Optional[str]:
     hw_shape, window, num_global = request.fact('hw_shape'), request.fact('window'), request.fact('num_global')
     if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode'),
                            torch.device('cpu')):
-        slots = num_global + len(visited_neighbours(request.fact('mode'))) * window * window
+        slots = query_slots(window, num_global, request.fact('mode'))
         return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {slots} slots a query: past the '
                 'crossover where the sliding chunks are faster (or some keys are visited twice)')
     return None
 
 
+def _unsupported_window(window: int) -> Optional[str]:
+    """Why the Triton kernels cannot take ``window``, or ``None``."""
+    if window > TRITON_MAX_WINDOW:
+        return f'window={window} is outside the supported range 1..{TRITON_MAX_WINDOW}'
+    return None
+
+
+_triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
+
+
 def _triton_refusal(request: Request) -> Optional[str]:
-    reason = triton_kernels(TRITON_MAX_HEAD_DIMS)(request)
-    if reason is None and request.fact('window') > TRITON_MAX_WINDOW:
-        reason = f"window={request.fact('window')} is outside the supported range 1..{TRITON_MAX_WINDOW}"
-    return reason
+    return _triton_kernels(request) or _unsupported_window(request.fact('window'))
 
 
 OP = Op('sliding_chunk_attention',
@@ -82,9 +89,9 @@ def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
 def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
     """Fail in one line, before any work, on what the Triton kernels cannot take."""
     check_kernel_inputs('sliding_chunk_attention', (q, k, v), TRITON_MAX_HEAD_DIMS)
-    if window > TRITON_MAX_WINDOW:
-        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): window={window} is outside the supported "
-                               f"range 1..{TRITON_MAX_WINDOW} (impl='torch' takes any window)")
+    reason = _unsupported_window(window)
+    if reason is not None:
+        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): {reason} (impl='torch' takes any window)")
 
 
 def _check_mode(mode: Mode, q: Tensor) -> None:

@@ -46,12 +46,16 @@ from .reference import visited_pairs
 DENSE_SHARE = 0.8
 
 
+def query_slots(window: int, num_global: int, mode: int) -> int:
+    """``S``: the key slots of a local query in ``mode`` (the globals and ``w^2`` per visited chunk)."""
+    return num_global + len(visited_neighbours(mode)) * window * window
+
+
 def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int,
                     device: torch.device) -> bool:
     """Whether ``auto`` runs the dense form on CPU: the map holds at most :data:`DENSE_SHARE` of a
     query's slots and every allowed pair is visited once."""
-    slots = num_global + len(visited_neighbours(mode)) * window * window
-    return (num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * slots
+    return (num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global, mode)
             and pair_index(tuple(hw_shape), window, num_global, masking, mode, device) is not None)
 
 
