@@ -52,3 +52,58 @@ def test_ops_import_nothing_from_the_rest_of_the_package():
              for line, module in imported_modules(path)
              if module.startswith('mmvisattn.') and not module.startswith('mmvisattn.ops')]
     assert not found, '\n'.join(found)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def package_modules() -> dict:
+    """``{module name: path}`` of every module of ``mmvisattn``."""
+    return {module_name(path): path for path in PACKAGE.rglob('*.py')}
+
+
+def import_edges(modules: dict) -> dict:
+    """``{module: the modules of mmvisattn it names in an import}``, function-level imports included
+    (a cycle through a lazy import is still a cycle)."""
+    return {name: {imported for _, imported in imported_modules(path) if imported in modules and imported != name}
+            for name, path in modules.items()}
+
+
+def test_no_import_cycle_in_the_package():
+    """Depth-first search over the import graph; a back edge is a cycle, reported as its path."""
+    edges = import_edges(package_modules())
+    state, cycles = {}, []
+
+    def visit(module: str, path: list) -> None:
+        state[module] = 'open'
+        for target in sorted(edges[module]):
+            if state.get(target) == 'open':
+                cycles.append(' -> '.join(path[path.index(target):] + [module, target]) if target in path
+                              else f'{module} -> {target}')
+            elif target not in state:
+                visit(target, path + [module])
+        state[module] = 'done'
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, '\n'.join(cycles)
+
+
+def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
+    """A ``reference`` module is the slow twin: the op package's ``__init__`` imports it for
+    ``impl='reference'``; no other production module (nor a tool but the visualiser) may build on it."""
+    files = list(PACKAGE.rglob('*.py')) + list((REPO / 'tools').rglob('*.py'))
+    visualiser = REPO / 'tools' / 'analysis_tools' / 'visualize_attention.py'
+    found = []
+    for path in files:
+        own_package = module_name(path) if path.name == '__init__.py' else None
+        for line, module in imported_modules(path):
+            if module.split('.')[-1] != 'reference' or not module.startswith('mmvisattn.ops.'):
+                continue
+            if path == visualiser or module.rsplit('.', 1)[0] == own_package:
+                continue
+            found.append(f'{path.relative_to(REPO)}:{line} imports {module}')
+    assert not found, '\n'.join(found)

@@ -2,20 +2,18 @@
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
 local/global split with its tiled, its dense and its C++ local part, the Triton kernels) against the reference
 in value and every gradient -- odd maps, batch and heads with per-head weights, R_max beyond the map,
-the tau merge, the torch paths on every device of the suite; the crossover ``auto`` follows; the
-feature map of Eq. 13 against its autograd form. Triton runs compiled on a GPU, else on CPU under
+the tau merge, the torch paths on every device of the suite; the crossover ``auto`` follows. Triton runs compiled on a GPU, else on CPU under
 TRITON_INTERPRET=1 (set by tests/conftest.py)."""
 import pytest
 import torch
 
 from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
-                                  stick_breaking, trig_relu_features, trig_relu_features_reference, truncate,
-                                  vicinal_sum)
-from mmvisattn.ops.ripple.common import query_reach, ring_weights_reference
-from mmvisattn.ops.ripple.cpu import CPU, FEATURES_CPU
+                                  stick_breaking, truncate, vicinal_sum)
+from mmvisattn.ops.ripple.cpu import CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
-from mmvisattn.ops.ripple.feature_map import TORCH
-from mmvisattn.ops.ripple.pytorch import TILED, RippleLocalGlobal
+from mmvisattn.ops.ripple.local_global import RippleLocalGlobal
+from mmvisattn.ops.ripple.pytorch import TILED
+from mmvisattn.ops.ripple.weights import query_reach, ring_weights_reference
 
 from ..conftest import KERNEL_DEVICE, kernel_tolerance
 
@@ -109,12 +107,12 @@ def test_auto_follows_the_measured_crossover(monkeypatch):
     assert dense_is_faster((18, 18), 8) and not dense_is_faster((19, 18), 8)
     assert dense_is_faster((10, 10), 4) and not dense_is_faster((11, 10), 4)
     picked = []
-    monkeypatch.setattr('mmvisattn.ops.ripple.local_plus_global', lambda *args: picked.append(args[-1]))
+    monkeypatch.setattr('mmvisattn.ops.ripple._implementation', lambda impl: lambda *args: picked.append(impl))
     for hw_shape, impl in [((18, 18), 'auto'), ((19, 18), 'auto'), ((18, 18), 'torch'), ((18, 18), 'cpu'),
                            ((19, 18), 'dense')]:
         q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
         ripple_attention(q, k, v, logits, hw_shape, impl=impl)
-    assert picked == [DENSE, CPU, TILED, CPU, DENSE]
+    assert picked == ['dense', 'cpu', 'torch', 'cpu', 'dense']
 
 
 @pytest.mark.parametrize('height,width,r_max,tau', [(5, 7, 2, 1e-3), (3, 4, 4, 0.3)])
@@ -258,72 +256,3 @@ def test_local_global_keeps_only_inputs_and_output(kernels):
         RippleLocalGlobal.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta,
                                 merged_weight, (12, 10), 1e-6, kernels)
     assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4 + 1 + 5 + 1)
-
-
-def feature_inputs(dtype=torch.float64, shape=(2, 3, 11, 8), num_features=6):
-    torch.manual_seed(7)
-    x = torch.randn(*shape, dtype=dtype) * 2
-    w1 = torch.randn(num_features, shape[-1], dtype=dtype)
-    w2 = torch.randn(shape[-1], 2 * num_features, dtype=dtype) * 0.3
-    b2 = torch.randn(shape[-1], dtype=dtype) * 0.1  # some features below zero: the ReLU's mask matters
-    return [t.requires_grad_() for t in (x, w1, w2, b2)]
-
-
-@pytest.mark.parametrize('impl, chunk, shape', [
-    ('torch', 4, (2, 3, 11, 8)),  # several chunks of tokens in the backward
-    ('torch', 4096, (2, 3, 11, 8)),  # one
-    ('cpu', None, (2, 3, 11, 8)),  # one block of rows
-    ('cpu', None, (2, 5, 61, 8)),  # 610 rows: two blocks of 256 and a shorter one
-])
-def test_feature_map_equals_eq13_in_value_and_gradients(monkeypatch, impl, chunk, shape):
-    import mmvisattn.ops.ripple.feature_map as feature_map
-    if chunk is not None:
-        monkeypatch.setattr(feature_map, 'CHUNK_TOKENS', chunk)
-    args = feature_inputs(shape=shape)
-    fast = trig_relu_features(*args, scale=0.7, impl=impl)
-    slow = trig_relu_features_reference(*args, scale=0.7)
-    torch.testing.assert_close(fast, slow)
-    assert 0 < (slow == 0).float().mean() < 1
-    weights = torch.randn_like(slow)
-    for a, b in zip(torch.autograd.grad((fast * weights).sum(), args),
-                    torch.autograd.grad((slow * weights).sum(), args)):
-        torch.testing.assert_close(a, b)
-
-
-def test_feature_map_cpu_passes_equal_torch_passes_in_float32():
-    """The C++ passes (SLEEF's sine and cosine, blocked products) against the torch passes, float32,
-    on the heads of a qkv projection read in place."""
-    x, w1, w2, b2 = (t.detach().float() for t in feature_inputs(shape=(2, 300, 3, 8)))
-    heads = x.transpose(1, 2)
-    features = TORCH.forward(heads, w1, w2, b2, 0.7)
-    torch.testing.assert_close(FEATURES_CPU.forward(heads, w1, w2, b2, 0.7), features)
-    grad_out = torch.randn_like(features)
-    # the weights' gradients sum 1800 rows in another order (blocks per thread, against chunks)
-    for a, b in zip(FEATURES_CPU.backward(heads, w1, w2, features, grad_out, 0.7),
-                    TORCH.backward(heads, w1, w2, features, grad_out, 0.7)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize('impl', ['torch', 'cpu'])
-def test_feature_map_gradcheck_and_saved_tensors(impl):
-    """float64 gradcheck of the hand-written backward on a permuted view (the modules' heads); only
-    the input and the output are saved."""
-    x, w1, w2, b2 = feature_inputs(shape=(2, 5, 3, 4), num_features=3)
-    view = x.transpose(1, 2)
-    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5, impl=impl), (view, w1, w2, b2))
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        out = trig_relu_features(view, w1, w2, b2, impl=impl)
-    assert sum(t.numel() for t in saved) == sum(t.numel() for t in (view, w1, w2, out))
-
-
-@pytest.mark.parametrize('impl', ['torch', 'cpu'])
-def test_feature_map_half_inputs_keep_their_dtype(impl):
-    x, w1, w2, b2 = (t.detach().float().requires_grad_() for t in feature_inputs())
-    half = x.detach().bfloat16().requires_grad_()
-    out = trig_relu_features(half, w1, w2, b2, impl=impl)
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), trig_relu_features_reference(half.float(), w1, w2, b2), atol=2e-2,
-                               rtol=2e-2)
-    out.float().sum().backward()
-    assert half.grad.dtype == torch.bfloat16 and w1.grad.dtype == torch.float32

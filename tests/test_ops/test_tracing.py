@@ -27,7 +27,8 @@ def test_ripple_traces(monkeypatch, impl, budget):
     """Also with inputs that need gradients (a model's, as the FLOP counter traces it) and in
     several groups of slices (budget 1)."""
     if budget is not None:
-        monkeypatch.setattr('mmvisattn.ops.ripple.pytorch.CHUNK_ELEMENTS', budget)
+        for module in ('local_global', 'pytorch'):  # the groups of slices, and the tiles' chunks
+            monkeypatch.setattr(f'mmvisattn.ops.ripple.{module}.CHUNK_ELEMENTS', budget)
     q, k, v = (t.requires_grad_() for t in torch.randn(3, 1, 2, 30, 8).abs())
     logits = torch.randn(1, 2, 30, 3, requires_grad=True)
     check_traced(lambda q, k, v, logits: ripple_attention(q, k, v, logits, (5, 6), impl=impl), q, k, v, logits)

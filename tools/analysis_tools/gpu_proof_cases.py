@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops import linear_angular, peripheral, ripple, rwgk, sliding_chunk
+from mmvisattn.ops import trig_relu_features as feature_map
 from mmvisattn.ops.dispatch import Op
 from mmvisattn.ops.linear_angular import linear_angular_attention, linear_angular_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, peripheral_attention_reference
 from mmvisattn.ops.ripple import ripple_attention, ripple_attention_reference
-from mmvisattn.ops.ripple import trig_relu_features, trig_relu_features_reference
 from mmvisattn.ops.rwgk import rwgk_attention, rwgk_attention_reference
 from mmvisattn.ops.sliding_chunk import sliding_chunk_attention, sliding_chunk_attention_reference
 
@@ -142,9 +142,9 @@ CASES = [
          lambda impl, size, q, k, v, aq, ak: rwgk_attention(q, k, v, aq, ak, impl=impl),
          lambda size, q, k, v, aq, ak: rwgk_attention_reference(q, k, v, aq, ak), ('torch',),
          Size(2, 2, 16, TEST_MAP), {'MiT-B0-RWGKA stage 1 at 1024x1024': Size(1, 1, 32, (256, 256))}),
-    Case(ripple.FEATURE_OP, _feature_inputs,
-         lambda impl, size, x, w1, w2, b2: trig_relu_features(x, w1, w2, b2, FEATURE_SCALE, impl=impl),
-         lambda size, x, w1, w2, b2: trig_relu_features_reference(x, w1, w2, b2, FEATURE_SCALE), ('torch',),
+    Case(feature_map.OP, _feature_inputs,
+         lambda impl, size, x, w1, w2, b2: feature_map.trig_relu_features(x, w1, w2, b2, FEATURE_SCALE, impl=impl),
+         lambda size, x, w1, w2, b2: feature_map.trig_relu_features_reference(x, w1, w2, b2, FEATURE_SCALE), ('torch',),
          Size(2, 2, 16, TEST_MAP), {}),  # a feature map, not an attention: no SDPA row to stand beside
 ]
 

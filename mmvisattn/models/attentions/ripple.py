@@ -26,9 +26,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.ripple import (IMPLS, chebyshev_distances, group_weights_reference, ripple_attention,
-                                  trig_relu_features)
 from mmvisattn.ops.linearized import linearized_attention
+from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, group_weights_reference, ripple_attention
+from mmvisattn.ops.trig_relu_features import trig_relu_features
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -49,7 +49,7 @@ class TrigReLUFeatureMap(nn.Module):
         self.fc = nn.Linear(2 * num_features, dims)
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Tensor:
-        """``phi(scale x)`` (:func:`mmvisattn.ops.ripple.trig_relu_features`: float32 inside, so the
+        """``phi(scale x)`` (:func:`mmvisattn.ops.trig_relu_features.trig_relu_features`: float32 inside, so the
         arguments of ``sin`` and ``cos``, of size ``|x| sqrt(d)``, keep their digits under autocast)."""
         return trig_relu_features(x, self.w1, self.fc.weight, self.fc.bias, scale)
 

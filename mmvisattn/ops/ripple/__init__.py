@@ -25,17 +25,16 @@ on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.d
 ``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
 the tables and far less memory.
 """
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from torch import Tensor
 
 from ..dispatch import DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels
-from .common import check_inputs, ring_weights, stick_breaking, truncate
-from .dense import DENSE, dense_is_faster
-from .feature_map import FEATURE_IMPLS, FEATURE_OP, trig_relu_features, trig_relu_features_reference
-from .pytorch import TILED, local_plus_global
-from .reference import chebyshev_distances, group_weights_reference, ripple_attention_reference
+from .dense import dense_is_faster, ripple_attention_dense
+from .pytorch import ripple_attention_torch
+from .reference import group_weights_reference, ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
+from .weights import chebyshev_distances, ring_weights, stick_breaking, truncate
 
 
 def _sat_refusal(request: Request) -> str:
@@ -57,6 +56,20 @@ OP = Op('ripple_attention',
 IMPLS = OP.impls
 
 
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
+    """One-line errors for bad arguments of :func:`ripple_attention`."""
+    height, width = hw_shape
+    if height < 1 or width < 1 or q.shape[-2] != height * width:
+        raise ValueError(f'ripple_attention: {q.shape[-2]} tokens do not match hw_shape={tuple(hw_shape)}')
+    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or logits.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f'ripple_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} and '
+                         f'logits {tuple(logits.shape)} must share (..., N) with k shaped like q')
+    if logits.shape[-1] < 1:
+        raise ValueError(f'ripple_attention: R_max={logits.shape[-1]} (logits.shape[-1]); expected R_max >= 1')
+    if not 0 < tau < 1:
+        raise ValueError(f'ripple_attention: tau={tau}; expected 0 < tau < 1')
+
+
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
                      tau: float = 1e-3, impl: str = 'auto', eps: float = 1e-6) -> Tensor:
     """Ripple attention of feature-mapped queries and keys.
@@ -74,26 +87,26 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     Returns:
         ``(..., N, E)``.
     """
-    check_inputs(q, k, v, logits, hw_shape, tau)
+    _check_inputs(q, k, v, logits, hw_shape, tau)
     impl = OP.choose(impl, Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1]))
     if impl == DRY_RUN:
         return dry_output(q, v)
-    if impl == 'reference':
-        return ripple_attention_reference(q, k, v, logits, hw_shape, tau, eps)
-    if impl == 'sat':
-        return ripple_attention_sat(q, k, v, logits, hw_shape, tau, eps)
+    return _implementation(impl)(q, k, v, logits, hw_shape, tau, eps)
+
+
+def _implementation(impl: str) -> Callable[..., Tensor]:
+    """The function of ``impl``; the C++ and Triton ones imported on first use (their compilers may be absent)."""
+    if impl == 'cpu':
+        from .cpu import ripple_attention_cpu
+        return ripple_attention_cpu
     if impl == 'triton':
         from .triton import ripple_attention_triton
-        return ripple_attention_triton(q, k, v, logits, hw_shape, tau, eps)
-    if impl == 'cpu':
-        from .cpu import CPU as local_kernels
-    else:
-        local_kernels = DENSE if impl == 'dense' else TILED
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, local_kernels)
+        return ripple_attention_triton
+    return dict(reference=ripple_attention_reference, sat=ripple_attention_sat, dense=ripple_attention_dense,
+                torch=ripple_attention_torch)[impl]
 
 
 # group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'
 # attention maps (visualisation only) are drawn from.
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'chebyshev_distances', 'group_weights_reference',
-           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'trig_relu_features',
-           'trig_relu_features_reference', 'FEATURE_IMPLS', 'OP', 'FEATURE_OP']
+           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']

@@ -35,8 +35,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..recompute import runs
-from .pytorch import LocalKernels, tiled_cost
-from .reference import chebyshev_distances
+from .local_global import LocalKernels, local_plus_global
+from .pytorch import tiled_cost
+from .weights import chebyshev_distances
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
 DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
@@ -116,3 +117,9 @@ def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
 
 
 DENSE = LocalKernels(dense_forward, dense_backward)
+
+
+def ripple_attention_dense(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
+                           eps: float) -> Tensor:
+    """Ripple attention with the local part in dense blocks."""
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, DENSE)

@@ -10,15 +10,7 @@ import torch
 from torch import Tensor
 
 from ..amp import float32_math
-
-from ..token_grid import grid_coordinates
-from .common import query_reach, truncate
-
-
-def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:
-    """``(N, N)`` distances ``max(|m - i|, |n - j|)`` between all tokens: the group index of Eq. 4."""
-    rows, cols = grid_coordinates(hw_shape, device)
-    return torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs())
+from .weights import chebyshev_distances, query_reach, truncate
 
 
 def group_weights_reference(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:

@@ -1,7 +1,7 @@
 """Triton kernels for the local part of ripple attention (see :mod:`.pytorch`): every query visits the
 ``(2 R_max - 1)^2`` offsets of its groups ``r < R_max`` in registers, so nothing beyond the inputs
 and outputs is ever written -- O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory, forward and
-backward. The merged groups stay global sums in torch (:func:`.pytorch.local_plus_global`).
+backward. The merged groups stay global sums in torch (:func:`.local_global.local_plus_global`).
 
 Three kernels over blocks of positions of one ``(batch, head)`` slice:
 
@@ -11,7 +11,7 @@ Three kernels over blocks of positions of one ``(batch, head)`` slice:
   (groups are symmetric, Appendix B), so no two programs write the same row.
 
 Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``. Mixed precision:
-:class:`.local.RippleLocalGlobal` hands the kernels float32 (see :mod:`.local`).
+:class:`.local_global.RippleLocalGlobal` hands the kernels float32 (see :mod:`.local_global`).
 """
 from typing import Sequence, Tuple
 
@@ -21,8 +21,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..triton_launch import check_kernel_inputs, num_warps
-from .pytorch import LocalKernels, local_plus_global
-
+from .local_global import LocalKernels, local_plus_global
 
 
 @triton.jit

@@ -35,9 +35,9 @@ from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, ru
                         DRY_RUN)
 from ..triton_launch import UnsupportedInput, check_kernel_inputs
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
+from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn
+from .local_global import local_plus_global
 from .pytorch import sliding_chunk_local_torch
-from .layout import (DRAWN, MASKINGS, MODES, Mode, from_chunks, global_rows, is_drawn, key_table, slot_bias,
-                     slot_tables, table_padding, to_chunks)
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 TRITON_MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
@@ -146,33 +146,12 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'triton':
         check_triton_inputs(q, k, v, window)
-    return _sliding_chunks(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale, impl)
-
-
-def _sliding_chunks(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int,
-                    masking: str, mode: Mode, rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float,
-                    impl: str) -> Tensor:
-    """The local queries by sliding chunks (``impl`` torch, cpu or triton), the global ones in full."""
-    batch, heads = q.shape[:2]
-    index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
-    bias = slot_bias(rel_pos, window, num_global, mode, heads)
-    chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
-    keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
-    if impl == 'cpu':
-        from .cpu import sliding_chunk_local_cpu as local_attention
-    elif impl == 'triton':
         from .triton import sliding_chunk_local_triton as local_attention
+    elif impl == 'cpu':
+        from .cpu import sliding_chunk_local_cpu as local_attention
     else:
         local_attention = sliding_chunk_local_torch
-    local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
-    local = from_chunks(local, batch, hw_shape, window)
-    if num_global == 0:
-        return local
-    # the global rows read the key tables the local attention saves, not a second copy of k and v
-    table_shape = (batch, heads, -1, k.shape[-1])
-    glob = global_rows(q[:, :, :num_global] * scale, keys.view(table_shape), values.view(table_shape), rel_pos,
-                       table_padding(hw_shape, window, num_global, q.device))
-    return torch.cat([glob, local], dim=2)
+    return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale, local_attention)
 
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with

@@ -5,7 +5,7 @@ chunks only add work: padded slots beyond the border, the gathering of nine neig
 chunk, a score matrix per chunk. The dense form is one SDPA call over all ``G + N`` tokens with an
 additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allowed pair and
 ``-inf`` on the forbidden ones, gathered from one row per head by a cached index of the pattern
-(:func:`visited_pairs`, the reference's definition from token coordinates).
+(:func:`.pattern.visited_pairs`, the definition from token coordinates).
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
 the slots of a query (``S = G + 9 w^2`` in mode 0). Measured on two cores (module forward +
@@ -39,7 +39,7 @@ from torch import Tensor
 from ..amp import autocast_off, float32_math
 from ..tracing import apply_function
 from .layout import visited_neighbours
-from .reference import visited_pairs
+from .pattern import visited_pairs
 
 # Tokens per slot of a query up to which the dense form is faster than the C++ sliding chunks (the
 # table above: 18x18 at w 7 and one global token is the largest such map, 19x19 a tie).

@@ -13,32 +13,7 @@ import torch
 from torch import Tensor
 
 from ..amp import float32_math
-from ..token_grid import grid_coordinates, window_grid
-
-from .layout import NEIGHBOURS, visited_neighbours
-
-
-def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
-                  device=None) -> Iterator[Tuple[Tensor, Tensor]]:
-    """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s in that
-    chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the fast paths
-    place the key). Defined from token coordinates alone: the pattern of App. C."""
-    x, y = grid_coordinates(hw_shape, device)
-    rows, cols = window_grid(hw_shape, window)
-    side = 4 * window - 1
-    for offset in visited_neighbours(mode):
-        dx, dy = NEIGHBOURS[offset]
-        target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy  # (N, 1) key chunk
-        inside = (target_x >= 0) & (target_x < rows) & (target_y >= 0) & (target_y < cols)
-        if masking == 'cyclic':
-            inside = torch.ones_like(inside)
-        match = inside & (x[None, :] // window == target_x % rows) & (y[None, :] // window == target_y % cols)
-        if masking == 'exact':
-            match &= ((x[:, None] - x[None, :]).abs() <= window) & ((y[:, None] - y[None, :]).abs() <= window)
-        virtual_x = target_x * window + x[None, :] % window  # where the fast path places the key
-        virtual_y = target_y * window + y[None, :] % window
-        rel = (x[:, None] - virtual_x + 2 * window - 1) * side + (y[:, None] - virtual_y + 2 * window - 1)
-        yield match, rel.clamp(0, side * side - 1)
+from .pattern import visited_pairs
 
 
 def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""What every implementation of ripple attention shares: the spatial weights (Eq. 5 with the
+"""The spatial weights of ripple attention, which every implementation shares (Eq. 5 with the
 modified sigmoid of Appendix C.3, the threshold tau and the merge of Eq. 6), the Chebyshev geometry
 of vicinal groups; the per-token weights with their backward written out (:class:`RingWeights`),
 which keeps nothing but the logits.
@@ -14,20 +14,6 @@ from torch import Tensor
 from ..amp import autocast_off, upcast
 from ..tracing import apply_function
 from ..token_grid import grid_coordinates
-
-
-def check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
-    """One-line errors for bad arguments of :func:`ripple_attention`."""
-    height, width = hw_shape
-    if height < 1 or width < 1 or q.shape[-2] != height * width:
-        raise ValueError(f'ripple_attention: {q.shape[-2]} tokens do not match hw_shape={tuple(hw_shape)}')
-    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or logits.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f'ripple_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} and '
-                         f'logits {tuple(logits.shape)} must share (..., N) with k shaped like q')
-    if logits.shape[-1] < 1:
-        raise ValueError(f'ripple_attention: R_max={logits.shape[-1]} (logits.shape[-1]); expected R_max >= 1')
-    if not 0 < tau < 1:
-        raise ValueError(f'ripple_attention: tau={tau}; expected 0 < tau < 1')
 
 
 def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:
@@ -65,6 +51,12 @@ def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
     left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining], dim=-1)
     merged = left_before.gather(-1, r_hat.unsqueeze(-1)).squeeze(-1)
     return alpha, r_hat, merged
+
+
+def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:
+    """``(N, N)`` distances ``max(|m - i|, |n - j|)`` between all tokens: the group index of Eq. 4."""
+    rows, cols = grid_coordinates(hw_shape, device)
+    return torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs())
 
 
 def query_reach(hw_shape: Sequence[int], device=None) -> Tensor:

@@ -1,0 +1,120 @@
+"""What every local/global path of ripple attention shares (arXiv:2110.02453, Eq. 4-6): with the
+weights of :func:`~.weights.ring_weights`, every token carries the merged weight ``w_m`` and the
+``(2 R_max - 1)^2`` tokens of groups ``r < R_max`` carry ``beta_r`` on top, so::
+
+    num_ij = w_m(i, j) phi(q_ij) sum_all phi(k) v^T
+             + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} (phi(q_ij) . phi(k)) v
+    den_ij = the same with v = 1
+
+The global part is Eq. 2 (``D x E`` statistics per head); the local part is a pair of passes
+(:class:`LocalKernels`) that each implementation supplies: the torch tiles (:mod:`.pytorch`), the
+dense blocks (:mod:`.dense`), the C++ tiles (:mod:`.cpu`) and the Triton kernels (:mod:`.triton`).
+:class:`RippleLocalGlobal` adds the global sums to a local part and normalises, with the backward
+written out.
+
+Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
+in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
+range), for every local part alike; the output comes back in ``v``'s dtype.
+"""
+from typing import Callable, List, NamedTuple, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..amp import autocast_off, upcast
+from ..recompute import runs
+from ..tracing import apply_function
+from .weights import ring_weights
+
+# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
+# of one step; fewer, larger steps stop paying off beyond it (the tiles' measurements are in the
+# benchmark README).
+CHUNK_ELEMENTS = 2 ** 17
+
+
+class LocalKernels(NamedTuple):
+    """A local part: ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
+    ``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``."""
+    forward: Callable
+    backward: Callable
+
+
+def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
+    """``(..., N, C)`` tensors as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``: the layout of the kernels
+    (a copy where the input is a permuted view; made in each pass, never kept)."""
+    return tuple(t.reshape(-1, *t.shape[-2:]) if t.dim() > 2 else t for t in tensors)
+
+
+def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
+    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each."""
+    return runs(q.shape[0], max(1, CHUNK_ELEMENTS // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
+
+
+class RippleLocalGlobal(torch.autograd.Function):
+    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(..., N, .)``
+    tensors (``merged_weight`` ``(S, N)``), with the backward written out: only the inputs as given
+    (views of the caller's projections), the output and the normaliser are saved (no token-sized
+    intermediates of the sum and the division, no copies into the kernels' layout). Both passes
+    run over groups of slices, so their token-sized temporaries exist for one group at a time.
+    Float32 arithmetic with autocast off."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
+                eps: float, kernels: LocalKernels) -> Tensor:
+        inputs = (q, k, v, beta, merged_weight)
+        q, k, v, beta = _flat(*upcast(q, k, v, beta))
+        merged_weight = upcast(merged_weight)[0]
+        outs, dens = [], []  # joined by cat, not written into slices: traced with gradients, this runs as is
+        for part in _slice_groups(q, v):
+            num, den = kernels.forward(q[part], k[part], v[part], beta[part], hw_shape)
+            weight = merged_weight[part].unsqueeze(-1)
+            num += weight * (q[part] @ (k[part].transpose(1, 2) @ v[part]))
+            den += weight * (q[part] @ k[part].sum(dim=1).unsqueeze(-1)) + eps
+            outs.append(num.div_(den))
+            dens.append(den)
+        out, den = (torch.cat(parts) if len(parts) > 1 else parts[0] for parts in (outs, dens))
+        ctx.save_for_backward(*inputs, out, den)
+        ctx.hw_shape, ctx.kernels = hw_shape, kernels
+        return out.view(*inputs[2].shape[:-1], -1).to(inputs[2].dtype)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad_out: Tensor):
+        *inputs, out, den = ctx.saved_tensors
+        q, k, v, beta, grad_out = _flat(*upcast(*inputs[:4], grad_out))
+        merged_weight = upcast(inputs[4])[0]
+        grads = [torch.empty_like(t) for t in (q, k, v, beta, merged_weight)]
+        for part in _slice_groups(q, v):
+            parts = _backward_slices(q[part], k[part], v[part], beta[part], merged_weight[part], out[part], den[part],
+                                     grad_out[part], ctx.hw_shape, ctx.kernels)
+            for grad, value in zip(grads, parts):
+                grad[part] = value
+        return (*(grad.view(x.shape).to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
+
+
+def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, out: Tensor, den: Tensor,
+                     grad_out: Tensor, hw_shape: Sequence[int], kernels: LocalKernels) -> Tuple[Tensor, ...]:
+    """Gradients of :class:`RippleLocalGlobal` for a group of slices: ``q, k, v, beta, merged_weight``."""
+    grad_num = grad_out / den
+    grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
+    key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
+    grad_merged = (grad_num * (q @ key_values)).sum(dim=-1) + (grad_den * (q @ key_sum)).squeeze(-1)
+    weight = merged_weight.unsqueeze(-1)
+    weighted_num, weighted_den = weight * grad_num, weight * grad_den
+    grad_key_values, grad_key_sum = q.transpose(1, 2) @ weighted_num, q.transpose(1, 2) @ weighted_den
+    grad_q, grad_k, grad_v, grad_beta = kernels.backward(q, k, v, beta, hw_shape, grad_num, grad_den)
+    grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
+    grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
+    grad_v += k @ grad_key_values
+    return grad_q, grad_k, grad_v, grad_beta, grad_merged
+
+
+def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
+                      eps: float, kernels: LocalKernels) -> Tensor:
+    """Ripple attention from a local part (``kernels``) and the global sums weighted by ``w_m``."""
+    tokens = q.shape[-2]
+    beta, merged_weight = ring_weights(logits, hw_shape, tau)
+    return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, tokens), tuple(hw_shape), eps,
+                          kernels)
+

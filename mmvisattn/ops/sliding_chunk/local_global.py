@@ -1,0 +1,36 @@
+"""What the sliding-chunk paths of Vision Longformer share (arXiv:2103.15358, Sec. 3.2, App. C): the
+map cut into ``w x w`` chunks, the key and value tables every chunk's queries read through the slot
+tables (:mod:`.layout`), and the global queries' rows in full. Each implementation supplies the
+attention of the local queries (:data:`LocalAttention`): the torch chunks (:mod:`.pytorch`), the C++
+kernels (:mod:`.cpu`) and the Triton kernels (:mod:`.triton`).
+"""
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .layout import (Mode, from_chunks, global_rows, is_drawn, key_table, slot_bias, slot_tables, table_padding,
+                     to_chunks)
+
+# (chunks, keys, values, index, invalid, bias, drawn) -> the local queries' outputs, chunk by chunk
+LocalAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Optional[Tensor], bool], Tensor]
+
+
+def local_plus_global(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int,
+                      masking: str, mode: Mode, rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float,
+                      local_attention: LocalAttention) -> Tensor:
+    """The local queries by sliding chunks through ``local_attention``, the global ones in full."""
+    batch, heads = q.shape[:2]
+    index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
+    bias = slot_bias(rel_pos, window, num_global, mode, heads)
+    chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
+    keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
+    local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
+    local = from_chunks(local, batch, hw_shape, window)
+    if num_global == 0:
+        return local
+    # the global rows read the key tables the local attention saves, not a second copy of k and v
+    table_shape = (batch, heads, -1, k.shape[-1])
+    glob = global_rows(q[:, :, :num_global] * scale, keys.view(table_shape), values.view(table_shape), rel_pos,
+                       table_padding(hw_shape, window, num_global, q.device))
+    return torch.cat([glob, local], dim=2)

@@ -1,0 +1,56 @@
+"""The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward without
+a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine once, by
+chunks of :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` rows of tokens, so its temporaries stay
+small. The reference recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks` would save as
+little but evaluate six sines and cosines instead of four and replay a graph.
+"""
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..recompute import CHUNK_TOKENS, runs
+from .passes import FeatureKernels, run_passes
+
+
+def _rows(x: Tensor) -> Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def torch_forward(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:
+    """Eq. 13 without a graph."""
+    with torch.no_grad():
+        projected = (x * scale) @ w1.t()
+        return F.relu(torch.cat([projected.sin(), projected.cos()], dim=-1) @ w2.t() + b2)
+
+
+def torch_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
+                   scale: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients, ``W1 s x`` and its sine and cosine recomputed by chunks of rows."""
+    shape, num_features = x.shape, w1.shape[0]
+    # rows of tokens: one copy of a permuted input, then every product is a plain matrix product
+    x, features, grad_out = (_rows(t) for t in (x, features, grad_out))
+    grad_w1, grad_w2 = torch.zeros_like(w1), torch.zeros_like(w2)
+    grad_b2 = w2.new_zeros(w2.shape[0])
+    grad_x = torch.empty_like(x)
+    for rows in runs(x.shape[0], CHUNK_TOKENS):
+        scaled = x[rows] * scale
+        projected = scaled @ w1.t()
+        sin, cos = projected.sin(), projected.cos()
+        grad_pre = grad_out[rows] * (features[rows] > 0)  # through the ReLU
+        grad_b2 += grad_pre.sum(dim=0)
+        grad_w2 += grad_pre.t() @ torch.cat([sin, cos], dim=1)
+        grad_trig = grad_pre @ w2
+        grad_projected = grad_trig[:, :num_features] * cos - grad_trig[:, num_features:] * sin
+        grad_w1 += grad_projected.t() @ scaled
+        grad_x[rows] = (grad_projected @ w1) * scale
+    return grad_x.view(shape), grad_w1, grad_w2, grad_b2
+
+
+TORCH = FeatureKernels(torch_forward, torch_backward)
+
+
+def trig_relu_features_torch(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:
+    """Eq. 13 with the torch passes."""
+    return run_passes(x, w1, w2, b2, scale, TORCH)
