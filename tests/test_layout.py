@@ -107,3 +107,28 @@ def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
                 continue
             found.append(f'{path.relative_to(REPO)}:{line} imports {module}')
     assert not found, '\n'.join(found)
+
+
+def module_level_statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node that runs when the module is imported (function bodies excluded)."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def test_tools_do_one_job_each_and_leave_sys_path_alone_at_import():
+    """No tool over 400 lines; none edits ``sys.path`` when imported (a script's own folder is on it
+    already; a checkout's packages go on it only inside ``official_code.checkout_on_path``)."""
+    too_long, path_edits = [], []
+    for path in sorted((REPO / 'tools').rglob('*.py')):
+        text = path.read_text()
+        if text.count('\n') > 400:
+            too_long.append(f'{path.relative_to(REPO)}: {text.count(chr(10))} lines')
+        for node in module_level_statements(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and node.attr == 'path' and getattr(node.value, 'id', '') == 'sys':
+                path_edits.append(f'{path.relative_to(REPO)}:{node.lineno} touches sys.path at import')
+    assert not too_long + path_edits, '\n'.join(too_long + path_edits)

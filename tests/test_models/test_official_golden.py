@@ -2,7 +2,7 @@
 
 Each fixture in ``tests/data/official/`` holds an official module's randomised float64 state dict,
 its inputs, its outputs and the input gradient for a fixed upstream gradient, written by
-``tools/misc/make_official_fixtures.py`` from the official repositories (provenance in the
+``tools/analysis_tools/make_official_fixtures.py`` from the official repositories (provenance in the
 folder's README). A test loads the state dict through the project's converter or key map, runs the
 project's module and compares outputs and input gradients. No checkout is needed;
 ``MMVISATTN_OFFICIAL_FIXTURES=DIR`` runs the tests on fixtures written elsewhere.

@@ -1,4 +1,4 @@
-"""tools/misc/make_official_fixtures.py needs the official checkouts, which CI does not have: the
+"""tools/analysis_tools/make_official_fixtures.py needs the official checkouts, which CI does not have: the
 fixtures it writes are checked in and reproduced by tests/test_models/test_official_golden.py. Here:
 a missing checkout is named in one line before anything is written, and the checked-in fixtures
 are what the tool's README says (every listed file present, loadable without pickle, small)."""
@@ -13,7 +13,7 @@ FIXTURES = REPO / 'tests' / 'data' / 'official'
 
 def test_missing_checkouts_are_named_in_one_line(tmp_path):
     (tmp_path / 'juhongm999+pervit').mkdir()
-    done = run_tool(['tools/misc/make_official_fixtures.py', tmp_path, '--out', tmp_path / 'out'], tmp_path,
+    done = run_tool(['tools/analysis_tools/make_official_fixtures.py', tmp_path, '--out', tmp_path / 'out'], tmp_path,
                     timeout=120, check=False)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

@@ -44,6 +44,8 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from gpu_proof_report import describe, first_line, markdown, row_label  # this folder: on sys.path when run
+
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
 DTYPES = ('float32', 'float16', 'bfloat16')
 # largest error over largest reference value, by the inputs' dtype: TF32 products (10-bit mantissa)
@@ -364,46 +366,6 @@ def relative_error(got, want) -> float:
     got, want = got.detach().double(), want.detach().double()
     scale = want.abs().max().item()
     return float((got - want).abs().max().item() / scale) if scale > 0 else float(got.abs().max().item())
-
-
-def first_line(error) -> str:
-    text = str(error).strip().splitlines()
-    return f'{type(error).__name__}: {text[0] if text else ""}' if isinstance(error, BaseException) else \
-        (text[0] if text else '')
-
-
-def describe(size) -> str:
-    return f'B{size.batch} h{size.heads} d{size.dims} {size.hw[0]}x{size.hw[1]}'
-
-
-def row_label(row: Dict) -> str:
-    keys = ('op', 'impl', 'dtype', 'layer', 'generators')
-    return ' '.join(str(row[key]) for key in keys if key in row) + (f' ({row["error"]})' if isinstance(
-        row.get('error'), str) else '')
-
-
-def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:
-    lines = [f'# GPU proof: {meta["device_name"]}, {meta["date"]}', '',
-             f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python {meta["python"]}; '
-             f'{meta["seconds"]} s; {len(meta["failures"])} failed checks', '']
-    for name, section in sections.items():
-        lines.append(f'## {name}' + (f' (skipped: {section["skipped"]})' if 'skipped' in section else
-                                     f' ({section["seconds"]} s)'))
-        rows = section['rows']
-        if rows:
-            columns = list(dict.fromkeys(key for row in rows for key in row))
-            lines += ['', '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-            lines += ['| ' + ' | '.join(cell(row.get(key, '')) for key in columns) + ' |' for row in rows]
-        lines.append('')
-    return '\n'.join(lines)
-
-
-def cell(value) -> str:
-    if isinstance(value, float):
-        return f'{value:.2e}' if abs(value) < 1e-2 and value else f'{value:g}'
-    if isinstance(value, list):
-        return '; '.join(map(str, value))
-    return str(value).replace('|', '/')
 
 
 def main(argv=None) -> int:

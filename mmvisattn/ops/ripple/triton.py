@@ -136,7 +136,7 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: in
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
-    """The local part of :func:`.local.tiled_forward` in Triton; same arguments and results."""
+    """The local part of :func:`.pytorch.tiled_forward` in Triton; same arguments and results."""
     check_kernel_inputs('ripple_attention', (q, k, v))
     q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
     num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)

@@ -7,7 +7,7 @@ lie in several visited neighbour chunks of a query (cyclic wrapping on grids of 
 chunks); the fast paths then see it once per chunk, each time with that chunk's relative-position
 bias, which equals one entry of bias ``log(sum_copies exp(b))``.
 """
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor

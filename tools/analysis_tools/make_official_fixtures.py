@@ -1,13 +1,13 @@
 """Write the golden fixtures of ``tests/data/official/`` from the official implementations.
 
-    python tools/misc/make_official_fixtures.py PEERS_DIR [--out tests/data/official]
+    python tools/analysis_tools/make_official_fixtures.py PEERS_DIR [--out tests/data/official]
 
 ``PEERS_DIR`` holds checkouts of the official repositories, each in a folder named ``owner+name``
 (as ``bench_peers.py`` takes them): ``microsoft+vision-longformer``, ``gaopengcuhk+SMCA-DETR``,
 ``juhongm999+pervit`` and ``GATECH-EIC+Castling-ViT``. Their modules are imported from there at run
-time, unmodified; the only stand-ins are a minimal ``timm.models.layers`` (``trunc_normal_``,
-an identity ``DropPath``, ``to_2tuple``), no-op ``.cuda()`` while PerViT is built (its code
-hard-codes CUDA), SMCA's layer-0 ``MLP(256, 256, 2, 3)`` built at the fixture's ``d_model``, and
+time, unmodified (``official_code.py``); the only stand-ins are a minimal ``timm.models.layers``
+(``trunc_normal_``, an identity ``DropPath``, ``to_2tuple``), no-op ``.cuda()`` while PerViT is built
+(its code hard-codes CUDA), SMCA's layer-0 ``MLP(256, 256, 2, 3)`` built at the fixture's ``d_model``, and
 ViL's ``random.randrange`` returning a fixed neighbour for the random-shift runs. ``einops`` must
 be installed (``pip install einops``).
 
@@ -19,10 +19,8 @@ a fixed upstream gradient and the input gradient, and loads with ``torch.load(we
 is written into the README of ``--out``.
 """
 import argparse
-import contextlib
 import functools
 import importlib.util
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -30,40 +28,16 @@ from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn as nn
+from official_code import (CASTLING, PERVIT, SMCA, VIL, checkout_on_path, commit_of, cuda_calls_stay_on_cpu,
+                           default_dtype, import_file, stub_timm)  # this folder: on sys.path when the script runs
 
-REPOS = ('microsoft+vision-longformer', 'gaopengcuhk+SMCA-DETR', 'juhongm999+pervit', 'GATECH-EIC+Castling-ViT')
+REPOS = (VIL, SMCA, PERVIT, CASTLING)
 NOISE = 0.2
 
 
 def fail(message: str) -> None:
     print(f'make_official_fixtures: {message}', file=sys.stderr)
     raise SystemExit(1)
-
-
-def stub_timm() -> None:
-    """The three helpers of ``timm.models.layers`` the official files import (all drop paths are 0)."""
-    layers = types.ModuleType('timm.models.layers')
-    layers.trunc_normal_ = lambda tensor, std=1.0, **kwargs: nn.init.trunc_normal_(tensor, std=std)
-    layers.DropPath = lambda *args, **kwargs: nn.Identity()
-    layers.to_2tuple = lambda value: value if isinstance(value, tuple) else (value, value)
-    models = types.ModuleType('timm.models')
-    models.layers = layers
-    timm = types.ModuleType('timm')
-    timm.models = models
-    sys.modules.update({'timm': timm, 'timm.models': models, 'timm.models.layers': layers})
-
-
-def import_file(name: str, path: Path, package_dir: Path = None) -> types.ModuleType:
-    """Import ``path`` as module ``name``; with ``package_dir``, ``name``'s parent package is that folder."""
-    if package_dir is not None:
-        package = types.ModuleType(name.rsplit('.', 1)[0])
-        package.__path__ = [str(package_dir)]
-        sys.modules[package.__name__] = package
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def randomise(module: nn.Module) -> None:
@@ -111,7 +85,7 @@ def build(factory: Callable[[], nn.Module]) -> nn.Module:
 
 # ---------------------------------------------------------------- ViL
 def vil_attention_fixtures(peers: Path) -> Dict[str, dict]:
-    layers = peers / 'microsoft+vision-longformer' / 'src' / 'models' / 'layers'
+    layers = peers / VIL / 'src' / 'models' / 'layers'
     longformer = import_file('vil_layers.longformer2d', layers / 'longformer2d.py', package_dir=layers)
     cases = {'vil_attn_chunk': (0, 1, (9, 11), (-1, 2, 7)), 'vil_attn_exact': (1, 1, (9, 11), ()),
              'vil_attn_cyclic': (-1, 1, (9, 12), (-1, 7)), 'vil_attn_noglobal': (0, 0, (8, 10), ())}
@@ -164,7 +138,7 @@ MSVIT_CASES = {
 
 
 def msvit_fixtures(peers: Path) -> Dict[str, dict]:
-    models = peers / 'microsoft+vision-longformer' / 'src' / 'models'
+    models = peers / VIL / 'src' / 'models'
     import_file('vil_models.layers.longformer2d', models / 'layers' / 'longformer2d.py', package_dir=models / 'layers')
     stand_in = sys.modules['vil_models.layers']
     stand_in.Long2DSCSelfAttention = sys.modules['vil_models.layers.longformer2d'].Long2DSCSelfAttention
@@ -203,7 +177,7 @@ def msvit_fixture(msvit: types.ModuleType, arch: str, size: int) -> dict:
 
 # ---------------------------------------------------------------- SMCA
 def smca_fixture(peers: Path) -> dict:
-    root = peers / 'gaopengcuhk+SMCA-DETR' / 'models'
+    root = peers / SMCA / 'models'
     import_file('smca_models.attention_layer', root / 'attention_layer.py', package_dir=root)
     transformer = import_file('smca_models.transformer', root / 'transformer.py')
     d_model, heads, (height, width), queries = 64, 8, (6, 9), 7
@@ -261,33 +235,10 @@ def smca_fixture(peers: Path) -> dict:
 
 
 # ---------------------------------------------------------------- PerViT
-@contextlib.contextmanager
-def cuda_calls_stay_on_cpu():
-    """PerViT's constructor calls ``.cuda()`` / ``.to('cuda')``; on CPU they keep the tensor."""
-    cuda, to = torch.Tensor.cuda, torch.Tensor.to
-    torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    torch.Tensor.to = lambda self, *args, **kwargs: self if args[:1] == ('cuda',) else to(self, *args, **kwargs)
-    try:
-        yield
-    finally:
-        torch.Tensor.cuda, torch.Tensor.to = cuda, to
-
-
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype):
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def pervit_fixtures(peers: Path) -> Dict[str, dict]:
-    root = peers / 'juhongm999+pervit'
-    sys.path.insert(0, str(root))
-    from model import pervit
-    from model.utils import OffsetGenerator
+    with checkout_on_path(peers / PERVIT):
+        from model import pervit
+        from model.utils import OffsetGenerator
     with cuda_calls_stay_on_cpu(), default_dtype(torch.float64):
         OffsetGenerator.initialize(7, pad_size=2)
         rpe_dist = OffsetGenerator.get_qk_vec().norm(p=2, dim=-1, keepdim=True)
@@ -326,7 +277,7 @@ def pervit_fixtures(peers: Path) -> Dict[str, dict]:
 
 # ---------------------------------------------------------------- Castling
 def castling_fixtures(peers: Path) -> Dict[str, dict]:
-    attention = import_file('castling_attention', peers / 'GATECH-EIC+Castling-ViT' / 'attention.py')
+    attention = import_file('castling_attention', peers / CASTLING / 'attention.py')
     out = {}
     for name, sparse in (('castling_linangular', False), ('castling_linangular_sparse', True)):
         kwargs = dict(in_channels=64, num_heads=4, qkv_bias=False, attn_drop=0.0, proj_drop=0.0, res_kernel_size=9,
@@ -353,14 +304,9 @@ def sparse_margin(module: nn.Module, x: torch.Tensor) -> Dict[str, float]:
                 sparse_kept_fraction=(weights > 0.02).double().mean().item())
 
 
-def commit_of(checkout: Path) -> str:
-    result = subprocess.run(['git', '-C', str(checkout), 'rev-parse', 'HEAD'], capture_output=True, text=True)
-    return result.stdout.strip() or 'unknown (not a git checkout)'
-
-
 def write_readme(out: Path, peers: Path, files: Dict[str, dict]) -> None:
     lines = ['# Golden fixtures from the official implementations', '',
-             'Written by `python tools/misc/make_official_fixtures.py PEERS_DIR` (see its docstring for the '
+             'Written by `python tools/analysis_tools/make_official_fixtures.py PEERS_DIR` (see its docstring for the '
              'stand-ins it needs) and reproduced by `tests/test_models/test_official_golden.py`. Float64, '
              'batch 2; `torch.manual_seed(0)` before building (official init, then N(0, 0.2) added to every '
              'parameter; BatchNorm running mean + N(0, 0.2), running variance x exp(N(0, 0.2))), 1 before the '

@@ -1,0 +1,43 @@
+"""The report of the GPU proof (``gpu_proof.py``): rows described in one line each and the Markdown
+of ``gpu_proof.md``, one table per section."""
+from typing import Dict
+
+
+def first_line(error) -> str:
+    text = str(error).strip().splitlines()
+    return f'{type(error).__name__}: {text[0] if text else ""}' if isinstance(error, BaseException) else \
+        (text[0] if text else '')
+
+
+def describe(size) -> str:
+    return f'B{size.batch} h{size.heads} d{size.dims} {size.hw[0]}x{size.hw[1]}'
+
+
+def row_label(row: Dict) -> str:
+    keys = ('op', 'impl', 'dtype', 'layer', 'generators')
+    return ' '.join(str(row[key]) for key in keys if key in row) + (f' ({row["error"]})' if isinstance(
+        row.get('error'), str) else '')
+
+
+def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:
+    lines = [f'# GPU proof: {meta["device_name"]}, {meta["date"]}', '',
+             f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python {meta["python"]}; '
+             f'{meta["seconds"]} s; {len(meta["failures"])} failed checks', '']
+    for name, section in sections.items():
+        lines.append(f'## {name}' + (f' (skipped: {section["skipped"]})' if 'skipped' in section else
+                                     f' ({section["seconds"]} s)'))
+        rows = section['rows']
+        if rows:
+            columns = list(dict.fromkeys(key for row in rows for key in row))
+            lines += ['', '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+            lines += ['| ' + ' | '.join(cell(row.get(key, '')) for key in columns) + ' |' for row in rows]
+        lines.append('')
+    return '\n'.join(lines)
+
+
+def cell(value) -> str:
+    if isinstance(value, float):
+        return f'{value:.2e}' if abs(value) < 1e-2 and value else f'{value:g}'
+    if isinstance(value, list):
+        return '; '.join(map(str, value))
+    return str(value).replace('|', '/')
