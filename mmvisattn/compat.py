@@ -1,4 +1,6 @@
-"""Shims the pinned OpenMMLab stack needs on torch 2.13, applied once on ``import mmvisattn``.
+"""Every patch ``import mmvisattn`` applies to the pinned stack (:data:`PATCHES`, applied once by
+:func:`apply_patches`; the README's table says what each changes, why, and how to check it is still
+needed). Nothing else in the package changes another library's code.
 
 Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to
 ``weights_only=True`` and mmengine 0.10.7 calls it without the argument, so every checkpoint the
@@ -26,8 +28,16 @@ mmengine's FLOP counter. ``get_model_complexity_info`` (what mmdet's and mmseg's
 call) counts by jit handles and has none for SDPA or the linear solve of random-walk attention, so
 their work went uncounted; the handles of :data:`mmvisattn.utils.complexity.MMENGINE_FLOP_HANDLES`
 are added to its defaults (the stock handles stay as they are).
+
+mmdet's dropped annotations. ``CocoDataset.parse_data_info`` skips boxes outside the image,
+degenerate boxes and unknown categories without a word; it is wrapped to count them, which
+``DroppedAnnotationsHook`` reports.
+
+mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
+<_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
 from pickle import UnpicklingError
+from collections import Counter
 from typing import Any, Callable, List, Tuple, Union
 
 import torch
@@ -119,3 +129,61 @@ def register_flop_handles() -> None:
     from .utils.complexity import MMENGINE_FLOP_HANDLES
     for name, handle in MMENGINE_FLOP_HANDLES.items():
         complexity_analysis._DEFAULT_SUPPORTED_FLOP_OPS.setdefault(name, handle)
+
+
+def count_dropped_annotations() -> None:
+    """Make ``CocoDataset.parse_data_info`` count what it drops into the dataset's
+    ``dropped_annotations`` (a Counter of the ``DROP_REASONS`` keys of
+    :mod:`mmvisattn.engine.hooks.dropped_annotations_hook`, plus ``total``), which
+    ``DroppedAnnotationsHook`` reports. The parsing itself is unchanged."""
+    from mmdet.datasets import CocoDataset
+
+    from .engine.hooks.dropped_annotations_hook import drop_reason
+    parse = CocoDataset.parse_data_info
+    if getattr(parse, 'counts_drops', False):
+        return
+
+    def parse_and_count(self, raw_data_info: dict):
+        counter = self.__dict__.setdefault('dropped_annotations', Counter())
+        image = raw_data_info['raw_img_info']
+        for annotation in raw_data_info['raw_ann_info']:
+            counter['total'] += 1
+            reason = drop_reason(annotation, image, self.cat_ids)
+            if reason:
+                counter[reason] += 1
+        return parse(self, raw_data_info)
+
+    parse_and_count.counts_drops = True
+    CocoDataset.parse_data_info = parse_and_count
+
+
+def name_undecodable_label_maps() -> None:
+    """Make mmseg's ``LoadAnnotations`` name a label map it cannot decode. It reports PIL's
+    "cannot identify image file <_io.BytesIO ...>" without the path; the failure is re-raised in
+    the form mmcv's ``LoadImageFromFile`` uses for images, which
+    :func:`mmvisattn.launch.checks.diagnose_failure` reads. A missing file keeps its own error."""
+    from mmseg.datasets.transforms import LoadAnnotations
+    load = LoadAnnotations._load_seg_map
+    if getattr(load, 'names_file', False):
+        return
+
+    def load_naming_file(self, results: dict) -> None:
+        try:
+            load(self, results)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise ValueError(f'failed to load image: {results["seg_map_path"]} ({type(exc).__name__})') from exc
+
+    load_naming_file.names_file = True
+    LoadAnnotations._load_seg_map = load_naming_file
+
+
+PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
+           count_dropped_annotations, name_undecodable_label_maps)
+
+
+def apply_patches() -> None:
+    """Apply :data:`PATCHES` (each one applies itself once)."""
+    for patch in PATCHES:
+        patch()

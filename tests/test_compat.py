@@ -144,3 +144,32 @@ def test_bytes_is_limited_to_the_empty_call(tmp_path):
     torch.save({'meta': BytesExploit()}, path)
     with pytest.raises(pickle.UnpicklingError, match=r'refused bytes\(1000000,\)'):
         torch.load(path)
+
+
+def test_the_readme_table_lists_every_patch():
+    """Every function of ``compat.PATCHES`` has a row in the README's patch table, and every row a function."""
+    from mmvisattn.compat import PATCHES
+    readme = (Path(__file__).resolve().parents[1] / 'README.md').read_text()
+    table = readme[readme.index('| patch (`mmvisattn/compat.py`) |'):].split('\n\n')[0]
+    rows = {line.split('|')[1].strip().strip('`') for line in table.splitlines()[2:]}
+    assert rows == {patch.__name__ for patch in PATCHES}
+
+
+def test_no_module_but_compat_patches_another_library():
+    """An assignment to an attribute of an imported class or module (``CocoDataset.x = ...``) happens
+    only in compat.py."""
+    import ast
+    package = Path(mmvisattn.__file__).parent
+    found = []
+    for path in package.rglob('*.py'):
+        if path.name == 'compat.py':
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {alias.asname or alias.name.split('.')[0] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and getattr(target.value, 'id', None) in imported:
+                    found.append(f'{path.relative_to(package)}:{node.lineno}')
+    assert not found, found

@@ -4,7 +4,7 @@
 # through mmseg's MultiLevelNeck (512 channels, which puts the whole model at the slides' 118M).
 # Start from MAE ViT-B weights converted by tools/model_converters/vit2mmvisattn.py (the same keys
 # serve the softmax ViT: qkv, proj).
-_base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+_base_ = ['mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py', '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
 checkpoint = 'pretrain/mae_vit-b16_castling.pth'

@@ -34,4 +34,5 @@ test_dataloader = val_dataloader
 optim_wrapper = dict(optimizer=dict(lr=0.2))
 auto_scale_lr = dict(base_batch_size=256)
 # PaddleDetection keeps an EMA of the weights (decay 0.9998) and evaluates it.
-custom_hooks = [dict(type='EMAHook', ema_type='ExpMomentumEMA', momentum=0.0002, update_buffers=True, priority=49)]
+custom_hooks = [*_base_.custom_hooks,
+                dict(type='EMAHook', ema_type='ExpMomentumEMA', momentum=0.0002, update_buffers=True, priority=49)]

@@ -5,7 +5,7 @@
 # Recipe = mmdet's Conditional DETR 50e (SMCA's own): frozen-BN ResNet-50 from torchvision weights,
 # DETR augmentation, AdamW lr 1e-4 (backbone 1e-5), weight decay 1e-4, clip 0.1, lr x0.1 at
 # epoch 40, batch 8 x 2; sigmoid focal loss (2), L1 (5), GIoU (2) with Hungarian matching.
-_base_ = 'mmdet::conditional_detr/conditional-detr_r50_8xb2-50e_coco.py'
+_base_ = ['mmdet::conditional_detr/conditional-detr_r50_8xb2-50e_coco.py', '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
 default_scope = 'mmdet'

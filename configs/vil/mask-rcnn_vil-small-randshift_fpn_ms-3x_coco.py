@@ -5,4 +5,4 @@
 _base_ = './mask-rcnn_vil-small_fpn_ms-3x_coco.py'
 
 model = dict(backbone=dict(attn_cfg=dict(type='LongformerAttention', mode=1)))
-custom_hooks = [dict(type='ViLRandomShiftHook', switch_at=0.75)]
+custom_hooks = [*_base_.custom_hooks, dict(type='ViLRandomShiftHook', switch_at=0.75)]

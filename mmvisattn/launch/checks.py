@@ -91,28 +91,6 @@ def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
     raise SystemExit(f'error: checkpoint {path!r} does not fit the model: {"; ".join(faults)}; {remedy}')
 
 
-def name_undecodable_label_maps() -> None:
-    """Make mmseg's ``LoadAnnotations`` name a label map it cannot decode. It reports PIL's
-    "cannot identify image file <_io.BytesIO ...>" without the path; the failure is re-raised in
-    the form mmcv's ``LoadImageFromFile`` uses for images, which :func:`diagnose_failure` reads.
-    A missing file keeps its own error. Installed once, before the dataloader workers fork."""
-    from mmseg.datasets.transforms import LoadAnnotations
-    load = LoadAnnotations._load_seg_map
-    if getattr(load, 'names_file', False):
-        return
-
-    def load_naming_file(self, results: dict) -> None:
-        try:
-            load(self, results)
-        except FileNotFoundError:
-            raise
-        except Exception as exc:
-            raise ValueError(f'failed to load image: {results["seg_map_path"]} ({type(exc).__name__})') from exc
-
-    load_naming_file.names_file = True
-    LoadAnnotations._load_seg_map = load_naming_file
-
-
 def diagnose_failure(cfg: Config, dataloaders: Sequence[str], exc: BaseException) -> Optional[str]:
     """The one-line cause of a failed run when it is bad data, else None. Called only after a run
     failed, so a healthy run never reads its annotations twice."""

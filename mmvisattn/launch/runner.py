@@ -1,5 +1,7 @@
 """Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, the checks of
-:mod:`.checks`, the safeguard hooks, and distributed initialisation that also works on CPU-only machines.
+:mod:`.checks`, and distributed initialisation that also works on CPU-only machines. The tools add
+nothing to the config: the safeguard hooks come from ``configs/_base_/safeguard_hooks.py``, which
+every project config reaches, so stock ``tools/train.py`` and ``mim train`` run them too.
 
 Stock mmengine 0.10.7 cannot launch on a CPU build of torch: its pytorch launcher calls
 ``torch.cuda.set_device`` unconditionally and its Runner wraps the model in DDP with
@@ -16,9 +18,8 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from ..engine.hooks import SAFEGUARD_HOOKS, NonFiniteLoss
-from .checks import (check_data_files, check_model_fits_checkpoint, diagnose_failure, name_undecodable_label_maps,
-                     read_run_checkpoint)
+from ..engine.hooks import NonFiniteLoss
+from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
 
 SCOPES = ('mmdet', 'mmseg')
 LAUNCHERS = ('none', 'pytorch', 'slurm')
@@ -46,25 +47,11 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
     if scope not in SCOPES:
         raise SystemExit(f'error: config {path!r} has default_scope={scope!r}; expected one of {SCOPES}')
     cfg.launcher = launcher
-    add_safeguard_hooks(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
     return cfg
-
-
-def add_safeguard_hooks(cfg: Config) -> None:
-    """Add :data:`~mmvisattn.engine.hooks.SAFEGUARD_HOOKS` (exact resumption, a stop at the first
-    non-finite loss, rank-averaged loss logging, dropped-annotation reports) to every config: a
-    ``default_hooks`` key the config sets wins, and ``None`` turns that hook off (mmengine itself
-    accepts ``None`` only for its own default hooks)."""
-    hooks = cfg.setdefault('default_hooks', {})
-    for key, hook in SAFEGUARD_HOOKS.items():
-        if key in hooks and hooks[key] is None:
-            del hooks[key]
-        else:
-            hooks.setdefault(key, dict(hook))
 
 
 def init_cpu_distributed(cfg: Config) -> None:
@@ -129,7 +116,6 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     if checkpoint is not None and action == 'train' and cfg.get('resume'):
         adopt_checkpoint_seed(cfg, checkpoint)
     init_cpu_distributed(cfg)
-    name_undecodable_label_maps()
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:
         check_model_fits_checkpoint(runner.model, checkpoint, path)

@@ -1,9 +1,7 @@
 """Report the annotations a detection dataset drops while it loads, instead of training without
 them in silence."""
-from collections import Counter
 from typing import Dict, Iterator
 
-from mmdet.datasets import CocoDataset
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
@@ -32,28 +30,6 @@ def drop_reason(annotation: dict, image: dict, category_ids) -> str:
     return ''
 
 
-def count_dropped_annotations() -> None:
-    """Make ``CocoDataset.parse_data_info`` count what it drops into the dataset's
-    ``dropped_annotations`` (a Counter of :data:`DROP_REASONS` keys, plus ``total``). Installed
-    once; the parsing itself is unchanged."""
-    parse = CocoDataset.parse_data_info
-    if getattr(parse, 'counts_drops', False):
-        return
-
-    def parse_and_count(self, raw_data_info: dict):
-        counter = self.__dict__.setdefault('dropped_annotations', Counter())
-        image = raw_data_info['raw_img_info']
-        for annotation in raw_data_info['raw_ann_info']:
-            counter['total'] += 1
-            reason = drop_reason(annotation, image, self.cat_ids)
-            if reason:
-                counter[reason] += 1
-        return parse(self, raw_data_info)
-
-    parse_and_count.counts_drops = True
-    CocoDataset.parse_data_info = parse_and_count
-
-
 def leaf_datasets(dataset) -> Iterator:
     """The datasets inside wrappers (RepeatDataset, ConcatDataset, MultiImageMixDataset...)."""
     if hasattr(dataset, 'datasets'):
@@ -71,12 +47,9 @@ class DroppedAnnotationsHook(Hook):
     for each training dataset that dropped annotations while loading: how many of how many, and
     why. mmdet drops boxes outside the image, degenerate boxes and unknown categories silently, so
     a dataset whose boxes are all out of place trains with a zero box loss and no other sign.
-    Counting covers mmdet's ``CocoDataset`` and its subclasses; segmentation datasets read whole
-    label maps and drop nothing.
+    Counting covers mmdet's ``CocoDataset`` and its subclasses (:func:`mmvisattn.compat.count_dropped_annotations`,
+    installed on ``import mmvisattn``); segmentation datasets read whole label maps and drop nothing.
     """
-
-    def __init__(self) -> None:
-        count_dropped_annotations()  # before the Runner builds the datasets
 
     def before_train_epoch(self, runner) -> None:
         for dataset in leaf_datasets(runner.train_dataloader.dataset):
