@@ -156,7 +156,7 @@ def test_with_cp_recomputes_blocks_with_the_same_outputs_and_gradients():
         sum(out.square().sum() for out in outs).backward()
         results.append((kept, outs, [p.grad for p in model.parameters()]))
     (kept_plain, outs_plain, grads_plain), (kept_cp, outs_cp, grads_cp) = results
-    for a, b in zip(outs_plain + grads_plain, outs_cp + grads_cp):
+    for a, b in zip([*outs_plain, *grads_plain], [*outs_cp, *grads_cp]):
         torch.testing.assert_close(a, b)
     assert kept_cp < kept_plain / 4, (kept_cp, kept_plain)  # Phi_p's hidden maps are not kept
 

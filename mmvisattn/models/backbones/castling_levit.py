@@ -25,9 +25,10 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
-from .arch import resolve_arch
+from .contract import BackboneContract, checkpointed, resolve_arch
 
 HSWISH = dict(type='HSwish')
+STAGE_STRIDES = (8, 16, 32)  # the stem's three stride-2 convolutions, then one per stage
 BN = dict(type='BN')
 
 
@@ -52,12 +53,16 @@ class CastlingBlock(BaseModule):
 
 
 @register_model
-class CastlingLeViT(BaseModule):
+class CastlingLeViT(BackboneContract, BaseModule):
     """Three stages of castling blocks at strides 8, 16 and 32 (see the module docstring).
 
     Args:
         arch: ``'s' | 'm' | 'l'`` or a dict with ``widths``, ``depths`` and ``num_heads`` (3 each).
         out_indices: Stages to return.
+        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages (with
+            the downsampling convolution before each).
+        norm_eval: Keep BatchNorm statistics frozen in training.
+        with_cp: Recompute each block in the backward pass instead of keeping its activations.
         mlp_ratio: Hidden width of the MLPs over the block width (LeViT: 2).
         drop_path_rate: Stochastic depth, rising linearly over the blocks.
         attn_cfg: The attention of every block; any type of ``ATTENTIONS`` serves.
@@ -70,17 +75,14 @@ class CastlingLeViT(BaseModule):
         'l': dict(widths=(80, 160, 320), depths=(1, 2, 2), num_heads=(2, 5, 10)),
     }
 
-    def __init__(self, arch='s', out_indices: Sequence[int] = (0, 1, 2), mlp_ratio: float = 2.0,
-                 drop_path_rate: float = 0.0,
+    def __init__(self, arch='s', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
+                 norm_eval: bool = False, with_cp: bool = False, mlp_ratio: float = 2.0, drop_path_rate: float = 0.0,
                  attn_cfg: dict = dict(type='LinearAngularAttention', conv='spatial', kernel_size=3),
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         layout = self._layout(arch)
-        if not set(out_indices) <= {0, 1, 2}:
-            raise ValueError(f'CastlingLeViT: out_indices={tuple(out_indices)}; expected stages among (0, 1, 2)')
         widths, depths, heads = layout['widths'], layout['depths'], layout['num_heads']
-        self.out_indices = tuple(out_indices)
-        self.out_channels = [widths[i] for i in self.out_indices]
+        self.with_cp = with_cp
         self.stem = nn.Sequential(ConvModule(3, widths[0] // 4, 3, stride=2, padding=1, norm_cfg=BN, act_cfg=HSWISH),
                                   ConvModule(widths[0] // 4, widths[0] // 2, 3, stride=2, padding=1, norm_cfg=BN,
                                              act_cfg=HSWISH),
@@ -93,6 +95,10 @@ class CastlingLeViT(BaseModule):
         self.stages = nn.ModuleList(
             nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg) for _ in range(depth)))
             for width, depth, num_heads in zip(widths, depths, heads))
+        self.set_contract(out_indices, frozen_stages, norm_eval, widths, STAGE_STRIDES)
+
+    def stage_parts(self, index: int) -> List[nn.Module]:
+        return [*self.downsamples[index - 1:index], self.stages[index]]
 
     def _layout(self, arch) -> dict:
         keys = ('widths', 'depths', 'num_heads')
@@ -107,7 +113,8 @@ class CastlingLeViT(BaseModule):
         for index, stage in enumerate(self.stages):
             if index:
                 x = self.downsamples[index - 1](x)
-            x = stage(x)
+            for block in stage:
+                x = checkpointed(block, self.with_cp, x)
             if index in self.out_indices:
                 outs.append(x)
         return tuple(outs)

@@ -11,12 +11,13 @@ from torch import Tensor
 from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
 from ..layers import ResidualAttention, TokenGrid
+from .contract import BackboneContract, Part, check_out_indices
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
 
 
 @register_model
-class CastlingViT(VisionTransformer):
+class CastlingViT(BackboneContract, VisionTransformer):
     """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
 
     Takes every constructor argument of mmseg's ``VisionTransformer``, so a stock ViT config (for
@@ -30,19 +31,26 @@ class CastlingViT(VisionTransformer):
     (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``tools/model_converters/vit2mmvisattn.py`` maps
     timm / MAE ViT checkpoints onto them.
 
+    The backbone contract (:mod:`.contract`) on mmseg's arguments: ``out_indices`` counts layers
+    (negative ones from the last), ``norm_eval`` is mmseg's, and ``frozen_stages`` freezes the patch
+    and position embeddings and class token (0) and the first layers.
+
     Args:
         attn_cfg: The attention of every layer; ``embed_dims``, ``num_heads``, ``qkv_bias``,
             ``attn_drop`` and ``proj_drop`` are filled in. Defaults to ``LinearAngularAttention``
             (linear-angular kernel, depthwise conv along the tokens, auxiliary softmax branch that
             ``CastlingScheduleHook`` fades out and ``switch_to_deploy()`` removes).
+        frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first ``k`` layers.
         **kwargs: The arguments of mmseg's ``VisionTransformer``.
     """
 
-    def __init__(self, attn_cfg: Optional[Dict] = None, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, attn_cfg: Optional[Dict] = None, frozen_stages: int = -1, **kwargs) -> None:
         stock = inspect.signature(VisionTransformer).bind(**kwargs)
         stock.apply_defaults()
         options = stock.arguments
+        num_layers = options['num_layers']
+        out_indices = check_out_indices(type(self).__name__, options['out_indices'], num_layers)
+        super().__init__(**dict(kwargs, out_indices=list(out_indices)))
         self.token_grid = TokenGrid()
         self.patch_embed.register_forward_hook(self.token_grid.record)
         cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
@@ -53,6 +61,15 @@ class CastlingViT(VisionTransformer):
             attn.num_extra_tokens = int(options['with_cls_token'])
             # mmseg's attention is dropped here; its residual dropout is kept
             layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
+        self.set_contract(out_indices, frozen_stages, options['norm_eval'], [options['embed_dims']] * num_layers,
+                          [options['patch_size']] * num_layers)
+
+    def stem_parts(self) -> List[Part]:
+        return [self.patch_embed, self.pos_embed, self.cls_token, *([self.pre_ln] if self.pre_norm else [])]
+
+    def stage_parts(self, index: int) -> List[Part]:
+        final = [self.norm1] if self.final_norm and index == len(self.layers) - 1 else []
+        return [self.layers[index], *final]
 
 
 # parts of a timm / MAE block -> parts of an mmseg ViT layer

@@ -16,10 +16,11 @@ from mmcv.cnn import ConvModule
 from mmdet.models.layers import SELayer
 from mmengine.model import BaseModule
 from torch import Tensor
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmvisattn.registry import register_model
-from .arch import resolve_arch
+from .contract import BackboneContract, checkpointed, resolve_arch
+
+STAGE_STRIDES = (8, 16, 32)  # the stem takes 4 (a stride-2 conv and max pooling), each stage 2
 
 HSWISH = dict(type='HSwish')
 # SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered in compat).
@@ -93,15 +94,16 @@ class ESDownBlock(BaseModule):
 
 
 @register_model
-class ESNet(BaseModule):
+class ESNet(BackboneContract, BaseModule):
     """ESNet backbone of PP-PicoDet v1, for mmdet (and mmseg) configs.
 
     Args:
         arch: ``'s'`` (width x0.75), ``'m'`` (x1.0) or ``'l'`` (x1.25), with PaddleDetection's
             block widths, or a dict with ``scale`` and the 13 per-block ``ratios``.
         out_indices: Which of the three stages (strides 8, 16, 32) to return.
-        frozen_stages: Stages to freeze, counting the stem as 0 (-1 freezes nothing).
+        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages.
         norm_eval: Keep BatchNorm statistics frozen in training.
+        with_cp: Recompute each ES block in the backward pass instead of keeping its activations.
         init_cfg: mmengine initialisation config (e.g. a ``Pretrained`` checkpoint).
     """
 
@@ -110,20 +112,15 @@ class ESNet(BaseModule):
     stage_blocks = (3, 7, 3)
 
     def __init__(self, arch: Union[str, dict] = 's', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
-                 norm_eval: bool = False, init_cfg: Optional[dict] = None) -> None:
+                 norm_eval: bool = False, with_cp: bool = False, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         layout = resolve_arch('ESNet', arch, self.arch_zoo, ('scale', 'ratios'))
-        if not set(out_indices) <= {0, 1, 2}:
-            raise ValueError(f'ESNet: out_indices={tuple(out_indices)}; expected stages among (0, 1, 2)')
         scale, ratios = layout['scale'], layout['ratios']
-        self.out_indices = tuple(out_indices)
-        self.frozen_stages = frozen_stages
-        self.norm_eval = norm_eval
+        self.with_cp = with_cp
         self.stage_channels = [make_divisible(width * scale) for width in (128, 256, 512)]
         self.stem = nn.Sequential(conv_bn(3, 24, 3, stride=2), nn.MaxPool2d(3, stride=2, padding=1))
         self.stages = nn.ModuleList(self._make_stages(ratios))
-        self.out_channels = [self.stage_channels[i] for i in self.out_indices]
-        self._freeze_stages()
+        self.set_contract(out_indices, frozen_stages, norm_eval, self.stage_channels, STAGE_STRIDES)
 
     def _make_stages(self, ratios: Sequence[float]) -> List[nn.Sequential]:
         stages, in_channels, ratio_iter = [], 24, iter(ratios)
@@ -135,27 +132,12 @@ class ESNet(BaseModule):
             in_channels = channels
         return stages
 
-    def _freeze_stages(self) -> None:
-        modules = [self.stem, *self.stages][:self.frozen_stages + 1]
-        for module in modules:
-            module.eval()
-            for param in module.parameters():
-                param.requires_grad = False
-
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x = self.stem(x)
         outs = []
         for index, stage in enumerate(self.stages):
-            x = stage(x)
+            for block in stage:
+                x = checkpointed(block, self.with_cp, x)
             if index in self.out_indices:
                 outs.append(x)
         return tuple(outs)
-
-    def train(self, mode: bool = True) -> 'ESNet':
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for module in self.modules():
-                if isinstance(module, _BatchNorm):
-                    module.eval()
-        return self

@@ -2,6 +2,7 @@
 with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 4.1: every spatial-reduction attention of MiT is
 replaced, and its reduction conv dropped (Table 1: B0 3.4M -> 2.9M encoder parameters)."""
 import inspect
+import math
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -11,6 +12,7 @@ from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from ..layers import ResidualAttention
+from .contract import BackboneContract, Part, check_out_indices
 
 AttnCfg = Union[Dict, Sequence[Dict]]
 DEFAULT_ATTN_CFG = dict(type='RWGKAttention', num_anchors=64, lam=0.5)
@@ -27,7 +29,7 @@ def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
 
 
 @register_model
-class MixVisionTransformerRWGKA(MixVisionTransformer):
+class MixVisionTransformerRWGKA(BackboneContract, MixVisionTransformer):
     """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
 
     Takes every constructor argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer
@@ -43,14 +45,20 @@ class MixVisionTransformerRWGKA(MixVisionTransformer):
             ``sr_ratio`` (from ``sr_ratios``) for attentions that take one, so
             ``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer. Defaults to
             ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
-        **kwargs: The arguments of mmseg's ``MixVisionTransformer``.
+        frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first
+            ``k`` stages (the backbone contract of :mod:`.contract`, which mmseg's MiT lacks).
+        norm_eval: Keep the norm layers in eval mode while training.
+        **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from
+            the last stage.
     """
 
-    def __init__(self, attn_cfg: Optional[AttnCfg] = None, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, attn_cfg: Optional[AttnCfg] = None, frozen_stages: int = -1, norm_eval: bool = False,
+                 **kwargs) -> None:
         stock = inspect.signature(MixVisionTransformer).bind(**kwargs)
         stock.apply_defaults()
         options = stock.arguments
+        out_indices = check_out_indices(type(self).__name__, options['out_indices'], options['num_stages'])
+        super().__init__(**dict(kwargs, out_indices=out_indices))
         attn_cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
         for stage_index, (stage, cfg) in enumerate(zip(self.layers, stage_attn_cfgs(attn_cfg, self.num_stages))):
             defaults = dict(embed_dims=self.embed_dims * self.num_heads[stage_index],
@@ -60,6 +68,18 @@ class MixVisionTransformerRWGKA(MixVisionTransformer):
             for block in stage[1]:
                 # the stock attention built by mmseg is dropped here; its drop path is kept
                 block.attn = ResidualAttention(build_attention(cfg, optional, **defaults), block.attn.dropout_layer)
+        strides = [math.prod(options['strides'][:index + 1]) for index in range(self.num_stages)]
+        self.set_contract(out_indices, frozen_stages, norm_eval, [self.embed_dims * heads for heads in self.num_heads],
+                          strides)
+
+    def stem_parts(self) -> List[Part]:
+        return [self.layers[0][0]]  # the first patch embedding
+
+    def stage_parts(self, index: int) -> List[Part]:
+        return [self.layers[index]]
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        return tuple(super().forward(x))
 
 
 MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')

@@ -18,7 +18,6 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
@@ -28,7 +27,7 @@ from mmvisattn.registry import attention_accepts, build_attention, register_mode
 from mmvisattn.utils.checkpoint import rename_keys
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
-from .arch import resolve_arch
+from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
 ARCH_ZOO = {
@@ -71,7 +70,7 @@ class PerViTBlock(nn.Module):
 
 
 @register_model
-class PerViT(BaseModule):
+class PerViT(BackboneContract, BaseModule):
     """Peripheral Vision Transformer for dense prediction (mmdet and mmseg).
 
     Args:
@@ -83,6 +82,9 @@ class PerViT(BaseModule):
         drop_path_rate: Stochastic depth, rising linearly over the blocks (paper: 0 / 0.1 / 0.2).
         out_indices: Stages whose outputs are returned (each ``(B, C_i, H / 16, W / 16)``; stage
             ``i`` ends with the width of stage ``i + 1``).
+        frozen_stages: -1 freezes nothing, 0 the convolutional stem, ``k`` the stem and the first
+            ``k`` stages (the distance projection every block shares stays trainable).
+        norm_eval: Keep the norm layers in eval mode while training (the stem's BatchNorm statistics).
         attn_cfg: Attention of every block; ``embed_dims`` and ``num_heads`` are filled in, and for
             attentions that take them (``PeripheralAttention``) also the shared distance weighting
             and the peripheral initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
@@ -97,19 +99,17 @@ class PerViT(BaseModule):
 
     def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),
-                 attn_cfg: Optional[Dict] = None, norm_cfg: Optional[Dict] = None, with_cp: bool = False,
-                 init_cfg: Optional[Dict] = None) -> None:
+                 frozen_stages: int = -1, norm_eval: bool = False, attn_cfg: Optional[Dict] = None,
+                 norm_cfg: Optional[Dict] = None, with_cp: bool = False, init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.with_cp = with_cp
         settings = self.stage_settings(arch)
         depths, embed_dims = settings['depths'], settings['embed_dims']
-        if any(not 0 <= i < len(depths) for i in out_indices):
-            raise ValueError(f'PerViT: out_indices={tuple(out_indices)}; expected stages in 0..{len(depths) - 1}')
         self.num_heads = settings['num_heads']
-        self.out_indices = tuple(out_indices)
+        out_indices = check_out_indices('PerViT', out_indices, len(depths))
         widths = [w for w, d in zip(embed_dims, depths) for _ in range(d)] + [embed_dims[-1]]
         self.stage_ends = [sum(depths[:i + 1]) - 1 for i in range(len(depths))]
-        self.out_channels = [widths[end + 1] for end in self.stage_ends]
+        stage_channels = [widths[end + 1] for end in self.stage_ends]
         self.stem = self._stem(in_channels, settings['stem_channels'], norm_cfg or dict(type='BN'))
         attn_cfg = dict(type='PeripheralAttention') if attn_cfg is None else attn_cfg
         # one distance projection shared by every block (§3.2), for attentions that take it
@@ -122,9 +122,15 @@ class PerViT(BaseModule):
             optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i])
             attn = build_attention(attn_cfg, optional, embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate)
             self.blocks.append(PerViTBlock(dims, out_dims, attn, mlp_ratio, drop_rate, rates[i]))
-        for i in self.out_indices:
-            self.add_module(f'norm{i}', nn.LayerNorm(self.out_channels[i], eps=1e-6))
+        for i in out_indices:
+            self.add_module(f'norm{i}', nn.LayerNorm(stage_channels[i], eps=1e-6))
         self._init_linear_layers()
+        self.set_contract(out_indices, frozen_stages, norm_eval, stage_channels, [STEM_STRIDE] * len(depths))
+
+    def stage_parts(self, index: int) -> List[nn.Module]:
+        first = self.stage_ends[index - 1] + 1 if index else 0
+        norm = [getattr(self, f'norm{index}')] if index in self.out_indices else []
+        return [*self.blocks[first:self.stage_ends[index] + 1], *norm]
 
     @staticmethod
     def stage_settings(arch: Union[str, Dict]) -> Dict:
@@ -151,7 +157,7 @@ class PerViT(BaseModule):
         peripheral parameters, which keep Eq. 9."""
         init_linear_layers(self, keep=lambda name: name.endswith('rpe_proj') or 'distance_proj' in name)
 
-    def forward(self, x: Tensor) -> List[Tensor]:
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         if x.shape[-2] < STEM_STRIDE or x.shape[-1] < STEM_STRIDE:
             raise ValueError(f'PerViT: image of {x.shape[-2]}x{x.shape[-1]} is smaller than the stem stride '
                              f'{STEM_STRIDE}; expected at least {STEM_STRIDE}x{STEM_STRIDE}')
@@ -161,15 +167,12 @@ class PerViT(BaseModule):
         x = x.flatten(2).transpose(1, 2)
         outs = []
         for i, block in enumerate(self.blocks):
-            if self.with_cp and torch.is_grad_enabled():
-                x = cp.checkpoint(block, x, hw_shape, use_reentrant=False)
-            else:
-                x = block(x, hw_shape)
+            x = checkpointed(block, self.with_cp, x, hw_shape)
             stage = self.stage_ends.index(i) if i in self.stage_ends else None
             if stage in self.out_indices:
                 out = getattr(self, f'norm{stage}')(x)
                 outs.append(out.transpose(1, 2).reshape(batch, -1, height, width))
-        return outs
+        return tuple(outs)
 
 
 # official pervit keys -> PerViT keys; the first matching rule applies, None drops the tensor

@@ -10,7 +10,6 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.drop import DropPath
 from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
@@ -19,7 +18,7 @@ from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from ..layers.weight_init import init_embedding, init_linear_layers
-from .arch import resolve_arch
+from .contract import BackboneContract, checkpointed, resolve_arch
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
 _DETECTION = dict(patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
@@ -64,9 +63,7 @@ class ViLBlock(BaseModule):
         return self.ffn(self.norm2(x), identity=x)
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._forward, x, hw_shape, use_reentrant=False)
-        return self._forward(x, hw_shape)
+        return checkpointed(self._forward, self.with_cp, x, hw_shape)
 
 
 class ViLStage(BaseModule):
@@ -91,9 +88,13 @@ class ViLStage(BaseModule):
 
     def init_weights(self) -> None:
         super().init_weights()
-        for name in ('cls_token', 'x_pos_embed', 'y_pos_embed', 'cls_pos_embed'):
-            if hasattr(self, name):
-                init_embedding(getattr(self, name))
+        for embedding in self.embeddings():
+            init_embedding(embedding)
+
+    def embeddings(self) -> List[nn.Parameter]:
+        """The global tokens and absolute position embeddings the stage has."""
+        names = ('cls_token', 'x_pos_embed', 'y_pos_embed', 'cls_pos_embed')
+        return [getattr(self, name) for name in names if hasattr(self, name)]
 
     @staticmethod
     def _resize(embed: Tensor, size: int) -> Tensor:
@@ -120,7 +121,7 @@ class ViLStage(BaseModule):
 
 
 @register_model
-class ViL(BaseModule):
+class ViL(BackboneContract, BaseModule):
     """Multi-scale Vision Longformer backbone for mmdet and mmseg.
 
     No stock backbone stacks E-ViT stages with global tokens, so this is new; patch embedding,
@@ -141,8 +142,9 @@ class ViL(BaseModule):
             both.
             Another registered attention brings its own extra tokens (``num_extra_tokens``).
         out_indices: Stages whose maps are returned (default: all).
-        frozen_stages: The first ``frozen_stages`` stages are frozen (no gradient, eval mode);
-            -1 or 0 freezes none.
+        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global
+            tokens and position embeddings), ``k`` the stem and the first ``k`` stages.
+        norm_eval: Keep the norm layers in eval mode while training.
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
@@ -154,21 +156,16 @@ class ViL(BaseModule):
 
     def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
                  attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
-                 with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
+                 norm_eval: bool = False, with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch = stage_settings(arch)
         num_stages = len(self.arch['depths'])
-        out_indices = range(num_stages) if out_indices is None else out_indices
-        if any(not -num_stages <= index < num_stages for index in out_indices):
-            raise ValueError(f'ViL: out_indices={tuple(out_indices)}; expected stage indices below {num_stages}')
-        self.out_indices = tuple(index % num_stages for index in out_indices)
-        self.frozen_stages = frozen_stages
         attn_cfg = dict(type='LongformerAttention') if attn_cfg is None else attn_cfg
         norm_cfg = dict(type='LN', eps=norm_eps)
         rates = torch.linspace(0, drop_path_rate, sum(self.arch['depths']), device='cpu').tolist()
         self.stages = ModuleList()
-        channels, stride = in_channels, 1
+        channels, stride, strides = in_channels, 1, []
         for index in range(num_stages):
             dims, heads = self.arch['embed_dims'][index], self.arch['num_heads'][index]
             blocks = []
@@ -180,29 +177,26 @@ class ViL(BaseModule):
                 attn = build_attention(attn_cfg, stage_options, embed_dims=dims, num_heads=heads)
                 blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
             stride *= self.arch['patch_sizes'][index]
+            strides.append(stride)
             num_global = blocks[0].attn.num_extra_tokens if blocks else self.arch['num_global'][index]
             self.stages.append(ViLStage(channels, dims, self.arch['patch_sizes'][index], num_global,
                                         self.arch['abs_pos'][index], blocks, norm_cfg,
                                         max(1, math.ceil(pos_size * 4 / stride))))
             channels = dims
         self.in_channels = in_channels
-        self._freeze()
+        self.set_contract(range(num_stages) if out_indices is None else out_indices, frozen_stages, norm_eval,
+                          self.arch['embed_dims'], strides)
 
-    def _freeze(self) -> None:
-        for stage in self.stages[:max(0, self.frozen_stages)]:
-            stage.eval()
-            for param in stage.parameters():
-                param.requires_grad = False
+    def stem_parts(self) -> List[Union[nn.Module, nn.Parameter]]:
+        return [self.stages[0].patch_embed, *self.stages[0].embeddings()]
+
+    def stage_parts(self, index: int) -> List[Union[nn.Module, nn.Parameter]]:
+        return [self.stages[index]]
 
     def init_weights(self) -> None:
         if self.init_cfg is None:
             init_linear_layers(self)
         super().init_weights()
-
-    def train(self, mode: bool = True) -> 'ViL':
-        super().train(mode)
-        self._freeze()
-        return self
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         if x.dim() != 4 or x.shape[1] != self.in_channels:

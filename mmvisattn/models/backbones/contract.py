@@ -1,0 +1,135 @@
+"""The contract every backbone of the project keeps, as timm holds its models to one
+(``tests/test_models/test_backbones/test_contract.py`` checks every registered backbone):
+
+* ``arch``: a name of the class's ``arch_zoo`` or a dict holding the same keys (:func:`resolve_arch`,
+  as mmdet's Swin and mmpretrain's models read it);
+* ``out_indices``: the stages whose outputs are returned, in stage order; negative indices count
+  from the last stage (:func:`check_out_indices`);
+* ``frozen_stages``: ``-1`` freezes nothing, ``0`` the stem (what turns pixels into the first
+  stage's input), ``k >= 1`` the stem and the first ``k`` stages: no gradient, eval mode (the
+  reading of mmdet's Swin and ResNet);
+* ``norm_eval``: the normalisation layers stay in eval mode while training (BatchNorm statistics
+  frozen; LayerNorm and GroupNorm behave alike in both modes);
+* ``out_channels`` and ``out_strides``: channels and stride of each returned output;
+* ``forward(images)`` returns a tuple;
+* ``with_cp``: a block is recomputed in the backward pass when its input needs a gradient
+  (:func:`checkpointed`): the rule of mmcv's and mmseg's layers, which the backbones built on
+  mmseg's ViT and MiT run, so every backbone gates the same way.
+
+:class:`BackboneContract` implements the freezing and ``norm_eval`` once; a backbone names its stem
+and its stages (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
+:meth:`~BackboneContract.set_contract` at the end of its ``__init__``.
+"""
+from numbers import Integral
+from typing import Callable, Dict, List, Sequence, Tuple, Union
+
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from torch import Tensor
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+NORM_LAYERS = (_BatchNorm, _InstanceNorm, nn.LayerNorm, nn.GroupNorm)
+Part = Union[nn.Module, nn.Parameter]
+
+
+def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict], keys: Sequence[str]) -> Dict:
+    """The settings ``arch`` names in ``arch_zoo``, or ``arch`` itself when it is a dict holding every
+    key of ``keys``; otherwise a one-line ``ValueError`` naming ``owner``, the value and what is
+    accepted. Backbones check the values themselves (one entry per stage...)."""
+    if isinstance(arch, str) and arch in arch_zoo:
+        return dict(arch_zoo[arch])
+    if not isinstance(arch, dict):
+        raise ValueError(f'{owner}: arch={arch!r}; expected one of {sorted(arch_zoo)} or a dict with keys '
+                         f'{tuple(keys)}')
+    missing = [key for key in keys if key not in arch]
+    if missing:
+        raise ValueError(f'{owner}: arch dict misses {missing}; expected keys {tuple(keys)}')
+    return dict(arch)
+
+
+def check_out_indices(owner: str, out_indices: Union[int, Sequence[int]], num_stages: int) -> Tuple[int, ...]:
+    """``out_indices`` (one index or several) as non-negative stage indices in stage order; a
+    one-line ``ValueError`` for an index outside ``-num_stages .. num_stages - 1``, a repeated stage
+    or none at all."""
+    indices = (out_indices,) if isinstance(out_indices, Integral) else tuple(out_indices)
+    valid = all(isinstance(i, Integral) and not isinstance(i, bool) and -num_stages <= i < num_stages
+                for i in indices)
+    resolved = tuple(sorted(int(i) % num_stages for i in indices)) if valid else ()
+    if not valid or not resolved or len(set(resolved)) != len(resolved):
+        raise ValueError(f'{owner}: out_indices={out_indices!r}; expected stage indices below {num_stages} '
+                         f'(down to {-num_stages}, counting from the last), each stage once')
+    return resolved
+
+
+def check_frozen_stages(owner: str, frozen_stages: int, num_stages: int) -> int:
+    """``frozen_stages`` must be an integer in ``-1 .. num_stages``."""
+    if isinstance(frozen_stages, bool) or not isinstance(frozen_stages, Integral) \
+            or not -1 <= frozen_stages <= num_stages:
+        raise ValueError(f'{owner}: frozen_stages={frozen_stages!r}; expected -1 (none), 0 (the stem) or up to '
+                         f'{num_stages} (the stem and that many stages)')
+    return int(frozen_stages)
+
+
+def checkpointed(block: Callable[..., Tensor], with_cp: bool, x: Tensor, *args) -> Tensor:
+    """``block(x, *args)``, recomputed in the backward pass instead of keeping its activations when
+    ``with_cp`` and ``x`` needs a gradient (the rule of mmcv's and mmseg's layers)."""
+    if with_cp and x.requires_grad:
+        return cp.checkpoint(block, x, *args, use_reentrant=False)
+    return block(x, *args)
+
+
+def _freeze(part: Part) -> None:
+    if isinstance(part, nn.Parameter):
+        part.requires_grad = False
+        return
+    part.eval()
+    for param in part.parameters():
+        param.requires_grad = False
+
+
+class BackboneContract:
+    """The shared part of the contract (see the module docstring), mixed into an ``nn.Module``."""
+
+    out_indices: Tuple[int, ...]
+    frozen_stages: int
+    norm_eval: bool
+    out_channels: List[int]
+    out_strides: List[int]
+
+    def set_contract(self, out_indices: Union[int, Sequence[int]], frozen_stages: int, norm_eval: bool,
+                     stage_channels: Sequence[int], stage_strides: Sequence[int]) -> None:
+        """Check and record the contract's arguments (one ``stage_channels`` and ``stage_strides``
+        entry per stage) and freeze the stages; call at the end of ``__init__``."""
+        owner = type(self).__name__
+        self.out_indices = check_out_indices(owner, out_indices, len(stage_channels))
+        self.frozen_stages = check_frozen_stages(owner, frozen_stages, len(stage_channels))
+        self.norm_eval = bool(norm_eval)
+        self.out_channels = [stage_channels[i] for i in self.out_indices]
+        self.out_strides = [stage_strides[i] for i in self.out_indices]
+        self.freeze_stages()
+
+    def stem_parts(self) -> List[Part]:
+        """The modules and parameters before the first stage (by default the ``stem`` module)."""
+        return [self.stem]
+
+    def stage_parts(self, index: int) -> List[Part]:
+        """The modules and parameters of stage ``index``, parameters several stages share excluded
+        (by default ``stages[index]``)."""
+        return [self.stages[index]]
+
+    def freeze_stages(self) -> None:
+        if self.frozen_stages < 0:
+            return
+        for part in self.stem_parts() + [part for index in range(self.frozen_stages)
+                                         for part in self.stage_parts(index)]:
+            _freeze(part)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, NORM_LAYERS):
+                    module.eval()
+        return self
