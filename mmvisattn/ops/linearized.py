@@ -16,8 +16,16 @@ from .amp import float32_math
 
 @float32_math
 def linearized_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
-    """``(..., N, D)`` features ``phi(q)``, ``phi(k)`` and ``(..., N, E)`` values -> ``(..., N, E)``,
-    in O(N D E)."""
+    """Linearized attention in O(N D E) (Eq. 4-6).
+
+    Args:
+        q, k: ``(..., N, D)`` non-negative features ``phi(q)``, ``phi(k)``.
+        v: ``(..., N, E)`` values.
+        eps: Added to the normaliser.
+
+    Returns:
+        ``(..., N, E)``.
+    """
     numerator = q @ (k.transpose(-1, -2) @ v)
     denominator = q @ k.sum(dim=-2).unsqueeze(-1)
     return numerator / (denominator + eps)
@@ -29,5 +37,14 @@ def elu_feature_map(x: Tensor) -> Tensor:
 
 
 def linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
-    """Linear attention of ``(..., N, D)`` queries and keys with the ``elu + 1`` feature map."""
+    """Linear attention with the ``elu + 1`` feature map.
+
+    Args:
+        q, k: ``(..., N, D)`` queries and keys.
+        v: ``(..., N, E)`` values.
+        eps: Added to the normaliser.
+
+    Returns:
+        ``(..., N, E)``.
+    """
     return linearized_attention(elu_feature_map(q), elu_feature_map(k), v, eps)

@@ -2,8 +2,8 @@
 a per-token loop, and every fast path (summed-area tables with the Appendix-B backward, the torch
 local/global split with its tiled, its dense and its C++ local part, the Triton kernels) against the reference
 in value and every gradient -- odd maps, batch and heads with per-head weights, R_max beyond the map,
-the tau merge, the torch paths on every device of the suite; the crossover ``auto`` follows. Triton runs compiled on a GPU, else on CPU under
-TRITON_INTERPRET=1 (set by tests/conftest.py)."""
+the tau merge, the torch paths on every device of the suite; the crossover ``auto`` follows. Triton
+runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (set by tests/conftest.py)."""
 import pytest
 import torch
 

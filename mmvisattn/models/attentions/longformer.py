@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mmvisattn.ops.sliding_chunk import (IMPLS, MASKINGS, check_window, dense_bias, global_rows,
+from mmvisattn.ops.sliding_chunk import (IMPLS, check_masking, check_window, dense_bias, global_rows,
                                          sliding_chunk_attention)
 from mmvisattn.registry import ATTENTIONS
 from ..layers.weight_init import init_embedding
@@ -56,8 +56,7 @@ class LongformerAttention(BaseAttention):
         super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
         self.check_attn_drop(attn_drop)
         self.window = check_window(window, type(self).__name__)
-        if masking not in MASKINGS:
-            raise ValueError(f'LongformerAttention: masking={masking!r}; expected one of {MASKINGS}')
+        check_masking(masking, 'LongformerAttention')
         if isinstance(num_global, bool) or not isinstance(num_global, int) or num_global < 0:
             raise ValueError(f'LongformerAttention: num_global={num_global!r}; expected an integer >= 0')
         self.num_extra_tokens = num_global

@@ -26,7 +26,16 @@ IMPLS = OP.impls
 
 
 def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto') -> Tensor:
-    """Row-normalised linear-angular attention of ``(B, heads, N, d)`` tensors."""
+    """Row-normalised linear-angular attention.
+
+    Args:
+        q, k: ``(B, heads, N, d)`` queries and keys (normalised inside).
+        v: ``(B, heads, N, e)`` values.
+        impl: One of :data:`IMPLS`.
+
+    Returns:
+        ``(B, heads, N, e)``.
+    """
     impl = OP.choose(impl, Request.of((q, k, v)))
     if impl == DRY_RUN:
         return dry_output(q, v)

@@ -32,8 +32,18 @@ POSITION_IMPLS = ('reference', 'torch')
 
 def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float,
                          impl: str = 'auto') -> Tensor:
-    """``Normalize[exp(scale q k^T) * Phi_p] v`` of ``(B, heads, N, d)`` tensors; ``log_phi_p`` is
-    ``(heads, N, N)``, shared by the batch."""
+    """``Normalize[exp(scale q k^T) * Phi_p] v`` (Eq. 5).
+
+    Args:
+        q, k: ``(B, heads, N, d)`` queries and keys.
+        v: ``(B, heads, N, e)`` values.
+        log_phi_p: ``(heads, N, N)`` log position attention, shared by the batch.
+        scale: The content temperature ``tau``.
+        impl: One of :data:`IMPLS`.
+
+    Returns:
+        ``(B, heads, N, e)``.
+    """
     impl = OP.choose(impl, Request.of((q, k, v)))
     if log_phi_p.shape != (q.shape[1], q.shape[2], k.shape[2]):
         raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; expected '
@@ -49,7 +59,16 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
 
 
 def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'torch') -> Tensor:
-    """Pre-sigmoid ``Phi_p`` logits ``(heads, HW, HW)`` on an ``H x W`` grid (Eq. 8)."""
+    """Pre-sigmoid ``Phi_p`` logits on an ``H x W`` grid (Eq. 7-8).
+
+    Args:
+        params: The peripheral projections and norms of one layer.
+        hw_shape: ``(H, W)``.
+        impl: One of :data:`POSITION_IMPLS`.
+
+    Returns:
+        ``(heads, H W, H W)``.
+    """
     check_impl('position_logits', impl, POSITION_IMPLS)
     if impl == 'reference':
         return position_logits_reference(params, hw_shape)

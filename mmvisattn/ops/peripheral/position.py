@@ -24,11 +24,8 @@ from torch import Tensor
 from ..recompute import checkpointed_chunks
 
 # Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query). Maps
-# below it run under autograd in one piece; larger ones chunk by chunk, recomputed in the backward.
-# Module forward + backward (96 dims, 3 heads, batch 2, paired in one process): at 28x28 178 ms in one
-# piece, 178 / 148 / 171 ms by chunks of 2^19 / 2^20 / 2^22 (peak memory 163 -> 59 MB at 2^20); at
-# 56x56 3631 -> 2440 ms (2471 -> 910 MB); at 14x14 (602 k numbers) 8.1 ms in one piece against
-# 13.4 / 11.6 ms by chunks of 2^17 / 2^18.
+# below it run under autograd in one piece; larger ones chunk by chunk, recomputed in the backward
+# (the fastest budget measured, and a third of the peak memory at 28x28: the README's tuned constants).
 CHUNK_ELEMENTS = 2 ** 20
 
 
@@ -141,9 +138,8 @@ def _row_logits(rows: slice, relative: Tensor, params: PositionParams, hw_shape:
     hidden = query_windows(relative, hw_shape, rows)
     hidden = F.relu(instance_norm(hidden, params.norm1_weight, params.norm1_bias, eps))
     # the second projection in channels-last memory: few channels over many windows, where CPU
-    # convolutions run 1.6x (14x14 map) to 2.4x (28x28) faster forward and backward; the instance
-    # norms stay channels-first, where theirs are fast (module forward + backward: -5% at 14x14,
-    # -15% at 28x28)
+    # convolutions run faster forward and backward; the instance norms stay channels-first, where
+    # theirs are fast
     logits = F.conv2d(hidden.contiguous(memory_format=torch.channels_last), params.conv2_weight,
                       params.conv2_bias).contiguous()
     logits = instance_norm(logits, params.norm2_weight, params.norm2_bias, eps)

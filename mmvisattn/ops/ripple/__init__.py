@@ -66,8 +66,14 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Seq
                          f'logits {tuple(logits.shape)} must share (..., N) with k shaped like q')
     if logits.shape[-1] < 1:
         raise ValueError(f'ripple_attention: R_max={logits.shape[-1]} (logits.shape[-1]); expected R_max >= 1')
+    check_tau(tau)
+
+
+def check_tau(tau: float, owner: str = 'ripple_attention') -> float:
+    """``tau`` (the stick left over at which groups merge, §3.2) must lie in (0, 1)."""
     if not 0 < tau < 1:
-        raise ValueError(f'ripple_attention: tau={tau}; expected 0 < tau < 1')
+        raise ValueError(f'{owner}: tau={tau!r}; expected 0 < tau < 1')
+    return tau
 
 
 def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
@@ -108,5 +114,5 @@ def _implementation(impl: str) -> Callable[..., Tensor]:
 
 # group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'
 # attention maps (visualisation only) are drawn from.
-__all__ = ['ripple_attention', 'ripple_attention_reference', 'chebyshev_distances', 'group_weights_reference',
-           'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']
+__all__ = ['ripple_attention', 'check_tau', 'ripple_attention_reference', 'chebyshev_distances',
+           'group_weights_reference', 'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']

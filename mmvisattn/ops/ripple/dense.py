@@ -8,21 +8,11 @@ every key meets every query, ``beta`` is gathered by the pair's Chebyshev group 
 folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU, where the tiled local part
-beyond it is the C++ one (:mod:`.cpu`). Measured on two cores (module forward + backward,
-``RippleAttention:r_max=R,impl=cpu`` against ``impl=dense`` with ``benchmark_attention.py`` or paired
-in one process, 96 dims, 3 heads, batch 2; ``cost`` = :func:`tiled_cost`):
-
-    R_max  grid  N / cost  dense     C++ tiles        R_max  grid  N / cost  dense     C++ tiles
-      2     7     1.53     4.7 ms     4.9 ms            8     16     0.63    11.8 ms   12.7 ms
-      2     9     2.53     5.7 ms     5.9 ms            8     17     0.71    10.3 ms   11.3 ms
-      4    10     0.80     5.3 ms     5.6 ms            8     18     0.80    14.4 ms   14.4 ms
-      4    11     0.97     7.4 ms     7.3 ms            8     20     0.99    20.3 ms   14.1 ms
-      4    12     1.15     6.6 ms     6.5 ms            8     24     1.42    29.9 ms   18.3 ms
-      4    14     1.57     7.6 ms     7.4 ms
-
-The C++ tiles win from ``N / cost`` of 0.8 at ``R_max = 8`` and 1.0 at 4 (against the torch tiles
-the line was 1.4); at ``R_max = 2`` dense stays 4 % faster further out, a small loss for one line
-for every ``R_max``: :data:`DENSE_CROSSOVER` is 0.8.
+beyond it is the C++ one (:mod:`.cpu`): measured on two cores against the C++ tiles (the README's
+size-aware dispatch table; re-measure with ``benchmark_attention.py --types
+RippleAttention:r_max=8,impl=cpu RippleAttention:r_max=8,impl=dense``), the tiles win from ``N / cost``
+of about 0.8 at ``R_max = 8`` and 1.0 at 4, dense stays a little faster further out at ``R_max = 2``:
+one line for every ``R_max``, :data:`DENSE_CROSSOVER` is 0.8 (``cost`` = :func:`~.pytorch.tiled_cost`).
 Memory: the saved tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
 :data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (0.8 MB at the
 crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).

@@ -27,8 +27,7 @@ from ..tracing import apply_function
 from .weights import ring_weights
 
 # Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
-# of one step; fewer, larger steps stop paying off beyond it (the tiles' measurements are in the
-# benchmark README).
+# of one step; fewer, larger steps stop paying off beyond it (the README's tuned constants).
 CHUNK_ELEMENTS = 2 ** 17
 
 

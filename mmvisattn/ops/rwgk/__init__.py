@@ -41,8 +41,18 @@ IMPLS = OP.impls
 
 def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5,
                    impl: str = 'auto') -> Tensor:
-    """RWGK attention of ``(B, heads, N, d)`` tensors through ``(B or 1, heads, M, d)`` anchors,
-    decay ``lam`` in (0, 1); ``impl`` one of :data:`IMPLS`."""
+    """RWGK attention through ``M`` anchors (Eq. 8).
+
+    Args:
+        q, k: ``(B, heads, N, d)`` queries and keys.
+        v: ``(B, heads, N, e)`` values.
+        anchor_q, anchor_k: ``(B or 1, heads, M, d)`` anchors ``B_Q``, ``B_K``.
+        lam: Decay of the random walk, in (0, 1).
+        impl: One of :data:`IMPLS`.
+
+    Returns:
+        ``(B, heads, N, e)``.
+    """
     impl = OP.choose(impl, Request.of((q, k, v), anchors=anchor_q.shape[-2]))
     if impl == DRY_RUN:
         return dry_output(q, v)

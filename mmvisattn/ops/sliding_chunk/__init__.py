@@ -86,6 +86,13 @@ def check_window(window, owner: str = 'sliding_chunk_attention') -> int:
     return int(window)
 
 
+def check_masking(masking: str, owner: str = 'sliding_chunk_attention') -> str:
+    """``masking`` must be one of :data:`MASKINGS`."""
+    if masking not in MASKINGS:
+        raise ValueError(f'{owner}: masking={masking!r}; expected one of {MASKINGS}')
+    return masking
+
+
 def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
     """Fail in one line, before any work, on what the Triton kernels cannot take."""
     check_kernel_inputs('sliding_chunk_attention', (q, k, v), TRITON_MAX_HEAD_DIMS)
@@ -106,8 +113,7 @@ def _check_mode(mode: Mode, q: Tensor) -> None:
 
 def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: Mode) -> int:
     window = check_window(window)
-    if masking not in MASKINGS:
-        raise ValueError(f'sliding_chunk_attention: masking={masking!r}; expected one of {MASKINGS}')
+    check_masking(masking)
     _check_mode(mode, q)
     if q.dim() != 4 or q.shape[2] != num_global + hw_shape[0] * hw_shape[1]:
         raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
@@ -119,14 +125,23 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
                             num_global: int = 0, masking: str = 'chunk', mode: Mode = 0,
                             rel_pos: Optional[Sequence[Optional[Tensor]]] = None, scale: Optional[float] = None,
                             impl: str = 'auto') -> Tensor:
-    """Longformer attention of ``(B, heads, G + h*w, d)`` tensors -> ``(B, heads, G + h*w, d)``.
+    """Vision Longformer attention: local queries by sliding chunks, global queries in full.
 
     Args:
-        hw_shape: ``(h, w)`` of the map. window: chunk side ``w`` (attention window ``2w+1``);
-        larger than the map is legal (one chunk then covers it all). num_global: ``G``.
-        masking: ``'chunk' | 'exact' | 'cyclic'``. mode: -1, 0 or 1..8, or a drawn neighbour (a
-        0-dim integer tensor on the inputs' device holding 1..8). rel_pos: see the module
-        docstring. scale: defaults to ``d ** -0.5``. impl: one of :data:`IMPLS`.
+        q, k, v: ``(B, heads, G + h * w, d)`` tensors, the ``G`` global tokens first.
+        hw_shape: ``(h, w)`` of the map.
+        window: Chunk side ``w`` (attention window ``2w + 1``); larger than the map is legal (one
+            chunk then covers it all).
+        num_global: ``G``.
+        masking: ``'chunk' | 'exact' | 'cyclic'``.
+        mode: -1, 0 or 1..8, or a drawn neighbour (a 0-dim integer tensor on the inputs' device
+            holding 1..8).
+        rel_pos: ``(table, g2l, g2g)`` relative-position biases (see the module docstring) or None.
+        scale: Defaults to ``d ** -0.5``.
+        impl: One of :data:`IMPLS`.
+
+    Returns:
+        ``(B, heads, G + h * w, d)``.
     """
     hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
     window = _check(q, hw_shape, window, num_global, masking, mode)
@@ -156,5 +171,5 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
 # separate global projections compute themselves; dense_bias: the attention map's additive bias.
-__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'dense_bias',
-           'global_rows', 'IMPLS', 'OP', 'MASKINGS', 'MODES', 'DRAWN']
+__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
+           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'MASKINGS', 'MODES', 'DRAWN']

@@ -5,10 +5,8 @@ chunk: the live slots' keys and values gathered, the scores, bias, mask, softmax
 computed while the chunk's ``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) in
 the forward and per row in the backward. The forward keeps the log-sum-exp of every query beside the
 output, so the backward rebuilds the probabilities without storing them, and the saved tensors grow
-with ``N * d`` as SDPA's do. Measured against the torch path (module forward + backward, 96 dims, 3
-heads, batch 2, 2 threads, paired in one process; ``configs/vil/README.md``): 28x28 20.9 -> 16.6 ms
-(SDPA 15.8-18.4 ms), 56x56 70 -> 53 ms. Under tracing (ONNX export, mmengine's FLOP counter) and
-dispatch modes (``FlopCounterMode``) the torch path runs instead
+with ``N * d`` as SDPA's do (measured against the torch path in the README). Under tracing (ONNX
+export, mmengine's FLOP counter) and dispatch modes (``FlopCounterMode``) the torch path runs instead
 (:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the kernels

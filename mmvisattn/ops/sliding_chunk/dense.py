@@ -8,19 +8,9 @@ additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allo
 (:func:`.pattern.visited_pairs`, the definition from token coordinates).
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
-the slots of a query (``S = G + 9 w^2`` in mode 0). Measured on two cores (module forward +
-backward, batch 2, 3 heads of 32 dims, ``w = 7``, one global token, trainable relative-position
-bias, paired in one process; re-measure with ``benchmark_attention.py --types
-LongformerAttention:window=7,num_global=1,impl=cpu LongformerAttention:window=7,num_global=1,impl=dense``):
-
-    grid   G + N   / S    C++ sliding chunks   dense    SDPA
-    14x14    197   0.45         5.9 ms         4.1 ms   2.6 ms
-    17x17    290   0.66         8.1 ms         6.3 ms   3.9 ms
-    18x18    325   0.74         8.7 ms         7.9 ms   5.1 ms
-    19x19    362   0.82         8.7 ms         8.6 ms   5.1 ms
-    20x20    401   0.91         9.6 ms        11.9 ms   6.8 ms
-    21x21    442   1.00         9.9 ms        14.7 ms   7.1 ms
-
+the slots of a query (``S = G + 9 w^2`` in mode 0), measured on two cores (the README's size-aware
+dispatch table; re-measure with ``benchmark_attention.py --types
+LongformerAttention:window=7,num_global=1,impl=cpu LongformerAttention:window=7,num_global=1,impl=dense``).
 The C++ kernels (:mod:`.cpu`) cost about the same on every map of 3 x 3 chunks, the dense form
 grows with ``N^2`` and holds the ``N^2`` probabilities for the backward (SDPA's math path, which a
 bias with a gradient takes), so it stops at 0.8 ``S``. Layouts in which a key is visited twice

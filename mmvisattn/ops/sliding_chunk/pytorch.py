@@ -22,10 +22,8 @@ from ..amp import autocast_off, upcast
 from ..recompute import runs
 from ..token_grid import add_rows_
 
-# Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Measured on a 28x28 map
-# (w 7, 346k scores per row of B*H; module forward + backward paired with SDPA): 2^19, whole rows, runs 7%
-# faster, 2^17 6% and 2^20 20% slower (larger slices leave the cache). 2^18 stays: a larger budget adds
-# its transient to the 112x112 peak, already 1.48x SDPA's against a 1.5x bound.
+# Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Larger slices leave the
+# cache, and a larger budget adds its transient to the peak of large maps (the README's tuned constants).
 SCORE_BUDGET = 1 << 18
 
 
