@@ -132,3 +132,17 @@ def test_tools_do_one_job_each_and_leave_sys_path_alone_at_import():
             if isinstance(node, ast.Attribute) and node.attr == 'path' and getattr(node.value, 'id', '') == 'sys':
                 path_edits.append(f'{path.relative_to(REPO)}:{node.lineno} touches sys.path at import')
     assert not too_long + path_edits, '\n'.join(too_long + path_edits)
+
+
+def test_the_tests_mirror_the_package():
+    """Every test folder ``tests/test_<a>/test_<b>`` names the package ``mmvisattn/<a>/<b>`` (the
+    command-line tools: ``tools/``)."""
+    strays = []
+    for folder in sorted((REPO / 'tests').rglob('test_*')):
+        if not folder.is_dir() or folder.name == '__pycache__':
+            continue
+        parts = [part[len('test_'):] for part in folder.relative_to(REPO / 'tests').parts]
+        mirrored = REPO / 'tools' if parts == ['tools'] else PACKAGE.joinpath(*parts)
+        if not (mirrored / '__init__.py').is_file() and mirrored.name != 'tools':
+            strays.append(str(folder.relative_to(REPO)))
+    assert not strays, strays

@@ -1,6 +1,6 @@
 """tools/train.py and tools/test.py as a user runs them: short training, COCO mAP and mIoU
 printed by the test tool, two-process CPU training through dist_train.sh, and one-line errors for
-bad input (the fault cases a user meets are in tests/test_faults)."""
+bad input (the fault cases a user meets are in tests/test_launch)."""
 import math
 import random
 import re

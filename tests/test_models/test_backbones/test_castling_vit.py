@@ -8,7 +8,7 @@ from mmseg.registry import MODELS
 import mmvisattn  # noqa: F401
 from mmvisattn.models.backbones.castling_vit import convert_vit_state_dict
 
-from ..conftest import run_tool
+from ...conftest import run_tool
 
 SMALL = dict(img_size=(64, 64), patch_size=16, embed_dims=96, num_layers=2, num_heads=3, out_indices=(0, 1))
 

@@ -13,7 +13,7 @@ from mmvisattn.models.attentions import LongformerAttention
 from mmvisattn.models.backbones.vil import ViL
 from mmvisattn.registry import models_of_scope
 
-from ..conftest import REPO
+from ...conftest import REPO
 
 SMALL_ARCH = dict(embed_dims=(8, 16, 24), depths=(1, 2, 1), num_heads=(1, 2, 3), patch_sizes=(4, 2, 2),
                   windows=(3, 2, 2), num_global=(1, 2, 0), abs_pos=(True, False, True))

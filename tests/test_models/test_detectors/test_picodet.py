@@ -12,7 +12,7 @@ import mmvisattn  # noqa: F401
 from mmvisattn.models.backbones.esnet import channel_shuffle, make_divisible
 from mmvisattn.utils.complexity import count_flops
 
-from ..conftest import REPO
+from ...conftest import REPO
 
 ZOO = {  # PaddleDetection release/2.6 model zoo: params (M) and GFLOPs (2 x MACs) at 320
     's': (0.99, 0.73),

@@ -18,7 +18,7 @@ from mmvisattn.models.detectors.smca import reference_scale
 from mmvisattn.models.layers.smca_transformer import (SCALE_CHANNELS, SMCATransformerDecoderLayer,
                                                       SMCATransformerEncoder, gaussian_log_weights)
 
-from ..conftest import REPO
+from ...conftest import REPO
 
 DEMO = REPO / 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py'
 LAYER = dict(self_attn_cfg=dict(embed_dims=32, num_heads=4, dropout=0.0),

@@ -1,7 +1,7 @@
 """RippleAttention and RippleLinearAttention (arXiv:2110.02453): parameter counts by the docstring's formula,
 the linearized twin against its explicit N x N form, every operator implementation giving the same
 module output and gradients, the Gaussian W1 of Eq. 13 surviving Linear initialisers, and one-line
-errors for bad settings. The shared contract (shapes, wrong grids) is in test_attentions.py."""
+errors for bad settings. The shared contract (shapes, wrong grids) is in test_contract.py."""
 import pytest
 import torch
 

@@ -10,7 +10,7 @@ from mmvisattn.models.attentions import BaseAttention
 from mmvisattn.ops.linearized import elu_feature_map
 from mmvisattn.registry import ATTENTIONS, build_attention
 
-from ..conftest import kernel_tolerance
+from ...conftest import kernel_tolerance
 
 ALL_TYPES = sorted(ATTENTIONS.module_dict)
 

@@ -12,7 +12,7 @@ from mmvisattn.models.attentions import PeripheralAttention
 from mmvisattn.models.backbones import PerViT
 from mmvisattn.registry import build_attention
 
-from ..conftest import load_tool
+from ...conftest import load_tool
 
 VISUALIZER = load_tool('tools/analysis_tools/visualize_attention.py')  # holds the region analysis
 cell_distances, nonlocality = VISUALIZER.cell_distances, VISUALIZER.nonlocality
