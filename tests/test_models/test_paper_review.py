@@ -119,7 +119,8 @@ def test_picodet_recipe_is_paddledetection_v1():
     assert cfg.train_dataloader.batch_size * 8 == cfg.auto_scale_lr.base_batch_size == 256
     warmup, cosine = cfg.param_scheduler
     assert (warmup.type, warmup.start_factor, warmup.end, cosine.type) == ('LinearLR', 0.1, 300, 'CosineAnnealingLR')
-    assert cfg.custom_hooks[0].momentum == pytest.approx(1 - 0.9998)
+    ema = next(hook for hook in cfg.custom_hooks if hook.type == 'EMAHook')
+    assert ema.momentum == pytest.approx(1 - 0.9998)
     test_cfg, assigner = cfg.model.test_cfg, cfg.model.train_cfg.assigner
     assert (test_cfg.nms_pre, test_cfg.score_thr, test_cfg.nms.iou_threshold, test_cfg.max_per_img) == (
         1000, 0.025, 0.6, 100)
