@@ -33,6 +33,13 @@ mmdet's dropped annotations. ``CocoDataset.parse_data_info`` skips boxes outside
 degenerate boxes and unknown categories without a word; it is wrapped to count them, which
 ``DroppedAnnotationsHook`` reports.
 
+mmengine's checkpoints. ``CheckpointHook`` removes the checkpoint beyond ``max_keep_ckpts`` before it
+writes the new one, and the writer opens the final file directly: a kill in between left no
+checkpoint while ``last_checkpoint`` named a removed one, a kill during the write a truncated file.
+The writer goes through a partial file renamed into place, and the hook removes the old checkpoint
+only once the new one and ``last_checkpoint`` are written
+(:func:`mmvisattn.utils.checkpoint.save_then_prune`).
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
@@ -179,8 +186,20 @@ def name_undecodable_label_maps() -> None:
     LoadAnnotations._load_seg_map = load_naming_file
 
 
+def write_checkpoints_atomically() -> None:
+    """Runner checkpoints written through a partial file, and the expired one removed after the new
+    one (see the module docstring)."""
+    from mmengine.hooks import CheckpointHook
+    from mmengine.runner import runner as runner_module
+
+    from .utils.checkpoint import atomic_save_checkpoint, save_then_prune
+    if not getattr(runner_module.save_checkpoint, 'atomic', False):
+        runner_module.save_checkpoint = atomic_save_checkpoint(runner_module.save_checkpoint)
+    CheckpointHook._save_checkpoint_with_step = save_then_prune
+
+
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
-           count_dropped_annotations, name_undecodable_label_maps)
+           count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically)
 
 
 def apply_patches() -> None:

@@ -1,12 +1,14 @@
-"""Reading checkpoints with one-line errors (tools/train.py, tools/test.py, the converters), and
-the checks the converters share: does a converted state dict fit a config's backbone?"""
+"""Reading checkpoints with one-line errors (tools/train.py, tools/test.py, the converters), writing
+them so that a kill at any moment leaves every named checkpoint whole, and the checks the converters
+share: does a converted state dict fit a config's backbone?"""
 import argparse
+import os
 import os.path as osp
 import pickle
 import re
 import zipfile
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -55,6 +57,99 @@ def state_dict_of(checkpoint: object, path: str, wrappers: Sequence[str] = ('sta
             return state_dict
     raise CheckpointError(f'checkpoint {path!r} holds no state dict: expected a dict of tensors, bare or under '
                           f'one of {list(wrappers)}, found {_describe(checkpoint)}')
+
+
+# `.<name>.<pid>.partial`: what write_atomically writes before renaming it into place
+PARTIAL = re.compile(r'^\..+\.(?P<pid>\d+)\.partial$')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_partials(folder: str) -> None:
+    """Remove the partial files that interrupted writes (of processes no longer running) left in
+    ``folder``; nothing else writes files of that name."""
+    for name in os.listdir(folder):
+        match = PARTIAL.match(name)
+        if match and int(match['pid']) != os.getpid() and not _alive(int(match['pid'])):
+            os.remove(osp.join(folder, name))
+
+
+def write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """``write(file)`` into ``path`` so that ``path`` is never seen incomplete: a partial file in the
+    same folder is written, flushed to the disk and renamed over ``path`` (a rename within one
+    filesystem is atomic); leftovers of interrupted writes are removed first."""
+    folder = osp.dirname(path) or '.'
+    os.makedirs(folder, exist_ok=True)
+    remove_partials(folder)
+    partial = osp.join(folder, f'.{osp.basename(path)}.{os.getpid()}.partial')
+    try:
+        with open(partial, 'wb') as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+    finally:
+        if osp.exists(partial):
+            os.remove(partial)
+    descriptor = os.open(folder, os.O_RDONLY)  # the rename itself reaches the disk
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def save_atomically(obj: object, path: str) -> None:
+    """``torch.save(obj, path)`` through :func:`write_atomically`."""
+    write_atomically(path, lambda file: torch.save(obj, file))
+
+
+def atomic_save_checkpoint(save: Callable) -> Callable:
+    """mmengine's ``save_checkpoint(checkpoint, filename, ...)`` writing local files through
+    :func:`save_atomically` (remote back ends, ``pavi://`` and the like, keep ``save``)."""
+    def save_checkpoint(checkpoint: dict, filename: str, file_client_args: Optional[dict] = None,
+                        backend_args: Optional[dict] = None) -> None:
+        if '://' in str(filename):
+            return save(checkpoint, filename, file_client_args, backend_args)
+        save_atomically(checkpoint, str(filename))
+    save_checkpoint.atomic = True
+    return save_checkpoint
+
+
+def save_then_prune(hook, runner, step: int, meta: dict) -> None:
+    """mmengine's ``CheckpointHook._save_checkpoint_with_step`` with its steps in a safe order: the
+    new checkpoint is written (atomically), then ``last_checkpoint`` names it, and only then is the
+    oldest one beyond ``max_keep_ckpts`` removed. mmengine removes it first, so a kill in between left
+    no checkpoint while ``last_checkpoint`` named the removed one."""
+    from mmengine.dist import is_main_process
+    expired = []
+    if hook.max_keep_ckpts > 0 and not (hook.keep_ckpt_ids and hook.keep_ckpt_ids[-1] == step):
+        if len(hook.keep_ckpt_ids) == hook.max_keep_ckpts:
+            expired.append(hook.file_backend.join_path(hook.out_dir, hook.filename_tmpl.format(
+                hook.keep_ckpt_ids.popleft())))
+        hook.keep_ckpt_ids.append(step)
+        runner.message_hub.update_info('keep_ckpt_ids', list(hook.keep_ckpt_ids))
+    filename = hook.filename_tmpl.format(step)
+    hook.last_ckpt = hook.file_backend.join_path(hook.out_dir, filename)
+    runner.message_hub.update_info('last_ckpt', hook.last_ckpt)
+    runner.save_checkpoint(hook.out_dir, filename, hook.file_client_args, save_optimizer=hook.save_optimizer,
+                           save_param_scheduler=hook.save_param_scheduler, meta=meta, by_epoch=hook.by_epoch,
+                           backend_args=hook.backend_args, **hook.args)
+    if not is_main_process():
+        return
+    write_atomically(osp.join(runner.work_dir, 'last_checkpoint'), lambda file: file.write(hook.last_ckpt.encode()))
+    for path in expired:
+        if hook.file_backend.isfile(path):
+            hook.file_backend.remove(path)
+        elif hook.file_backend.isdir(path):  # DeepSpeed writes folders
+            hook.file_backend.rmtree(path)
 
 
 def _describe(value: object) -> str:
@@ -148,5 +243,5 @@ def save_converted(converted: Dict[str, Tensor], dst: str, config: Optional[str]
         except ValueError as exc:
             raise SystemExit(f'error: {exc}') from None
         print(f'newly initialised in the backbone ({len(new)}): ' + (', '.join(new) if new else 'none'))
-    torch.save({'state_dict': converted}, dst)
+    save_atomically({'state_dict': converted}, dst)
     print(f'saved {dst}')

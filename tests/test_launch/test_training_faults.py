@@ -1,6 +1,7 @@
 """Faults while training: a non-finite loss stops the run naming the iteration (no NaN checkpoint
 is written), and a run killed at a checkpoint resumes exactly, random draws included."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -79,3 +80,64 @@ def test_killed_run_resumes_exactly(workspace, tmp_path):
     result = torch.load(killed / 'iter_8.pth')['state_dict']
     assert reference.keys() == result.keys()
     assert all(torch.equal(reference[key], result[key]) for key in reference)
+
+
+# Loaded at start-up by the Python of the run below (sitecustomize on PYTHONPATH): the second
+# checkpoint torch.save writes stops half-way through and the process is SIGKILLed, as a kill
+# arriving while the file is written.
+KILL_WHILE_SAVING = '''
+import io, os, signal
+import torch
+
+_save, _checkpoints = torch.save, []
+
+
+def save(obj, f, *args, **kwargs):
+    if not (isinstance(obj, dict) and 'state_dict' in obj):
+        return _save(obj, f, *args, **kwargs)
+    _checkpoints.append(obj)
+    if len(_checkpoints) < 2:
+        return _save(obj, f, *args, **kwargs)
+    buffer = io.BytesIO()
+    _save(obj, buffer, *args, **kwargs)
+    data = buffer.getvalue()[:buffer.tell() // 2]
+    if hasattr(f, 'write'):
+        f.write(data)
+        f.flush()
+    else:
+        with open(f, 'wb') as file:
+            file.write(data)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+torch.save = save
+'''
+
+
+def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_to_resume(workspace, tmp_path):
+    """Checkpoints at iterations 3 and 6, one kept: killed half-way through writing iter_6.pth, the run
+    leaves iter_3.pth whole and named by ``last_checkpoint``; ``--resume`` continues from it to the
+    weights of an uninterrupted run, removes the partial file and keeps only the newest checkpoint."""
+    options = [*RESUME_OPTIONS, 'default_hooks.checkpoint.max_keep_ckpts=1']
+    straight, killed, hooks = tmp_path / 'straight', tmp_path / 'killed', tmp_path / 'hooks'
+    hooks.mkdir()
+    (hooks / 'sitecustomize.py').write_text(KILL_WHILE_SAVING)
+    env = tool_env()
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(hooks), env.get('PYTHONPATH')]))
+    command = [sys.executable, str(REPO / 'tools/train.py'), str(RWGKA_DEMO), '--work-dir', str(killed),
+               '--cfg-options', *options]
+    done = subprocess.run(command, cwd=workspace, env=env, capture_output=True, text=True, timeout=time_limit(300))
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert names_checkpoint(killed, 'iter_3.pth') and not (killed / 'iter_6.pth').exists()
+    assert len(list(killed.glob('.iter_6.pth.*.partial'))) == 1
+    seed = torch.load(killed / 'iter_3.pth')['meta']['seed']  # whole: it loads
+    run_tool(['tools/train.py', RWGKA_DEMO, '--work-dir', straight, '--cfg-options', *options,
+              f'randomness.seed={seed}'], cwd=workspace)
+    resumed = run_tool(['tools/train.py', RWGKA_DEMO, '--work-dir', killed, '--resume', '--cfg-options', *options],
+                       cwd=workspace)
+    assert 'resumed epoch: 0, iter: 3' in resumed.stdout + resumed.stderr
+    assert sorted(path.name for path in killed.glob('*.pth')) == ['iter_8.pth']
+    assert not list(killed.glob('.*.partial'))
+    reference = torch.load(straight / 'iter_8.pth')['state_dict']
+    result = torch.load(killed / 'iter_8.pth')['state_dict']
+    assert reference.keys() == result.keys() and all(torch.equal(reference[key], result[key]) for key in reference)
