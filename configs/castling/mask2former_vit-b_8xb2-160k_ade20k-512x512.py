@@ -2,12 +2,12 @@
 # Castling-ViT (arXiv:2211.10526). mmseg's Mask2Former ADE20K recipe (AdamW 1e-4, poly, 160k iterations,
 # batch 8x2); the single-scale ViT features of blocks 4, 6, 8 and 12 become a stride 4-32 pyramid
 # through mmseg's MultiLevelNeck (512 channels, which puts the whole model at the slides' 118M).
-# Start from MAE ViT-B weights converted by tools/model_converters/vit2mmvisattn.py (the same keys
-# serve the softmax ViT: qkv, proj).
+# Start from MAE's ImageNet ViT-B/16 weights by URL (facebookresearch/mae), converted while loading
+# (the same keys serve the softmax ViT: qkv, proj) with the 14x14 position embedding resized to 32x32.
 _base_ = ['mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py', '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
-checkpoint = 'pretrain/mae_vit-b16_castling.pth'
+checkpoint = 'https://dl.fbaipublicfiles.com/mae/pretrain/mae_pretrain_vit_base.pth'
 model = dict(
     backbone=dict(
         _delete_=True,

@@ -5,10 +5,9 @@
 _base_ = ['mmseg::segformer/segformer_mit-b0_8xb1-160k_cityscapes-1024x1024.py', '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
-# mmseg's ImageNet MiT-B0 weights converted by tools/model_converters/mit2mmvisattn.py (anchors are new)
-checkpoint = 'pretrain/mit_b0_rwgka.pth'
 model = dict(
     backbone=dict(
         type='MixVisionTransformerRWGKA',
-        attn_cfg=dict(type='RWGKAttention', num_anchors=64, lam=0.5),
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint)))
+        attn_cfg=dict(type='RWGKAttention', num_anchors=64, lam=0.5)))
+# The backbone starts from the ImageNet MiT-B0 weights the stock config names (its init_cfg, a URL):
+# converted while loading, the RWGK anchors newly initialised.

@@ -3,9 +3,9 @@
 _base_ = ['mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py', '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
-checkpoint = 'pretrain/mit_b0_rwgka.pth'
 model = dict(
     backbone=dict(
         type='MixVisionTransformerRWGKA',
-        attn_cfg=dict(type='RWGKAttention', num_anchors=64, lam=0.5),
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint)))
+        attn_cfg=dict(type='RWGKAttention', num_anchors=64, lam=0.5)))
+# The backbone starts from the ImageNet MiT-B0 weights the stock config names (its init_cfg, a URL):
+# converted while loading, the RWGK anchors newly initialised.

@@ -1,7 +1,9 @@
 # SegFormer-B4-RWGKA: the B0-RWGKA recipe with the MiT-B4 encoder (layout of mmseg's B4 config).
 _base_ = './segformer_mit-b0-rwgka_8xb2-160k_ade20k-512x512.py'
 
-checkpoint = 'pretrain/mit_b4_rwgka.pth'
+# the ImageNet MiT-B4 weights stock mmseg's B4 SegFormer configs start from, converted
+# while loading (the RWGK anchors stay newly initialised)
+checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segformer/mit_b4_20220624-d588d980.pth'  # noqa
 model = dict(
     backbone=dict(
         init_cfg=dict(type='Pretrained', checkpoint=checkpoint),

@@ -1,10 +1,10 @@
 # Mask R-CNN with ViL-Medium (arXiv:2103.15358) on COCO, 3x+MS schedule: the ViL-Small recipe with
 # Table 9's medium row (drop path 0.3, lr 1e-4); the best checkpoint by box AP is kept, as the paper
 # reports it for Medium and Base (App. A.2: the two over-fit COCO); backbone from an ImageNet-21K
-# checkpoint converted by tools/model_converters/vil2mmvisattn.py.
+# checkpoint (the official file, converted while loading).
 _base_ = './mask-rcnn_vil-small_fpn_ms-3x_coco.py'
 
 model = dict(
     backbone=dict(arch='medium', drop_path_rate=0.3,
-                  init_cfg=dict(checkpoint='pretrain/vil-medium_in21k_mmdet.pth')))
+                  init_cfg=dict(checkpoint='pretrain/vil-medium_in21k.pth')))
 default_hooks = dict(checkpoint=dict(save_best='coco/bbox_mAP', rule='greater'))

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from ..engine.hooks import NonFiniteLoss
+from ..utils.checkpoint import CheckpointError
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
 
 SCOPES = ('mmdet', 'mmseg')
@@ -122,7 +123,7 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     del checkpoint  # the Runner reads the file itself
     try:
         getattr(runner, action)()
-    except NonFiniteLoss as exc:
+    except (NonFiniteLoss, CheckpointError) as exc:  # a non-finite loss; pretrained weights that do not load
         raise SystemExit(f'error: {exc}') from None
     except Exception as exc:
         message = diagnose_failure(cfg, dataloaders, exc)

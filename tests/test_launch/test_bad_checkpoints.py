@@ -65,6 +65,27 @@ def test_resume_from_a_truncated_checkpoint_is_named(small_data):
     check_message(line, path, expected)
 
 
+@pytest.mark.parametrize('kind', ['truncated', 'unsafe_pickle', 'another_model'])
+def test_bad_pretrained_backbone_weights_are_named(small_data, kind):
+    """Weights named in the backbone's ``init_cfg`` are read when training starts; bad ones end the
+    run in one line naming the file."""
+    path = small_data / f'{kind}.pth'
+    if kind == 'another_model':
+        torch.save({'state_dict': {'conv1.weight': torch.ones(1)}}, path)
+        expected = 'is in no layout MixVisionTransformerRWGKA reads'
+    else:
+        expected = write_bad_checkpoint(kind, path)
+    config = small_data / 'pretrained.py'
+    config.write_text(f"_base_ = '{SEG_DEMO.parent.parent}/segformer_rwgka/"
+                      "segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'\n"
+                      f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, type='Pretrained', "
+                      f"checkpoint='{path}')))\n")
+    line = fails_in_one_line(['tools/train.py', config, '--work-dir', small_data / 'work', *ONE_ITERATION],
+                             small_data, small_data / 'work')
+    check_message(line, path, expected)
+    assert not (small_data / 'pwned').exists()
+
+
 CONVERTERS = ['mit2mmvisattn.py', 'pervit2mmvisattn.py', 'vit2mmvisattn.py', 'vil2mmvisattn.py']
 
 

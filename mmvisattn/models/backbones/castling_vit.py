@@ -1,6 +1,7 @@
 """Castling-ViT backbone (arXiv:2211.10526): mmseg's plain ViT with castling (linear-angular) attention
 in every block, for Mask2Former / UperNet-style dense heads."""
 import inspect
+import math
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
@@ -12,12 +13,13 @@ from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
 from ..layers import ResidualAttention, TokenGrid
 from .contract import BackboneContract, Part, check_out_indices
+from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
 
 
 @register_model
-class CastlingViT(BackboneContract, VisionTransformer):
+class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
 
     Takes every constructor argument of mmseg's ``VisionTransformer``, so a stock ViT config (for
@@ -28,8 +30,10 @@ class CastlingViT(BackboneContract, VisionTransformer):
     layers call their attention without it.
 
     Parameter names follow mmseg's ViT but for the attention internals
-    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``tools/model_converters/vit2mmvisattn.py`` maps
-    timm / MAE ViT checkpoints onto them.
+    (``layers.{i}.attn.attn.{qkv, proj, dconv}``). ``init_cfg=dict(type='Pretrained', checkpoint=...)``
+    reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading with the
+    position embedding resized as mmseg's ViT does (:mod:`.pretrained`);
+    ``tools/model_converters/vit2mmvisattn.py`` is the offline form for timm / MAE.
 
     The backbone contract (:mod:`.contract`) on mmseg's arguments: ``out_indices`` counts layers
     (negative ones from the last), ``norm_eval`` is mmseg's, and ``frozen_stages`` freezes the patch
@@ -43,6 +47,17 @@ class CastlingViT(BackboneContract, VisionTransformer):
         frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first ``k`` layers.
         **kwargs: The arguments of mmseg's ``VisionTransformer``.
     """
+
+    pretrained_formats = (
+        CheckpointFormat('timm / DeiT / MAE ViT (blocks.0.attn.qkv ...)', any_key(r'^blocks\.\d+\.attn\.qkv\.'),
+                         lambda state_dict, backbone: backbone.fit_pos_embed(convert_vit_state_dict(state_dict)[0])),
+        CheckpointFormat('mmseg ViT (layers.0.attn.attn.in_proj_weight ...)',
+                         any_key(r'^(backbone\.)?layers\.\d+\.attn\.attn\.in_proj_weight$'),
+                         lambda state_dict, backbone: backbone.fit_pos_embed(rename_keys(
+                             strip_prefix(state_dict, 'backbone.'), MMSEG_TO_CASTLING)[0])),
+        CheckpointFormat('mmpretrain ViT (layers.0.attn.qkv ...)', any_key(r'^(backbone\.)?layers\.\d+\.attn\.qkv\.'),
+                         lambda state_dict, backbone: backbone.fit_pos_embed(rename_keys(
+                             strip_prefix(state_dict, 'backbone.'), MMPRETRAIN_TO_CASTLING)[0])))
 
     def __init__(self, attn_cfg: Optional[Dict] = None, frozen_stages: int = -1, **kwargs) -> None:
         stock = inspect.signature(VisionTransformer).bind(**kwargs)
@@ -67,6 +82,17 @@ class CastlingViT(BackboneContract, VisionTransformer):
     def stem_parts(self) -> List[Part]:
         return [self.patch_embed, self.pos_embed, self.cls_token, *([self.pre_ln] if self.pre_norm else [])]
 
+    def fit_pos_embed(self, state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """``state_dict`` with its position embedding resized to this model's grid, as mmseg's
+        ``VisionTransformer.init_weights`` does for its own checkpoints."""
+        pos_embed = state_dict.get('pos_embed')
+        if pos_embed is not None and pos_embed.shape != self.pos_embed.shape:
+            side = int(math.sqrt(pos_embed.shape[1] - 1))
+            grid = (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
+            state_dict = dict(state_dict, pos_embed=self.resize_pos_embed(pos_embed, grid, (side, side),
+                                                                          self.interpolate_mode))
+        return state_dict
+
     def stage_parts(self, index: int) -> List[Part]:
         final = [self.norm1] if self.final_norm and index == len(self.layers) - 1 else []
         return [self.layers[index], *final]
@@ -81,6 +107,14 @@ TIMM_TO_CASTLING = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
                       for part, ours in TIMM_BLOCK_PARTS.items()],
                     (r'^norm\.', 'ln1.'),
                     (r'^(cls_token|pos_embed)$', r'\1')]
+
+
+# mmseg ViT (mmcv's MultiheadAttention) and mmpretrain ViT names -> CastlingViT names; other keys are kept
+MMSEG_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$', r'layers.\1.attn.attn.qkv.\2'),
+                     (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'layers.\1.attn.attn.proj.'),
+                     (r'^', '')]
+MMPRETRAIN_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.(qkv|proj)\.', r'layers.\1.attn.attn.\2.'),
+                          (r'^', '')]
 
 
 def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:

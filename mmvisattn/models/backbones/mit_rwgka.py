@@ -7,12 +7,14 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+import torch
 from mmseg.models.backbones.mit import MixVisionTransformer
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from ..layers import ResidualAttention
 from .contract import BackboneContract, Part, check_out_indices
+from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 AttnCfg = Union[Dict, Sequence[Dict]]
 DEFAULT_ATTN_CFG = dict(type='RWGKAttention', num_anchors=64, lam=0.5)
@@ -29,14 +31,17 @@ def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
 
 
 @register_model
-class MixVisionTransformerRWGKA(BackboneContract, MixVisionTransformer):
+class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTransformer):
     """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
 
     Takes every constructor argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer
     config switches by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path,
     ``with_cp``, ``out_indices``, ``init_cfg`` and the forward are mmseg's. Parameter names match
     mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so
-    ``tools/model_converters/mit2mmvisattn.py`` turns a stock MiT checkpoint into an initialisation.
+    ``init_cfg=dict(type='Pretrained', checkpoint=...)`` reads mmseg's MiT weights (the ImageNet ones
+    stock SegFormer configs start from, or a whole SegFormer checkpoint under ``backbone.``) and
+    NVlabs' SegFormer weights, converted while loading (:mod:`.pretrained`);
+    ``tools/model_converters/mit2mmvisattn.py`` is the offline form.
 
     Args:
         attn_cfg: The attention of every block: one config for all stages or a list with one per
@@ -51,6 +56,15 @@ class MixVisionTransformerRWGKA(BackboneContract, MixVisionTransformer):
         **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from
             the last stage.
     """
+
+    pretrained_formats = (
+        CheckpointFormat('NVlabs SegFormer MiT (block1.0.attn.q ...)', any_key(r'^block\d+\.\d+\.attn\.q\.'),
+                         lambda state_dict, backbone: convert_mit_state_dict(
+                             convert_segformer_state_dict(state_dict), keeps_spatial_reduction(backbone))[0]),
+        CheckpointFormat('mmseg MiT (bare, or a SegFormer under backbone.)',
+                         any_key(r'(^|\.)layers\.\d+\.1\.\d+\.attn\.attn\.in_proj_weight$'),
+                         lambda state_dict, backbone: convert_mit_state_dict(
+                             strip_prefix(state_dict, 'backbone.'), keeps_spatial_reduction(backbone))[0]))
 
     def __init__(self, attn_cfg: Optional[AttnCfg] = None, frozen_stages: int = -1, norm_eval: bool = False,
                  **kwargs) -> None:
@@ -115,3 +129,50 @@ def convert_mit_state_dict(state_dict: Dict[str, Tensor],
         else:
             converted[key] = value
     return converted, dropped
+
+
+def keeps_spatial_reduction(backbone: MixVisionTransformer) -> bool:
+    """Whether the backbone's attentions have mmseg's spatial reduction (``SpatialReductionAttention``)."""
+    return any('.attn.attn.sr.' in key for key in backbone.state_dict())
+
+
+# NVlabs SegFormer (mix_transformer.py) names -> mmseg MiT names, as mmseg's tools/model_converters/mit2mmseg.py
+NVLABS_KEY = re.compile(r'^(?P<part>patch_embed|block|norm)(?P<stage>\d+)\.(?P<rest>.+)$')
+NVLABS_BLOCK_PARTS = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.', 'attn.norm.': 'attn.norm.',
+                      'mlp.fc1.': 'ffn.layers.0.', 'mlp.dwconv.dwconv.': 'ffn.layers.1.', 'mlp.fc2.': 'ffn.layers.4.',
+                      'norm1.': 'norm1.', 'norm2.': 'norm2.'}
+
+
+def _nvlabs_block(prefix: str, rest: str, value: Tensor, state_dict: Dict[str, Tensor],
+                  key: str) -> Optional[Tuple[str, Tensor]]:
+    """One block tensor of an NVlabs MiT as ``(mmseg key, value)``; ``None`` for ``kv``, joined with ``q``."""
+    if rest.startswith('attn.q.'):
+        kind = rest.rsplit('.', 1)[1]
+        return f'{prefix}attn.attn.in_proj_{kind}', torch.cat([value, state_dict[key.replace('.attn.q.', '.attn.kv.')]])
+    for old, new in NVLABS_BLOCK_PARTS.items():
+        if rest.startswith(old):
+            linear = old in ('mlp.fc1.', 'mlp.fc2.') and rest.endswith('weight')  # 1x1 convolutions in mmseg
+            return prefix + new + rest[len(old):], value[..., None, None] if linear else value
+    return None
+
+
+def convert_segformer_state_dict(state_dict: Dict[str, Tensor]) -> 'OrderedDict[str, Tensor]':
+    """NVlabs SegFormer MiT keys (``patch_embed1``, ``block1.0.attn.q``, ``norm1`` ...) -> mmseg MiT
+    keys: ``q`` and ``kv`` joined into ``in_proj``, the MLP's linear layers as 1x1 convolutions; the
+    classification head and anything else without a place dropped."""
+    converted = OrderedDict()
+    for key, value in state_dict.items():
+        match = NVLABS_KEY.match(key)
+        if match is None:
+            continue
+        stage, rest = int(match['stage']) - 1, match['rest']
+        if match['part'] == 'patch_embed':
+            converted[f'layers.{stage}.0.{rest.replace("proj.", "projection.", 1)}'] = value
+        elif match['part'] == 'norm':
+            converted[f'layers.{stage}.2.{rest}'] = value
+        else:
+            index, rest = rest.split('.', 1)
+            renamed = _nvlabs_block(f'layers.{stage}.1.{index}.', rest, value, state_dict, key)
+            if renamed is not None:
+                converted[renamed[0]] = renamed[1]
+    return converted

@@ -28,6 +28,7 @@ from mmvisattn.utils.checkpoint import rename_keys
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
 from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch
+from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
 ARCH_ZOO = {
@@ -70,7 +71,7 @@ class PerViTBlock(nn.Module):
 
 
 @register_model
-class PerViT(BackboneContract, BaseModule):
+class PerViT(LoadsPretrained, BackboneContract, BaseModule):
     """Peripheral Vision Transformer for dense prediction (mmdet and mmseg).
 
     Args:
@@ -92,10 +93,15 @@ class PerViT(BackboneContract, BaseModule):
         with_cp: Recompute each block in the backward pass (``torch.utils.checkpoint``) instead of
             keeping its activations. Training ``Phi_p`` keeps several ``N x 4 N_h x (H + 2) x (W + 2)``
             maps per layer (about 5 GB for PerViT-T at COCO's 50x84 grid), so the COCO configs set it.
-        init_cfg: mmengine initialisation config (e.g. ``Pretrained`` with a converted checkpoint).
+        init_cfg: mmengine initialisation config, e.g. ``Pretrained`` with an official PerViT
+            checkpoint (converted while loading, :mod:`.pretrained`) or a converted one.
     """
 
     arch_zoo = ARCH_ZOO
+    pretrained_formats = (
+        CheckpointFormat('official PerViT (juhongm999/pervit)', any_key(r'^blocks\.\d+\.attn\.activation\.'),
+                         lambda state_dict, backbone: convert_pervit_state_dict(
+                             state_dict, len(backbone.stem) - 1, len(backbone.stage_ends) - 1)[0]),)
 
     def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
                  drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),

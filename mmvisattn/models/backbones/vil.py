@@ -19,6 +19,7 @@ from torch import Tensor
 from mmvisattn.registry import build_attention, register_model
 from ..layers.weight_init import init_embedding, init_linear_layers
 from .contract import BackboneContract, checkpointed, resolve_arch
+from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
 _DETECTION = dict(patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
@@ -121,7 +122,7 @@ class ViLStage(BaseModule):
 
 
 @register_model
-class ViL(BackboneContract, BaseModule):
+class ViL(LoadsPretrained, BackboneContract, BaseModule):
     """Multi-scale Vision Longformer backbone for mmdet and mmseg.
 
     No stock backbone stacks E-ViT stages with global tokens, so this is new; patch embedding,
@@ -148,11 +149,16 @@ class ViL(BackboneContract, BaseModule):
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
-        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of a
-            checkpoint converted by ``tools/model_converters/vil2mmvisattn.py``.
+        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an official
+            MsViT or detectron2 checkpoint (converted while loading, :mod:`.pretrained`) or of one
+            converted by ``tools/model_converters/vil2mmvisattn.py``.
     """
 
     arch_zoo = ARCH_ZOO
+    pretrained_formats = (
+        CheckpointFormat('official MsViT (classification, under net with module.) or its detectron2 port '
+                         '(backbone.bottom_up.)', any_key(r'^(module\.|backbone\.bottom_up\.)?layer\d+\.\d+\.'),
+                         lambda state_dict, backbone: convert_vil_state_dict(state_dict, backbone.state_dict())[0]),)
 
     def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
                  attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
