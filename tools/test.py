@@ -1,19 +1,22 @@
 """Evaluate a checkpoint on a config's test set (COCO mAP for mmdet configs, mIoU for mmseg ones),
 as the stock ``tools/test.py`` of mmdet and mmseg do; the scope comes from ``default_scope``.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--show-dir DIR] [--allow-partial-checkpoint]
-                         [--cfg-options k=v ...]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out OUT] [--show] [--show-dir DIR]
+                         [--wait-time S] [--tta] [--allow-partial-checkpoint] [--cfg-options k=v ...]
+
+Every flag of mmdet's and mmseg's own ``tools/test.py`` is taken, with their meaning for the
+config's scope (:mod:`mmvisattn.launch.options`).
 
 Unlike the stock tools, a checkpoint that does not set every weight of the model (one of another
 model, or of another width) is refused in one line instead of scoring a partly random model.
 """
 import argparse
-import os.path as osp
 
 from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
 from mmvisattn.launch import load_config, parse_tool_args, run
+from mmvisattn.launch.options import dump_predictions, show_predictions, test_time_augmentation
 
 TEST_LOADERS = ('test_dataloader',)
 
@@ -23,7 +26,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save the evaluation metrics')
+    parser.add_argument('--out', help='mmdet configs: a .pkl file for the raw predictions; mmseg configs: a folder '
+                        'for the predicted label maps')
+    parser.add_argument('--show', action='store_true', help='show each image with its predictions in a window')
     parser.add_argument('--show-dir', help='save images with predictions drawn into this dir (under the work dir)')
+    parser.add_argument('--wait-time', type=float, default=2, help='seconds each shown image stays (--show)')
+    parser.add_argument('--tta', action='store_true', help="test-time augmentation: the config's tta_model and "
+                        "tta_pipeline (mmdet configs without them: mmdet's flip default)")
     parser.add_argument('--allow-partial-checkpoint', action='store_true',
                         help='evaluate even when the checkpoint leaves some weights of the model unset or holds '
                              'others (the stock behaviour, with a warning)')
@@ -32,25 +41,16 @@ def parse_args() -> argparse.Namespace:
     return parse_tool_args(parser)
 
 
-def enable_visualization(cfg, show_dir: str) -> None:
-    """Turn on the visualisation hook of either scope so predictions are drawn into ``show_dir``."""
-    hook = cfg.default_hooks.get('visualization')
-    if hook is None:
-        raise SystemExit('error: --show-dir needs default_hooks.visualization in the config')
-    hook['draw'] = True
-    hook['interval'] = 1
-    if cfg.default_scope == 'mmdet':
-        hook['test_out_dir'] = show_dir
-    else:
-        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
-
-
 def main() -> None:
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     cfg.load_from = args.checkpoint
-    if args.show_dir:
-        enable_visualization(cfg, args.show_dir)
+    if args.show or args.show_dir:
+        show_predictions(cfg, args.show_dir, args.show, args.wait_time)
+    if args.tta:
+        test_time_augmentation(cfg)
+    if args.out:
+        dump_predictions(cfg, args.out)
     run(cfg, 'test', TEST_LOADERS, allow_partial_checkpoint=args.allow_partial_checkpoint)
 
 

@@ -1,7 +1,10 @@
 """Train a detector (mmdet scope) or a segmentor (mmseg scope) from a config, as the stock
 ``tools/train.py`` of mmdet and mmseg do; the scope comes from the config's ``default_scope``.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--cfg-options k=v ...]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
+                          [--cfg-options k=v ...] [--launcher none|pytorch|slurm]
+
+Every flag of mmdet's and mmseg's own ``tools/train.py`` is taken, with their meaning.
 """
 import argparse
 
@@ -11,6 +14,7 @@ from mmengine.config import DictAction
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
 from mmvisattn.launch import load_config, parse_tool_args, run
+from mmvisattn.launch.options import enable_auto_scale_lr
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 
@@ -25,6 +29,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir '
                              'when no path is given')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help="scale the learning rate by the total batch over the config's "
+                             'auto_scale_lr.base_batch_size (as mmdet does)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. train_cfg.max_iters=10')
     return parse_tool_args(parser)
@@ -43,6 +50,8 @@ def main() -> None:
     cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
     if args.amp:
         enable_amp(cfg)
+    if args.auto_scale_lr:
+        enable_auto_scale_lr(cfg)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:

@@ -10,7 +10,7 @@ import re
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from mmengine.config import Config
-from mmengine.model import is_model_wrapper
+from mmengine.model import BaseTTAModel, is_model_wrapper
 from torch import Tensor, nn
 
 from ..utils.checkpoint import CheckpointError, read_checkpoint, state_dict_of
@@ -76,7 +76,8 @@ def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
     """Exit in one line, ending with ``remedy``, unless ``checkpoint`` sets every weight of
     ``model`` with the right shape and holds nothing else (a checkpoint of another model would
     leave it randomly initialised)."""
-    model = model.module if is_model_wrapper(model) else model
+    # a wrapper's, or a test-time-augmentation model's, weights are its module's (as mmengine loads them)
+    model = model.module if is_model_wrapper(model) or isinstance(model, BaseTTAModel) else model
     expected = model.state_dict()
     weights = model_weights(checkpoint, path)
     missing = sorted(set(expected) - set(weights))

@@ -4,6 +4,7 @@ bad input (the fault cases a user meets are in tests/test_launch)."""
 import math
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +85,57 @@ def test_corrupted_annotation_is_named(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith(
         "error: corrupted annotation file 'data/shapes/coco/annotations/instances_train2017.json': not valid JSON")
+
+
+def stock_flags(script) -> set:
+    """The option strings a stock ``tools/*.py`` declares (``--x``), read from its source."""
+    import ast
+    flags = set()
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, 'attr', '') == 'add_argument':
+            flags |= {arg.value for arg in node.args if isinstance(arg, ast.Constant) and arg.value.startswith('-')}
+    return flags
+
+
+@pytest.mark.parametrize('tool', ['train.py', 'test.py'])
+def test_the_tools_take_every_flag_of_the_stock_tools(tool):
+    """mmdet's and mmseg's own scripts, as installed with them (mim runs these)."""
+    import mmdet
+    import mmseg
+    ours = stock_flags(REPO / 'tools' / tool) | stock_flags(REPO / 'mmvisattn' / 'launch' / 'runner.py')  # launcher
+    for package in (mmdet, mmseg):
+        stock = stock_flags(Path(package.__file__).parent / '.mim' / 'tools' / tool)
+        assert stock and stock <= ours, (package.__name__, sorted(stock - ours))
+
+
+def small_shapes(root):
+    run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes', '--num-train', 4, '--num-val', 3,
+              '--size', 64], cwd=root)
+
+
+def test_stock_test_flags_dump_augment_and_refuse_in_one_line(tmp_path):
+    """``--out`` and ``--tta`` with their stock meaning per scope: mmdet dumps a pickle and takes
+    mmdet's flip default, mmseg writes label maps and needs the config's TTA; ``--auto-scale-lr``
+    scales by the config's base batch."""
+    small_shapes(tmp_path)
+    one = ['--cfg-options', 'train_cfg.max_iters=1', 'train_dataloader.batch_size=2',
+           'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
+    trained = run_tool(['tools/train.py', DET_DEMO, '--work-dir', tmp_path / 'det', '--auto-scale-lr', *one],
+                       cwd=tmp_path)
+    assert 'LR is set based on batch size of 8 and the current batch size is 2' in trained.stdout + trained.stderr
+    run_tool(['tools/test.py', DET_DEMO, tmp_path / 'det' / 'iter_1.pth', '--work-dir', tmp_path / 'det', '--tta',
+              '--out', tmp_path / 'det.pkl', '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=tmp_path)
+    from mmengine.fileio import load
+    assert len(load(tmp_path / 'det.pkl')) == 3
+    refused = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'det' / 'iter_1.pth', '--out', 'det.txt'],
+                       cwd=tmp_path, check=False)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        "error: --out 'det.txt': expected a file ending in .pkl or .pickle (mmdet configs dump their predictions "
+        'with pickle)')
+    run_tool(['tools/train.py', SEG_DEMO, '--work-dir', tmp_path / 'seg', *one], cwd=tmp_path)
+    run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'seg' / 'iter_1.pth', '--work-dir', tmp_path / 'seg', '--out',
+              tmp_path / 'labels'], cwd=tmp_path)
+    assert len(list((tmp_path / 'labels').rglob('*.png'))) == 3
+    refused = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'seg' / 'iter_1.pth', '--tta'], cwd=tmp_path,
+                       check=False)
+    assert refused.stderr.strip().splitlines()[-1].startswith('error: --tta needs tta_pipeline in the config')
