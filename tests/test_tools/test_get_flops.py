@@ -108,3 +108,10 @@ def test_stock_counter_counts_attention_kernels_as_the_project(attn_cfg):
     x = torch.randn(1, 120, 32)
     stock = get_model_complexity_info(Wrapped(), None, inputs=x, show_table=False, show_arch=False)['flops']
     assert stock == count_flops(lambda: attn(x, (12, 10)))['total']
+
+
+def test_the_default_input_is_the_configs_test_size():
+    """PicoDet-S-320 counts at 320x320 (its test Resize), not at a size of the tool's choosing."""
+    config = REPO / 'configs/picodet/picodet-s_castling_8xb32-300e_coco-320.py'
+    done = run_tool(['tools/analysis_tools/get_flops.py', config], cwd=REPO)
+    assert 'input: 320x320' in done.stdout

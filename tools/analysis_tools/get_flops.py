@@ -3,8 +3,9 @@ config, with the attention matmuls and linear solves counted: the figures of mme
 ``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``) once ``mmvisattn`` is imported,
 plus a break-down by operator.
 
-    python tools/analysis_tools/get_flops.py CONFIG [--shape 1024 1024] [--deploy] [--json OUT]
+    python tools/analysis_tools/get_flops.py CONFIG [--shape H W] [--deploy] [--json OUT]
 
+Without ``--shape`` the config's own test input size is counted (PicoDet-S-320: 320x320).
 ``--deploy`` calls ``switch_to_deploy()`` on every module that has one (train-only branches
 removed) before counting.
 """
@@ -14,6 +15,7 @@ import json
 from typing import Dict
 
 import torch
+from input_size import test_input_size  # this folder: on sys.path when the script runs
 from mmengine.config import Config, DictAction
 
 import mmvisattn  # noqa: F401
@@ -25,14 +27,15 @@ from mmvisattn.utils import count_flops, count_parameters
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config')
-    parser.add_argument('--shape', type=int, nargs='+', default=[1024, 1024], help='input H W (or one side)')
+    parser.add_argument('--shape', type=int, nargs='+', help="input H W (or one side); default: the config's test "
+                        'input size (its test pipeline\'s Resize scale, or its slide crop)')
     parser.add_argument('--deploy', action='store_true', help='count the model after switch_to_deploy()')
     parser.add_argument('--json', help='also write the figures to this file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     args = parser.parse_args(argv)
-    if len(args.shape) == 1:
+    if args.shape is not None and len(args.shape) == 1:
         args.shape = args.shape * 2
-    if len(args.shape) != 2 or min(args.shape) < 1:
+    if args.shape is not None and (len(args.shape) != 2 or min(args.shape) < 1):
         parser.error(f'--shape takes one or two positive sides, got {args.shape}')
     return args
 
@@ -59,10 +62,13 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
     return lambda: model(inputs, samples, mode='tensor')
 
 
-def measure(config: str, shape, deploy: bool = False, cfg_options=None) -> Dict:
+def measure(config: str, shape=None, deploy: bool = False, cfg_options=None) -> Dict:
+    """Parameters and multiply-accumulates of the config's model on one ``shape`` image (default:
+    the config's test input size)."""
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    shape = tuple(shape) if shape else test_input_size(cfg, '--shape')[0]
     model = build_model(cfg)
     if deploy:
         switch_to_deploy(model)
@@ -79,7 +85,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     result = measure(args.config, args.shape, args.deploy, args.cfg_options)
     print(f'config: {args.config}')
-    print(f'input: {args.shape[0]}x{args.shape[1]}{" (deploy)" if args.deploy else ""}')
+    height, width = result['shape']
+    print(f'input: {height}x{width}{" (deploy)" if args.deploy else ""}')
     print(f'params: {result["params"] / 1e6:.2f} M  (' + ', '.join(
         f'{name} {n / 1e6:.2f} M' for name, n in result['params_by_part'].items()) + ')')
     print(f'FLOPs (multiply-accumulates): {result["gmacs"]:.2f} G')

@@ -18,10 +18,11 @@ runs at 800x1344); ``--input-size`` overrides it.
 import argparse
 import json
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
+from input_size import test_input_size  # this folder: on sys.path when the script runs
 
 DEVICES = ('cpu', 'cuda')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -40,33 +41,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if value not in known:
             raise SystemExit(f'error: {name} {value!r} is not known; expected one of {", ".join(known)}')
     return args
-
-
-def _resize_scale(pipeline: Sequence[dict]) -> Optional[Tuple[int, int]]:
-    for step in pipeline or ():
-        scale = step.get('scale')
-        if 'Resize' in str(step.get('type')) and scale is not None:
-            sides = (scale, scale) if isinstance(scale, int) else tuple(scale)
-            return min(sides), max(sides)
-    return None
-
-
-def test_input_size(cfg: Config) -> Tuple[Tuple[int, int], str]:
-    """``(H, W)`` of the config's test input and where it came from."""
-    test_cfg = cfg.model.get('test_cfg') or {}
-    if test_cfg.get('mode') == 'slide':
-        size, source = tuple(test_cfg['crop_size']), 'model.test_cfg.crop_size (slide inference)'
-    else:
-        dataset = (cfg.get('test_dataloader') or {}).get('dataset', {})
-        while 'dataset' in dataset:  # wrappers
-            dataset = dataset['dataset']
-        size = _resize_scale(dataset.get('pipeline')) or _resize_scale(cfg.get('test_pipeline'))
-        if size is None:
-            raise SystemExit('error: the test pipeline has no Resize scale; give --input-size H W')
-        source = 'the test pipeline\'s Resize scale'
-    divisor = (cfg.model.get('data_preprocessor') or {}).get('pad_size_divisor') or 1
-    padded = tuple(-(-side // divisor) * divisor for side in size)
-    return padded, source + (f', padded to a multiple of {divisor}' if divisor > 1 else '')
 
 
 def attention_requests(cfg: Config, hw_shape: Tuple[int, int]):
@@ -134,7 +108,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from mmvisattn.launch.runner import load_config
     cfg = load_config(args.config, args.cfg_options)
-    hw_shape, source = ((tuple(args.input_size), '--input-size') if args.input_size else test_input_size(cfg))
+    hw_shape, source = (tuple(args.input_size), '--input-size') if args.input_size else test_input_size(cfg)
     rows = dispatch_rows(attention_requests(cfg, hw_shape), args.device, getattr(torch, args.dtype))
     print(f'{args.config}: input {hw_shape[0]}x{hw_shape[1]} ({source}), training step on {args.device} in '
           f'{args.dtype}; {len(rows)} op calls in {len({row["layer"] for row in rows})} attention layers')

@@ -2,6 +2,7 @@
 import math
 from typing import Optional
 
+import torch
 from mmdet.engine.hooks import CheckInvalidLossHook
 from mmengine.registry import HOOKS
 
@@ -33,7 +34,8 @@ class FiniteLossHook(CheckInvalidLossHook):
                          outputs: Optional[dict] = None) -> None:
         if not outputs or 'loss' not in outputs or not self.every_n_train_iters(runner, self.interval):
             return
-        if math.isfinite(float(outputs['loss'])):  # the sum of every term: one conversion per check
+        # the sum of every term, detached (a float of a graph's tensor warns): one conversion per check
+        if math.isfinite(float(torch.as_tensor(outputs['loss']).detach())):
             return
         values = {name: float(value) for name, value in outputs.items() if 'loss' in name}
         terms = ', '.join(f'{name} {value:.4g}' for name, value in values.items())
