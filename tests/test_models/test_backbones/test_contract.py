@@ -13,7 +13,7 @@ from mmdet.registry import MODELS
 from mmvisattn.models import backbones
 from mmvisattn.models.backbones.contract import NORM_LAYERS
 
-from ...conftest import saved_elements
+from ...conftest import REPO, saved_elements
 
 # A small model of every registered backbone: (config, number of stages).
 CASES = {
@@ -122,3 +122,27 @@ def test_bad_contract_arguments_fail_naming_the_backbone(name):
         build(name, out_indices=(0, 0))
     with pytest.raises(ValueError, match=f'^{name}: frozen_stages={stages + 1}; expected -1'):
         build(name, frozen_stages=stages + 1)
+
+
+# (backbone, the README's arch cell, the config that builds it)
+README_ARCHS = [
+    *[('ViL', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium', 'base')],
+    *[('PerViT', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium')],
+    *[(name, f'`{arch}`', dict(arch=arch)) for name in ('ESNet', 'CastlingLeViT') for arch in ('s', 'm', 'l')],
+    ('MixVisionTransformerRWGKA', 'B0: `embed_dims=32, num_heads=[1, 2, 5, 8]`',
+     dict(embed_dims=32, num_heads=[1, 2, 5, 8], num_layers=[2, 2, 2, 2])),
+    ('MixVisionTransformerRWGKA', 'B1-B5: `embed_dims=64, num_heads=[1, 2, 5, 8]`',
+     dict(embed_dims=64, num_heads=[1, 2, 5, 8], num_layers=[2, 2, 2, 2])),
+    ('CastlingViT', 'ViT-B/16: `embed_dims=768, num_layers=12, out_indices=(3, 5, 7, 11)`',
+     dict(embed_dims=768, num_layers=12, num_heads=12, out_indices=(3, 5, 7, 11))),
+    ('DeiTRipple', 'DeiT-Tiny (defaults)', {}),
+]
+
+
+def test_the_readme_table_of_stage_widths_is_what_the_backbones_build():
+    readme = (REPO / 'README.md').read_text()
+    for name, arch, cfg in README_ARCHS:
+        model = MODELS.build(dict(type=name, **cfg))
+        row = (f"| {name} | {arch} | {', '.join(map(str, model.out_channels))} | "
+               f"{', '.join(map(str, model.out_strides))} | `{tuple(model.out_indices)}` |")
+        assert row in readme, row
