@@ -14,7 +14,7 @@ against it; reading is always ``weights_only``.
 import os.path as osp
 import re
 from urllib.parse import urlparse
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -48,10 +48,12 @@ def strip_prefix(state_dict: StateDict, prefix: str) -> StateDict:
     return inner or state_dict
 
 
-def pretrained_cfg(init_cfg) -> Optional[dict]:
-    """The ``Pretrained`` entry of an ``init_cfg`` (a dict or a list of them), or ``None``."""
+def split_pretrained(init_cfg) -> Tuple[Optional[dict], Optional[list]]:
+    """The ``Pretrained`` entry of an ``init_cfg`` (a dict or a list of them), or ``None``, and the
+    other entries (``None`` when there are none)."""
     cfgs = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
-    return next((cfg for cfg in cfgs if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'), None)
+    pretrained = next((cfg for cfg in cfgs if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'), None)
+    return pretrained, [cfg for cfg in cfgs if cfg is not pretrained and cfg is not None] or None
 
 
 def read_pretrained(path: str) -> StateDict:
@@ -121,12 +123,11 @@ class LoadsPretrained:
     pretrained_formats: Sequence[CheckpointFormat] = ()
 
     def init_weights(self) -> None:
-        cfg = pretrained_cfg(self.init_cfg)
+        cfg, others = split_pretrained(self.init_cfg)
         if cfg is None:
             super().init_weights()
             return
-        init_cfg, self.init_cfg = self.init_cfg, [c for c in (self.init_cfg if isinstance(self.init_cfg, list)
-                                                               else [self.init_cfg]) if c is not cfg] or None
+        init_cfg, self.init_cfg = self.init_cfg, others
         try:
             self.init_weights()  # from the top of the class: its own steps see no checkpoint either
         finally:

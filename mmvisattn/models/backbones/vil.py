@@ -196,9 +196,6 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
     def stem_parts(self) -> List[Union[nn.Module, nn.Parameter]]:
         return [self.stages[0].patch_embed, *self.stages[0].embeddings()]
 
-    def stage_parts(self, index: int) -> List[Union[nn.Module, nn.Parameter]]:
-        return [self.stages[index]]
-
     def init_weights(self) -> None:
         if self.init_cfg is None:
             init_linear_layers(self)
