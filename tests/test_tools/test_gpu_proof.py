@@ -43,14 +43,23 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
                        cwd=tmp_path, env=without_openmmlab)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / 'gpu_proof.json').read_text())
-    tool = load_tool(TOOL)
+    tool, cases = load_tool(TOOL), load_tool('tools/analysis_tools/gpu_proof_cases.py')
     assert list(report['sections']) == list(tool.SECTIONS) and report['meta']['failures'] == []
     checked = {(row['op'], row['impl'], row['dtype']) for row in report['sections']['correctness']['rows']}
     for op in ('sliding_chunk_attention', 'ripple_attention', 'linear_angular_attention', 'peripheral_attention'):
         assert {(op, 'triton', dtype) for dtype in tool.DTYPES} <= checked
     assert all(row['host_syncs'] == 'none' for row in report['sections']['syncs']['rows'])
-    baselines = [row for row in report['sections']['benchmarks']['rows'] if row['impl'] == 'SDPA (flash)']
+    benchmarks = report['sections']['benchmarks']['rows']
+    baselines = [row for row in benchmarks if row['impl'] == 'SDPA (flash)']
     assert len(baselines) == 7 and all('forward_backward_ms' in row for row in baselines)
+    layers = {(row['op'], row['layer']) for row in benchmarks}
+    for op, layer in layers:  # every implementation that runs on CUDA, auto's choice and the fastest marked
+        rows = [row for row in benchmarks if (row['op'], row['layer']) == (op, layer)]
+        case = next(case for case in cases.CASES if case.dispatch.name == op)
+        assert {row['impl'] for row in rows} == {*case.impls, 'SDPA (flash)'}
+        assert sum(row['auto'] for row in rows) == 1 and sum(row['fastest'] for row in rows) == 1
+        fastest = next(row for row in rows if row['fastest'])
+        assert fastest['forward_backward_ms'] == min(row['forward_backward_ms'] for row in rows)
     assert (tmp_path / 'gpu_proof.md').read_text().startswith('# GPU proof: CPU')
 
 
@@ -71,7 +80,7 @@ def test_no_cuda_is_one_line(tmp_path):
 
 @pytest.mark.parametrize('found,have', [(None, 'none is installed'), ((2, 3), '2.3 is installed')])
 def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
-    tool = load_tool(TOOL)
+    tool, cases = load_tool(TOOL), load_tool('tools/analysis_tools/gpu_proof_cases.py')
     monkeypatch.setattr('mmvisattn.ops.dispatch.triton_version', lambda: found)
     with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)

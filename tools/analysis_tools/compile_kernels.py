@@ -13,7 +13,9 @@ machine without a GPU, at every configuration the shipped models launch.
   (float16 and bfloat16 both under autocast on float32 weights, as AMP training, and as a half
   model). ``JITFunction.run`` is replaced by a recorder, so nothing launches: Triton's own binder
   turns each call into the signature, constexprs (block sizes) and specialisation (alignment,
-  divisibility by 16) a GPU launch would compile.
+  divisibility by 16) a GPU launch would compile. Each kernel with float scalars is also compiled
+  once per architecture with them typed ``fp64``, as ``torch.compile`` (inductor) passes Python floats
+  to user-defined Triton kernels (source ``torch.compile``).
 * **Compilation**: each distinct launch goes through ``triton.compile(ASTSource(...),
   target=GPUTarget('cuda', cc, 32))`` in a fresh cache, to PTX and cubin; ptxas's report gives
   registers and spills, the metadata the shared memory.
@@ -38,9 +40,9 @@ import re  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple  # noqa: E402
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 # Largest shared memory one block may use, bytes (CUDA C Programming Guide, "Technical Specifications
@@ -144,6 +146,19 @@ class LaunchRecorder:
             key = repr((launch.name, arch, signature, sorted(constexprs.items(), key=repr),
                         sorted(attrs.items(), key=repr), sorted(options.__dict__.items())))
             self.launches.setdefault(key, launch)
+
+
+def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
+    """The first launch of each (kernel, arch) with ``fp32`` scalars, those retyped ``fp64``: inductor
+    passes a Python float argument so, and a kernel that lets it promote a block to float64 fails to
+    compile there (a ``tl.dot`` of float64 and float32 operands) while it compiles in eager mode."""
+    firsts = {}
+    for launch in launches:
+        if 'fp32' in launch.signature.values():
+            firsts.setdefault((launch.name, launch.arch), launch)
+    return [replace(launch, source='torch.compile', signature={
+        name: 'fp64' if kind == 'fp32' else kind for name, kind in launch.signature.items()})
+        for launch in firsts.values()]
 
 
 def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object]]:
@@ -297,7 +312,7 @@ def main(argv=None) -> int:
             record_attention(recorder, source, attn, model, args.dtypes)
         record_widest_heads(recorder, args.dtypes)
         rows = []
-        for launch in recorder.launches.values():
+        for launch in [*recorder.launches.values(), *as_inductor_passes(recorder.launches.values())]:
             row = compile_launch(launch, recorder.targets[launch.arch])
             row['problems'] = problems(row)
             rows.append(row)

@@ -18,10 +18,10 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   mmengine's resume does) and restored: the same draws;
 * ``compile``: ``torch.compile`` (inductor) of each op's forward and backward: graph breaks, and the
   largest error against eager;
-* ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in the
-  implementation ``auto`` takes on CUDA and in its torch path, beside ``F.scaled_dot_product_attention``
+* ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in every
+  implementation that runs on CUDA (``auto``'s choice marked), beside ``F.scaled_dot_product_attention``
   (flash backend) over the same tokens: forward and forward + backward, CUDA-event medians and
-  ``torch.cuda.max_memory_allocated`` above the inputs.
+  ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked.
 
 Writes ``gpu_proof.json`` and ``gpu_proof.md`` into ``--out-dir``; exits 1 when a check fails (the
 benchmarks only measure). Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
@@ -44,7 +44,7 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from gpu_proof_report import describe, first_line, markdown, row_label  # this folder: on sys.path when run
+from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label  # this folder: on sys.path when run
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -288,12 +288,13 @@ class Proof:
                     continue
                 leaves = self.leaves(case.inputs, size, 'bfloat16')
                 auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]
-                for impl in dict.fromkeys([auto, 'torch']):
-                    rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=impl,
-                                     **self.timed(lambda: case.call(impl, size, *leaves), leaves)))
+                layer_rows = [dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=impl,
+                                   auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))
+                              for impl in dict.fromkeys([auto, *case.impls])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
-                rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl='SDPA (flash)',
-                                 **self.timed(lambda: flash_sdpa(*baseline), baseline)))
+                layer_rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl='SDPA (flash)',
+                                       auto=False, **self.timed(lambda: flash_sdpa(*baseline), baseline)))
+                rows += mark_fastest(layer_rows)
         return rows
 
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:

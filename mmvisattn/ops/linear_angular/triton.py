@@ -25,8 +25,12 @@ from .pytorch import linear_angular_backward
 
 @triton.jit
 def _unit_rows(x, eps):
-    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block)."""
-    return x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), eps)[:, None]
+    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block).
+
+    ``eps`` is cast because ``torch.compile`` passes a Python float as a float64 scalar, which would
+    promote the block to float64 and fail the ``tl.dot`` that follows.
+    """
+    return x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tl.cast(eps, tl.float32))[:, None]
 
 
 @triton.jit
@@ -68,6 +72,7 @@ def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, i
     key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
     key_sum = tl.load(ksum_ptr + head * BLOCK_D + cols_k)
     value_sum = tl.load(vsum_ptr + head * BLOCK_DV + cols_v)
+    inv_pi = tl.cast(inv_pi, tl.float32)  # compiled: a float64 scalar
     numerator = 0.5 * value_sum[None, :] + tl.dot(q, key_values) * inv_pi
     normaliser = 0.5 * tokens + tl.sum(q * key_sum[None, :], axis=1) * inv_pi
     out = numerator / normaliser[:, None]

@@ -8,8 +8,9 @@ Two ops, each with a reference twin:
 
 * :func:`peripheral_attention` mixes and normalises: ``reference`` (explicit ``N x N`` Eq. 5),
   ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (online softmax with the
-  bias, backward through the SDPA form); ``auto`` (:data:`OP`) takes Triton on CUDA where its
-  kernels take the inputs, torch otherwise.
+  bias, backward through the SDPA form); ``auto`` (:data:`OP`) takes torch everywhere: on a GPU,
+  SDPA's fused kernels beat the Triton forward in forward and in forward + backward at PerViT's
+  sizes (the GPU proof's benchmark rows; figures in the README), so Triton runs only when asked for.
 * :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
   first peripheral projection on the map of relative offsets (:mod:`.position`), ``reference``
   on the full ``HW x HW x D_r`` distance tensor.
@@ -25,7 +26,7 @@ from .reference import mixed_attention_reference, peripheral_attention_reference
 from .pytorch import peripheral_attention_sdpa
 
 OP = Op('peripheral_attention', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
-        dict(cuda=('triton', 'torch')))
+        dict(cuda=('torch',)))
 IMPLS = OP.impls
 POSITION_IMPLS = ('reference', 'torch')
 

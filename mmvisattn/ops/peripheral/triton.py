@@ -43,7 +43,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims,
                     mask=in_keys[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(tl.float32)
         bias = tl.load(bias_ptr + head * tokens * tokens + rows[:, None] * tokens + keys[None, :],
                        mask=in_rows[:, None] & in_keys[None, :], other=0.0).to(tl.float32)
-        scores = tl.dot(q, tl.trans(k)) * scale + bias
+        scores = tl.dot(q, tl.trans(k)) * tl.cast(scale, tl.float32) + bias  # compiled: a float64 scalar
         scores = tl.where(in_keys[None, :], scores, float('-inf'))
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         correction = tl.exp(row_max - new_max)
