@@ -1,12 +1,13 @@
 """What the Triton kernels of :mod:`mmvisattn.ops` accept, checked before any launch, and how many
 warps they launch with.
 
-The kernels load float32, float16 or bfloat16 and compute in float32 (float64 would silently lose
-its precision: use ``impl='torch'``). Heads are at most :data:`MAX_HEAD_DIMS` wide, or less where an
+The kernels load float32, float16 or bfloat16, multiply in that precision (:func:`dot_operands`) and
+accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are at most :data:`MAX_HEAD_DIMS` wide, or less where an
 op's kernels keep more rows in registers (the shipped models use 16 to 70);
 ``tools/analysis_tools/compile_kernels.py`` compiles every kernel at the widest head its op accepts
 too and reports registers, spills and shared memory per GPU architecture.
 """
+import os
 from typing import Optional, Sequence
 
 import torch
@@ -45,6 +46,17 @@ def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int =
 def head_block(width: int) -> int:
     """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``'s minimum side)."""
     return max(16, 1 << (width - 1).bit_length())
+
+
+def dot_operands(dtype: torch.dtype):
+    """The ``triton.language`` dtype a kernel's ``tl.dot`` operands take for inputs of ``dtype``: the
+    inputs' own, so half inputs run on half-precision tensor cores and float32 ones as TF32. The one
+    exception is bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies the bit patterns
+    as integers (numpy has no bfloat16): there the operands are float32, as the interpreter computes."""
+    import triton.language as tl
+    if dtype == torch.bfloat16 and os.environ.get('TRITON_INTERPRET') == '1':
+        return tl.float32
+    return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype]
 
 
 def num_warps(head_block: int) -> int:

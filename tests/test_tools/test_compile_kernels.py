@@ -35,9 +35,15 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0
         assert row['shared_bytes'] <= 232448
-    # half inputs reach the kernels that take them (ripple upcasts to float32 first, by design)
+    # half inputs reach the kernels that take them (ripple upcasts to float32 first, by design), and every
+    # product of theirs takes half operands: the tensor cores' half-precision rate, not TF32
     assert any('*fp16' in row['signature'].values() for row in rows
                if row['kernel'].endswith('sliding_chunk.triton._forward_kernel'))
+    with_dots = {row['kernel'].replace('mmvisattn.ops.', ''): row['dot_operands'] for row in rows if row['dot_operands']}
+    assert set(with_dots) == {'sliding_chunk.triton._forward_kernel', 'sliding_chunk.triton._backward_kernel',
+                              'linear_angular.triton._summarise', 'linear_angular.triton._mix',
+                              'peripheral.triton._forward_kernel'}
+    assert all(row['dot_operands'] == ['f16'] for row in rows if row['dot_operands'] and row['dtype'] == 'float16')
     assert 'linear_angular.triton._summarise' in done.stdout and 'sm_90' in done.stdout
 
 

@@ -18,10 +18,11 @@ machine without a GPU, at every configuration the shipped models launch.
   to user-defined Triton kernels (source ``torch.compile``).
 * **Compilation**: each distinct launch goes through ``triton.compile(ASTSource(...),
   target=GPUTarget('cuda', cc, 32))`` in a fresh cache, to PTX and cubin; ptxas's report gives
-  registers and spills, the metadata the shared memory.
+  registers and spills, the metadata the shared memory, the Triton IR the operand dtype of each
+  ``tl.dot`` (``dots``: ``bf16`` or ``f16`` where half inputs reach the tensor cores, ``f32`` for TF32).
 
-Prints a table (kernel, arch, dtype, block sizes, warps, shared memory, registers, spills, compile
-time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile, on shared
+Prints a table (kernel, arch, dtype, dot operands, block sizes, warps, shared memory, registers,
+spills, compile time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile, on shared
 memory above the architecture's per-block limit, on register spills, or on a kernel of the package
 that no launch reached (neither launched nor called from a launched kernel). ``TRITON_INTERPRET``
 is ignored here: the interpreter compiles nothing.
@@ -233,6 +234,8 @@ def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes:
 
 PTXAS_REGISTERS = re.compile(r'Used (\d+) registers')
 PTXAS_SPILLS = re.compile(r'(\d+) bytes spill stores, (\d+) bytes spill loads')
+# a product of the Triton IR: ``tt.dot %a, %b, %acc ... : tensor<MxKxbf16> * tensor<KxNxbf16> -> ...``
+TTIR_DOT = re.compile(r'tt\.dot .*?: tensor<(?:\d+x)+(\w+)> \* tensor<(?:\d+x)+(\w+)>')
 
 
 def compile_launch(launch: Launch, target) -> dict:
@@ -259,7 +262,8 @@ def compile_launch(launch: Launch, target) -> dict:
     registers, spills = PTXAS_REGISTERS.search(log.getvalue()), PTXAS_SPILLS.search(log.getvalue())
     row.update(shared_bytes=compiled.metadata.shared, registers=int(registers.group(1)) if registers else None,
                spill_bytes=int(spills.group(1)) + int(spills.group(2)) if spills else None,
-               called=sorted(set(re.findall(r'tt\.call @([\w.]+?)__', compiled.asm['source']))))
+               called=sorted(set(re.findall(r'tt\.call @([\w.]+?)__', compiled.asm['source']))),
+               dot_operands=sorted({kind for pair in TTIR_DOT.findall(compiled.asm['ttir']) for kind in pair}))
     return row
 
 
@@ -287,13 +291,14 @@ def short(name: str) -> str:
 
 
 def format_table(rows: List[dict]) -> str:
-    header = ('kernel', 'arch', 'dtype', 'tensors', 'blocks', 'warps', 'shared B', 'regs', 'spills', 'compile s',
-              'status')
+    header = ('kernel', 'arch', 'dtype', 'tensors', 'dots', 'blocks', 'warps', 'shared B', 'regs', 'spills',
+              'compile s', 'status')
     lines = []
     for row in rows:
         blocks = ' '.join(f'{k}={v}' for k, v in row['constexprs'].items() if k.startswith('BLOCK'))
         tensors = '+'.join(sorted({v[1:] for v in row['signature'].values() if v.startswith('*')}))
-        lines.append((short(row['kernel']), row['arch'], row['dtype'], tensors, blocks, str(row['num_warps']),
+        dots = '+'.join(row.get('dot_operands', ())) or '-'
+        lines.append((short(row['kernel']), row['arch'], row['dtype'], tensors, dots, blocks, str(row['num_warps']),
                       str(row.get('shared_bytes', '-')), str(row.get('registers', '-')),
                       str(row.get('spill_bytes', '-')), str(row.get('compile_s', '-')),
                       '; '.join(row['problems']) or 'ok'))

@@ -1,13 +1,18 @@
 """Triton kernels for the linear-angular core.
 
 Two passes per (batch, head): ``_summarise`` normalises blocks of keys and accumulates ``K^T V``,
-``sum_j k^_j`` and ``sum_j v_j`` over them; ``_mix`` normalises each block of queries and turns it
-into ``(1/2 sum v + 1/pi q^ (K^T V)) / (N/2 + 1/pi q^ . sum k^)``. The backward is the torch one
+``sum_j k^_j`` and ``sum_j v_j`` over them and stores their means over the ``N`` tokens; ``_mix``
+normalises each block of queries and turns it into
+``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)``, the paper's ratio with ``N``
+divided out of both sides, so the summary stays in the range of the values it averages. The backward is the torch one
 (:func:`.linear.linear_angular_backward`), which recomputes the O(d^2) summaries, so nothing
 token-sized beyond the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 inputs as
-they are, normalise and accumulate in float32 registers and write the result in ``v``'s dtype;
+they are and normalise and accumulate in float32 registers; both products take their operands in the
+inputs' precision (``DOT``: half-precision tensor cores, TF32 for float32): the normalised rows and the mean
+summary, which a float16 operand holds without overflow, are rounded to it as operands only. They
+write the result in ``v``'s dtype;
 autocast is off in the Function, whose backward computes in float32.
 """
 import math
@@ -18,7 +23,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off, norm_eps
-from ..triton_launch import check_kernel_inputs, head_block, num_warps
+from ..triton_launch import check_kernel_inputs, dot_operands, head_block, num_warps
 from .pytorch import linear_angular_backward
 
 
@@ -34,8 +39,8 @@ def _unit_rows(x, eps):
 
 
 @triton.jit
-def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dims, eps,
-               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _summarise(k_ptr, v_ptr, kv_ptr, kmean_ptr, vmean_ptr, tokens, dims, value_dims, eps,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DOT: tl.constexpr):
     head = tl.program_id(0)
     rows = tl.arange(0, BLOCK_N)
     cols_k = tl.arange(0, BLOCK_D)
@@ -50,18 +55,18 @@ def _summarise(k_ptr, v_ptr, kv_ptr, ksum_ptr, vsum_ptr, tokens, dims, value_dim
         k = _unit_rows(tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
                                mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
         v = tl.load(v_base + (start + rows)[:, None] * value_dims + cols_v[None, :],
-                    mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(tl.float32)
-        key_values += tl.dot(tl.trans(k), v)
+                    mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0)
+        key_values += tl.dot(tl.trans(k.to(DOT)), v.to(DOT))
         key_sum += tl.sum(k, axis=0)
-        value_sum += tl.sum(v, axis=0)
-    tl.store(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :], key_values)
-    tl.store(ksum_ptr + head * BLOCK_D + cols_k, key_sum)
-    tl.store(vsum_ptr + head * BLOCK_DV + cols_v, value_sum)
+        value_sum += tl.sum(v.to(tl.float32), axis=0)
+    tl.store(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :], key_values / tokens)
+    tl.store(kmean_ptr + head * BLOCK_D + cols_k, key_sum / tokens)
+    tl.store(vmean_ptr + head * BLOCK_DV + cols_v, value_sum / tokens)
 
 
 @triton.jit
-def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, inv_pi, eps,
-         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _mix(q_ptr, kv_ptr, kmean_ptr, vmean_ptr, out_ptr, tokens, dims, value_dims, inv_pi, eps,
+         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DOT: tl.constexpr):
     head = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols_k = tl.arange(0, BLOCK_D)
@@ -70,11 +75,11 @@ def _mix(q_ptr, kv_ptr, ksum_ptr, vsum_ptr, out_ptr, tokens, dims, value_dims, i
     q = _unit_rows(tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
                            mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
     key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
-    key_sum = tl.load(ksum_ptr + head * BLOCK_D + cols_k)
-    value_sum = tl.load(vsum_ptr + head * BLOCK_DV + cols_v)
+    key_mean = tl.load(kmean_ptr + head * BLOCK_D + cols_k)
+    value_mean = tl.load(vmean_ptr + head * BLOCK_DV + cols_v)
     inv_pi = tl.cast(inv_pi, tl.float32)  # compiled: a float64 scalar
-    numerator = 0.5 * value_sum[None, :] + tl.dot(q, key_values) * inv_pi
-    normaliser = 0.5 * tokens + tl.sum(q * key_sum[None, :], axis=1) * inv_pi
+    numerator = 0.5 * value_mean[None, :] + tl.dot(q.to(DOT), key_values.to(DOT)) * inv_pi
+    normaliser = 0.5 + tl.sum(q * key_mean[None, :], axis=1) * inv_pi
     out = numerator / normaliser[:, None]
     tl.store(out_ptr + head * tokens * value_dims + rows[:, None] * value_dims + cols_v[None, :],
              out.to(out_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
@@ -87,15 +92,16 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
     heads = q.numel() // (tokens * dims)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     block_d, block_dv = head_block(dims), head_block(value_dims)
-    sizes = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=num_warps(max(block_d, block_dv)))
+    sizes = dict(BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, DOT=dot_operands(q.dtype),
+                 num_warps=num_warps(max(block_d, block_dv)))
     key_values = torch.empty(heads, block_d, block_dv, device=q.device, dtype=torch.float32)
-    key_sum = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
-    value_sum = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
+    key_mean = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
+    value_mean = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
     # one stage: software pipelining of the token loop made ptxas spill (compile_kernels.py, sm_90)
-    _summarise[(heads,)](k, v, key_values, key_sum, value_sum, tokens, dims, value_dims, norm_eps(k.dtype),
+    _summarise[(heads,)](k, v, key_values, key_mean, value_mean, tokens, dims, value_dims, norm_eps(k.dtype),
                          num_stages=1, **sizes)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
-    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_sum, value_sum, out, tokens, dims, value_dims,
+    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_mean, value_mean, out, tokens, dims, value_dims,
                                                  1.0 / math.pi, norm_eps(q.dtype), **sizes)
     return out
 

@@ -4,8 +4,9 @@ the mixed attention is stored. The backward recomputes the SDPA form (:mod:`.sdp
 Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): the kernel reads float32, float16 or bfloat16 queries,
-keys and values, adds the bias and runs the online softmax in float32 and writes the result in
-``v``'s dtype; autocast is off in the Function, and its backward is SDPA's in the inputs' dtype
+keys and values; both products take their operands in that precision (``DOT``: half-precision tensor
+cores, or TF32 for float32; the weights rounded to it only as an operand) and accumulate in float32, where
+the bias is added and the online softmax runs; it writes the result in ``v``'s dtype; autocast is off in the Function, and its backward is SDPA's in the inputs' dtype
 (SDPA accumulates half inputs in float32).
 """
 import torch
@@ -14,7 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_launch import check_kernel_inputs, head_block, num_warps
+from ..triton_launch import check_kernel_inputs, dot_operands, head_block, num_warps
 from .pytorch import peripheral_attention_sdpa
 
 
@@ -22,7 +23,7 @@ from .pytorch import peripheral_attention_sdpa
 @triton.jit
 def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims, value_dims, scale,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_DV: tl.constexpr):
+                    BLOCK_DV: tl.constexpr, DOT: tl.constexpr):
     batch_head = tl.program_id(0)
     head = batch_head % heads
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -30,7 +31,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims,
     cols_v = tl.arange(0, BLOCK_DV)
     in_rows = rows < tokens
     q = tl.load(q_ptr + batch_head * tokens * dims + rows[:, None] * dims + cols_d[None, :],
-                mask=in_rows[:, None] & (cols_d[None, :] < dims), other=0.0).to(tl.float32)
+                mask=in_rows[:, None] & (cols_d[None, :] < dims), other=0.0).to(DOT)
     row_max = tl.full((BLOCK_M,), float('-inf'), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
@@ -38,9 +39,9 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims,
         keys = start + tl.arange(0, BLOCK_N)
         in_keys = keys < tokens
         k = tl.load(k_ptr + batch_head * tokens * dims + keys[:, None] * dims + cols_d[None, :],
-                    mask=in_keys[:, None] & (cols_d[None, :] < dims), other=0.0).to(tl.float32)
+                    mask=in_keys[:, None] & (cols_d[None, :] < dims), other=0.0).to(DOT)
         v = tl.load(v_ptr + batch_head * tokens * value_dims + keys[:, None] * value_dims + cols_v[None, :],
-                    mask=in_keys[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(tl.float32)
+                    mask=in_keys[:, None] & (cols_v[None, :] < value_dims), other=0.0).to(DOT)
         bias = tl.load(bias_ptr + head * tokens * tokens + rows[:, None] * tokens + keys[None, :],
                        mask=in_rows[:, None] & in_keys[None, :], other=0.0).to(tl.float32)
         scores = tl.dot(q, tl.trans(k)) * tl.cast(scale, tl.float32) + bias  # compiled: a float64 scalar
@@ -49,7 +50,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, heads, tokens, dims,
         correction = tl.exp(row_max - new_max)
         weights = tl.exp(scores - new_max[:, None])
         row_sum = row_sum * correction + tl.sum(weights, axis=1)
-        acc = acc * correction[:, None] + tl.dot(weights, v)
+        acc = acc * correction[:, None] + tl.dot(weights.to(DOT), v)
         row_max = new_max
     out = acc / row_sum[:, None]
     tl.store(out_ptr + batch_head * tokens * value_dims + rows[:, None] * value_dims + cols_v[None, :],
@@ -66,7 +67,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float, b
     grid = (batch * heads, triton.cdiv(tokens, block))
     block_d, block_dv = head_block(dims), head_block(value_dims)
     _forward_kernel[grid](q, k, v, bias, out, heads, tokens, dims, value_dims, scale, BLOCK_M=block, BLOCK_N=block,
-                          BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=num_warps(max(block_d, block_dv)))
+                          BLOCK_D=block_d, BLOCK_DV=block_dv, DOT=dot_operands(q.dtype),
+                          num_warps=num_warps(max(block_d, block_dv)))
     return out
 
 
