@@ -13,9 +13,8 @@ import argparse
 import os.path as osp
 import sys
 
-from mmengine.config import Config
-
 import mmvisattn  # noqa: F401  (registers the project's models in mmdet and mmseg)
+from mmvisattn.launch import load_config, read_run_checkpoint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,20 +28,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def check_paths(args: argparse.Namespace) -> str:
-    """The config's scope; every missing file is named in one line."""
-    for path, what in ((args.image, 'image'), (args.config, 'config'), (args.weights, 'weights')):
-        if path is not None and not osp.exists(path):
-            raise SystemExit(f'error: {what} {path!r} does not exist')
-    scope = Config.fromfile(args.config).get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise SystemExit(f"error: config {args.config!r} has default_scope={scope!r}; expected 'mmdet' or 'mmseg'")
-    return scope
+def check_inputs(args: argparse.Namespace) -> str:
+    """The config's scope, after the checks ``tools/test.py`` makes: the image exists, the config
+    loads without a mistake, the weights are a readable checkpoint; each fault is named in one line."""
+    if not osp.exists(args.image):
+        raise SystemExit(f'error: image {args.image!r} does not exist')
+    cfg = load_config(args.config)
+    if args.weights is not None:
+        if not osp.isfile(args.weights):
+            raise SystemExit(f'error: weights {args.weights!r} does not exist')
+        read_run_checkpoint(args.weights)  # a damaged file ends here, not in torch.load's advice
+    return cfg.default_scope
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    scope = check_paths(args)
+    scope = check_inputs(args)
     if scope == 'mmdet':
         from mmdet.apis import DetInferencer
         inferencer = DetInferencer(args.config, args.weights, device=args.device, show_progress=False)

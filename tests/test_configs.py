@@ -118,3 +118,11 @@ def test_config_folders_document_every_config(folder: Path):
     listed = {model['Config'] for model in metafile['Models']}
     on_disk = {str(p.relative_to(REPO)) for p in folder.glob('*.py')}
     assert listed == on_disk
+
+
+def test_demo_configs_log_the_loss_in_a_short_run():
+    """A run of a few tens of iterations (the tests', a first try) shows the loss: the shapes configs
+    log at least every 10 iterations."""
+    intervals = {path.name: Config.fromfile(path).default_hooks.logger.interval for path in CONFIGS
+                 if 'shapes' in path.name}
+    assert intervals and max(intervals.values()) <= 10, intervals

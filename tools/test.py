@@ -2,7 +2,7 @@
 as the stock ``tools/test.py`` of mmdet and mmseg do; the scope comes from ``default_scope``.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out OUT] [--show] [--show-dir DIR]
-                         [--wait-time S] [--tta] [--allow-partial-checkpoint] [--cfg-options k=v ...]
+                         [--wait-time S] [--tta] [--allow-partial-checkpoint] [--cfg-options k=v ...] [--cfg-new-keys]
 
 Every flag of mmdet's and mmseg's own ``tools/test.py`` is taken, with their meaning for the
 config's scope (:mod:`mmvisattn.launch.options`).
@@ -12,10 +12,8 @@ model, or of another width) is refused in one line instead of scoring a partly r
 """
 import argparse
 
-from mmengine.config import DictAction
-
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.launch import load_config, parse_tool_args, run
+from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
 from mmvisattn.launch.options import dump_predictions, show_predictions, test_time_augmentation
 
 TEST_LOADERS = ('test_dataloader',)
@@ -36,14 +34,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--allow-partial-checkpoint', action='store_true',
                         help='evaluate even when the checkpoint leaves some weights of the model unset or holds '
                              'others (the stock behaviour, with a warning)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, e.g. test_evaluator.classwise=True')
+    add_config_arguments(parser)
     return parse_tool_args(parser)
 
 
 def main() -> None:
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher, args.cfg_new_keys)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         show_predictions(cfg, args.show_dir, args.show, args.wait_time)

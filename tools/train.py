@@ -2,7 +2,7 @@
 ``tools/train.py`` of mmdet and mmseg do; the scope comes from the config's ``default_scope``.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
-                          [--cfg-options k=v ...] [--launcher none|pytorch|slurm]
+                          [--cfg-options k=v ...] [--cfg-new-keys] [--launcher none|pytorch|slurm]
 
 Every flag of mmdet's and mmseg's own ``tools/train.py`` is taken, with their meaning.
 """
@@ -10,10 +10,8 @@ import argparse
 
 import torch
 
-from mmengine.config import DictAction
-
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
-from mmvisattn.launch import load_config, parse_tool_args, run
+from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
 from mmvisattn.launch.options import enable_auto_scale_lr
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
@@ -32,8 +30,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help="scale the learning rate by the total batch over the config's "
                              'auto_scale_lr.base_batch_size (as mmdet does)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, e.g. train_cfg.max_iters=10')
+    add_config_arguments(parser)
     return parse_tool_args(parser)
 
 
@@ -47,7 +44,7 @@ def enable_amp(cfg) -> None:
 
 def main() -> None:
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher)
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, args.launcher, args.cfg_new_keys)
     if args.amp:
         enable_amp(cfg)
     if args.auto_scale_lr:

@@ -17,6 +17,6 @@ model = dict(
     neck=dict(in_channels=[64, 128, 256, 512]),
     bbox_head=dict(num_classes=3))
 default_hooks = dict(
-    logger=dict(interval=50),
+    logger=dict(interval=10),
     checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)

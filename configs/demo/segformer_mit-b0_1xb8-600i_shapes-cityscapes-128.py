@@ -26,7 +26,7 @@ param_scheduler = [
 # mmseg keeps its default hooks in the schedule files, so the demo lists them in full.
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=50, log_metric_by_epoch=False),
+    logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
     param_scheduler=dict(type='ParamSchedulerHook'),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1),
     sampler_seed=dict(type='DistSamplerSeedHook'),

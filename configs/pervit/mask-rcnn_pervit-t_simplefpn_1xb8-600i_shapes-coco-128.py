@@ -39,6 +39,6 @@ optim_wrapper = dict(
     paramwise_cfg=dict(norm_decay_mult=0.0, custom_keys={'rpe_proj': dict(decay_mult=0.0),
                                                          '.position.': dict(decay_mult=0.0)}))
 default_hooks = dict(
-    logger=dict(interval=50),
+    logger=dict(interval=10),
     checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)

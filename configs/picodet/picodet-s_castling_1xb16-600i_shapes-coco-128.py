@@ -23,7 +23,7 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=False, begin=50, end={{_base_.max_iters}}),
 ]
 default_hooks = dict(
-    logger=dict(interval=50),
+    logger=dict(interval=10),
     checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1),
     castling=dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75))
 log_processor = dict(by_epoch=False)

@@ -55,6 +55,6 @@ model = dict(
 # DETR-style optimisation: a lower learning rate and tight gradient clipping.
 optim_wrapper = dict(optimizer=dict(lr=2e-4, weight_decay=1e-4), clip_grad=dict(max_norm=1.0))
 default_hooks = dict(
-    logger=dict(interval=50),
+    logger=dict(interval=10),
     checkpoint=dict(by_epoch=False, interval={{_base_.max_iters}}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)

@@ -16,10 +16,11 @@ from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
+from .config_checks import check_config
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
 
 SCOPES = ('mmdet', 'mmseg')
@@ -36,17 +37,30 @@ def parse_tool_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
     return args
 
 
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cfg-options`` as the stock tools take it, and ``--cfg-new-keys`` to let it add keys."""
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, e.g. train_cfg.max_iters=10; a key the config does not '
+                             'have is refused with the nearest existing ones')
+    parser.add_argument('--cfg-new-keys', action='store_true',
+                        help='let --cfg-options add keys the config does not have')
+
+
 def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optional[str] = None,
-                launcher: str = 'none') -> Config:
-    """Load ``path``, apply ``--cfg-options`` and pick ``work_dir`` as the stock tools do."""
+                launcher: str = 'none', new_keys: bool = False) -> Config:
+    """Load ``path``, apply ``--cfg-options`` and pick ``work_dir`` as the stock tools do; a missing
+    or unreadable file, an unknown scope and the mistakes of :func:`.config_checks.check_config`
+    exit in one line before anything is built or written."""
     if not osp.isfile(path):
         raise SystemExit(f'error: config file {path!r} does not exist')
-    cfg = Config.fromfile(path)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    try:
+        cfg = Config.fromfile(path)
+    except Exception as exc:  # a syntax error, a missing base file: mmengine's message, in one line
+        raise SystemExit(f'error: config file {path!r} cannot be read: {str(exc).strip().splitlines()[-1]}') from None
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
         raise SystemExit(f'error: config {path!r} has default_scope={scope!r}; expected one of {SCOPES}')
+    check_config(cfg, cfg_options, new_keys)
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir

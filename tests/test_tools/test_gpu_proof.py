@@ -80,7 +80,7 @@ def test_no_cuda_is_one_line(tmp_path):
 
 @pytest.mark.parametrize('found,have', [(None, 'none is installed'), ((2, 3), '2.3 is installed')])
 def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
-    tool, cases = load_tool(TOOL), load_tool('tools/analysis_tools/gpu_proof_cases.py')
+    tool = load_tool(TOOL)
     monkeypatch.setattr('mmvisattn.ops.dispatch.triton_version', lambda: found)
     with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)

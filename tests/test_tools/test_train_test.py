@@ -14,6 +14,7 @@ from ..conftest import REPO, run_command, run_tool, tool_env
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
 SHORT = ['train_cfg.max_iters=2', 'train_dataloader.batch_size=2']
+STOCK_TOOLS = Path(__import__('mmseg').__file__).parent / '.mim/tools/analysis_tools'
 
 
 def train(config, work_dir, cwd, *options, extra=()):
@@ -37,6 +38,10 @@ def test_amp_train_then_test_prints_miou(workspace, tmp_path):
     assert "type='CPUAmpOptimWrapper'" in trained.stdout + trained.stderr
     losses = [float(x) for x in re.findall(r' loss: ([-0-9.naninf]+)', trained.stdout + trained.stderr)]
     assert losses and all(math.isfinite(x) for x in losses)
+    # mmseg's own log analysis tool plots the run's loss (seaborn, which make install adds)
+    log = next(tmp_path.glob('*/vis_data/scalars.json'))
+    run_tool([STOCK_TOOLS / 'analyze_logs.py', log, '--keys', 'loss', '--out', tmp_path / 'loss.png'], cwd=workspace)
+    assert (tmp_path / 'loss.png').stat().st_size > 0
     done = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path], cwd=workspace)
     assert 'mIoU:' in done.stdout + done.stderr
 

@@ -16,10 +16,11 @@ from typing import Dict
 
 import torch
 from input_size import test_input_size  # this folder: on sys.path when the script runs
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
 import mmvisattn  # noqa: F401
 from mmvisattn.deploy import switch_to_deploy
+from mmvisattn.launch import add_config_arguments, load_config
 from mmvisattn.registry import build_from_config
 from mmvisattn.utils import count_flops, count_parameters
 
@@ -31,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         'input size (its test pipeline\'s Resize scale, or its slide crop)')
     parser.add_argument('--deploy', action='store_true', help='count the model after switch_to_deploy()')
     parser.add_argument('--json', help='also write the figures to this file')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    add_config_arguments(parser)
     args = parser.parse_args(argv)
     if args.shape is not None and len(args.shape) == 1:
         args.shape = args.shape * 2
@@ -62,12 +63,10 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
     return lambda: model(inputs, samples, mode='tensor')
 
 
-def measure(config: str, shape=None, deploy: bool = False, cfg_options=None) -> Dict:
+def measure(config: str, shape=None, deploy: bool = False, cfg_options=None, new_keys: bool = False) -> Dict:
     """Parameters and multiply-accumulates of the config's model on one ``shape`` image (default:
     the config's test input size)."""
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    cfg = load_config(config, cfg_options, new_keys=new_keys)
     shape = tuple(shape) if shape else test_input_size(cfg, '--shape')[0]
     model = build_model(cfg)
     if deploy:
@@ -83,7 +82,7 @@ def measure(config: str, shape=None, deploy: bool = False, cfg_options=None) -> 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = measure(args.config, args.shape, args.deploy, args.cfg_options)
+    result = measure(args.config, args.shape, args.deploy, args.cfg_options, args.cfg_new_keys)
     print(f'config: {args.config}')
     height, width = result['shape']
     print(f'input: {height}x{width}{" (deploy)" if args.deploy else ""}')

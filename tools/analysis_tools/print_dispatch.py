@@ -1,7 +1,7 @@
 """Which implementation of each op every attention layer of a config runs, and why not the others.
 
     python tools/analysis_tools/print_dispatch.py CONFIG [--device cpu|cuda] [--dtype float32|float16|bfloat16]
-        [--input-size H W] [--json OUT] [--cfg-options KEY=VALUE ...]
+        [--input-size H W] [--json OUT] [--cfg-options KEY=VALUE ...] [--cfg-new-keys]
 
 The model is built on the meta device and its attention layers run one training-mode forward at the
 config's test input size with no data (:func:`mmvisattn.ops.dispatch.record_dispatch` in a dry
@@ -21,8 +21,10 @@ import sys
 from typing import Dict, List, Tuple
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from input_size import test_input_size  # this folder: on sys.path when the script runs
+
+from mmvisattn.launch import add_config_arguments, load_config
 
 DEVICES = ('cpu', 'cuda')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -35,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--dtype', default='float32', help=f'inputs of the attention: {", ".join(DTYPES)}')
     parser.add_argument('--input-size', type=int, nargs=2, metavar=('H', 'W'), help='instead of the test size')
     parser.add_argument('--json', help='also write the rows to this file')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    add_config_arguments(parser)
     args = parser.parse_args(argv)
     for name, value, known in (('--device', args.device, DEVICES), ('--dtype', args.dtype, DTYPES)):
         if value not in known:
@@ -106,8 +108,7 @@ def format_rows(rows: List[Dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmvisattn.launch.runner import load_config
-    cfg = load_config(args.config, args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options, new_keys=args.cfg_new_keys)
     hw_shape, source = (tuple(args.input_size), '--input-size') if args.input_size else test_input_size(cfg)
     rows = dispatch_rows(attention_requests(cfg, hw_shape), args.device, getattr(torch, args.dtype))
     print(f'{args.config}: input {hw_shape[0]}x{hw_shape[1]} ({source}), training step on {args.device} in '

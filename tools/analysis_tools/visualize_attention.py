@@ -45,14 +45,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(config: str, checkpoint: str, device: str) -> torch.nn.Module:
-    from mmengine.runner import load_checkpoint
-
+    """The config's model (checked as ``tools/train.py`` checks it), with the checkpoint's weights,
+    which must fit it; a bad config or checkpoint exits in one line."""
     import mmvisattn  # noqa: F401
+    from mmvisattn.launch import check_model_fits_checkpoint, load_config, read_run_checkpoint
+    from mmvisattn.launch.checks import model_weights
     from mmvisattn.registry import build_from_config
-    model = build_from_config(config)
+    model = build_from_config(load_config(config))
     model.init_weights()
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu')
+        weights = read_run_checkpoint(checkpoint)
+        check_model_fits_checkpoint(model, weights, checkpoint, 'is it a checkpoint of this config?')
+        model.load_state_dict(model_weights(weights, checkpoint))
     return model.to(device).eval()
 
 

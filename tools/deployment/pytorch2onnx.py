@@ -23,6 +23,7 @@ from mmengine.config import Config
 from mmvisattn.deploy import (ExportError, attention_sizes, check_shape, export_onnx, parity_error, quadratic_matmuls,
                               run_onnxruntime, switch_to_deploy)
 from mmvisattn.deploy.onnx_export import RawOutputs
+from mmvisattn.launch import load_config
 from mmvisattn.launch.checks import check_model_fits_checkpoint, model_weights, read_run_checkpoint
 from mmvisattn.registry import build_from_config
 
@@ -70,7 +71,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def load_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, Config]:
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config)
     model = build_from_config(cfg).eval()
     checkpoint = read_run_checkpoint(args.checkpoint)
     check_model_fits_checkpoint(model, checkpoint, args.checkpoint, 'is it a checkpoint of this config?')

@@ -1,0 +1,189 @@
+"""One-line answers to config mistakes, before anything is built or written.
+
+mmengine merges ``--cfg-options`` into the config without asking whether the keys exist, builds
+every ``type=`` only when the Runner reaches it and reports a bad name or argument through a
+traceback of registry frames (after the Runner has created its work folder and dumped the config).
+A misspelt key is worse: ``optim_wraper.optimizer.lr=0.1`` adds a top-level entry that nothing reads,
+and the run trains to the end with the default rate. :func:`check_config` catches all four before the
+Runner exists:
+
+* a ``--cfg-options`` key whose path is not in the config (unless new keys are allowed), with the
+  nearest existing keys at the level where it leaves the config;
+* a top-level key a letter or two from a Runner argument that it is not (``optim_wraper``);
+* a ``type`` no registry of the config's scope holds, with the nearest registered names;
+* a constructor argument the registered class does not take, with the nearest accepted ones.
+
+Each names the config path of the dict (``model.backbone.attn_cfg.type``). Arguments are read from
+the signatures of the class and of the classes its ``**kwargs`` reach through ``super().__init__``;
+a class or function whose ``**kwargs`` go anywhere else (another class built from them, as mmcv's
+``RandomResize`` does) accepts anything and is not checked. Keys that mmengine's and mmcv's builders
+consume before the constructor sees them (:data:`BUILDER_KEYS`) are allowed, and the dicts whose
+``type`` names a function rather than a registered class (:data:`NOT_REGISTERED`) are skipped.
+"""
+import ast
+import difflib
+import importlib
+import inspect
+import textwrap
+from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
+
+from mmengine.config import Config
+from mmengine.registry import Registry
+from torch import nn
+
+# keys read by the builders rather than passed to the constructor: the registry scope, a norm
+# layer's requires_grad (build_norm_layer), an initialiser's override (initialize), an optimizer
+# wrapper's constructor and paramwise_cfg (build_optim_wrapper), a scheduler's
+# convert_to_iter_based (ParamScheduler.build_iter_from_epoch), a hook's priority (register_hook)
+BUILDER_KEYS = frozenset({'type', '_scope_', 'requires_grad', 'override', 'constructor', 'paramwise_cfg',
+                          'convert_to_iter_based', 'priority'})
+# dicts whose type is looked up outside the registries: mmcv's batched_nms picks the NMS function by
+# name, mmdet's RoI extractors take the layer from mmcv.ops
+NOT_REGISTERED = frozenset({'nms', 'roi_layer'})
+# classes whose **kwargs end the walk up the MRO: they accept nothing beyond their named arguments
+CLOSED_BASES = (object, nn.Module)
+CLOSE_MATCH = 0.8  # difflib ratio: 'optim_wraper' to 'optim_wrapper' is 0.96, 'model' to 'tta_model' 0.71
+
+
+def nearest(name: str, candidates: Sequence[str], count: int = 3) -> str:
+    """``'; nearest: a, b'`` for the candidates closest to ``name``, or ``''``."""
+    found = difflib.get_close_matches(name, sorted(set(candidates)), n=count, cutoff=0.6)
+    return f'; nearest: {", ".join(found)}' if found else ''
+
+
+def check_option_keys(cfg: Config, options: dict) -> None:
+    """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index)."""
+    tree = cfg.to_dict()
+    for key in options:
+        node: Any = tree
+        walked: List[str] = []
+        for part in key.split('.'):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                where = f"'{'.'.join(walked)}' has no '{part}'" if walked else f"the config has no top-level '{part}'"
+                existing = [str(k) for k in node] if isinstance(node, dict) else []
+                raise SystemExit(f'error: --cfg-options {key}: {where}{nearest(part, existing)} '
+                                 '(pass --cfg-new-keys to add keys the config does not have)')
+            walked.append(part)
+
+
+def runner_arguments() -> Set[str]:
+    from mmengine.runner import Runner
+    return set(inspect.signature(Runner.__init__).parameters) - {'self'}
+
+
+def check_top_level_keys(cfg: Config) -> None:
+    """A top-level key that is not a Runner argument but nearly one is a misspelling the Runner would
+    ignore: refused."""
+    arguments = runner_arguments()
+    for key in cfg.keys():
+        close = difflib.get_close_matches(key, sorted(arguments), n=3, cutoff=CLOSE_MATCH)
+        if key not in arguments and close:
+            raise SystemExit(f"error: top-level config key '{key}' is not a Runner argument, and the Runner would "
+                             f"ignore it; nearest: {', '.join(close)}")
+
+
+def scope_registries(scope: str) -> List[Registry]:
+    """Every registry of the scope's ``registry`` module (their parents are searched by ``get``), and
+    the project's attentions."""
+    from mmvisattn.registry import ATTENTIONS
+    module = importlib.import_module(f'{scope}.registry')
+    return [value for value in vars(module).values() if isinstance(value, Registry)] + [ATTENTIONS]
+
+
+def registered_names(registries: Sequence[Registry]) -> List[str]:
+    names = []
+    for registry in registries:
+        while registry is not None:
+            names += list(registry.module_dict)
+            registry = registry.parent
+    return names
+
+
+def forwards_to_super(init: Any, varkw: str) -> bool:
+    """Whether ``init`` uses ``**varkw`` only to pass it on to ``super().__init__(...)``."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    passed_on = []
+    for call in ast.walk(tree):
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == '__init__'
+                and isinstance(call.func.value, ast.Call) and getattr(call.func.value.func, 'id', None) == 'super'):
+            passed_on += [keyword.value for keyword in call.keywords if keyword.arg is None]
+    uses = [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == varkw]
+    return bool(uses) and all(any(use is value for value in passed_on) for use in uses)
+
+
+def accepted_arguments(target: Any) -> Optional[Set[str]]:
+    """The keyword arguments a registered class or function takes, or None when its ``**kwargs``
+    accept anything (they leave the classes this walk can read)."""
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not inspect.isclass(target):
+        try:
+            parameters = inspect.signature(target).parameters.values()
+        except (TypeError, ValueError):  # a builtin without a signature
+            return None
+        open_ended = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+        return None if open_ended else {p.name for p in parameters if p.kind in keyword}
+    names: Set[str] = set()
+    for klass in target.__mro__:
+        if klass in CLOSED_BASES:
+            return names
+        if '__init__' not in vars(klass):
+            continue
+        try:
+            parameters = inspect.signature(vars(klass)['__init__']).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names |= {p.name for p in parameters if p.kind in keyword} - {'self'}
+        varkw = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_KEYWORD), None)
+        if varkw is None:
+            return names
+        if not forwards_to_super(vars(klass)['__init__'], varkw):
+            return None
+    return names
+
+
+def typed_dicts(node: Any, path: str = '') -> Iterator[Tuple[str, dict]]:
+    """``(config path, dict)`` of every dict with a string ``type``, depth first."""
+    if isinstance(node, dict):
+        if isinstance(node.get('type'), str) and path.rpartition('.')[2] not in NOT_REGISTERED:
+            yield path, node
+        for key, value in node.items():
+            yield from typed_dicts(value, f'{path}.{key}' if path else str(key))
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from typed_dicts(value, f'{path}.{index}')
+
+
+def check_types_and_arguments(cfg: Config) -> None:
+    """Every ``type`` is registered in the config's scope and takes the dict's other keys."""
+    registries = scope_registries(cfg.default_scope)
+    for path, node in typed_dicts(cfg.to_dict()):
+        found = [target for target in (registry.get(node['type']) for registry in registries) if target is not None]
+        if not found:
+            raise SystemExit(f"error: {path}.type '{node['type']}' is not registered in scope "
+                             f"'{cfg.default_scope}'{nearest(node['type'], registered_names(registries))}")
+        accepted = [accepted_arguments(target) for target in dict.fromkeys(found)]
+        if any(names is None for names in accepted):
+            continue
+        takes = set().union(*accepted)
+        for key in node:
+            if key not in BUILDER_KEYS and key not in takes:
+                raise SystemExit(f"error: {path}.{key}: {node['type']} takes no argument '{key}'"
+                                 f'{nearest(key, sorted(takes))}')
+
+
+def check_config(cfg: Config, options: Optional[dict] = None, new_keys: bool = False) -> None:
+    """Apply ``options`` (``--cfg-options``) to ``cfg`` after checking their keys (unless ``new_keys``),
+    then check the top-level keys and every ``type`` with its arguments; each mistake exits in one line."""
+    if options:
+        if not new_keys:
+            check_option_keys(cfg, options)
+        cfg.merge_from_dict(options)
+    check_top_level_keys(cfg)
+    check_types_and_arguments(cfg)

@@ -1,0 +1,97 @@
+"""Config mistakes and bad inputs of every tool end in one line naming the key, type, argument or file,
+with a non-zero exit, before anything is written (:mod:`mmvisattn.launch.config_checks`)."""
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+
+import mmvisattn  # noqa: F401
+from mmvisattn.launch.config_checks import accepted_arguments, check_config
+from ..conftest import REPO
+from .conftest import DET_DEMO, fails_in_one_line
+
+VIL_DEMO = REPO / 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'
+RWGKA_DEMO = REPO / 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'
+
+MISTAKES = {
+    'option key': (VIL_DEMO, ['--cfg-options', 'train_cfg.max_iter=2'],
+                   "error: --cfg-options train_cfg.max_iter: 'train_cfg' has no 'max_iter'; nearest: max_iters"),
+    'attention type': (RWGKA_DEMO, ['--cfg-options', 'model.backbone.attn_cfg.type=RWGKAttentio'],
+                       "error: model.backbone.attn_cfg.type 'RWGKAttentio' is not registered in scope 'mmseg'; "
+                       'nearest: RWGKAttention'),
+    'constructor argument': (VIL_DEMO, ['--cfg-new-keys', '--cfg-options', 'model.bbox_head.num_anchor=9'],
+                             "error: model.bbox_head.num_anchor: RetinaHead takes no argument 'num_anchor'"),
+    'top-level key': (VIL_DEMO, ['--cfg-new-keys', '--cfg-options', 'optim_wraper.optimizer.lr=0.1'],
+                      "error: top-level config key 'optim_wraper' is not a Runner argument, and the Runner would "
+                      'ignore it; nearest: optim_wrapper'),
+}
+
+
+@pytest.mark.parametrize('mistake', sorted(MISTAKES))
+@pytest.mark.parametrize('tool', ['tools/train.py', 'tools/analysis_tools/get_flops.py'])
+def test_config_mistake_is_one_line_before_anything_is_written(tmp_path, tool, mistake):
+    config, options, expected = MISTAKES[mistake]
+    work_dir = tmp_path / 'work'
+    extra = ['--work-dir', work_dir] if tool.endswith('train.py') else []
+    message = fails_in_one_line([tool, config, *extra, *options], cwd=tmp_path, work_dir=work_dir)
+    assert message.startswith(expected), message
+    assert not work_dir.exists()
+
+
+def test_new_keys_are_taken_when_asked_for():
+    cfg = Config.fromfile(DET_DEMO)
+    check_config(cfg, {'train_dataloader.pin_memory': True}, new_keys=True)
+    assert cfg.train_dataloader.pin_memory is True
+
+
+def test_every_shipped_config_passes_the_checks():
+    for path in sorted((REPO / 'configs').rglob('*.py')):
+        if '_base_' not in path.parts:
+            check_config(Config.fromfile(path))
+
+
+class Forwards(torch.nn.Conv2d):
+    def __init__(self, scale: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+
+
+class Keeps(torch.nn.Module):
+    def __init__(self, kind: str = 'a', **kwargs):
+        super().__init__()
+        self.settings = dict(type=kind, **kwargs)
+
+
+def test_arguments_follow_kwargs_through_super_only():
+    assert {'scale', 'in_channels', 'kernel_size', 'padding_mode'} <= accepted_arguments(Forwards)
+    assert accepted_arguments(Keeps) is None  # its **kwargs go elsewhere: anything is accepted
+
+
+def test_missing_config_of_get_flops_is_one_line(tmp_path):
+    message = fails_in_one_line(['tools/analysis_tools/get_flops.py', 'configs/no_such.py'], cwd=tmp_path,
+                                work_dir=tmp_path / 'none')
+    assert message == "error: config file 'configs/no_such.py' does not exist"
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    broken = tmp_path / 'broken.py'
+    broken.write_text("_base_ = ['missing_base.py']\n")
+    message = fails_in_one_line(['tools/train.py', broken], cwd=tmp_path, work_dir=tmp_path / 'work')
+    assert message.startswith(f"error: config file '{broken}' cannot be read: ")
+
+
+@pytest.mark.parametrize('tool', ['demo/image_demo.py', 'tools/analysis_tools/visualize_attention.py'])
+def test_corrupt_weights_never_advise_weights_only_false(tmp_path, tool):
+    image = tmp_path / 'image.png'
+    cv2.imwrite(str(image), np.zeros((32, 32, 3), np.uint8))
+    weights = tmp_path / 'weights.pth'
+    torch.save({'state_dict': {}}, weights)
+    weights.write_bytes(weights.read_bytes()[:40])
+    args = ([tool, image, DET_DEMO, '--weights', weights, '--out-dir', tmp_path / 'out'] if 'demo' in tool else
+            [tool, '--config', DET_DEMO, '--checkpoint', weights, '--image', image, '--out', tmp_path / 'out'])
+    message = fails_in_one_line(args, cwd=tmp_path, work_dir=tmp_path / 'out')
+    assert str(weights) in message and 'weights_only' not in message
+    assert not Path(tmp_path / 'out').exists()
