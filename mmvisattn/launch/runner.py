@@ -115,6 +115,19 @@ def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
         cfg.randomness = dict(randomness, seed=seed)
 
 
+def collect_in_log_dir(runner, loop_name: str) -> None:
+    """Let the metrics of ``runner.<loop_name>`` gather the ranks' results in the run's log folder.
+
+    mmengine's metrics exchange results through files; without a ``collect_dir`` they write them to
+    ``.dist_test/`` under the current directory, which is left behind, outside the work folder. The
+    stock metrics (``CocoMetric``, ``IoUMetric``) do not take ``collect_dir`` as a config argument,
+    so it is set on the built metrics; mmengine creates the folder and removes it after each gather."""
+    loop = getattr(runner, loop_name)
+    for metric in getattr(getattr(loop, 'evaluator', None), 'metrics', ()):
+        if getattr(metric, 'collect_dir', None) is None:
+            metric.collect_dir = osp.join(runner.log_dir, 'collect')
+
+
 def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_checkpoint: bool = False) -> None:
     """Check the data and the checkpoint, join the process group, build the Runner and call
     ``runner.<action>()``. Bad input, a non-finite loss and data faults found while the run goes
@@ -132,6 +145,8 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
         adopt_checkpoint_seed(cfg, checkpoint)
     init_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    if cfg.launcher != 'none':
+        collect_in_log_dir(runner, 'test_loop' if action == 'test' else 'val_loop')
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:
         check_model_fits_checkpoint(runner.model, checkpoint, path)
     del checkpoint  # the Runner reads the file itself

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mmvisattn  # noqa: F401  (allowlists the types a Runner checkpoint holds for torch.load)
 from ..conftest import REPO, run_command, run_tool, tool_env
 
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
@@ -53,6 +54,7 @@ def test_two_process_cpu_training_outside_the_venv(workspace, tmp_path):
     done = run_command(['bash', str(REPO / 'tools/dist_train.sh'), str(DET_DEMO), '2', '--work-dir', str(tmp_path),
                         '--cfg-options', *SHORT], cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr[-5000:]
+    assert not (workspace / '.dist_test').exists()  # the ranks' results were gathered in the run's folder
     log = next(tmp_path.glob('*/*.log')).read_text()
     assert 'Distributed training: True' in log and "dist_cfg: {'backend': 'gloo'}" in log
     assert 'GPU number: 2' in log  # mmengine's name for the world size
