@@ -20,10 +20,12 @@ from torch import Tensor
 
 from mmvisattn.ops.amp import no_autocast, norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
+from mmvisattn.ops.recompute import checkpointed_chunks
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
 CONV_KINDS = ('tokens', 'spatial')
+AUX_QUERY_BLOCK = 256  # queries per block of the auxiliary branch: 256 x N float32 weights per head at a time
 NORMALISATIONS = ('kernel', 'token')
 
 
@@ -96,8 +98,20 @@ class LinearAngularAttention(QKVAttention):
         self.aux_weight.fill_(0.0)
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Masked softmax attention: weights at or below ``mask_threshold`` are dropped (quadratic).
-        In float32: half logits of large inputs overflow before the softmax."""
+        """Masked softmax attention over blocks of :data:`AUX_QUERY_BLOCK` queries, each block's
+        ``block x N`` weights recomputed in the backward instead of kept: the branch saves its inputs
+        only, so a training step holds no ``N x N`` matrix. With dropout on the weights while training,
+        a recomputed block would draw another mask, and under ``torch.compile`` the recomputation (a
+        backward that takes gradients itself) is not traceable: there the weights are kept as autograd
+        (or the compiler's own recomputation) keeps them."""
+        if (self.training and self.attn_drop > 0) or torch.compiler.is_compiling():
+            return self.masked_softmax(q, k, v)
+        return checkpointed_chunks(lambda span, queries: self.masked_softmax(queries, k, v), q.shape[-2],
+                                   AUX_QUERY_BLOCK, (q,), params=(k, v))
+
+    def masked_softmax(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Softmax weights at or below ``mask_threshold`` dropped (quadratic). In float32: half logits
+        of large inputs overflow before the softmax."""
         with no_autocast(q.device.type):
             q, k, values = upcast(q, k, v)
             weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)

@@ -7,8 +7,10 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
+from mmvisattn.models.attentions.castling import AUX_QUERY_BLOCK
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.registry import build_attention
+from ...conftest import saved_elements
 
 
 def castling(**options):
@@ -98,3 +100,30 @@ def test_token_conv_equals_the_official_conv2d():
     attn = castling()
     v = torch.randn(2, attn.num_heads, 37, attn.head_dims, dtype=torch.float64)
     torch.testing.assert_close(attn.token_conv(v), attn.dconv(v))
+
+
+def test_blocked_auxiliary_branch_equals_the_whole_matrix_in_value_and_gradients():
+    """More queries than one block, batch 2, an odd count: the blocks recomputed in the backward give
+    the values and gradients of the branch computed on the whole N x N matrix."""
+    attn = castling().train()
+    q, k, v = (torch.randn(2, 3, AUX_QUERY_BLOCK + 37, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    blocked = attn.auxiliary(q, k, v)
+    whole = attn.masked_softmax(q, k, v)
+    torch.testing.assert_close(blocked, whole)
+    upstream = torch.randn_like(whole)
+    torch.testing.assert_close(torch.autograd.grad(blocked, (q, k, v), upstream),
+                               torch.autograd.grad(whole, (q, k, v), upstream))
+
+
+def test_training_form_saves_memory_linear_in_the_tokens():
+    """The auxiliary softmax's weights are recomputed block by block in the backward, never kept:
+    a layer in its training form saves linearly growing activations (4x the tokens, at most 4.5x the
+    elements; the N x N weights alone would grow 16x)."""
+    torch.manual_seed(0)
+    attn = build_attention(dict(type='LinearAngularAttention'), embed_dims=48, num_heads=3).train()
+    saved = {}
+    for side in (16, 32):
+        x = torch.randn(2, side * side, 48, requires_grad=True)
+        saved[side] = saved_elements(lambda: attn(x, (side, side)))
+    assert saved[32] <= 4.5 * saved[16], saved
+    assert saved[32] < 2 * 3 * (32 * 32) ** 2  # less than one batch's N x N weights
