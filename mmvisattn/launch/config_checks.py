@@ -52,10 +52,12 @@ def nearest(name: str, candidates: Sequence[str], count: int = 3) -> str:
 
 
 def check_option_keys(cfg: Config, options: dict) -> None:
-    """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index)."""
+    """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), or set a Runner
+    argument the config leaves at its default (``randomness.seed``, ``load_from``)."""
     tree = cfg.to_dict()
+    defaults = runner_defaults()
     for key in options:
-        node: Any = tree
+        node: Any = {**defaults, **tree}
         walked: List[str] = []
         for part in key.split('.'):
             if isinstance(node, dict) and part in node:
@@ -73,6 +75,14 @@ def check_option_keys(cfg: Config, options: dict) -> None:
 def runner_arguments() -> Set[str]:
     from mmengine.runner import Runner
     return set(inspect.signature(Runner.__init__).parameters) - {'self'}
+
+
+def runner_defaults() -> dict:
+    """The Runner arguments a config may leave out, as option paths see them: ``randomness`` takes
+    the arguments of ``Runner.set_randomness``; the others are leaves."""
+    from mmengine.runner import Runner
+    randomness = set(inspect.signature(Runner.set_randomness).parameters) - {'self'}
+    return {name: dict.fromkeys(randomness) if name == 'randomness' else None for name in runner_arguments()}
 
 
 def check_top_level_keys(cfg: Config) -> None:

@@ -30,8 +30,8 @@ MISTAKES = {
 }
 
 
-@pytest.mark.parametrize('mistake', sorted(MISTAKES))
-@pytest.mark.parametrize('tool', ['tools/train.py', 'tools/analysis_tools/get_flops.py'])
+@pytest.mark.parametrize('tool,mistake', [('tools/train.py', mistake) for mistake in sorted(MISTAKES)] + [
+    ('tools/analysis_tools/get_flops.py', 'option key'), ('tools/analysis_tools/get_flops.py', 'attention type')])
 def test_config_mistake_is_one_line_before_anything_is_written(tmp_path, tool, mistake):
     config, options, expected = MISTAKES[mistake]
     work_dir = tmp_path / 'work'
@@ -95,3 +95,12 @@ def test_corrupt_weights_never_advise_weights_only_false(tmp_path, tool):
     message = fails_in_one_line(args, cwd=tmp_path, work_dir=tmp_path / 'out')
     assert str(weights) in message and 'weights_only' not in message
     assert not Path(tmp_path / 'out').exists()
+
+
+def test_runner_arguments_the_config_leaves_out_can_be_set():
+    cfg = Config.fromfile(DET_DEMO)
+    assert 'randomness' not in cfg
+    check_config(cfg, {'randomness.seed': 3, 'load_from': None})
+    assert cfg.randomness.seed == 3
+    with pytest.raises(SystemExit, match=r"'randomness' has no 'sed'; nearest: seed"):
+        check_config(Config.fromfile(DET_DEMO), {'randomness.sed': 3})

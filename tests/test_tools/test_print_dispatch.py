@@ -66,7 +66,8 @@ def test_the_tool_prints_and_writes_the_choice(tmp_path):
 
 
 def test_a_named_implementation_refusing_the_device_fails(tmp_path):
-    done = run_tool([TOOL, VIL, '--device', 'cuda', '--input-size', '64', '64', '--cfg-options',
+    # the ViL config leaves attn_cfg to the backbone's default: the keys are new to it
+    done = run_tool([TOOL, VIL, '--device', 'cuda', '--input-size', '64', '64', '--cfg-new-keys', '--cfg-options',
                      'model.backbone.attn_cfg.type=LongformerAttention', 'model.backbone.attn_cfg.impl=cpu'],
                     cwd=REPO, check=False)
     assert done.returncode == 1
