@@ -54,10 +54,9 @@ def nearest(name: str, candidates: Sequence[str], count: int = 3) -> str:
 def check_option_keys(cfg: Config, options: dict) -> None:
     """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), or set a Runner
     argument the config leaves at its default (``randomness.seed``, ``load_from``)."""
-    tree = cfg.to_dict()
-    defaults = runner_defaults()
+    root = {**runner_defaults(), **cfg.to_dict()}
     for key in options:
-        node: Any = {**defaults, **tree}
+        node: Any = root
         walked: List[str] = []
         for part in key.split('.'):
             if isinstance(node, dict) and part in node:
@@ -128,32 +127,37 @@ def forwards_to_super(init: Any, varkw: str) -> bool:
     return bool(uses) and all(any(use is value for value in passed_on) for use in uses)
 
 
+def keyword_parameters(function: Any) -> Optional[Tuple[Set[str], Optional[str]]]:
+    """The names ``function`` takes by keyword (``self`` aside) and the name of its ``**kwargs`` (or
+    None), or None for a builtin without a signature."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    varkw = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_KEYWORD), None)
+    return {p.name for p in parameters if p.kind in keyword} - {'self'}, varkw
+
+
 def accepted_arguments(target: Any) -> Optional[Set[str]]:
     """The keyword arguments a registered class or function takes, or None when its ``**kwargs``
     accept anything (they leave the classes this walk can read)."""
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     if not inspect.isclass(target):
-        try:
-            parameters = inspect.signature(target).parameters.values()
-        except (TypeError, ValueError):  # a builtin without a signature
-            return None
-        open_ended = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
-        return None if open_ended else {p.name for p in parameters if p.kind in keyword}
+        found = keyword_parameters(target)
+        return None if found is None or found[1] is not None else found[0]
     names: Set[str] = set()
     for klass in target.__mro__:
         if klass in CLOSED_BASES:
             return names
         if '__init__' not in vars(klass):
             continue
-        try:
-            parameters = inspect.signature(vars(klass)['__init__']).parameters.values()
-        except (TypeError, ValueError):
+        found = keyword_parameters(vars(klass)['__init__'])
+        if found is None:
             return None
-        names |= {p.name for p in parameters if p.kind in keyword} - {'self'}
-        varkw = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_KEYWORD), None)
-        if varkw is None:
+        names |= found[0]
+        if found[1] is None:
             return names
-        if not forwards_to_super(vars(klass)['__init__'], varkw):
+        if not forwards_to_super(vars(klass)['__init__'], found[1]):
             return None
     return names
 

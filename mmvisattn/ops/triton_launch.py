@@ -2,8 +2,9 @@
 warps they launch with.
 
 The kernels load float32, float16 or bfloat16, multiply in that precision (:func:`dot_operands`) and
-accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are at most :data:`MAX_HEAD_DIMS` wide, or less where an
-op's kernels keep more rows in registers (the shipped models use 16 to 70);
+accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are
+at most :data:`MAX_HEAD_DIMS` wide, or less where an op's kernels keep more rows in registers (the
+shipped models use 16 to 70);
 ``tools/analysis_tools/compile_kernels.py`` compiles every kernel at the widest head its op accepts
 too and reports registers, spills and shared memory per GPU architecture.
 """

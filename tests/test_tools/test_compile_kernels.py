@@ -39,7 +39,8 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     # product of theirs takes half operands: the tensor cores' half-precision rate, not TF32
     assert any('*fp16' in row['signature'].values() for row in rows
                if row['kernel'].endswith('sliding_chunk.triton._forward_kernel'))
-    with_dots = {row['kernel'].replace('mmvisattn.ops.', ''): row['dot_operands'] for row in rows if row['dot_operands']}
+    with_dots = {row['kernel'].replace('mmvisattn.ops.', ''): row['dot_operands']
+                 for row in rows if row['dot_operands']}
     assert set(with_dots) == {'sliding_chunk.triton._forward_kernel', 'sliding_chunk.triton._backward_kernel',
                               'linear_angular.triton._summarise', 'linear_angular.triton._mix',
                               'peripheral.triton._forward_kernel'}

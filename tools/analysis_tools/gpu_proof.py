@@ -44,7 +44,8 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label  # this folder: on sys.path when run
+# this folder: on sys.path when run
+from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
 DTYPES = ('float32', 'float16', 'bfloat16')

@@ -21,7 +21,7 @@ def row_label(row: Dict) -> str:
 
 def mark_fastest(rows: List[Dict]) -> List[Dict]:
     """``fastest`` set on the row of least forward + backward time (the op's implementations and SDPA
-    over the same tokens): the measurement ``auto``'s CUDA order follows."""
+    over the same tokens): the measurement to set ``auto``'s CUDA order from."""
     timed = [row for row in rows if 'forward_backward_ms' in row]
     best = min(timed, key=lambda row: row['forward_backward_ms']) if timed else None
     return [dict(row, fastest=row is best) for row in rows]

@@ -4,10 +4,11 @@ the mixed attention is stored. The backward recomputes the SDPA form (:mod:`.sdp
 Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): the kernel reads float32, float16 or bfloat16 queries,
-keys and values; both products take their operands in that precision (``DOT``: half-precision tensor
-cores, or TF32 for float32; the weights rounded to it only as an operand) and accumulate in float32, where
-the bias is added and the online softmax runs; it writes the result in ``v``'s dtype; autocast is off in the Function, and its backward is SDPA's in the inputs' dtype
-(SDPA accumulates half inputs in float32).
+keys and values; both products take their operands in that precision (``DOT``: half-precision
+tensor cores, or TF32 for float32; the weights rounded to it only as an operand) and accumulate in
+float32, where the bias is added and the online softmax runs; it writes the result in ``v``'s
+dtype; autocast is off in the Function, and its backward is SDPA's in the inputs' dtype (SDPA
+accumulates half inputs in float32).
 """
 import torch
 import triton
