@@ -12,6 +12,7 @@ PYTHON=${PYTHON:-python3.11}
 VENV="$ROOT/.venv"
 TORCH_VERSION=2.13.0
 MMCV_VERSION=2.1.0
+OPENMIM_VERSION=0.3.9
 STAMP="$VENV/.mmvisattn-install-stamp"
 
 die() { echo "make install: error: $*" >&2; exit 1; }
@@ -77,6 +78,19 @@ install_mmcv() {
     done_step
 }
 
+# The source folder linked into the venv with setuptools' `develop` (an .egg-link), not pip's PEP 660
+# editable wheel: mim looks for a package's files (`.mim/model-index.yml`, its configs and tools) in the
+# folder named after it beside its metadata, which a PEP 660 install keeps in site-packages with no such
+# folder (`mim search mmvisattn`: "FileNotFoundError: .../site-packages/mmvisattn/model-index.yml"); the
+# egg-link's metadata lives in the source folder. A PEP 660 install of an earlier `make install` goes first.
+install_editable() {
+    if [ -d "$VENV/lib" ] && ls "$VENV"/lib/python*/site-packages/__editable__.mmvisattn-* >/dev/null 2>&1; then
+        venv_pip uninstall --quiet --yes mmvisattn
+    fi
+    (cd "$ROOT" && "$VENV/bin/python" setup.py --quiet develop --no-deps >/dev/null 2>"$VENV/.develop.log") \
+        || die "installing mmvisattn from $ROOT failed: $(tail -n 1 "$VENV/.develop.log")"
+}
+
 # nms and RoIAlign on CPU; where CUDA is available, also nms, RoIAlign and MultiScaleDeformableAttention on
 # CUDA tensors (a CPU-only wheel would pass the CPU check and fail at the first CUDA op of training).
 verify_mmcv_ops() {
@@ -110,16 +124,17 @@ main() {
         "$PYTHON" -m venv "$VENV"
         done_step
     fi
-    step "installing build requirements (torch $TORCH_VERSION, setuptools<81, ninja)"
+    step "installing build requirements (torch $TORCH_VERSION, setuptools<80, ninja)"
     venv_pip install --quiet -r "$ROOT/requirements/build.txt"
     done_step
     if ! "$VENV/bin/python" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
         install_mmcv
     fi
-    step "installing mmengine, mmdet, mmsegmentation, evaluation tools, triton, onnx(runtime) and mmvisattn (editable)"
+    step "installing mmengine, mmdet, mmsegmentation, evaluation tools, triton, onnx(runtime), openmim and mmvisattn (editable)"
     venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-        -r "$ROOT/requirements/deploy.txt"
-    venv_pip install --quiet --no-deps --no-build-isolation -e "$ROOT"
+        -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/mim.txt"
+    venv_pip install --quiet --no-deps "openmim==$OPENMIM_VERSION"
+    install_editable
     done_step
     verify_mmcv_ops
     compile_cpu_kernels

@@ -1,6 +1,10 @@
 """tools/misc/montage.py tiles drawings into one sheet, with an optional caption band that says
 what the halves of each drawing are; model-index.yml lists every config folder's metafile where
 mim looks for it."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import yaml
 from PIL import Image
@@ -31,3 +35,15 @@ def test_model_index_imports_every_metafile_where_mim_looks():
                for model in yaml.safe_load((mim_dir / path).read_text())['Models']]
     assert len(configs) == len([p for p in (REPO / 'configs').glob('*/*.py') if p.parent.name != '_base_'])
     assert all((mim_dir / config).is_file() for config in configs)
+
+
+def test_mim_search_lists_the_model_zoo(tmp_path):
+    """``make install`` installs openmim and links the package so that mim finds its model index."""
+    mim = Path(sys.executable).with_name('mim')
+    done = subprocess.run([str(mim), 'search', 'mmvisattn', '--field', 'config'], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    index = yaml.safe_load((REPO / 'model-index.yml').read_text())
+    names = {Path(model['Config']).stem for path in index['Import']
+             for model in yaml.safe_load((REPO / path).read_text())['Models']}
+    assert names and all(f'config id: {name}\n' in done.stdout for name in names)

@@ -19,8 +19,17 @@ STOCK_TOOLS = Path(__import__('mmseg').__file__).parent / '.mim/tools/analysis_t
 
 
 def train(config, work_dir, cwd, *options, extra=()):
-    return run_tool(['tools/train.py', config, '--work-dir', work_dir, *extra, '--cfg-options', *SHORT, *options],
+    done = run_tool(['tools/train.py', config, '--work-dir', work_dir, *extra, '--cfg-options', *SHORT, *options],
                     cwd=cwd)
+    assert warnings_of_ours(done) == []
+    return done
+
+
+def warnings_of_ours(done) -> list:
+    """Python warnings a run printed from this repository's code (not from the installed packages)."""
+    located = re.findall(r'^(\S+\.py):\d+: (\w*Warning)', done.stdout + done.stderr, flags=re.MULTILINE)
+    return [(path, kind) for path, kind in located
+            if Path(path).resolve().is_relative_to(REPO) and '.venv' not in Path(path).parts]
 
 
 def test_train_then_test_prints_coco_map(workspace, tmp_path):
@@ -29,7 +38,7 @@ def test_train_then_test_prints_coco_map(workspace, tmp_path):
     # after 2 iterations every score is near the 0.01 prior: keep them all so that COCO has results
     done = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path,
                      '--show-dir', 'shown', '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=workspace)
-    assert 'coco/bbox_mAP:' in done.stdout + done.stderr
+    assert 'coco/bbox_mAP:' in done.stdout + done.stderr and warnings_of_ours(done) == []
     assert len(list(tmp_path.glob('*/shown/*.jpg'))) == 50
 
 
