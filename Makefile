@@ -12,7 +12,7 @@ GPU_PROOF_DIR ?= work_dirs/gpu_proof
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install test test-slow test-ops gpu-proof kernels bench demo clean
+.PHONY: install test test-slow test-ops gpu-proof kernels bench bench-models demo clean
 
 install:
 	@bash tools/install.sh
@@ -40,6 +40,13 @@ kernels: install
 bench: install
 	$(PYTHON) tools/analysis_tools/benchmark_suite.py $(if $(PEERS_DIR),--peers $(PEERS_DIR)) \
 		--out-dir work_dirs/bench --readme README.md
+
+# every project model beside the stock model it replaces, in training, and the largest input each trains at
+# (tools/analysis_tools/benchmark_models.py; the tables of the README's "Cost at model level" and of each
+# config folder's README)
+bench-models: install
+	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models --readme README.md \
+		--config-readmes
 
 demo: install
 	@start=$$(date +%s); \

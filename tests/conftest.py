@@ -123,11 +123,5 @@ def workspace(tmp_path_factory) -> Path:
 
 def saved_elements(fn) -> int:
     """Elements autograd saves for the backward while ``fn()`` runs (each storage counted once)."""
-    sizes = {}
-
-    def pack(tensor):
-        sizes[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes() // tensor.element_size()
-        return tensor
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        fn()
-    return sum(sizes.values())
+    from mmvisattn.utils.complexity import saved_for_backward  # after the interpreter choice above
+    return saved_for_backward(fn, in_elements=True)

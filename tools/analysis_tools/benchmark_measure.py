@@ -78,10 +78,12 @@ def training_step(spec: str, case: OpCase, grid: int, peers: Optional[Path],
     return step
 
 
-def paired_rounds(steps: Dict[str, Callable[[], None]], rounds: int, budget: float) -> Dict[str, List[float]]:
-    """Seconds of every step per round, the order reversed every other round; one warm-up each.
-    Rounds stop at ``rounds`` or once ``budget`` seconds are spent (never fewer than three)."""
-    for step in steps.values():
+def paired_rounds(steps: Dict[str, Callable[[], None]], rounds: int, budget: float,
+                  warm_up: bool = True) -> Dict[str, List[float]]:
+    """Seconds of every step per round, the order reversed every other round; first a warm-up call
+    each (unless the caller ran them). Rounds stop at ``rounds`` or once ``budget`` seconds are spent
+    (never fewer than three)."""
+    for step in steps.values() if warm_up else ():
         step()
     times = {label: [] for label in steps}
     order = list(steps)
@@ -185,8 +187,67 @@ def child_model_memory(payload: dict) -> dict:
         return peak_growth_mb(lambda: model._forward(images))
 
 
-MEMORY_KINDS = ('memory', 'model_memory')
-CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models, 'model_memory': child_model_memory}
+def _peak_resident_kb() -> int:
+    """The process's peak resident set since the last :func:`_reset_peak_resident` (Linux's VmHWM)."""
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) for line in status if line.startswith('VmHWM:'))
+
+
+def _reset_peak_resident() -> None:
+    with open('/proc/self/clear_refs', 'w') as clear_refs:  # '5' resets VmHWM to the current resident set
+        clear_refs.write('5')
+
+
+def measured_step(step) -> Dict[str, float]:
+    """One call of a ``model_pairs.TrainingStep``: the bytes its forward saves for the backward
+    (storages a recomputing backward packs again, one block at a time, are transient and not
+    counted), the growth of the peak resident set over the whole step (reset first, so several
+    models can be measured in one process) and its seconds."""
+    from mmvisattn.utils import saved_for_backward
+    _reset_peak_resident()
+    base = _peak_resident_kb()
+    start = time.perf_counter()
+    losses = []
+    saved = saved_for_backward(lambda: losses.append(step.loss()))
+    step.backward(losses.pop())
+    seconds = time.perf_counter() - start
+    return {'saved_mb': saved / 2**20, 'peak_mb': (_peak_resident_kb() - base) / 1024, 'step_s': seconds}
+
+
+def child_train_pair(payload: dict) -> dict:
+    """A pair of ``benchmark_models.py`` at one input size, both models in this process (after a
+    step each at a small size, which allocates the libraries' workspaces): parameters, one measured
+    training step each (the order reversed at every other size), with ``macs`` the multiply-accumulates
+    of one image, then ``rounds`` more paired rounds of steps (the order reversed every other round)."""
+    import torch
+    from get_flops import tensor_forward
+    from model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
+
+    from mmvisattn.utils import count_flops, count_parameters
+    torch.manual_seed(0)
+    pair = PAIRS[payload['pair']]
+    models = {'project': build_training_model(pair.project, pair.deploy), 'stock': build_training_model(pair.stock)}
+    steps = {}
+    for side, model in models.items():
+        TrainingStep(model, payload['batch'], *payload['warm_up_shape'])()
+        steps[side] = TrainingStep(model, payload['batch'], *payload['shape'])
+    order = list(steps)[::-1] if payload['reverse'] else list(steps)
+    result = {side: dict(params=count_parameters(models[side]), **measured_step(steps[side])) for side in order}
+    if payload['macs']:
+        for side, model in models.items():
+            forward = tensor_forward(model.eval(), model_scope(model), *payload['shape'])
+            result[side]['gmacs'] = count_flops(forward)['total'] / 1e9
+            model.train()
+    if payload['rounds']:  # the measured steps are the first round
+        times = paired_rounds(steps, payload['rounds'], float('inf'), warm_up=False)
+        times = {side: [result[side]['step_s']] + times[side] for side in steps}
+        result['time'] = ratio_summary(times, {'project / stock': ('project', 'stock')})
+    return result
+
+
+MEMORY_KINDS = ('memory', 'model_memory', 'train_pair')
+CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models, 'model_memory': child_model_memory,
+            'train_pair': child_train_pair}
 
 
 def in_child(kind: str, **payload) -> dict:

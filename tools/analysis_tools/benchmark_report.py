@@ -3,11 +3,9 @@ carries them, a PNG of time against tokens per op, and the README's tables repla
 marker comments (nothing else of the file)."""
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmark_cases import MODEL_GROUPS, OP_CASES  # this folder: on sys.path when the script runs
-
-BEGIN, END = '<!-- benchmark_suite.py: begin -->', '<!-- benchmark_suite.py: end -->'
 
 
 def _fmt(value: Optional[float], unit: str = '') -> str:
@@ -92,20 +90,31 @@ def plot(results: dict, path: Path) -> None:
     save_figure(figure, path)
 
 
-def check_markers(readme: Path, error: Callable[[str], None]) -> str:
-    """The text of ``readme``, which must hold :data:`BEGIN` and, after it, :data:`END` once each."""
+def markers(tool: str) -> Tuple[str, str]:
+    """The comments between which ``tool`` writes its tables into a README."""
+    return f'<!-- {tool}: begin -->', f'<!-- {tool}: end -->'
+
+
+BEGIN, END = markers('benchmark_suite.py')
+
+
+def check_markers(readme: Path, error: Callable[[str], None], tool: str = 'benchmark_suite.py') -> str:
+    """The text of ``readme``, which must hold ``tool``'s begin marker and, after it, its end marker
+    once each."""
+    begin, end = markers(tool)
     text = readme.read_text() if readme.is_file() else None
-    if text is None or text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        error(f'--readme {readme}: expected a file holding the lines {BEGIN!r} and {END!r}, once each and in order')
+    if text is None or text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        error(f'{readme}: expected a file holding the lines {begin!r} and {end!r}, once each and in order')
     return text
 
 
-def update_readme(readme: Path, tables: str) -> None:
-    """Replace what lies between the markers of ``readme`` by ``tables`` (written to a temporary file
-    beside it, then renamed over it, so an interrupted run leaves the old README whole)."""
-    text = check_markers(readme, lambda message: sys.exit(f'benchmark_suite: {message}'))
-    head, rest = text.split(BEGIN)
-    tail = rest.split(END)[1]
-    scratch = readme.with_name(f'.{readme.name}.benchmark_suite')
-    scratch.write_text(f'{head}{BEGIN}\n{tables}{END}{tail}')
+def update_readme(readme: Path, tables: str, tool: str = 'benchmark_suite.py') -> None:
+    """Replace what lies between ``tool``'s markers in ``readme`` by ``tables`` (written to a temporary
+    file beside it, then renamed over it, so an interrupted run leaves the old README whole)."""
+    text = check_markers(readme, lambda message: sys.exit(f'{tool}: {message}'), tool)
+    begin, end = markers(tool)
+    head, rest = text.split(begin)
+    tail = rest.split(end)[1]
+    scratch = readme.with_name(f'.{readme.name}.{tool}')
+    scratch.write_text(f'{head}{begin}\n{tables}{end}{tail}')
     scratch.replace(readme)
