@@ -68,11 +68,10 @@ FAMILIES = tuple(dict.fromkeys(pair.family for pair in PAIRS.values()))
 def build_training_model(config: str, deploy: bool = False):
     """The model of a project or stock (``mmdet::`` / ``mmseg::``) config in training mode, random
     weights; ``deploy`` switches it to its deploy form first."""
-    from benchmark_inference import load_config  # this folder: on sys.path when the script runs
+    from benchmark_measure import build_model  # this folder: on sys.path when the script runs
 
     from mmvisattn.deploy import switch_to_deploy
-    from mmvisattn.registry import build_from_config
-    model = build_from_config(load_config(config))
+    model = build_model(config)
     if deploy:
         switch_to_deploy(model)
     return model.train()
