@@ -122,8 +122,13 @@ class Proof:
         upstream = self.upstream(out) if upstream is None else upstream
         return out, self.torch.autograd.grad(out, [t for t in leaves if t.requires_grad], upstream)
 
+    def impls(self, case) -> List[str]:
+        """The case's implementations that train on this device (FlexAttention has no CPU backward: the
+        smoke run leaves it to the unit tests, which check its CPU forward)."""
+        return [impl for impl in case.impls if not (self.smoke and impl in self.cases.CUDA_TRAINING_ONLY)]
+
     def impls_auto_may_take(self, case) -> List[str]:
-        return [impl for impl in case.dispatch.order(self.device) if impl in case.impls]
+        return [impl for impl in case.dispatch.order(self.device) if impl in self.impls(case)]
 
     # sections
 
@@ -149,7 +154,7 @@ class Proof:
         rows = []
         for case in self.cases.CASES:
             size = self.test_size(case)
-            for impl in case.impls:
+            for impl in self.impls(case):
                 for dtype in DTYPES:
                     rows.append(self.compare_to_reference(case, impl, size, dtype))
         return rows
@@ -172,7 +177,7 @@ class Proof:
         rows = []
         for case in self.cases.CASES:
             size = self.test_size(case)
-            for impl in case.impls:
+            for impl in self.impls(case):
                 leaves = self.leaves(case.inputs, size, 'float32')
                 passes = [self.step(case, impl, size, leaves)[1] for _ in range(3)]
                 spread = max(relative_error(later, first) for grads in passes[1:]
@@ -291,7 +296,7 @@ class Proof:
                 auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]
                 layer_rows = [dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=impl,
                                    auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))
-                              for impl in dict.fromkeys([auto, *case.impls])]
+                              for impl in dict.fromkeys([auto, *self.impls(case)])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
                 layer_rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl='SDPA (flash)',
                                        auto=False, **self.timed(lambda: flash_sdpa(*baseline), baseline)))

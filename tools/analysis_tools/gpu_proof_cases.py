@@ -117,11 +117,12 @@ def _feature_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
 
 
 TEST_MAP = (7, 9)
+CUDA_TRAINING_ONLY = ('flex',)  # implementations without a CPU backward
 PERIPHERAL_SCALE = 0.25
 FEATURE_SCALE = 0.5
 
 CASES = [
-    Case(sliding_chunk.OP, _vil_inputs, _vil_call, _vil_reference, ('dense', 'torch', 'triton'),
+    Case(sliding_chunk.OP, _vil_inputs, _vil_call, _vil_reference, ('dense', 'torch', 'triton', 'flex'),
          Size(2, 2, 16, TEST_MAP),
          {'ViL-S stage 1 at 800x1344': Size(2, 3, 32, (200, 336)), 'ViL-S stage 2': Size(2, 3, 64, (100, 168)),
           'ViL-S stage 3': Size(2, 6, 64, (50, 84))}),

@@ -18,9 +18,12 @@ local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 Implementations (:data:`OP` says which runs where and why): ``reference`` (masked full
 attention, tests only), ``dense`` (one SDPA call with the pattern as an additive bias,
 :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward), ``cpu`` (the same fused per chunk
-in C++, :mod:`.cpu`) and ``triton`` (fused kernels, CUDA); ``auto`` takes Triton on CUDA where its
-kernels take the heads and window (else torch) and, on CPU, ``dense`` on maps no larger than a
-query's window (the crossover measured in :mod:`.dense`), ``cpu`` on larger ones.
+in C++, :mod:`.cpu`), ``triton`` (fused kernels, CUDA) and ``flex`` (PyTorch's FlexAttention with a
+block mask of the chunks, :mod:`.flex`; trains on CUDA, forward only on CPU); ``auto`` takes Triton on
+CUDA where its kernels take the heads and window (else torch) and, on CPU, ``dense`` on maps no larger
+than a query's window (the crossover measured in :mod:`.dense`), ``cpu`` on larger ones. ``auto``
+leaves ``flex`` to be asked for: the GPU proof times it beside the Triton kernels at the shipped sizes
+and found them faster (the README's GPU record).
 
 Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
 inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.
@@ -35,6 +38,7 @@ from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, ru
                         DRY_RUN)
 from ..triton_launch import UnsupportedInput, check_kernel_inputs
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
+from .flex import KEYS_TWICE, flex_refusal, sliding_chunk_attention_flex, visits_keys_once
 from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn
 from .local_global import local_plus_global
 from .pytorch import sliding_chunk_local_torch
@@ -68,13 +72,21 @@ def _unsupported_window(window: int) -> Optional[str]:
 _triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
 
 
+def _flex_refusal(request: Request) -> Optional[str]:
+    reason = flex_refusal(request.device, request.grad)
+    if reason is None and not visits_keys_once(request.fact('hw_shape'), request.fact('window'),
+                                               request.fact('masking'), request.fact('mode')):
+        return KEYS_TWICE
+    return reason
+
+
 def _triton_refusal(request: Request) -> Optional[str]:
     return _triton_kernels(request) or _unsupported_window(request.fact('window'))
 
 
 OP = Op('sliding_chunk_attention',
         dict(reference=reference_only, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
-             triton=_triton_refusal),
+             triton=_triton_refusal, flex=_flex_refusal),
         dict(cpu=('dense', 'cpu', 'torch'), cuda=('triton', 'torch')))
 IMPLS = OP.impls
 
@@ -159,6 +171,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
             raise ValueError(f"sliding_chunk_attention(impl='dense'): {_dense_refusal(request)}; "
                              "expected impl='torch', 'cpu' or 'triton' for random shifting")
         return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
+    if impl == 'flex':
+        return sliding_chunk_attention_flex(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'triton':
         check_triton_inputs(q, k, v, window)
         from .triton import sliding_chunk_local_triton as local_attention
