@@ -1,7 +1,8 @@
 """Recomputation by chunks of tokens, shared by the ops and the modules whose per-token
 intermediates (ripple's stick weights, feature maps) would otherwise be kept for the backward:
-the forward runs without a graph, the backward recomputes one chunk at a time; and :func:`runs`,
-the cutting of an axis into steps that every op's memory budget uses."""
+the forward runs without a graph, the backward recomputes one chunk at a time; :func:`runs`, the
+cutting of an axis into steps that every op's memory budget uses, and :func:`step_budget`, the
+budget by device."""
 from typing import Callable, List, Sequence, Tuple
 
 import torch
@@ -11,6 +12,19 @@ from .amp import autocast_state, restore_autocast
 from .tracing import apply_function
 
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
+# Elements one step's temporaries may hold off the CPU (128 MB of float32). The ops' budgets are tuned
+# for a CPU's cache, where more and smaller steps cost little; on a GPU each step costs its launches
+# (tens of aten calls, 5-10 us each), so there the shipped sizes run in one step.
+DEVICE_BUDGET = 1 << 25
+CACHE_BUDGETED = ('cpu',)  # device types whose steps the ops' CPU budgets size
+
+
+def step_budget(cpu_budget: int, device: torch.device, item_elements: int = 1) -> int:
+    """Items (elements, or rows of ``item_elements``) per step: ``cpu_budget`` on the devices of
+    :data:`CACHE_BUDGETED`, elsewhere as many as :data:`DEVICE_BUDGET` elements hold (at least ``cpu_budget``)."""
+    if device.type in CACHE_BUDGETED:
+        return cpu_budget
+    return max(cpu_budget, DEVICE_BUDGET // item_elements)
 
 
 def runs(count: int, step: int) -> List[slice]:

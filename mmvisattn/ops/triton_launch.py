@@ -9,10 +9,13 @@ shipped models use 16 to 70);
 too and reports registers, spills and shared memory per GPU architecture.
 """
 import os
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .launch_count import count_triton_launch
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIMS = 128
@@ -64,3 +67,12 @@ def num_warps(head_block: int) -> int:
     """Warps per program for a head padded to ``head_block`` columns: 8 above 64, where 4 warps left
     the kernels' register-held rows spilling (compile_kernels.py at 128 on sm_80 and sm_90)."""
     return 4 if head_block <= 64 else 8
+
+
+def launch(kernel, grid: Sequence[int], *args: Any, **meta: Any) -> None:
+    """``kernel[grid](*args, **meta)``, counted by an active :class:`~.launch_count.LaunchCounter` (and
+    skipped in its dry count); outside dispatch modes, so that the interpreter's own tensor calls under
+    ``TRITON_INTERPRET=1`` are not taken for the op's."""
+    if count_triton_launch(kernel.fn.__name__ if hasattr(kernel, 'fn') else kernel.__name__):
+        with _disable_current_modes():
+            kernel[tuple(grid)](*args, **meta)

@@ -59,7 +59,8 @@ def test_gradcheck_hand_written_backward(shared_anchors, device):
 @pytest.mark.parametrize('one_head_per_slice', [False, True])
 @pytest.mark.parametrize('shared_anchors', [True, False])
 def test_gradients_match_reference(monkeypatch, one_head_per_slice, shared_anchors):
-    """Also in slices of one head (anchor gradients then summed over the slices sharing them)."""
+    """The whole batch in one slice (anchor gradients summed over the images sharing them) and slices of
+    one head of one image (summed over the slices)."""
     if one_head_per_slice:
         monkeypatch.setattr('mmvisattn.ops.rwgk.pytorch.GRAPH_BUDGET', 1)
     args = [t.requires_grad_() for t in inputs(tokens=15, anchors=5, shared_anchors=shared_anchors)]

@@ -25,8 +25,17 @@ from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
 CONV_KINDS = ('tokens', 'spatial')
-AUX_QUERY_BLOCK = 256  # queries per block of the auxiliary branch: 256 x N float32 weights per head at a time
+# weights of the auxiliary branch computed at once (128 MB in float32): a block of queries as large as
+# fits, so a layer of Castling-ViT-B at 32x32 tokens and batch 2 takes one block, not four of 256 queries
+# (each block is some 45 launches forward, recomputation and backward)
+AUX_BLOCK_WEIGHTS = 2 ** 25
 NORMALISATIONS = ('kernel', 'token')
+
+
+def aux_query_block(q: Tensor, k: Tensor) -> int:
+    """Queries per block of the auxiliary branch: :data:`AUX_BLOCK_WEIGHTS` weights over every batch
+    and head, at least one query."""
+    return max(1, AUX_BLOCK_WEIGHTS // (q.shape[:-2].numel() * k.shape[-2]))
 
 
 @ATTENTIONS.register_module()
@@ -98,7 +107,7 @@ class LinearAngularAttention(QKVAttention):
         self.aux_weight.fill_(0.0)
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Masked softmax attention over blocks of :data:`AUX_QUERY_BLOCK` queries, each block's
+        """Masked softmax attention over blocks of queries (:func:`aux_query_block`), each block's
         ``block x N`` weights recomputed in the backward instead of kept: the branch saves its inputs
         only, so a training step holds no ``N x N`` matrix. With dropout on the weights while training,
         a recomputed block would draw another mask, and under ``torch.compile`` the recomputation (a
@@ -107,7 +116,7 @@ class LinearAngularAttention(QKVAttention):
         if (self.training and self.attn_drop > 0) or torch.compiler.is_compiling():
             return self.masked_softmax(q, k, v)
         return checkpointed_chunks(lambda span, queries: self.masked_softmax(queries, k, v), q.shape[-2],
-                                   AUX_QUERY_BLOCK, (q,), params=(k, v))
+                                   aux_query_block(q, k), (q,), params=(k, v))
 
     def masked_softmax(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Softmax weights at or below ``mask_threshold`` dropped (quadratic). In float32: half logits

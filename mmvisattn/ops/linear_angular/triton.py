@@ -24,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off, norm_eps
-from ..triton_launch import check_kernel_inputs, dot_operands, head_block, num_warps
+from ..triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
 from .pytorch import linear_angular_backward
 
 
@@ -99,11 +99,11 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
     key_mean = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
     value_mean = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
     # one stage: software pipelining of the token loop made ptxas spill (compile_kernels.py, sm_90)
-    _summarise[(heads,)](k, v, key_values, key_mean, value_mean, tokens, dims, value_dims, norm_eps(k.dtype),
-                         num_stages=1, **sizes)
+    launch(_summarise, (heads,), k, v, key_values, key_mean, value_mean, tokens, dims, value_dims,
+           norm_eps(k.dtype), num_stages=1, **sizes)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
-    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_mean, value_mean, out, tokens, dims, value_dims,
-                                                 1.0 / math.pi, norm_eps(q.dtype), **sizes)
+    launch(_mix, (heads, triton.cdiv(tokens, block_n)), q, key_values, key_mean, value_mean, out, tokens, dims,
+           value_dims, 1.0 / math.pi, norm_eps(q.dtype), **sizes)
     return out
 
 

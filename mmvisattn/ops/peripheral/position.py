@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..recompute import checkpointed_chunks
+from ..recompute import checkpointed_chunks, step_budget
 
-# Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query). Maps
-# below it run under autograd in one piece; larger ones chunk by chunk, recomputed in the backward
-# (the fastest budget measured, and a third of the peak memory at 28x28: the README's tuned constants).
+# Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query) on CPU
+# (on a GPU, :func:`~mmvisattn.ops.recompute.step_budget`). Maps below it run under autograd in one piece;
+# larger ones chunk by chunk, recomputed in the backward (the fastest budget measured, and a third of
+# the peak memory at 28x28: the README's tuned constants).
 CHUNK_ELEMENTS = 2 ** 20
 
 
@@ -114,7 +115,7 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float 
     weighted = distances * params.distance_weight.view(-1, 1, 1) + params.distance_bias.view(-1, 1, 1)
     relative = F.conv2d(weighted.unsqueeze(0), params.conv1_weight, params.conv1_bias)[0]
     row_elements = width * relative.shape[0] * (relative.shape[1] - height + 1) * (relative.shape[2] - width + 1)
-    rows_per_chunk = max(1, CHUNK_ELEMENTS // row_elements)
+    rows_per_chunk = max(1, step_budget(CHUNK_ELEMENTS, relative.device) // row_elements)
     if rows_per_chunk >= height:
         return _row_logits(slice(0, height), relative, params, hw_shape, eps)
     used = [relative, params.norm1_weight, params.norm1_bias, params.conv2_weight, params.conv2_bias,

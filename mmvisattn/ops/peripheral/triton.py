@@ -16,7 +16,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_launch import check_kernel_inputs, dot_operands, head_block, num_warps
+from ..triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
 from .pytorch import peripheral_attention_sdpa
 
 
@@ -67,9 +67,9 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float, b
     out = torch.empty(batch, heads, tokens, value_dims, device=q.device, dtype=v.dtype)
     grid = (batch * heads, triton.cdiv(tokens, block))
     block_d, block_dv = head_block(dims), head_block(value_dims)
-    _forward_kernel[grid](q, k, v, bias, out, heads, tokens, dims, value_dims, scale, BLOCK_M=block, BLOCK_N=block,
-                          BLOCK_D=block_d, BLOCK_DV=block_dv, DOT=dot_operands(q.dtype),
-                          num_warps=num_warps(max(block_d, block_dv)))
+    launch(_forward_kernel, grid, q, k, v, bias, out, heads, tokens, dims, value_dims, scale, BLOCK_M=block,
+           BLOCK_N=block, BLOCK_D=block_d, BLOCK_DV=block_dv, DOT=dot_operands(q.dtype),
+           num_warps=num_warps(max(block_d, block_dv)))
     return out
 
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..amp import autocast_off, upcast
-from ..recompute import runs
+from ..recompute import runs, step_budget
 from ..tracing import apply_function
 from .weights import ring_weights
 
@@ -45,8 +45,10 @@ def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
 
 
 def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
-    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each."""
-    return runs(q.shape[0], max(1, CHUNK_ELEMENTS // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
+    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each on
+    CPU (:func:`~mmvisattn.ops.recompute.step_budget` elsewhere)."""
+    budget = step_budget(CHUNK_ELEMENTS, q.device)
+    return runs(q.shape[0], max(1, budget // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
 
 
 class RippleLocalGlobal(torch.autograd.Function):

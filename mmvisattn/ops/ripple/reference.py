@@ -23,7 +23,7 @@ def group_weights_reference(logits: Tensor, hw_shape: Sequence[int], tau: float)
     index = torch.arange(groups, device=logits.device)
     kept = index < r_hat.unsqueeze(-1)
     merged = 1 - (padded[..., :groups] * kept).sum(dim=-1)
-    share = merged / (query_reach(hw_shape, logits.device) - r_hat + 1).clamp(min=1)
+    share = merged / (query_reach(tuple(hw_shape), logits.device) - r_hat + 1).clamp(min=1)
     return torch.where(kept, padded[..., :groups], share.unsqueeze(-1))
 
 

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_launch import check_kernel_inputs, num_warps
+from ..triton_launch import check_kernel_inputs, launch, num_warps
 from .local_global import LocalKernels, local_plus_global
 
 
@@ -130,9 +130,8 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: in
             r_max: int) -> None:
     slices, tokens = tensors[0].shape[:2]
     block_d, block_e = triton.next_power_of_2(dims), triton.next_power_of_2(value_dims)  # no tl.dot: no minimum
-    kernel[(slices, triton.cdiv(tokens, BLOCK))](*tensors, *hw_shape, dims, value_dims, r_max, BLOCK=BLOCK,
-                                                 BLOCK_D=block_d, BLOCK_E=block_e,
-                                                 num_warps=num_warps(max(block_d, block_e)))
+    launch(kernel, (slices, triton.cdiv(tokens, BLOCK)), *tensors, *hw_shape, dims, value_dims, r_max, BLOCK=BLOCK,
+           BLOCK_D=block_d, BLOCK_E=block_e, num_warps=num_warps(max(block_d, block_e)))
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:

@@ -6,6 +6,7 @@ which keeps nothing but the logits.
 Shapes: ``logits`` ``(..., N, R_max)`` hold the stick logits ``o_r(i, j)`` of every query, one
 per stick unit ``r = 0 .. R_max - 1``; ``N = H * W`` tokens in row-major order.
 """
+from functools import lru_cache
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -59,8 +60,10 @@ def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:
     return torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs())
 
 
-def query_reach(hw_shape: Sequence[int], device=None) -> Tensor:
-    """``(N,)`` largest Chebyshev distance from each token to any other: its last non-empty group."""
+@lru_cache(maxsize=16)
+def query_reach(hw_shape: Tuple[int, int], device=None) -> Tensor:
+    """``(N,)`` largest Chebyshev distance from each token to any other: its last non-empty group.
+    Cached: a map size recurs in every layer and step."""
     height, width = hw_shape
     rows, cols = grid_coordinates(hw_shape, device)
     return torch.stack([rows, height - 1 - rows, cols, width - 1 - cols]).amax(dim=0)
@@ -77,7 +80,7 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tuple[T
     groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``, in float32
     (:class:`RingWeights`; its twin under autograd is :func:`ring_weights_reference`).
     """
-    reach = query_reach(hw_shape, logits.device).unsqueeze(-1)
+    reach = query_reach(tuple(hw_shape), logits.device).unsqueeze(-1)
     beta, merged_weight = apply_function(RingWeights, logits, reach, tau)
     return beta, merged_weight.squeeze(-1)
 

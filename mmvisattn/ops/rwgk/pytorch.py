@@ -2,24 +2,26 @@
 
 One autograd Function with the backward written out. The forward saves the inputs, the ``M x M``
 system and its ``M x d`` solution, never the ``N x M`` graphs: the backward recomputes them (two
-``N x M x d`` products), so the saved memory is that of the inputs, as SDPA's. Both passes run in
-slices of images and heads, so the graphs and their gradients exist for one slice at a time.
+``N x M x d`` products), so the saved memory is that of the inputs, as SDPA's. On CPU both passes
+run in slices of images and heads, so the graphs and their gradients exist for one slice at a time and
+stay near the cache; on a GPU the whole batch is one slice up to a larger budget, as the launches of
+each slice (some 200 a step) would cost more than the memory.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
 is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
 it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
 """
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from ..amp import autocast_off, float32_math, upcast
-from ..recompute import runs
+from ..recompute import runs, step_budget
 from .common import bipartite_graphs, check_lam
 
 
-GRAPH_BUDGET = 1 << 19  # elements of one slice's N x M graph: bounds the transient memory
+GRAPH_BUDGET = 1 << 19  # elements of one slice's N x M graph on CPU: bounds the transient memory
 
 
 def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
@@ -28,12 +30,18 @@ def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
     return grad.sub_(row).mul_(probs)
 
 
-def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[int, int, slice]]:
-    """``(image, anchor image, heads)`` slices of ``(B, h, N, d)`` whose graphs hold about
-    :data:`GRAPH_BUDGET` entries; the anchor image is 0 where one set of anchors serves all images."""
+def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Union[int, slice], Union[int, slice], slice]]:
+    """``(images, anchor images, heads)`` slices of ``(B, h, N, d)`` whose graphs hold at most the
+    device's budget (:func:`~mmvisattn.ops.recompute.step_budget` of :data:`GRAPH_BUDGET`): the whole
+    batch where it fits, else one image and a run of heads at a time; the anchor image is 0 where one
+    set of anchors serves all images."""
     batch, heads, tokens = q.shape[:3]
+    budget = step_budget(GRAPH_BUDGET, q.device)
+    if batch * heads * tokens * anchor.shape[-2] <= budget:
+        yield slice(None), slice(None), slice(None)
+        return
     for image in range(batch):
-        for part in runs(heads, max(1, GRAPH_BUDGET // max(1, tokens * anchor.shape[-2]))):
+        for part in runs(heads, max(1, budget // max(1, tokens * anchor.shape[-2]))):
             yield image, 0 if anchor.shape[0] == 1 else image, part
 
 
@@ -91,8 +99,9 @@ class RandomWalkAttention(torch.autograd.Function):
                                     anchor_k[shared, heads], system[image, heads], walked[image, heads],
                                     grad_out[image, heads], ctx.lam)
             grad_q[image, heads], grad_k[image, heads], grad_v[image, heads] = grads[:3]
-            grad_anchor_q[shared, heads] += grads[3]
-            grad_anchor_k[shared, heads] += grads[4]
+            # summed over the images that share one set of anchors
+            grad_anchor_q[shared, heads] += grads[3].sum_to_size(grad_anchor_q[shared, heads].shape)
+            grad_anchor_k[shared, heads] += grads[4].sum_to_size(grad_anchor_k[shared, heads].shape)
         grads = (grad_q, grad_k, grad_v, grad_anchor_q, grad_anchor_k)
         return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None)
 
@@ -106,8 +115,8 @@ def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k:
     # walked = S^-1 A with S = I - lam G_K G_Q and A = G_K V: dA = S^-T dW, dS = -dA W^T
     grad_anchor_values = solve(system.transpose(-1, -2), graph_q.transpose(-1, -2) @ grad_out)
     grad_product = lam * (grad_anchor_values @ walked.transpose(-1, -2))  # of G_K G_Q, (h, M, M)
-    grad_graph_q.baddbmm_(graph_k.transpose(-1, -2), grad_product)
-    grad_graph_k = (grad_anchor_values @ v.transpose(-1, -2)).baddbmm_(grad_product, graph_q.transpose(-1, -2))
+    grad_graph_q += graph_k.transpose(-1, -2) @ grad_product  # matmul, not baddbmm: slices may be 4-D
+    grad_graph_k = grad_anchor_values @ v.transpose(-1, -2) + grad_product @ graph_q.transpose(-1, -2)
     grad_v = graph_k.transpose(-1, -2) @ grad_anchor_values
     scale = q.shape[-1] ** -0.5
     grad_logits_q = _softmax_backward(graph_q, grad_graph_q).mul_(scale)

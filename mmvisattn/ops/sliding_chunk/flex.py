@@ -221,7 +221,7 @@ def sequence_padding(hw_shape: Tuple[int, int], window: int, num_global: int, de
 @lru_cache(maxsize=1)
 def _compiled_flex() -> Callable:
     from torch.nn.attention.flex_attention import flex_attention
-    return torch.compile(flex_attention)
+    return torch.compile(flex_attention, dynamic=False)  # symbolic shapes leave the template no kernel choice
 
 
 def _kernel_options(block: int) -> dict:

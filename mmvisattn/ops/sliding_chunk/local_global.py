@@ -4,7 +4,7 @@ tables (:mod:`.layout`), and the global queries' rows in full. Each implementati
 attention of the local queries (:data:`LocalAttention`): the torch chunks (:mod:`.pytorch`), the C++
 kernels (:mod:`.cpu`) and the Triton kernels (:mod:`.triton`).
 """
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -16,6 +16,15 @@ from .layout import (Mode, from_chunks, global_rows, is_drawn, key_table, slot_b
 LocalAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Optional[Tensor], bool], Tensor]
 
 
+def key_tables(k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tuple[Tensor, Tensor]:
+    """The key and value tables (:func:`.layout.key_table`), built in one pass over ``k`` and ``v``
+    stacked on the batch where they have one shape: half the glue launches on a GPU."""
+    if k.shape != v.shape:
+        return key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
+    keys, values = key_table(torch.cat([k, v]), hw_shape, window, num_global).chunk(2)
+    return keys, values
+
+
 def local_plus_global(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int,
                       masking: str, mode: Mode, rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float,
                       local_attention: LocalAttention) -> Tensor:
@@ -24,7 +33,7 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], 
     index, invalid = slot_tables(hw_shape, window, num_global, masking, mode, q.device)
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
-    keys, values = key_table(k, hw_shape, window, num_global), key_table(v, hw_shape, window, num_global)
+    keys, values = key_tables(k, v, hw_shape, window, num_global)
     local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:

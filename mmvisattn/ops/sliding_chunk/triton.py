@@ -24,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off
-from ..triton_launch import dot_operands, head_block, num_warps
+from ..triton_launch import dot_operands, head_block, launch, num_warps
 
 BLOCK_S = 16
 
@@ -155,9 +155,9 @@ class SlidingChunkTriton(torch.autograd.Function):
         bias_arg = q if bias is None else bias.contiguous()
         out = q.new_empty(batch_heads, chunks, queries, value_dims)
         lse = torch.empty(batch_heads, chunks, queries, device=q.device, dtype=torch.float32)
-        _forward_kernel[(batch_heads, chunks)](q, k, v, index32, invalid8, bias_arg, out, lse, chunks, queries,
-                                               slots, dims, value_dims, tokens, heads, invalid.shape[1],
-                                               HAS_BIAS=bias is not None, **_blocks(queries, dims, value_dims, q.dtype))
+        launch(_forward_kernel, (batch_heads, chunks), q, k, v, index32, invalid8, bias_arg, out, lse, chunks, queries,
+               slots, dims, value_dims, tokens, heads, invalid.shape[1], HAS_BIAS=bias is not None,
+               **_blocks(queries, dims, value_dims, q.dtype))
         ctx.save_for_backward(q, k, v, index32, invalid8, bias_arg, out, lse)
         ctx.has_bias, ctx.heads = bias is not None, heads
         return out
@@ -174,10 +174,9 @@ class SlidingChunkTriton(torch.autograd.Function):
         grad_k = torch.zeros(k.shape, device=q.device, dtype=torch.float32)
         grad_v = torch.zeros(v.shape, device=q.device, dtype=torch.float32)
         grad_bias = torch.zeros(ctx.heads, queries, slots, device=q.device, dtype=torch.float32)
-        _backward_kernel[(batch_heads, chunks)](q, k, v, index32, invalid8, bias_arg, grad_out, lse, delta, grad_q,
-                                                grad_k, grad_v, grad_bias, chunks, queries, slots, dims, value_dims,
-                                                tokens, ctx.heads, invalid8.shape[1], HAS_BIAS=ctx.has_bias,
-                                                **_blocks(queries, dims, value_dims, q.dtype))
+        launch(_backward_kernel, (batch_heads, chunks), q, k, v, index32, invalid8, bias_arg, grad_out, lse, delta,
+               grad_q, grad_k, grad_v, grad_bias, chunks, queries, slots, dims, value_dims, tokens, ctx.heads,
+               invalid8.shape[1], HAS_BIAS=ctx.has_bias, **_blocks(queries, dims, value_dims, q.dtype))
         bias_grad = grad_bias.to(bias_arg.dtype) if ctx.has_bias else None
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, bias_grad
 

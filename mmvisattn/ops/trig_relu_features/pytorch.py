@@ -1,8 +1,9 @@
 """The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward without
 a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine once, by
-chunks of :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` rows of tokens, so its temporaries stay
-small. The reference recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks` would save as
-little but evaluate six sines and cosines instead of four and replay a graph.
+chunks of :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger on a GPU,
+:func:`~mmvisattn.ops.recompute.step_budget`), so its temporaries stay small. The reference
+recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks` would save as little but evaluate
+six sines and cosines instead of four and replay a graph.
 """
 from typing import Tuple
 
@@ -10,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..recompute import CHUNK_TOKENS, runs
+from ..recompute import CHUNK_TOKENS, runs, step_budget
 from .passes import FeatureKernels, run_passes
 
 
@@ -34,7 +35,7 @@ def torch_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out
     grad_w1, grad_w2 = torch.zeros_like(w1), torch.zeros_like(w2)
     grad_b2 = w2.new_zeros(w2.shape[0])
     grad_x = torch.empty_like(x)
-    for rows in runs(x.shape[0], CHUNK_TOKENS):
+    for rows in runs(x.shape[0], step_budget(CHUNK_TOKENS, x.device, item_elements=2 * num_features)):
         scaled = x[rows] * scale
         projected = scaled @ w1.t()
         sin, cos = projected.sin(), projected.cos()

@@ -7,7 +7,7 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
-from mmvisattn.models.attentions.castling import AUX_QUERY_BLOCK
+from mmvisattn.models.attentions.castling import aux_query_block
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.registry import build_attention
 from ...conftest import saved_elements
@@ -102,11 +102,13 @@ def test_token_conv_equals_the_official_conv2d():
     torch.testing.assert_close(attn.token_conv(v), attn.dconv(v))
 
 
-def test_blocked_auxiliary_branch_equals_the_whole_matrix_in_value_and_gradients():
+def test_blocked_auxiliary_branch_equals_the_whole_matrix_in_value_and_gradients(monkeypatch):
     """More queries than one block, batch 2, an odd count: the blocks recomputed in the backward give
     the values and gradients of the branch computed on the whole N x N matrix."""
+    monkeypatch.setattr('mmvisattn.models.attentions.castling.AUX_BLOCK_WEIGHTS', 2 * 3 * 293 * 100)
     attn = castling().train()
-    q, k, v = (torch.randn(2, 3, AUX_QUERY_BLOCK + 37, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(2, 3, 293, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    assert aux_query_block(q, k) == 100  # three blocks, the last one of 93 queries
     blocked = attn.auxiliary(q, k, v)
     whole = attn.masked_softmax(q, k, v)
     torch.testing.assert_close(blocked, whole)

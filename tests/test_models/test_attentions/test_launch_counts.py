@@ -1,0 +1,78 @@
+"""Launches per training step of one layer on the path ``auto`` takes on CUDA, at the shipped sizes.
+
+On a GPU each aten call is at least one kernel launch (5-10 us of host time), so a layer that issues
+thousands is launch-bound before it is compute-bound. Counted on CPU by
+:class:`mmvisattn.ops.launch_count.LaunchCounter`: the aten calls of the second of two training
+steps (forward + backward of one image under bfloat16 autocast, the first builds the cached tables;
+no step slices the batch on a GPU, so the count is that of any batch) plus the
+Triton launches the ops make, the kernels themselves skipped (``dry_kernels``: the glue around them
+decides the count, and reads nothing back, so it is the count of a CUDA step). The implementation is
+the one ``auto`` picks for a CUDA request of the layer, and the ops' step budgets are those of a GPU
+(:func:`mmvisattn.ops.recompute.step_budget`). Budget: 300 a layer. Two attentions are still above it
+(their ceilings below hold what they reach today, so that nothing grows while they are cut).
+"""
+import pytest
+import torch
+
+from mmvisattn.ops import recompute
+from mmvisattn.ops.dispatch import record_dispatch
+from mmvisattn.ops.launch_count import LaunchCounter
+from mmvisattn.registry import build_attention
+
+LAUNCH_BUDGET = 300
+# above the budget today: ripple's feature maps and ring weights (two torch backwards written out
+# op by op) and PerViT's position network, recomputed by chunks of query rows
+CEILINGS = {'SMCA-Ripple encoder': 525, 'PerViT-T stage 3': 813}
+
+# the layer of each shipped model at the size of its training input (800x1344, 512x512, 1024x1024)
+SHIPPED = {
+    'ViL-S stage 1': (dict(type='LongformerAttention', embed_dims=96, num_heads=3), (200, 336)),
+    'ViL-S stage 2': (dict(type='LongformerAttention', embed_dims=192, num_heads=3), (100, 168)),
+    'ViL-S stage 3, random shifting': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, mode=1),
+                                       (50, 84)),
+    'SMCA-Ripple encoder': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (25, 42)),
+    'Castling ViT-B, both branches': (dict(type='LinearAngularAttention', embed_dims=768, num_heads=12), (32, 32)),
+    'PerViT-T stage 3': (dict(type='PeripheralAttention', embed_dims=224, num_heads=4), (50, 84)),
+    'MiT-B0-RWGKA stage 1': (dict(type='RWGKAttention', embed_dims=32, num_heads=1, num_anchors=64, lam=0.5),
+                             (256, 256)),
+}
+
+
+def cuda_choice(cfg: dict, hw_shape) -> str:
+    """The implementation ``auto`` picks for the layer's attention op on a CUDA request in bfloat16."""
+    attn = build_attention(dict(cfg)).train()
+    x = torch.zeros(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'])
+    with record_dispatch(dry_run=True) as log, torch.no_grad():
+        attn(x, hw_shape)
+    last = log.records[-1]  # the attention op itself (a feature map's op, if any, comes first)
+    return last.op.auto(last.request.on('cuda', torch.bfloat16))
+
+
+def launches_of_a_step(cfg: dict, hw_shape) -> LaunchCounter:
+    torch.manual_seed(0)
+    attn = build_attention(dict(cfg, impl=cuda_choice(cfg, hw_shape))).train()
+    x = torch.randn(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'], requires_grad=True)
+    counts = []
+    for _ in range(2):
+        with torch.autocast('cpu', dtype=torch.bfloat16), LaunchCounter(dry_kernels=True) as launches:
+            attn(x, hw_shape).float().sum().backward()
+        counts.append(launches)
+    return counts[-1]
+
+
+@pytest.mark.parametrize('layer', list(SHIPPED))
+def test_cuda_path_launches_at_most_300_a_step(monkeypatch, layer):
+    monkeypatch.setattr(recompute, 'CACHE_BUDGETED', ())  # the GPU's step budgets
+    cfg, hw_shape = SHIPPED[layer]
+    launches = launches_of_a_step(cfg, hw_shape)
+    assert launches.total <= CEILINGS.get(layer, LAUNCH_BUDGET), f'{layer}: {launches.summary()}'
+
+
+def test_the_counter_sees_aten_calls_and_triton_launches():
+    """A dry count records the Triton kernels by name without running them, and the glue's aten calls."""
+    from mmvisattn.ops.linear_angular import linear_angular_attention
+    q = torch.randn(1, 2, 16, 16)
+    with LaunchCounter(dry_kernels=True) as launches:
+        linear_angular_attention(q, q, q, impl='triton')
+    assert dict(launches.triton) == {'_summarise': 1, '_mix': 1} and sum(launches.aten.values()) > 0
+    assert launches.total == sum(launches.aten.values()) + 2
