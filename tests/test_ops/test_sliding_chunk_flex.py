@@ -30,8 +30,9 @@ def forward_pair(hw, window, num_global, masking, mode, dtype=torch.float32, dra
 
 @pytest.mark.parametrize('masking,num_global', itertools.product(MASKINGS, (0, 1, 2)))
 def test_flex_equals_reference_every_mode(masking, num_global):
-    """Partial border chunks (5x7 at w 2) in every fixed and drawn mode, whole ones (9x9 at w 3) in modes 0, -1."""
-    for hw, window, modes in (((5, 7), 2, MODES), ((9, 9), 3, (0, -1))):
+    """Partial border chunks (5x7 at w 2) in every fixed and drawn mode, whole ones (9x9 at w 3) in modes 0
+    and -1 (several chunks a block in both), and chunks of more than one block (25x26 at w 12)."""
+    for hw, window, modes in (((5, 7), 2, MODES), ((9, 9), 3, (0, -1)), ((25, 26), 12, (0,))):
         for mode in modes:
             fast, slow = forward_pair(hw, window, num_global, masking, mode)
             torch.testing.assert_close(fast, slow, **FLOAT32_BOUND, msg=f'{hw} w{window} mode {mode}')

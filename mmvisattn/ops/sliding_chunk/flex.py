@@ -3,10 +3,13 @@
 FlexAttention (``torch.nn.attention.flex_attention``) is a maintained FlashAttention template driven
 by a block mask. Its blocks follow the sliding chunks: the local queries and keys are laid out chunk
 by chunk, each chunk's ``w^2`` tokens padded to ``P`` rows (a power of two of at least 16, or a
-multiple of 128), the ``G`` global keys first, padded to whole blocks. A block of queries then
-visits the global blocks and the blocks of the neighbour chunks its mode visits: the block mask is
-built from the chunk grid once per (map, window, globals, masking, mode, device) and cached; a drawn
-neighbour (random shifting) picks its block tables among the eight stacked ones on the device.
+multiple of 128), the ``G`` global keys first, padded to whole blocks of :data:`BLOCK` rows. A block
+of queries (one chunk or several consecutive ones) visits the global blocks and the blocks holding
+the neighbour chunks its chunks' mode visits: the block mask is built from the chunk grid once per
+(map, window, globals, masking, mode, device) and cached; a drawn neighbour (random shifting) picks
+its block tables among the eight stacked ones on the device. Blocks of one 64-row chunk would waste
+less, but inductor skips every backward configuration whose tiles do not divide the blocks before it
+applies ``kernel_options``, and its half-precision defaults on Hopper are 128 rows wide.
 Inside the visited blocks ``mask_mod`` keeps the pairs of the pattern (padding, the border, the
 ``'exact'`` window) and ``score_mod`` adds the relative-position bias, gathered per (query slot,
 neighbour, key slot) so that its gradient spreads over ``9 P^2`` entries per head instead of the
@@ -17,7 +20,9 @@ Where a key is visited twice (cyclic wrapping on a grid of fewer than three chun
 reference merges the copies' biases) there is no single pair to mask: the flex path refuses such
 layouts, as the dense form does. FlexAttention has no backward on CPU: there the path runs
 forward only, eagerly (a score matrix per call; for inference and tests); on CUDA it runs the
-compiled kernel, forward and backward.
+compiled kernel, forward and backward, compiled once per map size (static shapes: with symbolic ones
+the template found no configuration), so multi-scale training bounds its sizes as for
+``torch.compile`` (README: GPUs and mixed precision).
 
 Mixed precision: the inputs' dtype (float16/bfloat16 operands under AMP) with scores, softmax and
 bias in float32 inside the kernel; autocast does not change what runs.
@@ -25,7 +30,7 @@ bias in float32 inside the kernel; autocast does not change what runs.
 import warnings
 from functools import lru_cache
 from importlib.util import find_spec
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +42,9 @@ from .layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn
                      to_chunks, visited_neighbours)
 
 HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
-MAX_BLOCK = 128
+# Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:
+# inductor's flex heuristics, whose backward has one default per case) must divide it
+BLOCK = 128
 NO_NEIGHBOUR = -1
 KEYS_TWICE = ('a key is visited twice (cyclic wrapping on a grid of fewer than three chunks), which no single '
               "mask expresses; expected impl='torch'")
@@ -55,9 +62,14 @@ def flex_refusal(device: str, grad: bool) -> Optional[str]:
 def chunk_rows(window: int) -> int:
     """``P``: the rows a chunk's ``w^2`` tokens take, a power of two >= 16 up to 128, else a multiple of 128."""
     tokens = window * window
-    if tokens <= MAX_BLOCK:
+    if tokens <= BLOCK:
         return max(16, 1 << (tokens - 1).bit_length())
-    return -(-tokens // MAX_BLOCK) * MAX_BLOCK
+    return -(-tokens // BLOCK) * BLOCK
+
+
+def local_rows(grid: Tuple[int, int], window: int) -> int:
+    """Rows of the chunk-major local sequence: the chunks' rows padded to whole blocks."""
+    return -(-grid[0] * grid[1] * chunk_rows(window) // BLOCK) * BLOCK
 
 
 def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[Tensor]:
@@ -85,28 +97,35 @@ def visits_keys_once(hw_shape: Tuple[int, int], window: int, masking: str, mode)
 
 def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str, mode: int) -> Tuple[Tensor, Tensor]:
     """Visited key blocks of every query block: counts ``(Q,)`` and indices ``(Q, K)`` (``K`` all key
-    blocks; unvisited entries 0)."""
+    blocks; unvisited entries 0). A query block visits the blocks of every neighbour of its chunks."""
     rows, cols = grid
-    rows_per_chunk = chunk_rows(window)
-    block = min(rows_per_chunk, MAX_BLOCK)
-    per_chunk, global_blocks = rows_per_chunk // block, padded_globals(num_global, window) // block
+    rows_per_chunk, global_blocks = chunk_rows(window), padded_globals(num_global) // BLOCK
     lists = []
-    for chunk in range(rows * cols):
-        row, col = divmod(chunk, cols)
-        neighbours = []
-        for dx, dy in (NEIGHBOURS[n] for n in visited_neighbours(mode)):
-            key_row, key_col = row + dx, col + dy
-            if masking == 'cyclic':
-                key_row, key_col = key_row % rows, key_col % cols
-            if 0 <= key_row < rows and 0 <= key_col < cols:
-                neighbours.append(key_row * cols + key_col)
-        blocks = list(range(global_blocks)) + [global_blocks + n * per_chunk + part for n in sorted(neighbours)
-                                               for part in range(per_chunk)]
-        lists += [blocks] * per_chunk
-    width = global_blocks + rows * cols * per_chunk  # BlockMask wants a row as long as the key blocks
+    for block in range(local_rows(grid, window) // BLOCK):
+        chunks = range(block * BLOCK // rows_per_chunk, min(rows * cols, -(-(block + 1) * BLOCK // rows_per_chunk)))
+        neighbours = {key_chunk for chunk in chunks for key_chunk in _neighbour_chunks(chunk, grid, masking, mode)}
+        blocks = {global_blocks + row // BLOCK for chunk in neighbours
+                  for row in range(chunk * rows_per_chunk, (chunk + 1) * rows_per_chunk, min(rows_per_chunk, BLOCK))}
+        lists.append(list(range(global_blocks)) + sorted(blocks))
+    width = global_blocks + local_rows(grid, window) // BLOCK  # BlockMask wants a row as long as the key blocks
     counts = torch.tensor([len(blocks) for blocks in lists], dtype=torch.int32)
     indices = torch.tensor([blocks + [0] * (width - len(blocks)) for blocks in lists], dtype=torch.int32)
     return counts, indices
+
+
+def _neighbour_chunks(chunk: int, grid: Tuple[int, int], masking: str, mode: int) -> List[int]:
+    """The chunks a query chunk visits in ``mode`` (wrapped for ``'cyclic'``, dropped beyond the border
+    otherwise)."""
+    rows, cols = grid
+    row, col = divmod(chunk, cols)
+    found = []
+    for dx, dy in (NEIGHBOURS[n] for n in visited_neighbours(mode)):
+        key_row, key_col = row + dx, col + dy
+        if masking == 'cyclic':
+            key_row, key_col = key_row % rows, key_col % cols
+        if 0 <= key_row < rows and 0 <= key_col < cols:
+            found.append(key_row * cols + key_col)
+    return found
 
 
 @lru_cache(maxsize=16)
@@ -130,7 +149,7 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
     """``mask_mod`` of the sliding-chunk pattern on the chunk-major layout (queries: the local ones),
     and ``score_mod`` adding the relative-position ``bias`` of :func:`flex_bias` (``None`` without one)."""
     rows, cols = window_grid(hw_shape, window)
-    rows_per_chunk, tokens, first_local = chunk_rows(window), window * window, padded_globals(num_global, window)
+    rows_per_chunk, tokens, first_local = chunk_rows(window), window * window, padded_globals(num_global)
     local_entries = rows_per_chunk * len(NEIGHBOURS) * rows_per_chunk
 
     def place(query, key):
@@ -165,10 +184,9 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
     return mask_mod, (score_mod if bias is not None else None)
 
 
-def padded_globals(num_global: int, window: int) -> int:
+def padded_globals(num_global: int) -> int:
     """Rows the global keys take ahead of the local ones: whole blocks."""
-    block = min(chunk_rows(window), MAX_BLOCK)
-    return -(-num_global // block) * block
+    return -(-num_global // BLOCK) * BLOCK
 
 
 @lru_cache(maxsize=16)
@@ -190,32 +208,34 @@ def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
     local = F.pad(slots.permute(3, 0, 1, 2), (0, pad, 0, 0, 0, pad)).flatten(1)
     if num_global == 0:
         return local
-    to_global = F.pad(rel_pos[1][1].float(), (0, padded_globals(num_global, window) - num_global))
+    to_global = F.pad(rel_pos[1][1].float(), (0, padded_globals(num_global) - num_global))
     return torch.cat([local, to_global], dim=1)
 
 
 def chunk_major(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int, with_globals: bool) -> Tensor:
-    """``(B, H, G + h*w, d)`` -> ``(B, H, [G_padded +] C * P, d)``: the map chunk by chunk, each chunk's
-    ``w^2`` tokens padded to ``P`` rows, the global tokens first (padded to whole blocks) if asked."""
+    """``(B, H, G + h*w, d)`` -> ``(B, H, [G_padded +] L, d)``: the map chunk by chunk, each chunk's
+    ``w^2`` tokens padded to ``P`` rows and the chunks to :func:`local_rows`, the global tokens first
+    (padded to whole blocks) if asked."""
     batch, heads, _, dims = x.shape
     chunks = to_chunks(x[:, :, num_global:], hw_shape, window)
     chunks = F.pad(chunks, (0, 0, 0, chunk_rows(window) - window * window)).view(batch, heads, -1, dims)
+    chunks = F.pad(chunks, (0, 0, 0, local_rows(window_grid(hw_shape, window), window) - chunks.shape[2]))
     if not with_globals or num_global == 0:
         return chunks
-    globals_ = F.pad(x[:, :, :num_global], (0, 0, 0, padded_globals(num_global, window) - num_global))
+    globals_ = F.pad(x[:, :, :num_global], (0, 0, 0, padded_globals(num_global) - num_global))
     return torch.cat([globals_, chunks], dim=2)
 
 
 @lru_cache(maxsize=16)
 def sequence_padding(hw_shape: Tuple[int, int], window: int, num_global: int, device: torch.device) -> Tensor:
     """``(T,)``, true at the rows of the chunk-major key sequence that hold no token."""
-    rows, cols = window_grid(hw_shape, window)
-    slot = torch.arange(chunk_rows(window))
-    chunk = torch.arange(rows * cols)[:, None]
-    x, y = chunk // cols * window + slot // window, chunk % cols * window + slot % window
-    local = (slot >= window * window) | (x >= hw_shape[0]) | (y >= hw_shape[1])
-    globals_ = torch.arange(padded_globals(num_global, window)) >= num_global
-    return torch.cat([globals_, local.flatten()]).to(device)
+    grid = window_grid(hw_shape, window)
+    row = torch.arange(local_rows(grid, window))
+    chunk, slot = row // chunk_rows(window), row % chunk_rows(window)
+    x, y = chunk // grid[1] * window + slot // window, chunk % grid[1] * window + slot % window
+    local = (slot >= window * window) | (x >= hw_shape[0]) | (y >= hw_shape[1])  # past the last chunk: x >= h
+    globals_ = torch.arange(padded_globals(num_global)) >= num_global
+    return torch.cat([globals_, local]).to(device)
 
 
 @lru_cache(maxsize=1)
@@ -224,21 +244,13 @@ def _compiled_flex() -> Callable:
     return torch.compile(flex_attention, dynamic=False)  # symbolic shapes leave the template no kernel choice
 
 
-def _kernel_options(block: int) -> dict:
-    """Tiles that divide the chunk blocks (the defaults may be larger than a 64-row chunk)."""
-    inner = min(block, 32)
-    return dict(BLOCK_M=block, BLOCK_N=block, BLOCK_M1=inner, BLOCK_N1=block, BLOCK_M2=block, BLOCK_N2=inner)
-
-
-def run_flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Optional[Callable], block_mask, scale: float,
-             block: int) -> Tensor:
+def run_flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Optional[Callable], block_mask, scale: float) -> Tensor:
     """FlexAttention: inside a compiled graph as traced, compiled on CUDA, eagerly on CPU (forward)."""
     from torch.nn.attention.flex_attention import flex_attention
     if torch.compiler.is_compiling():
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     if q.device.type == 'cuda':
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                                kernel_options=_kernel_options(block))
+        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     with warnings.catch_warnings():  # eager on purpose: a forward on CPU, for inference and tests
         warnings.filterwarnings('ignore', message='.*flex_attention called without torch.compile')
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
@@ -254,12 +266,10 @@ def _fixed_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, m
 def _block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, counts: Tensor, indices: Tensor,
                 neighbours: Tensor, masking: str):
     from torch.nn.attention.flex_attention import BlockMask
-    rows, cols = window_grid(hw_shape, window)
-    queries = rows * cols * chunk_rows(window)
+    queries = local_rows(window_grid(hw_shape, window), window)
     mask_mod, _ = pattern_mods(hw_shape, window, num_global, masking, neighbours, None)
-    return BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=min(chunk_rows(window), MAX_BLOCK),
-                                    mask_mod=mask_mod,
-                                    seq_lengths=(queries, queries + padded_globals(num_global, window)))
+    return BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
+                                    seq_lengths=(queries, queries + padded_globals(num_global)))
 
 
 def pattern_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: Mode,
@@ -289,10 +299,11 @@ def sliding_chunk_attention_flex(q: Tensor, k: Tensor, v: Tensor, hw_shape: Tupl
     keys = chunk_major(k, hw_shape, window, num_global, with_globals=True)
     values = chunk_major(v, hw_shape, window, num_global, with_globals=True)
     out = run_flex(chunk_major(q, hw_shape, window, num_global, with_globals=False), keys, values, score_mod,
-                   block_mask, scale, min(chunk_rows(window), MAX_BLOCK))
+                   block_mask, scale)
+    rows, cols = window_grid(hw_shape, window)
     rows_per_chunk, tokens = chunk_rows(window), window * window
-    local = from_chunks(out.view(batch * heads, -1, rows_per_chunk, out.shape[-1])[:, :, :tokens], batch,
-                        hw_shape, window)
+    chunks = out[:, :, :rows * cols * rows_per_chunk].reshape(batch * heads, rows * cols, rows_per_chunk, -1)
+    local = from_chunks(chunks[:, :, :tokens], batch, hw_shape, window)
     if num_global == 0:
         return local
     glob = global_rows(q[:, :, :num_global] * scale, keys, values, rel_pos,
