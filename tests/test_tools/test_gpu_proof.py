@@ -56,8 +56,10 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
     for op, layer in layers:  # every implementation that runs on CUDA, auto's choice and the fastest marked
         rows = [row for row in benchmarks if (row['op'], row['layer']) == (op, layer)]
         case = next(case for case in cases.CASES if case.dispatch.name == op)
-        assert {row['impl'] for row in rows} == {*case.impls, 'SDPA (flash)'} - set(cases.CUDA_TRAINING_ONLY)
+        assert {row['impl'] for row in rows} == {*case.impls, tool.SDPA_ROW} - set(cases.CUDA_TRAINING_ONLY)
         assert sum(row['auto'] for row in rows) == 1 and sum(row['fastest'] for row in rows) == 1
+        assert sum(row['fastest_impl'] for row in rows) == 1 and not any(
+            row['fastest_impl'] for row in rows if row['impl'] == tool.SDPA_ROW)
         fastest = next(row for row in rows if row['fastest'])
         assert fastest['forward_backward_ms'] == min(row['forward_backward_ms'] for row in rows)
     assert (tmp_path / 'gpu_proof.md').read_text().startswith('# GPU proof: CPU')
@@ -93,3 +95,21 @@ def test_what_the_budget_leaves_is_reported_as_skipped(tmp_path):
     section = json.loads((tmp_path / 'gpu_proof.json').read_text())['sections']['random_states']
     assert section == dict(skipped='out of time (--budget 0 s)', rows=[])
     assert '## random_states (skipped: out of time (--budget 0 s))' in (tmp_path / 'gpu_proof.md').read_text()
+
+
+def test_auto_takes_the_measured_fastest_on_cuda():
+    """At every shipped size ``auto``'s CUDA choice (a dry run on meta tensors, replayed for CUDA in
+    bfloat16) is the implementation the GPU proof measured fastest, and every benchmark layer is recorded."""
+    import torch
+    from mmvisattn.ops.dispatch import record_dispatch
+    cases = load_tool('tools/analysis_tools/gpu_proof_cases.py')
+    layers = {(case.dispatch.name, layer) for case in cases.CASES for layer in case.shipped}
+    assert set(cases.FASTEST_ON_CUDA) == layers
+    for case in cases.CASES:
+        for layer, size in case.shipped.items():
+            leaves = case.inputs(size, 'meta', torch.bfloat16, torch.Generator().manual_seed(0))
+            with record_dispatch(dry_run=True) as log:
+                case.call('auto', size, *leaves)
+            record = log.records[-1]
+            chosen = record.op.auto(record.request.on('cuda', torch.bfloat16))
+            assert chosen == cases.FASTEST_ON_CUDA[(case.dispatch.name, layer)], (case.dispatch.name, layer)

@@ -21,7 +21,10 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
 * ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in every
   implementation that runs on CUDA (``auto``'s choice marked), beside ``F.scaled_dot_product_attention``
   (flash backend) over the same tokens: forward and forward + backward, CUDA-event medians and
-  ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked.
+  ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked, and the
+  op's own fastest implementation (``fastest_impl``), which ``auto``'s CUDA order is held to
+  (``gpu_proof_cases.FASTEST_ON_CUDA``, a test of ``make test``): where a run finds another one, the
+  proof prints it, and the record and the order change together.
 
 Writes ``gpu_proof.json`` and ``gpu_proof.md`` into ``--out-dir``; exits 1 when a check fails (the
 benchmarks only measure). Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
@@ -54,6 +57,7 @@ DTYPES = ('float32', 'float16', 'bfloat16')
 BOUNDS = dict(float32=5e-3, float16=1e-2, bfloat16=5e-2)
 RACE_BOUND = 1e-5  # three float32 backward passes differ only by the order of atomic additions
 GRAD_SCALE = 2.0 ** 16
+SDPA_ROW = 'SDPA (flash)'  # the baseline of every benchmark layer
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -144,7 +148,17 @@ class Proof:
             self.sections[name] = dict(seconds=round(time.perf_counter() - began, 1), rows=rows)
             print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} failed, '
                   f'{self.sections[name]["seconds"]} s', flush=True)
+        for note in self.dispatch_notes():
+            print(note, flush=True)
         return 1 if self.failures() else 0
+
+    def dispatch_notes(self) -> List[str]:
+        """A line per benchmark layer whose fastest implementation here is not the recorded one."""
+        rows = self.sections.get('benchmarks', {}).get('rows', [])
+        return [f'{row["op"]} at {row["layer"]}: {row["impl"]} measured fastest here; the record '
+                f'(FASTEST_ON_CUDA) says {self.cases.FASTEST_ON_CUDA.get((row["op"], row["layer"]))}'
+                for row in rows if row.get('fastest_impl') and not self.smoke
+                and self.cases.FASTEST_ON_CUDA.get((row['op'], row['layer'])) != row['impl']]
 
     def failures(self) -> List[str]:
         return [f'{name}: {row_label(row)}' for name, section in self.sections.items()
@@ -298,9 +312,9 @@ class Proof:
                                    auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))
                               for impl in dict.fromkeys([auto, *self.impls(case)])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
-                layer_rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl='SDPA (flash)',
+                layer_rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=SDPA_ROW,
                                        auto=False, **self.timed(lambda: flash_sdpa(*baseline), baseline)))
-                rows += mark_fastest(layer_rows)
+                rows += mark_fastest(layer_rows, SDPA_ROW)
         return rows
 
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:

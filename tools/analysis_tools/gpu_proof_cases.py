@@ -50,8 +50,17 @@ class Case(NamedTuple):
     shipped: Dict[str, Size]
 
 
+def _random(draw: Callable, generator: torch.Generator, device, dtype, *shape,
+            transform: Callable[[Tensor], Tensor] = lambda t: t) -> Tensor:
+    """``transform(draw(*shape))`` drawn in float64 and cast to ``dtype`` on ``device``; on the meta device
+    only the shape (the dispatch replay of the tests: nothing drawn, nothing allocated)."""
+    if torch.device(device).type == 'meta':
+        return torch.empty(*shape, device='meta', dtype=dtype)
+    return transform(draw(*shape, generator=generator, dtype=torch.float64)).to(device, dtype)
+
+
 def _randn(generator: torch.Generator, device, dtype, *shape, scale: float = 1.0) -> Tensor:
-    return (torch.randn(*shape, generator=generator, dtype=torch.float64) * scale).to(device, dtype)
+    return _random(torch.randn, generator, device, dtype, *shape, transform=lambda t: t * scale)
 
 
 def _qkv(size: Size, device, dtype, generator, tokens: int) -> List[Tensor]:
@@ -87,8 +96,7 @@ def _vil_reference(size: Size, q, k, v, *rel_pos) -> Tensor:
 # SMCA-Ripple: non-negative features, R_max 4 (2 on test maps)
 def _ripple_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
     shape = (size.batch, size.heads, size.tokens)
-    features = [torch.rand(*shape, size.dims, generator=generator, dtype=torch.float64).to(device, dtype)
-                for _ in range(2)]
+    features = [_random(torch.rand, generator, device, dtype, *shape, size.dims) for _ in range(2)]
     logits = _randn(generator, device, dtype, *shape, 2 if _small(size) else 4)
     return features + [_randn(generator, device, dtype, *shape, size.dims), logits]
 
@@ -98,9 +106,9 @@ def _plain_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
 
 
 def _peripheral_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
-    bias = F.logsigmoid(3 * torch.randn(size.heads, size.tokens, size.tokens, generator=generator,
-                                        dtype=torch.float64))
-    return _plain_inputs(size, device, dtype, generator) + [bias.to(device, dtype)]
+    bias = _random(torch.randn, generator, device, dtype, size.heads, size.tokens, size.tokens,
+                   transform=lambda t: F.logsigmoid(3 * t))
+    return _plain_inputs(size, device, dtype, generator) + [bias]
 
 
 def _rwgk_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
@@ -148,6 +156,20 @@ CASES = [
          lambda size, x, w1, w2, b2: feature_map.trig_relu_features_reference(x, w1, w2, b2, FEATURE_SCALE), ('torch',),
          Size(2, 2, 16, TEST_MAP), {}),  # a feature map, not an attention: no SDPA row to stand beside
 ]
+
+
+# The op's fastest implementation at each shipped size, forward + backward in bfloat16, as the proof
+# measured it (its benchmark rows' ``fastest_impl``; NVIDIA H200, 2026-11-26). auto's CUDA order takes
+# it there (tests/test_tools/test_gpu_proof.py); where a GPU measures another, both change together.
+FASTEST_ON_CUDA = {
+    ('sliding_chunk_attention', 'ViL-S stage 1 at 800x1344'): 'triton',
+    ('sliding_chunk_attention', 'ViL-S stage 2'): 'triton',
+    ('sliding_chunk_attention', 'ViL-S stage 3'): 'triton',
+    ('ripple_attention', 'SMCA-Ripple encoder at 800x1344'): 'triton',
+    ('linear_angular_attention', 'Castling ViT-B at 512x512'): 'triton',
+    ('peripheral_attention', 'PerViT-T stage 3 at 800x1344'): 'torch',
+    ('rwgk_attention', 'MiT-B0-RWGKA stage 1 at 1024x1024'): 'torch',
+}
 
 
 def smoke_size(size: Size) -> Size:

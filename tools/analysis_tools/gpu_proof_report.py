@@ -19,12 +19,15 @@ def row_label(row: Dict) -> str:
         row.get('error'), str) else '')
 
 
-def mark_fastest(rows: List[Dict]) -> List[Dict]:
-    """``fastest`` set on the row of least forward + backward time (the op's implementations and SDPA
-    over the same tokens): the measurement to set ``auto``'s CUDA order from."""
+def mark_fastest(rows: List[Dict], baseline: str) -> List[Dict]:
+    """``fastest`` set on the row of least forward + backward time (the op's implementations and the
+    ``baseline`` over the same tokens), ``fastest_impl`` on the op's own fastest implementation: the
+    measurement ``auto``'s CUDA order follows (``gpu_proof_cases.FASTEST_ON_CUDA``)."""
     timed = [row for row in rows if 'forward_backward_ms' in row]
     best = min(timed, key=lambda row: row['forward_backward_ms']) if timed else None
-    return [dict(row, fastest=row is best) for row in rows]
+    own = [row for row in timed if row['impl'] != baseline]
+    best_own = min(own, key=lambda row: row['forward_backward_ms']) if own else None
+    return [dict(row, fastest=row is best, fastest_impl=row is best_own) for row in rows]
 
 
 def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:

@@ -20,7 +20,8 @@ Implementations (``impl=``):
 * ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
-``auto`` (:data:`OP`) takes ``triton`` on CUDA where its kernels take the heads (else ``torch``);
+``auto`` (:data:`OP`) takes ``triton`` on CUDA where its kernels take the heads (else ``torch``): the
+fastest of the four there at SMCA's size (the GPU proof's benchmark rows, recorded beside its cases);
 on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.dense_is_faster`) and
 ``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
 the tables and far less memory.
