@@ -5,7 +5,10 @@ blocks, loading the keys and values the slot table points at (no gathered copy i
 online softmax; the forward stores the output and the row log-sum-exp only, so the saved tensors
 grow with ``N``. The backward recomputes the probabilities block by block, accumulates the query
 gradient in registers and adds key, value and bias gradients atomically (a key belongs to the
-slots of up to nine chunks). Used for CUDA tensors; the tests run it on CPU under
+slots of up to nine chunks). The bias gradient, one ``w^2 x S`` table per head that every chunk of
+every image adds to, is spread over :data:`BIAS_COPIES` copies (chunk ``c`` adds to copy
+``c mod BIAS_COPIES``) and reduced by one sum after the kernel, so that the chunks of a head do not all
+wait on the same addresses. Used for CUDA tensors; the tests run it on CPU under
 ``TRITON_INTERPRET=1``.
 
 Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 (the bias
@@ -27,6 +30,7 @@ from ..amp import autocast_off
 from ..triton_launch import dot_operands, head_block, launch, num_warps
 
 BLOCK_S = 16
+BIAS_COPIES = 32  # copies of the bias gradient the chunks add to (a few MB at ViL's sizes)
 
 
 @triton.jit
@@ -99,7 +103,8 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, out_p
 @triton.jit
 def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr,
                      grad_q_ptr, grad_k_ptr, grad_v_ptr, grad_bias_ptr, chunks, queries, slots, dims, value_dims,
-                     tokens, heads, invalid_rows, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, BLOCK_L: tl.constexpr,
+                     tokens, heads, invalid_rows, bias_copies, HAS_BIAS: tl.constexpr, DOT: tl.constexpr,
+                     BLOCK_L: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, chunk = tl.program_id(0), tl.program_id(1)
     head = bh % heads
@@ -126,7 +131,8 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, index_ptr, invalid_ptr, bias_ptr, grad
                       tl.dot(tl.trans(probs.to(DOT)), grad_out),
                       mask=in_s[:, None] & (offs_dv[None, :] < value_dims))
         if HAS_BIAS:
-            tl.atomic_add(grad_bias_ptr + head * queries * slots + offs_l[:, None] * slots + offs_s[None, :],
+            copy = (chunk % bias_copies) * heads + head
+            tl.atomic_add(grad_bias_ptr + copy * queries * slots + offs_l[:, None] * slots + offs_s[None, :],
                           grad_scores, mask=in_l[:, None] & in_s[None, :])
     tl.store(grad_q_ptr + (row_base + offs_l[:, None]) * dims + offs_d[None, :], grad_q,
              mask=in_l[:, None] & (offs_d[None, :] < dims))
@@ -173,11 +179,12 @@ class SlidingChunkTriton(torch.autograd.Function):
         grad_q = torch.empty(q.shape, device=q.device, dtype=torch.float32)
         grad_k = torch.zeros(k.shape, device=q.device, dtype=torch.float32)
         grad_v = torch.zeros(v.shape, device=q.device, dtype=torch.float32)
-        grad_bias = torch.zeros(ctx.heads, queries, slots, device=q.device, dtype=torch.float32)
+        copies = min(chunks, BIAS_COPIES) if ctx.has_bias else 1
+        grad_bias = torch.zeros(copies, ctx.heads, queries, slots, device=q.device, dtype=torch.float32)
         launch(_backward_kernel, (batch_heads, chunks), q, k, v, index32, invalid8, bias_arg, grad_out, lse, delta,
                grad_q, grad_k, grad_v, grad_bias, chunks, queries, slots, dims, value_dims, tokens, ctx.heads,
-               invalid8.shape[1], HAS_BIAS=ctx.has_bias, **_blocks(queries, dims, value_dims, q.dtype))
-        bias_grad = grad_bias.to(bias_arg.dtype) if ctx.has_bias else None
+               invalid8.shape[1], copies, HAS_BIAS=ctx.has_bias, **_blocks(queries, dims, value_dims, q.dtype))
+        bias_grad = grad_bias.sum(dim=0).to(bias_arg.dtype) if ctx.has_bias else None
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, bias_grad
 
 
