@@ -3,8 +3,8 @@
 On a GPU each aten call is at least one kernel launch (5-10 us of host time), so a layer that issues
 thousands is launch-bound before it is compute-bound. Counted on CPU by
 :class:`mmvisattn.ops.launch_count.LaunchCounter`: the aten calls of the second of two training
-steps (forward + backward of one image under bfloat16 autocast, the first builds the cached tables;
-no step slices the batch on a GPU, so the count is that of any batch) plus the
+steps (forward + backward of two images under bfloat16 autocast; the first builds the cached tables)
+plus the
 Triton launches the ops make, the kernels themselves skipped (``dry_kernels``: the glue around them
 decides the count, and reads nothing back, so it is the count of a CUDA step). The implementation is
 the one ``auto`` picks for a CUDA request of the layer, and the ops' step budgets are those of a GPU
@@ -28,6 +28,7 @@ CEILINGS = {'SMCA-Ripple encoder': 525, 'PerViT-T stage 3': 813}
 SHIPPED = {
     'ViL-S stage 1': (dict(type='LongformerAttention', embed_dims=96, num_heads=3), (200, 336)),
     'ViL-S stage 2': (dict(type='LongformerAttention', embed_dims=192, num_heads=3), (100, 168)),
+    'ViL-S stage 3': (dict(type='LongformerAttention', embed_dims=384, num_heads=6), (50, 84)),
     'ViL-S stage 3, random shifting': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, mode=1),
                                        (50, 84)),
     'SMCA-Ripple encoder': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (25, 42)),
@@ -51,7 +52,7 @@ def cuda_choice(cfg: dict, hw_shape) -> str:
 def launches_of_a_step(cfg: dict, hw_shape) -> LaunchCounter:
     torch.manual_seed(0)
     attn = build_attention(dict(cfg, impl=cuda_choice(cfg, hw_shape))).train()
-    x = torch.randn(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'], requires_grad=True)
+    x = torch.randn(2, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'], requires_grad=True)
     counts = []
     for _ in range(2):
         with torch.autocast('cpu', dtype=torch.bfloat16), LaunchCounter(dry_kernels=True) as launches:
