@@ -22,9 +22,7 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   implementation that runs on CUDA (``auto``'s choice marked), beside ``F.scaled_dot_product_attention``
   (flash backend) over the same tokens: forward and forward + backward, CUDA-event medians and
   ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked, and the
-  op's own fastest implementation (``fastest_impl``), which ``auto``'s CUDA order is held to
-  (``gpu_proof_cases.FASTEST_ON_CUDA``, a test of ``make test``): where a run finds another one, the
-  proof prints it, and the record and the order change together.
+  op's own fastest (``fastest_impl``, printed where it is not ``gpu_proof_cases.FASTEST_ON_CUDA``).
 
 Writes ``gpu_proof.json`` and ``gpu_proof.md`` into ``--out-dir``; exits 1 when a check fails (the
 benchmarks only measure). Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
@@ -48,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 # this folder: on sys.path when run
-from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label
+from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label, unrecorded_fastest
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -97,8 +95,6 @@ class Proof:
         self.start = time.perf_counter()
         self.sections: Dict[str, Dict] = {}
 
-    # sizes and inputs
-
     def test_size(self, case):
         return self.cases.smoke_size(case.test) if self.smoke else case.test
 
@@ -127,14 +123,11 @@ class Proof:
         return out, self.torch.autograd.grad(out, [t for t in leaves if t.requires_grad], upstream)
 
     def impls(self, case) -> List[str]:
-        """The case's implementations that train on this device (FlexAttention has no CPU backward: the
-        smoke run leaves it to the unit tests, which check its CPU forward)."""
+        """The case's implementations that train here (the unit tests check flex's CPU forward)."""
         return [impl for impl in case.impls if not (self.smoke and impl in self.cases.CUDA_TRAINING_ONLY)]
 
     def impls_auto_may_take(self, case) -> List[str]:
         return [impl for impl in case.dispatch.order(self.device) if impl in self.impls(case)]
-
-    # sections
 
     def run(self) -> int:
         for name in SECTIONS:
@@ -148,17 +141,10 @@ class Proof:
             self.sections[name] = dict(seconds=round(time.perf_counter() - began, 1), rows=rows)
             print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} failed, '
                   f'{self.sections[name]["seconds"]} s', flush=True)
-        for note in self.dispatch_notes():
-            print(note, flush=True)
+        if not self.smoke:
+            print(*unrecorded_fastest(self.sections.get('benchmarks', {}).get('rows', []),
+                                      self.cases.FASTEST_ON_CUDA), sep='\n', flush=True)
         return 1 if self.failures() else 0
-
-    def dispatch_notes(self) -> List[str]:
-        """A line per benchmark layer whose fastest implementation here is not the recorded one."""
-        rows = self.sections.get('benchmarks', {}).get('rows', [])
-        return [f'{row["op"]} at {row["layer"]}: {row["impl"]} measured fastest here; the record '
-                f'(FASTEST_ON_CUDA) says {self.cases.FASTEST_ON_CUDA.get((row["op"], row["layer"]))}'
-                for row in rows if row.get('fastest_impl') and not self.smoke
-                and self.cases.FASTEST_ON_CUDA.get((row['op'], row['layer'])) != row['impl']]
 
     def failures(self) -> List[str]:
         return [f'{name}: {row_label(row)}' for name, section in self.sections.items()

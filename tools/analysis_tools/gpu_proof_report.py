@@ -30,6 +30,14 @@ def mark_fastest(rows: List[Dict], baseline: str) -> List[Dict]:
     return [dict(row, fastest=row is best, fastest_impl=row is best_own) for row in rows]
 
 
+def unrecorded_fastest(rows: List[Dict], record: Dict) -> List[str]:
+    """A line per benchmark layer whose fastest implementation is not the recorded one (``record``:
+    ``(op, layer) -> impl``, which ``auto``'s CUDA order is held to by a test): record and order change together."""
+    return [f'{row["op"]} at {row["layer"]}: {row["impl"]} measured fastest; FASTEST_ON_CUDA says '
+            f'{record.get((row["op"], row["layer"]))}' for row in rows
+            if row.get('fastest_impl') and record.get((row['op'], row['layer'])) != row['impl']]
+
+
 def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:
     lines = [f'# GPU proof: {meta["device_name"]}, {meta["date"]}', '',
              f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python {meta["python"]}; '
