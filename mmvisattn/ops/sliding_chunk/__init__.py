@@ -38,7 +38,7 @@ from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, ru
                         DRY_RUN)
 from ..triton_launch import UnsupportedInput, check_kernel_inputs
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
-from .flex import KEYS_TWICE, flex_refusal, sliding_chunk_attention_flex, visits_keys_once
+from .flex import flex_refusal, sliding_chunk_attention_flex
 from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn
 from .local_global import local_plus_global
 from .pytorch import sliding_chunk_local_torch
@@ -73,11 +73,8 @@ _triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
 
 
 def _flex_refusal(request: Request) -> Optional[str]:
-    reason = flex_refusal(request.device, request.grad)
-    if reason is None and not visits_keys_once(request.fact('hw_shape'), request.fact('window'),
-                                               request.fact('masking'), request.fact('mode')):
-        return KEYS_TWICE
-    return reason
+    return flex_refusal(request.device, request.grad, request.fact('hw_shape'), request.fact('window'),
+                        request.fact('masking'), request.fact('mode'))
 
 
 def _triton_refusal(request: Request) -> Optional[str]:
@@ -172,6 +169,9 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
                              "expected impl='torch', 'cpu' or 'triton' for random shifting")
         return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'flex':
+        reason = _flex_refusal(request)
+        if reason is not None:
+            raise UnsupportedInput(f"sliding_chunk_attention(impl='flex'): {reason}")
         return sliding_chunk_attention_flex(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'triton':
         check_triton_inputs(q, k, v, window)

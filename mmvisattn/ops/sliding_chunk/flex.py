@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..triton_launch import UnsupportedInput
 from ..token_grid import window_grid
 from .layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, pick_drawn, relative_index,
                      to_chunks, visited_neighbours)
@@ -50,13 +49,22 @@ KEYS_TWICE = ('a key is visited twice (cyclic wrapping on a grid of fewer than t
               "mask expresses; expected impl='torch'")
 
 
-def flex_refusal(device: str, grad: bool) -> Optional[str]:
-    """Why FlexAttention cannot run on ``device`` (with a gradient if ``grad``), or ``None``."""
+def flex_refusal(device: str, grad: bool, hw_shape: Tuple[int, int], window: int, masking: str,
+                 mode) -> Optional[str]:
+    """Why the flex path cannot run a call on ``device`` (with a gradient if ``grad``; ``mode`` an int
+    or ``'drawn'``), or ``None``."""
     if not HAS_FLEX:
         return f'needs torch.nn.attention.flex_attention (PyTorch >= 2.5); torch {torch.__version__} has none'
     if grad and device == 'cpu':
         return 'FlexAttention has no backward on CPU (forward only there; CUDA trains)'
+    if not visits_keys_once(hw_shape, window, masking, mode):
+        return KEYS_TWICE
     return None
+
+
+def whole_blocks(rows: int) -> int:
+    """``rows`` rounded up to a multiple of :data:`BLOCK`."""
+    return -(-rows // BLOCK) * BLOCK
 
 
 def chunk_rows(window: int) -> int:
@@ -64,12 +72,12 @@ def chunk_rows(window: int) -> int:
     tokens = window * window
     if tokens <= BLOCK:
         return max(16, 1 << (tokens - 1).bit_length())
-    return -(-tokens // BLOCK) * BLOCK
+    return whole_blocks(tokens)
 
 
 def local_rows(grid: Tuple[int, int], window: int) -> int:
     """Rows of the chunk-major local sequence: the chunks' rows padded to whole blocks."""
-    return -(-grid[0] * grid[1] * chunk_rows(window) // BLOCK) * BLOCK
+    return whole_blocks(grid[0] * grid[1] * chunk_rows(window))
 
 
 def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[Tensor]:
@@ -186,7 +194,7 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
 
 def padded_globals(num_global: int) -> int:
     """Rows the global keys take ahead of the local ones: whole blocks."""
-    return -(-num_global // BLOCK) * BLOCK
+    return whole_blocks(num_global)
 
 
 @lru_cache(maxsize=16)
@@ -286,12 +294,8 @@ def pattern_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, 
 def sliding_chunk_attention_flex(q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int], window: int,
                                  num_global: int, masking: str, mode: Mode,
                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
-    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (checked there)."""
-    reason = flex_refusal(q.device.type, torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)))
-    if reason is None and not visits_keys_once(hw_shape, window, masking, 'drawn' if is_drawn(mode) else mode):
-        reason = KEYS_TWICE
-    if reason is not None:
-        raise UnsupportedInput(f"sliding_chunk_attention(impl='flex'): {reason}")
+    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (checked there, and
+    refused there in one line where :func:`flex_refusal` says why)."""
     batch, heads = q.shape[:2]
     block_mask, neighbours = pattern_block_mask(hw_shape, window, num_global, masking, mode, q.device)
     bias = flex_bias(rel_pos, window, num_global, heads)
