@@ -9,7 +9,9 @@ the neighbour chunks its chunks' mode visits: the block mask is built from the c
 (map, window, globals, masking, mode, device) and cached; a drawn neighbour (random shifting) picks
 its block tables among the eight stacked ones on the device. Blocks of one 64-row chunk would waste
 less, but inductor skips every backward configuration whose tiles do not divide the blocks before it
-applies ``kernel_options``, and its half-precision defaults on Hopper are 128 rows wide.
+applies ``kernel_options``, and its half-precision defaults on Hopper are 128 rows wide. The tiles are
+set (:data:`CUDA_TILES`): for head width 64 on Hopper every configuration of inductor's own asks more
+shared memory than the GPU has.
 Inside the visited blocks ``mask_mod`` keeps the pairs of the pattern (padding, the border, the
 ``'exact'`` window) and ``score_mod`` adds the relative-position bias, gathered per (query slot,
 neighbour, key slot) so that its gradient spreads over ``9 P^2`` entries per head instead of the
@@ -44,6 +46,11 @@ HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
 # Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:
 # inductor's flex heuristics, whose backward has one default per case) must divide it
 BLOCK = 128
+# Kernel tiles on CUDA: 64-row forward tiles, 32x64 / 64x32 backward ones, two pipeline stages
+# Shapes (map size x dtype x heads) compiled before dynamo's default limit of 8 would fall back to eager
+# FlexAttention, which materialises every score of the layer
+COMPILED_SHAPES = 64
+CUDA_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_M1=32, BLOCK_N1=64, BLOCK_M2=64, BLOCK_N2=32, num_stages=2)
 NO_NEIGHBOUR = -1
 KEYS_TWICE = ('a key is visited twice (cyclic wrapping on a grid of fewer than three chunks), which no single '
               "mask expresses; expected impl='torch'")
@@ -255,10 +262,13 @@ def _compiled_flex() -> Callable:
 def run_flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Optional[Callable], block_mask, scale: float) -> Tensor:
     """FlexAttention: inside a compiled graph as traced, compiled on CUDA, eagerly on CPU (forward)."""
     from torch.nn.attention.flex_attention import flex_attention
+    tiles = CUDA_TILES if q.device.type == 'cuda' else None
     if torch.compiler.is_compiling():
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, kernel_options=tiles)
     if q.device.type == 'cuda':
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        with torch._dynamo.config.patch(recompile_limit=COMPILED_SHAPES):
+            return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                    kernel_options=tiles)
     with warnings.catch_warnings():  # eager on purpose: a forward on CPU, for inference and tests
         warnings.filterwarnings('ignore', message='.*flex_attention called without torch.compile')
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
