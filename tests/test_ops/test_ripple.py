@@ -13,6 +13,7 @@ from mmvisattn.ops.ripple.cpu import CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
 from mmvisattn.ops.ripple.local_global import RippleLocalGlobal
 from mmvisattn.ops.ripple.pytorch import TILED
+from mmvisattn.ops.ripple.triton import TRITON_WEIGHTS
 from mmvisattn.ops.ripple.weights import query_reach, ring_weights_reference
 
 from ..conftest import KERNEL_DEVICE, kernel_tolerance
@@ -194,14 +195,16 @@ def test_tau_stops_the_sticks_and_merges_the_rest():
                                - torch.tensor([0.25 / 3] * 2 + [0] * 2, dtype=torch.float64))
 
 
+@pytest.mark.parametrize('weight_kernels', [None, TRITON_WEIGHTS], ids=['torch', 'triton'])
 @pytest.mark.parametrize('hw_shape,r_max,tau', [((9, 7), 5, 1e-3), ((1, 9), 4, 0.2), ((6, 6), 8, 0.05)])
-def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, tau):
-    """The written-out backward of the ring weights (a reverse sweep over the stick products) against
-    autograd through its twin: every r_hat from 0 to R_max occurs (logits of scale 3), R_max beyond
-    the map, a large tau; then float64 gradcheck where no stick product sits at tau."""
+def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, tau, weight_kernels):
+    """The written-out passes of the ring weights (torch's reverse sweep over the stick products, and
+    the Triton kernels' scans) against autograd through the twin: every r_hat from 0 to R_max occurs
+    (logits of scale 3), R_max beyond the map and not a power of two, a large tau, batch and heads > 1;
+    then float64 gradcheck where no stick product sits at tau."""
     reach = query_reach(hw_shape).unsqueeze(-1)
     logits = inputs(hw_shape, r_max, scale=3.0)[3]
-    fast = ring_weights(logits, hw_shape, tau)
+    fast = ring_weights(logits, hw_shape, tau, weight_kernels)
     slow = ring_weights_reference(logits, reach, tau)
     r_hat = truncate(logits, tau)[1]
     assert set(r_hat.unique().tolist()) >= {0, r_max} or hw_shape == (1, 9)
@@ -211,7 +214,8 @@ def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, t
     torch.testing.assert_close(fast[0], slow[0])
     torch.testing.assert_close(fast[1], slow[1].squeeze(-1))
     torch.testing.assert_close(*grads)
-    assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau), (logits[0, 0].detach().requires_grad_(),))
+    assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau, weight_kernels),
+                                    (logits[0, 0].detach().requires_grad_(),))
 
 
 @pytest.mark.parametrize('change,message', [

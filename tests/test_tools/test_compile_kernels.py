@@ -30,7 +30,8 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
             'peripheral.triton._forward_kernel'} <= launched
     # float scalars typed fp64, as torch.compile passes them: a kernel that lets them promote a block failed there
     assert {row['kernel'].replace('mmvisattn.ops.', '') for row in rows if row['source'] == 'torch.compile'} == {
-        'linear_angular.triton._summarise', 'linear_angular.triton._mix', 'peripheral.triton._forward_kernel'}
+        'linear_angular.triton._summarise', 'linear_angular.triton._mix', 'peripheral.triton._forward_kernel',
+        'ripple.triton._ring_weights_forward', 'ripple.triton._ring_weights_backward'}
     for row in rows:
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0

@@ -111,8 +111,17 @@ class QKVAttention(BaseAttention):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         raise NotImplementedError
 
+    def heads_of_qkv(self, x: Tensor) -> Tensor:
+        """``(B, N, C)`` tokens -> ``(3, B, heads, N, d)`` queries, keys and values, views of one projection."""
+        batch, tokens, _ = x.shape
+        return self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+
+    def attend_heads(self, qkv: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+        """:meth:`attend` on the views of :meth:`heads_of_qkv`; a subclass that maps queries and keys alike
+        overrides it to map both views in one call."""
+        return self.attend(*qkv.unbind(0), hw_shape)
+
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
         hw_shape = self.check_tokens(x, hw_shape)
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        out = self.attend(self.split_heads(q), self.split_heads(k), self.split_heads(v), hw_shape)
+        out = self.attend_heads(self.heads_of_qkv(x), hw_shape)
         return self.proj_drop(self.proj(self.merge_heads(out)))

@@ -16,7 +16,7 @@ Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns aut
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
 range), for every local part alike; the output comes back in ``v``'s dtype.
 """
-from typing import Callable, List, NamedTuple, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -24,7 +24,7 @@ from torch import Tensor
 from ..amp import autocast_off, upcast
 from ..recompute import runs, step_budget
 from ..tracing import apply_function
-from .weights import ring_weights
+from .weights import WeightKernels, ring_weights
 
 # Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
 # of one step; fewer, larger steps stop paying off beyond it (the README's tuned constants).
@@ -33,9 +33,11 @@ CHUNK_ELEMENTS = 2 ** 17
 
 class LocalKernels(NamedTuple):
     """A local part: ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
-    ``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``."""
+    ``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``, and the passes of
+    the ring weights that go with it (torch's unless given)."""
     forward: Callable
     backward: Callable
+    weights: Optional[WeightKernels] = None
 
 
 def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
@@ -51,6 +53,15 @@ def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
     return runs(q.shape[0], max(1, budget // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
 
 
+def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor], *args) -> Tuple[Tensor, ...]:
+    """``fn(*tensors, *args)`` over the groups of slices of ``tensors`` (their first axis), the results
+    joined by ``cat`` (traced with gradients, this runs as is); one group runs on the tensors as given."""
+    if len(groups) == 1:
+        return fn(*tensors, *args)
+    results = [fn(*(t[part] for t in tensors), *args) for part in groups]
+    return tuple(torch.cat(parts) for parts in zip(*results))
+
+
 class RippleLocalGlobal(torch.autograd.Function):
     """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(..., N, .)``
     tensors (``merged_weight`` ``(S, N)``), with the backward written out: only the inputs as given
@@ -64,17 +75,8 @@ class RippleLocalGlobal(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
                 eps: float, kernels: LocalKernels) -> Tensor:
         inputs = (q, k, v, beta, merged_weight)
-        q, k, v, beta = _flat(*upcast(q, k, v, beta))
-        merged_weight = upcast(merged_weight)[0]
-        outs, dens = [], []  # joined by cat, not written into slices: traced with gradients, this runs as is
-        for part in _slice_groups(q, v):
-            num, den = kernels.forward(q[part], k[part], v[part], beta[part], hw_shape)
-            weight = merged_weight[part].unsqueeze(-1)
-            num += weight * (q[part] @ (k[part].transpose(1, 2) @ v[part]))
-            den += weight * (q[part] @ k[part].sum(dim=1).unsqueeze(-1)) + eps
-            outs.append(num.div_(den))
-            dens.append(den)
-        out, den = (torch.cat(parts) if len(parts) > 1 else parts[0] for parts in (outs, dens))
+        flat = (*_flat(*upcast(q, k, v, beta)), upcast(merged_weight)[0])
+        out, den = _by_groups(_forward_slices, _slice_groups(flat[0], flat[2]), flat, hw_shape, eps, kernels)
         ctx.save_for_backward(*inputs, out, den)
         ctx.hw_shape, ctx.kernels = hw_shape, kernels
         return out.view(*inputs[2].shape[:-1], -1).to(inputs[2].dtype)
@@ -83,15 +85,20 @@ class RippleLocalGlobal(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_out: Tensor):
         *inputs, out, den = ctx.saved_tensors
-        q, k, v, beta, grad_out = _flat(*upcast(*inputs[:4], grad_out))
-        merged_weight = upcast(inputs[4])[0]
-        grads = [torch.empty_like(t) for t in (q, k, v, beta, merged_weight)]
-        for part in _slice_groups(q, v):
-            parts = _backward_slices(q[part], k[part], v[part], beta[part], merged_weight[part], out[part], den[part],
-                                     grad_out[part], ctx.hw_shape, ctx.kernels)
-            for grad, value in zip(grads, parts):
-                grad[part] = value
+        flat = (*_flat(*upcast(*inputs[:4])), upcast(inputs[4])[0], out, den, _flat(*upcast(grad_out))[0])
+        grads = _by_groups(_backward_slices, _slice_groups(flat[0], flat[2]), flat, ctx.hw_shape, ctx.kernels)
         return (*(grad.view(x.shape).to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
+
+
+def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
+                    eps: float, kernels: LocalKernels) -> Tuple[Tensor, Tensor]:
+    """The output and the normaliser of :class:`RippleLocalGlobal` for a group of slices (batched
+    products written as such: ``@`` on 3-D tensors adds views around each)."""
+    num, den = kernels.forward(q, k, v, beta, hw_shape)
+    weighted_q = merged_weight.unsqueeze(-1) * q
+    num.baddbmm_(weighted_q, torch.bmm(k.transpose(1, 2), v))
+    den.baddbmm_(weighted_q, k.sum(dim=1).unsqueeze(-1)).add_(eps)
+    return num.div_(den), den
 
 
 def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, out: Tensor, den: Tensor,
@@ -99,15 +106,17 @@ def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weigh
     """Gradients of :class:`RippleLocalGlobal` for a group of slices: ``q, k, v, beta, merged_weight``."""
     grad_num = grad_out / den
     grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
-    key_values, key_sum = k.transpose(1, 2) @ v, k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
-    grad_merged = (grad_num * (q @ key_values)).sum(dim=-1) + (grad_den * (q @ key_sum)).squeeze(-1)
+    key_values, key_sum = torch.bmm(k.transpose(1, 2), v), k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
+    # what reaches w_m q: grad_num (K^T V)^T + grad_den (sum k)^T
+    grad_weighted_q = torch.baddbmm(torch.bmm(grad_num, key_values.transpose(1, 2)), grad_den, key_sum.transpose(1, 2))
+    grad_merged = (q * grad_weighted_q).sum(dim=-1)
     weight = merged_weight.unsqueeze(-1)
-    weighted_num, weighted_den = weight * grad_num, weight * grad_den
-    grad_key_values, grad_key_sum = q.transpose(1, 2) @ weighted_num, q.transpose(1, 2) @ weighted_den
+    weighted_q = (weight * q).transpose(1, 2)
+    grad_key_values, grad_key_sum = torch.bmm(weighted_q, grad_num), torch.bmm(weighted_q, grad_den)
     grad_q, grad_k, grad_v, grad_beta = kernels.backward(q, k, v, beta, hw_shape, grad_num, grad_den)
-    grad_q += weighted_num @ key_values.transpose(1, 2) + weighted_den @ key_sum.transpose(1, 2)
-    grad_k += v @ grad_key_values.transpose(1, 2) + grad_key_sum.transpose(1, 2)
-    grad_v += k @ grad_key_values
+    grad_q.addcmul_(weight, grad_weighted_q)
+    grad_k.baddbmm_(v, grad_key_values.transpose(1, 2)).add_(grad_key_sum.transpose(1, 2))
+    grad_v.baddbmm_(k, grad_key_values)
     return grad_q, grad_k, grad_v, grad_beta, grad_merged
 
 
@@ -115,7 +124,7 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape:
                       eps: float, kernels: LocalKernels) -> Tensor:
     """Ripple attention from a local part (``kernels``) and the global sums weighted by ``w_m``."""
     tokens = q.shape[-2]
-    beta, merged_weight = ring_weights(logits, hw_shape, tau)
+    beta, merged_weight = ring_weights(logits, hw_shape, tau, kernels.weights)
     return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, tokens), tuple(hw_shape), eps,
                           kernels)
 

@@ -10,6 +10,14 @@ Three kernels over blocks of positions of one ``(batch, head)`` slice:
 * ``_backward_keys``: ``dk_j`` and ``dv_j``, visiting the queries ``i = j - offset`` of each key
   (groups are symmetric, Appendix B), so no two programs write the same row.
 
+Two more compute the ring weights (:func:`.weights.ring_weights`) a block of query rows at a time, each
+row's ``R_max`` sticks as one tile (their products by a scan), one launch a pass where torch takes
+some thirty small ops each:
+
+* ``_ring_weights_forward``: ``beta`` and ``w_m`` from the logits;
+* ``_ring_weights_backward``: the reverse sweep of :class:`.weights.RingWeights` (its tail sums a
+  reversed scan).
+
 Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``. Mixed precision:
 :class:`.local_global.RippleLocalGlobal` hands the kernels float32 (see :mod:`.local_global`).
 """
@@ -22,6 +30,7 @@ from torch import Tensor
 
 from ..triton_launch import check_kernel_inputs, launch, num_warps
 from .local_global import LocalKernels, local_plus_global
+from .weights import WeightKernels
 
 
 @triton.jit
@@ -123,6 +132,107 @@ def _backward_keys(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, gr
     _store_rows(grad_v_ptr + head * tokens * value_dims, pos, inside, value_dims, grad_v, BLOCK_E)
 
 
+@triton.jit
+def _stick_lengths(logits_ptr, rows, live, cols, r_max):
+    """``s_r = sigmoid(o_r - log(R_max - r))`` (C.3) of columns ``cols`` of the rows, 0 outside ``0 .. R_max - 1``."""
+    inside = live[:, None] & (cols[None, :] >= 0) & (cols[None, :] < r_max)
+    logits = tl.load(logits_ptr + rows[:, None] * r_max + cols[None, :], mask=inside, other=0.0)
+    offsets = tl.log(tl.maximum(r_max - cols, 1).to(logits.dtype))
+    return tl.where(inside, tl.sigmoid(logits - offsets[None, :]), 0.0)
+
+
+@triton.jit
+def _sticks(logits_ptr, rows, live, r_max, tau, BLOCK_R: tl.constexpr):
+    """The groups ``r``, the sticks ``s_r``, the stick left before group ``r`` (``c_{r-1}``, a scan of the
+    sticks one column back) and after it (``c_r``), ``r_hat`` (how many ``c_r`` reach ``tau``) and ``tau``
+    in the logits' dtype."""
+    cols = tl.arange(0, BLOCK_R)
+    sticks = _stick_lengths(logits_ptr, rows, live, cols, r_max)
+    tau = tl.cast(tau, sticks.dtype)  # torch.compile passes a float64 scalar; torch compares in the logits' dtype
+    left_before = tl.cumprod(1 - _stick_lengths(logits_ptr, rows, live, cols - 1, r_max), axis=1)
+    remaining = left_before * (1 - sticks)
+    r_hat = tl.sum(((remaining >= tau) & (cols[None, :] < r_max)).to(tl.int32), axis=1)
+    return cols, sticks, left_before, remaining, r_hat, tau
+
+
+@triton.jit
+def _shared_groups(reach_ptr, rows, live, tokens, r_hat):
+    """``max(reach - r_hat + 1, 1)``: how many non-empty groups share the merged mass (Eq. 6)."""
+    reach = tl.load(reach_ptr + rows % tokens, mask=live, other=0)
+    return tl.maximum(reach - r_hat + 1, 1)
+
+
+@triton.jit
+def _ring_weights_forward(logits_ptr, reach_ptr, beta_ptr, merged_weight_ptr, rows_count, tokens, r_max, tau,
+                          BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = rows < rows_count
+    cols, sticks, left_before, remaining, r_hat, _ = _sticks(logits_ptr, rows, live, r_max, tau, BLOCK_R)
+    # the merged mass c_{r_hat - 1} (the whole stick when r_hat = 0)
+    merged = (tl.sum(tl.where(cols[None, :] == r_hat[:, None] - 1, remaining, 0.0), axis=1)
+              + tl.where(r_hat == 0, 1.0, 0.0))
+    merged_weight = merged / _shared_groups(reach_ptr, rows, live, tokens, r_hat)
+    beta = tl.where(cols[None, :] < r_hat[:, None], sticks * left_before - merged_weight[:, None], 0.0)
+    tl.store(beta_ptr + rows[:, None] * r_max + cols[None, :], beta, mask=live[:, None] & (cols[None, :] < r_max))
+    tl.store(merged_weight_ptr + rows, merged_weight, mask=live)
+
+
+@triton.jit
+def _kept_grads(grad_beta_ptr, rows, live, cols, r_max, r_hat):
+    """The weights' gradient at columns ``cols`` where the group is kept (``r < r_hat``), else 0."""
+    kept = live[:, None] & (cols[None, :] >= 0) & (cols[None, :] < r_hat[:, None])
+    return tl.load(grad_beta_ptr + rows[:, None] * r_max + cols[None, :], mask=kept, other=0.0)
+
+
+@triton.jit
+def _ring_weights_backward(logits_ptr, reach_ptr, grad_beta_ptr, grad_merged_weight_ptr, grad_logits_ptr,
+                           rows_count, tokens, r_max, tau, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = rows < rows_count
+    cols, sticks, left_before, remaining, r_hat, tau = _sticks(logits_ptr, rows, live, r_max, tau, BLOCK_R)
+    grad_alpha = _kept_grads(grad_beta_ptr, rows, live, cols, r_max, r_hat)
+    grad_merged = ((tl.load(grad_merged_weight_ptr + rows, mask=live, other=0.0) - tl.sum(grad_alpha, axis=1))
+                   / _shared_groups(reach_ptr, rows, live, tokens, r_hat))
+    into_remaining = (_kept_grads(grad_beta_ptr, rows, live, cols + 1, r_max, r_hat)
+                      * _stick_lengths(logits_ptr, rows, live, cols + 1, r_max)
+                      + tl.where(cols[None, :] == r_hat[:, None] - 1, grad_merged[:, None], 0.0))
+    tail_sums = tl.cumsum(into_remaining * remaining, axis=1, reverse=True)
+    grad_remaining = tl.where(cols[None, :] < r_hat[:, None], tail_sums / tl.maximum(remaining, tau), 0.0)
+    grad_sticks = left_before * (grad_alpha - grad_remaining)
+    tl.store(grad_logits_ptr + rows[:, None] * r_max + cols[None, :], grad_sticks * sticks * (1 - sticks),
+             mask=live[:, None] & (cols[None, :] < r_max))
+
+
+WEIGHT_ROWS = 128  # query rows per program of the ring-weight kernels
+
+
+def _launch_weights(kernel, logits: Tensor, reach: Tensor, tau: float, *tensors: Tensor) -> None:
+    rows, r_max = logits.numel() // logits.shape[-1], logits.shape[-1]
+    launch(kernel, (triton.cdiv(rows, WEIGHT_ROWS),), logits, reach, *tensors, rows, reach.shape[0], r_max, tau,
+           BLOCK=WEIGHT_ROWS, BLOCK_R=triton.next_power_of_2(r_max))
+
+
+def triton_weights_forward(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
+    """:func:`.weights.ring_weights_reference` in one launch: ``beta`` and ``w_m`` ``(..., N, 1)``."""
+    logits = logits.contiguous()
+    beta, merged_weight = torch.empty_like(logits), logits.new_empty(*logits.shape[:-1], 1)
+    _launch_weights(_ring_weights_forward, logits, reach.contiguous(), tau, beta, merged_weight)
+    return beta, merged_weight
+
+
+def triton_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: Tensor,
+                            grad_merged_weight: Tensor) -> Tensor:
+    """:func:`.weights.torch_weights_backward` in one launch."""
+    logits = logits.contiguous()
+    grad_logits = torch.empty_like(logits)
+    _launch_weights(_ring_weights_backward, logits, reach.contiguous(), tau,
+                    grad_beta.to(logits.dtype).contiguous(), grad_merged_weight.to(logits.dtype).contiguous(),
+                    grad_logits)
+    return grad_logits
+
+
+TRITON_WEIGHTS = WeightKernels(triton_weights_forward, triton_weights_backward)
+
 BLOCK = 16  # positions per program: 32 made ptxas spill at 64-wide heads (compile_kernels.py)
 
 
@@ -155,7 +265,7 @@ def triton_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seq
     return grad_q, grad_k, grad_v, grad_beta.to(beta.dtype)
 
 
-TRITON = LocalKernels(triton_forward, triton_backward)
+TRITON = LocalKernels(triton_forward, triton_backward, TRITON_WEIGHTS)
 
 
 def ripple_attention_triton(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,

@@ -7,7 +7,7 @@ Shapes: ``logits`` ``(..., N, R_max)`` hold the stick logits ``o_r(i, j)`` of ev
 per stick unit ``r = 0 .. R_max - 1``; ``N = H * W`` tokens in row-major order.
 """
 from functools import lru_cache
-from typing import Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -69,7 +69,17 @@ def query_reach(hw_shape: Tuple[int, int], device=None) -> Tensor:
     return torch.stack([rows, height - 1 - rows, cols, width - 1 - cols]).amax(dim=0)
 
 
-def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tuple[Tensor, Tensor]:
+class WeightKernels(NamedTuple):
+    """A pair of passes of :func:`ring_weights` on float32 (or float64) logits and the ``(N, 1)`` reach of
+    every query: ``forward(logits, reach, tau) -> (beta, w_m)`` (``w_m`` ``(..., N, 1)``) and
+    ``backward(logits, reach, tau, grad_beta, grad_w_m) -> grad_logits``. The torch pair is
+    :data:`TORCH_WEIGHTS`; :mod:`.triton` has one kernel a pass."""
+    forward: Callable
+    backward: Callable
+
+
+def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
+                 kernels: Optional[WeightKernels] = None) -> Tuple[Tensor, Tensor]:
     """The weights in the form the fast paths use: every token gets the merged weight ``w_m``, and a
     token in group ``r < R_max`` gets ``beta_r = alpha_r - w_m`` on top when ``r < r_hat`` (0 otherwise),
     so the groups inside ``R_max`` are a distance-weighted local attention and the merged remainder a
@@ -78,10 +88,11 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tuple[T
     ``w_m`` is Eq. 6: the merged mass shared equally by the ``reach - r_hat + 1`` non-empty groups
     ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the non-empty
     groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``, in float32
-    (:class:`RingWeights`; its twin under autograd is :func:`ring_weights_reference`).
+    (:class:`RingWeights` with ``kernels``, :data:`TORCH_WEIGHTS` by default; its twin under autograd is
+    :func:`ring_weights_reference`).
     """
     reach = query_reach(tuple(hw_shape), logits.device).unsqueeze(-1)
-    beta, merged_weight = apply_function(RingWeights, logits, reach, tau)
+    beta, merged_weight = apply_function(RingWeights, logits, reach, tau, kernels or TORCH_WEIGHTS)
     return beta, merged_weight.squeeze(-1)
 
 
@@ -97,10 +108,33 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
     return beta, merged_weight.unsqueeze(-1)
 
 
+def torch_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: Tensor,
+                           grad_merged_weight: Tensor) -> Tensor:
+    """The gradient of :func:`ring_weights_reference`'s weights for its logits: the reverse sweep of
+    :class:`RingWeights`, in torch."""
+    sticks, remaining = stick_products(logits)
+    r_hat = (remaining >= tau).sum(dim=-1, keepdim=True)
+    rings = torch.arange(logits.shape[-1], device=logits.device)
+    kept = rings < r_hat
+    grad_alpha = torch.where(kept, grad_beta, 0)
+    # w_m = M / max(reach - r_hat + 1, 1), subtracted from every kept beta
+    grad_merged = (grad_merged_weight - grad_alpha.sum(dim=-1, keepdim=True)) / (reach - r_hat + 1).clamp(min=1)
+    into_next = torch.cat([(grad_alpha * sticks)[..., 1:], torch.zeros_like(sticks[..., :1])], dim=-1)
+    into_remaining = into_next + torch.where(rings == r_hat - 1, grad_merged, 0)
+    tail_sums = (into_remaining * remaining).flip(-1).cumsum(-1).flip(-1)
+    grad_remaining = torch.where(kept, tail_sums / remaining.clamp(min=tau), 0)
+    left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining[..., :-1]], dim=-1)
+    grad_sticks = left_before * (grad_alpha - grad_remaining)
+    return grad_sticks * sticks * (1 - sticks)
+
+
+TORCH_WEIGHTS = WeightKernels(ring_weights_reference, torch_weights_backward)
+
+
 class RingWeights(torch.autograd.Function):
-    """:func:`ring_weights_reference` with the backward written out: it saves only the logits and
-    recomputes the sticks, so neither chunked recomputation nor a replayed graph of a dozen small
-    ops runs.
+    """:func:`ring_weights_reference` with the backward written out (a pair of :class:`WeightKernels`):
+    it saves only the logits and recomputes the sticks, so neither chunked recomputation nor a
+    replayed graph of a dozen small ops runs.
 
     The backward is a reverse sweep over the stick products ``c_r = prod_{r' <= r} (1 - s_r')``
     (Eq. 5): with ``alpha_r = s_r c_{r-1}`` and the merged mass ``M = c_{r_hat - 1}``, the gradient
@@ -114,26 +148,14 @@ class RingWeights(torch.autograd.Function):
 
     @staticmethod
     @autocast_off
-    def forward(ctx, logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
+    def forward(ctx, logits: Tensor, reach: Tensor, tau: float, kernels: WeightKernels) -> Tuple[Tensor, Tensor]:
         ctx.save_for_backward(logits, reach)
-        ctx.tau = tau
-        return ring_weights_reference(logits, reach, tau)
+        ctx.tau, ctx.kernels = tau, kernels
+        return kernels.forward(upcast(logits)[0], reach, tau)
 
     @staticmethod
     @autocast_off
-    def backward(ctx, grad_beta: Tensor, grad_merged_weight: Tensor) -> Tuple[Optional[Tensor], None, None]:
+    def backward(ctx, grad_beta: Tensor, grad_merged_weight: Tensor) -> Tuple[Optional[Tensor], None, None, None]:
         logits, reach = ctx.saved_tensors
-        sticks, remaining = stick_products(upcast(logits)[0])
-        r_hat = (remaining >= ctx.tau).sum(dim=-1, keepdim=True)
-        rings = torch.arange(logits.shape[-1], device=logits.device)
-        kept = rings < r_hat
-        grad_alpha = torch.where(kept, grad_beta, 0)
-        # w_m = M / max(reach - r_hat + 1, 1), subtracted from every kept beta
-        grad_merged = (grad_merged_weight - grad_alpha.sum(dim=-1, keepdim=True)) / (reach - r_hat + 1).clamp(min=1)
-        into_next = torch.cat([(grad_alpha * sticks)[..., 1:], torch.zeros_like(sticks[..., :1])], dim=-1)
-        into_remaining = into_next + torch.where(rings == r_hat - 1, grad_merged, 0)
-        tail_sums = (into_remaining * remaining).flip(-1).cumsum(-1).flip(-1)
-        grad_remaining = torch.where(kept, tail_sums / remaining.clamp(min=ctx.tau), 0)
-        left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining[..., :-1]], dim=-1)
-        grad_sticks = left_before * (grad_alpha - grad_remaining)
-        return (grad_sticks * sticks * (1 - sticks)).to(logits.dtype), None, None
+        grad_logits = ctx.kernels.backward(upcast(logits)[0], reach, ctx.tau, grad_beta, grad_merged_weight)
+        return grad_logits.to(logits.dtype), None, None, None
