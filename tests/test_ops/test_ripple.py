@@ -214,8 +214,9 @@ def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, t
     torch.testing.assert_close(fast[0], slow[0])
     torch.testing.assert_close(fast[1], slow[1].squeeze(-1))
     torch.testing.assert_close(*grads)
+    # the kernels run interpreted: gradcheck's fast mode (random projections of the Jacobian) for them
     assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau, weight_kernels),
-                                    (logits[0, 0].detach().requires_grad_(),))
+                                    (logits[0, 0].detach().requires_grad_(),), fast_mode=weight_kernels is not None)
 
 
 @pytest.mark.parametrize('change,message', [
