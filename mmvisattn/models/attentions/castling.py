@@ -18,24 +18,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.amp import no_autocast, norm_eps, upcast
+from mmvisattn.ops.amp import norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
-from mmvisattn.ops.recompute import checkpointed_chunks
+from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
 CONV_KINDS = ('tokens', 'spatial')
-# weights of the auxiliary branch computed at once (128 MB in float32): a block of queries as large as
-# fits, so a layer of Castling-ViT-B at 32x32 tokens and batch 2 takes one block, not four of 256 queries
-# (each block is some 45 launches forward, recomputation and backward)
-AUX_BLOCK_WEIGHTS = 2 ** 25
 NORMALISATIONS = ('kernel', 'token')
-
-
-def aux_query_block(q: Tensor, k: Tensor) -> int:
-    """Queries per block of the auxiliary branch: :data:`AUX_BLOCK_WEIGHTS` weights over every batch
-    and head, at least one query."""
-    return max(1, AUX_BLOCK_WEIGHTS // (q.shape[:-2].numel() * k.shape[-2]))
 
 
 @ATTENTIONS.register_module()
@@ -107,26 +97,15 @@ class LinearAngularAttention(QKVAttention):
         self.aux_weight.fill_(0.0)
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Masked softmax attention over blocks of queries (:func:`aux_query_block`), each block's
-        ``block x N`` weights recomputed in the backward instead of kept: the branch saves its inputs
-        only, so a training step holds no ``N x N`` matrix. With dropout on the weights while training,
-        a recomputed block would draw another mask, and under ``torch.compile`` the recomputation (a
-        backward that takes gradients itself) is not traceable: there the weights are kept as autograd
-        (or the compiler's own recomputation) keeps them."""
+        """Masked softmax attention (:func:`mmvisattn.ops.masked_softmax.masked_softmax_attention`): weights
+        at or below ``mask_threshold`` dropped, blocks of queries recomputed in the backward, so a training
+        step holds no ``N x N`` matrix; products in the inputs' precision, softmax in float32. With dropout
+        on the weights while training (a recomputed block would draw another mask) and under
+        ``torch.compile`` the whole matrix goes through autograd instead."""
         if (self.training and self.attn_drop > 0) or torch.compiler.is_compiling():
-            return self.masked_softmax(q, k, v)
-        return checkpointed_chunks(lambda span, queries: self.masked_softmax(queries, k, v), q.shape[-2],
-                                   aux_query_block(q, k), (q,), params=(k, v))
-
-    def masked_softmax(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Softmax weights at or below ``mask_threshold`` dropped (quadratic). In float32: half logits
-        of large inputs overflow before the softmax."""
-        with no_autocast(q.device.type):
-            q, k, values = upcast(q, k, v)
-            weights = torch.softmax(q @ k.transpose(-1, -2) * self.head_dims ** -0.5, dim=-1)
-            weights = weights * (weights > self.mask_threshold)
-            weights = F.dropout(weights, self.attn_drop, self.training)
-            return (weights @ values).to(v.dtype)
+            dropout = self.attn_drop if self.training else 0.0
+            return masked_softmax_attention_reference(q, k, v, self.mask_threshold, dropout=dropout)
+        return masked_softmax_attention(q, k, v, self.mask_threshold)
 
     def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Depthwise conv of the values; over the map, extra tokens (a class token) get none."""

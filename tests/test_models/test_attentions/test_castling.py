@@ -7,8 +7,8 @@ import torch
 
 import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
-from mmvisattn.models.attentions.castling import aux_query_block
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
+from mmvisattn.ops.masked_softmax import masked_softmax_attention_reference
 from mmvisattn.registry import build_attention
 from ...conftest import saved_elements
 
@@ -102,19 +102,18 @@ def test_token_conv_equals_the_official_conv2d():
     torch.testing.assert_close(attn.token_conv(v), attn.dconv(v))
 
 
-def test_blocked_auxiliary_branch_equals_the_whole_matrix_in_value_and_gradients(monkeypatch):
-    """More queries than one block, batch 2, an odd count: the blocks recomputed in the backward give
-    the values and gradients of the branch computed on the whole N x N matrix."""
-    monkeypatch.setattr('mmvisattn.models.attentions.castling.AUX_BLOCK_WEIGHTS', 2 * 3 * 293 * 100)
-    attn = castling().train()
-    q, k, v = (torch.randn(2, 3, 293, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    assert aux_query_block(q, k) == 100  # three blocks, the last one of 93 queries
-    blocked = attn.auxiliary(q, k, v)
-    whole = attn.masked_softmax(q, k, v)
-    torch.testing.assert_close(blocked, whole)
-    upstream = torch.randn_like(whole)
-    torch.testing.assert_close(torch.autograd.grad(blocked, (q, k, v), upstream),
-                               torch.autograd.grad(whole, (q, k, v), upstream))
+def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
+    """The training branch (blocks recomputed in the backward) equals the literal masked softmax at the
+    module's threshold, in value and gradients; with attn_drop in training it draws a dropout mask."""
+    attn = castling(mask_threshold=0.05).train()
+    q, k, v = (torch.randn(2, 3, 37, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    branch, literal = attn.auxiliary(q, k, v), masked_softmax_attention_reference(q, k, v, 0.05)
+    torch.testing.assert_close(branch, literal)
+    upstream = torch.randn_like(branch)
+    torch.testing.assert_close(torch.autograd.grad(branch, (q, k, v), upstream),
+                               torch.autograd.grad(literal, (q, k, v), upstream))
+    dropped = castling(mask_threshold=0.05, attn_drop=0.5).train()
+    assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
 
 
 def test_training_form_saves_memory_linear_in_the_tokens():

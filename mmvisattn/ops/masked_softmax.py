@@ -1,0 +1,125 @@
+"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention via
+switching towards linear-angular attention during vision transformer inference" (arXiv:2211.10526):
+softmax weights at or below a threshold ``t`` dropped, the rest kept as they are (not renormalised)::
+
+    P = softmax(s Q K^T),    out = (P * [P > t]) V
+
+It trains beside the linear-angular branch and is removed for inference. :func:`masked_softmax_attention`
+runs it by blocks of queries with the backward written out (:class:`MaskedSoftmax`): it saves the inputs
+and each query's log-sum-exp, and recomputes a block's weights in the backward, so no ``N x N`` matrix
+outlives its block. The literal form is :func:`masked_softmax_attention_reference`.
+
+Mixed precision: the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
+tensor cores) and give float32 (:func:`product`): half logits of large inputs would overflow before the
+softmax. Logits, softmax, mask and the softmax's backward are float32; the weights and their gradient
+enter the next products in the inputs' dtype, as in FlashAttention. Autocast is off in both passes; the
+output comes back in ``v``'s dtype, each gradient in its input's.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .amp import HALF_DTYPES, autocast_off, float32_math
+from .recompute import runs
+from .tracing import apply_function
+
+# Weights of one block of queries over every batch, head and key (128 MB in float32): a block as large
+# as fits, so that a Castling-ViT-B layer at 32x32 tokens and batch 2 takes one
+BLOCK_WEIGHTS = 2 ** 25
+
+
+def product(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` of ``(..., M, K)`` and ``(..., K, N)`` (the same leading dims) in float32: half operands as
+    they are on CUDA (cuBLAS accumulates in float32), elsewhere upcast first (the same arithmetic: a
+    product of two halves is exact in float32); float32 and float64 multiply as they are. Strided views
+    are copied for the product only."""
+    lead = a.shape[:-2]
+    a, b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    if a.dtype not in HALF_DTYPES:
+        out = torch.bmm(a, b)
+    elif a.device.type == 'cuda':
+        out = torch.bmm(a, b, out_dtype=torch.float32)
+    else:
+        out = torch.bmm(a.float(), b.float())
+    return out.view(*lead, *out.shape[-2:])
+
+
+def query_block(q: Tensor, k: Tensor) -> int:
+    """Queries per block: :data:`BLOCK_WEIGHTS` weights over every batch and head, at least one query."""
+    return max(1, BLOCK_WEIGHTS // (q.shape[:-2].numel() * k.shape[-2]))
+
+
+def _join(parts, dim: int) -> Tensor:
+    return torch.cat(parts, dim=dim) if len(parts) > 1 else parts[0]
+
+
+class MaskedSoftmax(torch.autograd.Function):
+    """``(P * [P > t]) V`` over ``(..., N, D)`` queries and keys and ``(..., N, E)`` values by blocks of
+    queries, each block's weights recomputed in the backward from the saved log-sum-exp; the inputs are
+    saved as given (views of the caller's projection). The mask is piecewise constant: its gradient is
+    that of the kept weights. Autocast off in both passes."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, threshold: float, block: int) -> Tensor:
+        outs, sums = [], []
+        for rows in runs(q.shape[-2], block):
+            logits = product(q[..., rows, :], k.transpose(-1, -2)).mul_(scale)
+            log_sum_exp = torch.logsumexp(logits, dim=-1, keepdim=True)
+            weights = logits.sub_(log_sum_exp).exp_()
+            outs.append(product(weights.mul_(weights > threshold).to(v.dtype), v))
+            sums.append(log_sum_exp)
+        ctx.save_for_backward(q, k, v, _join(sums, -2))
+        ctx.scale, ctx.threshold, ctx.block = scale, threshold, block
+        return _join(outs, -2).to(v.dtype)
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad_out: Tensor):
+        q, k, v, log_sum_exp = ctx.saved_tensors
+        grad_out = grad_out.to(v.dtype)
+        grad_q, grad_k, grad_v = [], 0, 0
+        for rows in runs(q.shape[-2], ctx.block):
+            queries = q[..., rows, :]
+            weights = product(queries, k.transpose(-1, -2)).mul_(ctx.scale).sub_(log_sum_exp[..., rows, :]).exp_()
+            kept = weights > ctx.threshold
+            grad_v = grad_v + product(weights.mul(kept).to(v.dtype).transpose(-1, -2), grad_out[..., rows, :])
+            grad_weights = product(grad_out[..., rows, :], v.transpose(-1, -2)).mul_(kept)
+            # through the softmax, P (dP - sum_j P dP), and the scale of the logits
+            grad_logits = weights.mul_(grad_weights - (grad_weights * weights).sum(dim=-1, keepdim=True))
+            grad_logits = grad_logits.mul_(ctx.scale).to(q.dtype)
+            grad_q.append(product(grad_logits, k))
+            grad_k = grad_k + product(grad_logits.transpose(-1, -2), queries)
+        return _join(grad_q, -2).to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
+
+
+def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
+                             block: Optional[int] = None) -> Tensor:
+    """Masked softmax attention by blocks of queries, recomputed in the backward.
+
+    Args:
+        q, k: ``(..., N, D)`` queries and keys (``k`` may have another length ``M``).
+        v: ``(..., M, E)`` values.
+        threshold: Weights at or below it are dropped.
+        scale: Of the logits; ``D ** -0.5`` by default.
+        block: Queries per block; :func:`query_block` by default.
+
+    Returns:
+        ``(..., N, E)`` in ``v``'s dtype.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    block = query_block(q, k) if block is None else block
+    return apply_function(MaskedSoftmax, q, k, v, scale, threshold, block)
+
+
+@float32_math
+def masked_softmax_attention_reference(q: Tensor, k: Tensor, v: Tensor, threshold: float,
+                                       scale: Optional[float] = None, dropout: float = 0.0) -> Tensor:
+    """The literal form under autograd, the whole ``N x N`` weights at once, in float32; ``dropout`` on
+    the kept weights (training with ``attn_drop``, where a recomputed block would draw another mask)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    weights = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
+    weights = weights * (weights > threshold)
+    return F.dropout(weights, dropout, training=dropout > 0) @ v
