@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference, query_block
+from mmvisattn.ops.masked_softmax.pytorch import masked_softmax_attention_torch
 
 
 def qkv(queries, keys, dtype=torch.float64, scale=1.0, seed=0):
@@ -17,7 +18,7 @@ def qkv(queries, keys, dtype=torch.float64, scale=1.0, seed=0):
 @pytest.mark.parametrize('queries,keys,block', [(293, 293, 100), (293, 150, None), (5, 9, 1)])
 def test_blocks_equal_the_literal_form_in_value_and_gradients(queries, keys, block):
     q, k, v = qkv(queries, keys)
-    blocked, literal = masked_softmax_attention(q, k, v, 0.01, block=block), masked_softmax_attention_reference(
+    blocked, literal = masked_softmax_attention_torch(q, k, v, 0.01, block=block), masked_softmax_attention_reference(
         q, k, v, 0.01)
     assert 0 < (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) <= 0.01).sum()  # the mask drops some
     torch.testing.assert_close(blocked, literal)
@@ -30,7 +31,7 @@ def test_gradcheck_in_float64():
     q, k, v = (t[:1, :2].detach().requires_grad_() for t in qkv(6, 7, seed=1))
     weights = torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1)
     assert (weights - 0.1).abs().min() > 1e-3 and (weights <= 0.1).any()  # no weight at the threshold
-    assert torch.autograd.gradcheck(lambda *t: masked_softmax_attention(*t, 0.1, block=4), (q, k, v))
+    assert torch.autograd.gradcheck(lambda *t: masked_softmax_attention_torch(*t, 0.1, block=4), (q, k, v))
 
 
 def test_one_block_holds_the_budget_of_weights():
@@ -46,9 +47,18 @@ def test_half_inputs_give_finite_float32_softmax_results(dtype):
     and within the rounding of half weights of the float32 result."""
     q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv(40, 40, dtype=torch.float32, scale=100.0))
     assert (q.float() @ k.float().transpose(-1, -2)).abs().max() > torch.finfo(torch.float16).max
-    out = masked_softmax_attention(q, k, v, 0.02, block=16)
+    out = masked_softmax_attention_torch(q, k, v, 0.02, block=16)
     literal = masked_softmax_attention_reference(*(t.detach().float() for t in (q, k, v)), 0.02)
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert (out.float() - literal).abs().max() <= 1e-2 * literal.abs().max()
     grads = torch.autograd.grad(out.float().sum(), (q, k, v))
     assert all(grad.dtype == dtype and torch.isfinite(grad).all() for grad in grads)
+
+
+def test_auto_runs_the_blocks_and_names_a_bad_impl():
+    q, k, v = qkv(9, 11)
+    torch.testing.assert_close(masked_softmax_attention(q, k, v, 0.05), masked_softmax_attention_torch(q, k, v, 0.05))
+    torch.testing.assert_close(masked_softmax_attention(q, k, v, 0.05, impl='reference'),
+                               masked_softmax_attention_reference(q, k, v, 0.05))
+    with pytest.raises(ValueError, match=r"impl='cuda'; expected one of"):
+        masked_softmax_attention(q, k, v, 0.05, impl='cuda')

@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops import linear_angular, peripheral, ripple, rwgk, sliding_chunk
+from mmvisattn.ops import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_chunk
 from mmvisattn.ops import trig_relu_features as feature_map
 from mmvisattn.ops.dispatch import Op
 from mmvisattn.ops.linear_angular import linear_angular_attention, linear_angular_attention_reference
+from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, peripheral_attention_reference
 from mmvisattn.ops.ripple import ripple_attention, ripple_attention_reference
 from mmvisattn.ops.rwgk import rwgk_attention, rwgk_attention_reference
@@ -128,6 +129,9 @@ TEST_MAP = (7, 9)
 CUDA_TRAINING_ONLY = ('flex',)  # implementations without a CPU backward
 PERIPHERAL_SCALE = 0.25
 FEATURE_SCALE = 0.5
+# the auxiliary softmax's threshold in the proof: it drops the smallest weights of the test map, and a
+# weight that half precision moves across it changes an output by less than the half bounds
+AUX_THRESHOLD = 1e-3
 
 CASES = [
     Case(sliding_chunk.OP, _vil_inputs, _vil_call, _vil_reference, ('dense', 'torch', 'triton', 'flex'),
@@ -143,6 +147,10 @@ CASES = [
          lambda impl, size, q, k, v: linear_angular_attention(q, k, v, impl=impl),
          lambda size, q, k, v: linear_angular_attention_reference(q, k, v), ('torch', 'triton'),
          Size(2, 3, 16, TEST_MAP), {'Castling ViT-B at 512x512': Size(2, 12, 64, (32, 32))}),
+    Case(masked_softmax.OP, _plain_inputs,
+         lambda impl, size, q, k, v: masked_softmax_attention(q, k, v, AUX_THRESHOLD, impl=impl),
+         lambda size, q, k, v: masked_softmax_attention_reference(q, k, v, AUX_THRESHOLD), ('torch',),
+         Size(2, 3, 16, TEST_MAP), {'Castling ViT-B auxiliary branch at 512x512': Size(2, 12, 64, (32, 32))}),
     Case(peripheral.OP, _peripheral_inputs,
          lambda impl, size, q, k, v, bias: peripheral_attention(q, k, v, bias, PERIPHERAL_SCALE, impl=impl),
          lambda size, q, k, v, bias: peripheral_attention_reference(q, k, v, bias, PERIPHERAL_SCALE),
@@ -167,6 +175,7 @@ FASTEST_ON_CUDA = {
     ('sliding_chunk_attention', 'ViL-S stage 3'): 'triton',
     ('ripple_attention', 'SMCA-Ripple encoder at 800x1344'): 'triton',
     ('linear_angular_attention', 'Castling ViT-B at 512x512'): 'triton',
+    ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512'): 'torch',  # its one implementation
     ('peripheral_attention', 'PerViT-T stage 3 at 800x1344'): 'torch',
     ('rwgk_attention', 'MiT-B0-RWGKA stage 1 at 1024x1024'): 'torch',
 }

@@ -39,13 +39,14 @@ SHIPPED = {
 
 
 def cuda_choice(cfg: dict, hw_shape) -> str:
-    """The implementation ``auto`` picks for the layer's attention op on a CUDA request in bfloat16."""
+    """The implementation ``auto`` picks on a CUDA request in bfloat16 for the layer's own op, the one its
+    ``impl`` chooses among (a feature map's op, or Castling's auxiliary softmax, are others)."""
     attn = build_attention(dict(cfg)).train()
     x = torch.zeros(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'])
     with record_dispatch(dry_run=True) as log, torch.no_grad():
         attn(x, hw_shape)
-    last = log.records[-1]  # the attention op itself (a feature map's op, if any, comes first)
-    return last.op.auto(last.request.on('cuda', torch.bfloat16))
+    own = [record for record in log.records if record.op.impls == attn.impls][-1]
+    return own.op.auto(own.request.on('cuda', torch.bfloat16))
 
 
 def launches_of_a_step(cfg: dict, hw_shape) -> LaunchCounter:

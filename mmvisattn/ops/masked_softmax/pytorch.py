@@ -1,29 +1,16 @@
-"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention via
-switching towards linear-angular attention during vision transformer inference" (arXiv:2211.10526):
-softmax weights at or below a threshold ``t`` dropped, the rest kept as they are (not renormalised)::
-
-    P = softmax(s Q K^T),    out = (P * [P > t]) V
-
-It trains beside the linear-angular branch and is removed for inference. :func:`masked_softmax_attention`
-runs it by blocks of queries with the backward written out (:class:`MaskedSoftmax`): it saves the inputs
-and each query's log-sum-exp, and recomputes a block's weights in the backward, so no ``N x N`` matrix
-outlives its block. The literal form is :func:`masked_softmax_attention_reference`.
-
-Mixed precision: the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
-tensor cores) and give float32 (:func:`product`): half logits of large inputs would overflow before the
-softmax. Logits, softmax, mask and the softmax's backward are float32; the weights and their gradient
-enter the next products in the inputs' dtype, as in FlashAttention. Autocast is off in both passes; the
-output comes back in ``v``'s dtype, each gradient in its input's.
+"""Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``; see
+:mod:`mmvisattn.ops.masked_softmax`): the inputs and each query's log-sum-exp saved, each block's
+weights recomputed in the backward. Products in the inputs' precision giving float32 (:func:`product`),
+logits, softmax and mask in float32.
 """
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .amp import HALF_DTYPES, autocast_off, float32_math
-from .recompute import runs
-from .tracing import apply_function
+from ..amp import HALF_DTYPES, autocast_off
+from ..recompute import runs
+from ..tracing import apply_function
 
 # Weights of one block of queries over every batch, head and key (128 MB in float32): a block as large
 # as fits, so that a Castling-ViT-B layer at 32x32 tokens and batch 2 takes one
@@ -95,31 +82,12 @@ class MaskedSoftmax(torch.autograd.Function):
         return _join(grad_q, -2).to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
 
 
-def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
-                             block: Optional[int] = None) -> Tensor:
-    """Masked softmax attention by blocks of queries, recomputed in the backward.
-
-    Args:
-        q, k: ``(..., N, D)`` queries and keys (``k`` may have another length ``M``).
-        v: ``(..., M, E)`` values.
-        threshold: Weights at or below it are dropped.
-        scale: Of the logits; ``D ** -0.5`` by default.
-        block: Queries per block; :func:`query_block` by default.
-
-    Returns:
-        ``(..., N, E)`` in ``v``'s dtype.
-    """
+def masked_softmax_attention_torch(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
+                                   block: Optional[int] = None) -> Tensor:
+    """:class:`MaskedSoftmax` with the logits' ``scale`` (``D ** -0.5`` by default) and ``block`` queries a
+    block (:func:`query_block` by default)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     block = query_block(q, k) if block is None else block
     return apply_function(MaskedSoftmax, q, k, v, scale, threshold, block)
 
 
-@float32_math
-def masked_softmax_attention_reference(q: Tensor, k: Tensor, v: Tensor, threshold: float,
-                                       scale: Optional[float] = None, dropout: float = 0.0) -> Tensor:
-    """The literal form under autograd, the whole ``N x N`` weights at once, in float32; ``dropout`` on
-    the kept weights (training with ``attn_drop``, where a recomputed block would draw another mask)."""
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    weights = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
-    weights = weights * (weights > threshold)
-    return F.dropout(weights, dropout, training=dropout > 0) @ v

@@ -1,0 +1,54 @@
+"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention via
+switching towards linear-angular attention during vision transformer inference" (arXiv:2211.10526):
+softmax weights at or below a threshold ``t`` dropped, the rest kept as they are (not renormalised)::
+
+    P = softmax(s Q K^T),    out = (P * [P > t]) V
+
+It trains beside the linear-angular branch and is removed for inference.
+
+Implementations (``impl=``): ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written
+out: it saves the inputs and each query's log-sum-exp and recomputes a block's weights in the backward,
+so no ``N x N`` matrix outlives its block; ``reference`` (:mod:`.reference`), the literal form under
+autograd, for tests (and for dropout on the weights, which a recomputed block would draw again).
+
+Mixed precision: the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
+tensor cores) and give float32 (:func:`.pytorch.product`): half logits of large inputs would overflow before the
+softmax. Logits, softmax, mask and the softmax's backward are float32; the weights and their gradient
+enter the next products in the inputs' dtype, as in FlashAttention. Autocast is off in both passes; the
+output comes back in ``v``'s dtype, each gradient in its input's.
+"""
+from typing import Optional
+
+from torch import Tensor
+
+from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
+from .pytorch import masked_softmax_attention_torch, query_block
+from .reference import masked_softmax_attention_reference
+
+OP = Op('masked_softmax_attention', dict(reference=reference_only, torch=runs_anywhere), {})
+IMPLS = OP.impls
+
+
+def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
+                             impl: str = 'auto') -> Tensor:
+    """Masked softmax attention: weights ``softmax(scale q k^T)`` at or below ``threshold`` dropped.
+
+    Args:
+        q, k: ``(..., N, D)`` queries and keys (``k`` may have another length ``M``).
+        v: ``(..., M, E)`` values.
+        threshold: Weights at or below it are dropped.
+        scale: Of the logits; ``D ** -0.5`` by default.
+        impl: One of :data:`IMPLS`.
+
+    Returns:
+        ``(..., N, E)`` in ``v``'s dtype.
+    """
+    impl = OP.choose(impl, Request.of((q, k, v)))
+    if impl == DRY_RUN:
+        return dry_output(q, v)
+    if impl == 'reference':
+        return masked_softmax_attention_reference(q, k, v, threshold, scale)
+    return masked_softmax_attention_torch(q, k, v, threshold, scale)
+
+
+__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'query_block', 'IMPLS', 'OP']
