@@ -43,8 +43,8 @@ def _join(parts, dim: int) -> Tensor:
 
 
 class MaskedSoftmax(torch.autograd.Function):
-    """``(P * [P > t]) V`` over ``(..., N, D)`` queries and keys and ``(..., N, E)`` values by blocks of
-    queries, each block's weights recomputed in the backward from the saved log-sum-exp; the inputs are
+    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)`` values by
+    blocks of queries, each block's weights recomputed in the backward from the saved log-sum-exp; the inputs are
     saved as given (views of the caller's projection). The mask is piecewise constant: its gradient is
     that of the kept weights. Autocast off in both passes."""
 
