@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..token_grid import window_grid
-from .layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, pick_drawn, relative_index,
-                     to_chunks, visited_neighbours)
+from .layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk, pick_drawn,
+                     relative_index, to_chunks, visited_neighbours)
 
 HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
 # Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:
@@ -115,10 +115,11 @@ def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str
     blocks; unvisited entries 0). A query block visits the blocks of every neighbour of its chunks."""
     rows, cols = grid
     rows_per_chunk, global_blocks = chunk_rows(window), padded_globals(num_global) // BLOCK
+    visited = _visited_chunks(grid, masking, mode)
     lists = []
     for block in range(local_rows(grid, window) // BLOCK):
         chunks = range(block * BLOCK // rows_per_chunk, min(rows * cols, -(-(block + 1) * BLOCK // rows_per_chunk)))
-        neighbours = {key_chunk for chunk in chunks for key_chunk in _neighbour_chunks(chunk, grid, masking, mode)}
+        neighbours = {key_chunk for chunk in chunks for key_chunk in visited[chunk]}
         blocks = {global_blocks + row // BLOCK for chunk in neighbours
                   for row in range(chunk * rows_per_chunk, (chunk + 1) * rows_per_chunk, min(rows_per_chunk, BLOCK))}
         lists.append(list(range(global_blocks)) + sorted(blocks))
@@ -128,22 +129,14 @@ def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str
     return counts, indices
 
 
-def _neighbour_chunks(chunk: int, grid: Tuple[int, int], masking: str, mode: int) -> List[int]:
-    """The chunks a query chunk visits in ``mode`` (wrapped for ``'cyclic'``, dropped beyond the border
-    otherwise)."""
-    rows, cols = grid
-    row, col = divmod(chunk, cols)
-    found = []
-    for dx, dy in (NEIGHBOURS[n] for n in visited_neighbours(mode)):
-        key_row, key_col = row + dx, col + dy
-        if masking == 'cyclic':
-            key_row, key_col = key_row % rows, key_col % cols
-        if 0 <= key_row < rows and 0 <= key_col < cols:
-            found.append(key_row * cols + key_col)
-    return found
+def _visited_chunks(grid: Tuple[int, int], masking: str, mode: int) -> List[List[int]]:
+    """The key chunks each query chunk visits in ``mode`` (:func:`.layout.neighbour_chunk`)."""
+    columns = [neighbour_chunk(grid, masking, neighbour) for neighbour in visited_neighbours(mode)]
+    chunk_ids = torch.stack([key_rows * grid[1] + key_cols for key_rows, key_cols, _ in columns], dim=1)
+    inside = ~torch.stack([outside for _, _, outside in columns], dim=1)
+    return [ids[keep].tolist() for ids, keep in zip(chunk_ids, inside)]
 
 
-@lru_cache(maxsize=16)
 def block_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode,
                  device: torch.device) -> Tuple[Tensor, Tensor, Tensor]:
     """Key-block counts ``(1, 1, Q)``, indices ``(1, 1, Q, K)`` and neighbour tables of ``mode``

@@ -92,6 +92,24 @@ def _drawn_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, 
     return tuple(torch.stack(parts).to(device) for parts in zip(*tables))
 
 
+def chunk_coordinates(grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
+    """``(C,)`` row and column of every chunk of the ``(rows, cols)`` chunk grid, row-major."""
+    rows, cols = grid
+    return torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)
+
+
+def neighbour_chunk(grid: Tuple[int, int], masking: str, neighbour: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(C,)`` row and column of every chunk's ``neighbour`` (an index into :data:`NEIGHBOURS`), wrapped
+    around the grid for ``'cyclic'``, and whether it lies outside the grid (never, when wrapped)."""
+    rows, cols = grid
+    chunk_rows, chunk_cols = chunk_coordinates(grid)
+    dx, dy = NEIGHBOURS[neighbour]
+    key_rows, key_cols = chunk_rows + dx, chunk_cols + dy
+    if masking == 'cyclic':
+        return key_rows % rows, key_cols % cols, torch.zeros_like(key_rows, dtype=torch.bool)
+    return key_rows, key_cols, (key_rows < 0) | (key_rows >= rows) | (key_cols < 0) | (key_cols >= cols)
+
+
 @lru_cache(maxsize=64)
 def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
                      device: torch.device) -> Tuple[Tensor, Tensor]:
@@ -107,15 +125,11 @@ def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, ma
     padded = rows * window * cols * window
     inner = torch.arange(window)
     kx, ky = inner.repeat_interleave(window), inner.repeat(window)
-    cx = torch.arange(rows).repeat_interleave(cols)[:, None, None]
-    cy = torch.arange(cols).repeat(rows)[:, None, None]
+    cx, cy = (coordinate[:, None, None] for coordinate in chunk_coordinates((rows, cols)))
     indices, invalid = [], []
     for offset in visited_neighbours(mode):
-        dx, dy = NEIGHBOURS[offset]
-        key_cx, key_cy = cx + dx, cy + dy
-        outside = (key_cx < 0) | (key_cx >= rows) | (key_cy < 0) | (key_cy >= cols)
-        if masking == 'cyclic':
-            key_cx, key_cy, outside = key_cx % rows, key_cy % cols, torch.zeros_like(outside)
+        key_cx, key_cy, outside = neighbour_chunk((rows, cols), masking, offset)
+        key_cx, key_cy, outside = key_cx[:, None, None], key_cy[:, None, None], outside[:, None, None]
         key_x, key_y = key_cx * window + kx, key_cy * window + ky  # (C, 1, w^2)
         bad = outside | (key_x >= height) | (key_y >= width)
         indices.append(torch.where(bad, padded, key_x * cols * window + key_y)[:, 0] + num_global)
