@@ -7,8 +7,8 @@ softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
 It trains beside the linear-angular branch and is removed for inference.
 
 Implementations (``impl=``): ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written
-out: it saves the inputs and each query's log-sum-exp and recomputes a block's weights in the backward,
-so no ``N x N`` matrix outlives its block; ``reference`` (:mod:`.reference`), the literal form under
+out: it saves only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix
+outlives its block; ``reference`` (:mod:`.reference`), the literal form under
 autograd, for tests (and for dropout on the weights, which a recomputed block would draw again).
 
 Mixed precision: the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the

@@ -1,7 +1,7 @@
 """Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``; see
-:mod:`mmvisattn.ops.masked_softmax`): the inputs and each query's log-sum-exp saved, each block's
-weights recomputed in the backward. Products in the inputs' precision giving float32 (:func:`product`),
-logits, softmax and mask in float32.
+:mod:`mmvisattn.ops.masked_softmax`): only the inputs saved, each block's weights recomputed in the
+backward. Products in the inputs' precision giving float32 (:func:`product`), logits, softmax and mask
+in float32.
 """
 from typing import Optional
 
@@ -42,35 +42,38 @@ def _join(parts, dim: int) -> Tensor:
     return torch.cat(parts, dim=dim) if len(parts) > 1 else parts[0]
 
 
+def _weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
+    """A block's softmax weights in float32, the same arithmetic in both passes (so the mask is too)."""
+    logits = product(q, k.transpose(-1, -2)).mul_(scale)
+    return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
+
+
 class MaskedSoftmax(torch.autograd.Function):
     """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)`` values by
-    blocks of queries, each block's weights recomputed in the backward from the saved log-sum-exp; the inputs are
-    saved as given (views of the caller's projection). The mask is piecewise constant: its gradient is
+    blocks of queries, each block's weights recomputed in the backward; only the inputs are saved, as
+    given (views of the caller's projection, which the linear-angular branch keeps anyway). The mask is piecewise constant: its gradient is
     that of the kept weights. Autocast off in both passes."""
 
     @staticmethod
     @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, threshold: float, block: int) -> Tensor:
-        outs, sums = [], []
+        outs = []
         for rows in runs(q.shape[-2], block):
-            logits = product(q[..., rows, :], k.transpose(-1, -2)).mul_(scale)
-            log_sum_exp = torch.logsumexp(logits, dim=-1, keepdim=True)
-            weights = logits.sub_(log_sum_exp).exp_()
+            weights = _weights(q[..., rows, :], k, scale)
             outs.append(product(weights.mul_(weights > threshold).to(v.dtype), v))
-            sums.append(log_sum_exp)
-        ctx.save_for_backward(q, k, v, _join(sums, -2))
+        ctx.save_for_backward(q, k, v)
         ctx.scale, ctx.threshold, ctx.block = scale, threshold, block
         return _join(outs, -2).to(v.dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor):
-        q, k, v, log_sum_exp = ctx.saved_tensors
+        q, k, v = ctx.saved_tensors
         grad_out = grad_out.to(v.dtype)
         grad_q, grad_k, grad_v = [], 0, 0
         for rows in runs(q.shape[-2], ctx.block):
             queries = q[..., rows, :]
-            weights = product(queries, k.transpose(-1, -2)).mul_(ctx.scale).sub_(log_sum_exp[..., rows, :]).exp_()
+            weights = _weights(queries, k, ctx.scale)
             kept = weights > ctx.threshold
             grad_v = grad_v + product(weights.mul(kept).to(v.dtype).transpose(-1, -2), grad_out[..., rows, :])
             grad_weights = product(grad_out[..., rows, :], v.transpose(-1, -2)).mul_(kept)
