@@ -51,8 +51,8 @@ def _weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
 class MaskedSoftmax(torch.autograd.Function):
     """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)`` values by
     blocks of queries, each block's weights recomputed in the backward; only the inputs are saved, as
-    given (views of the caller's projection, which the linear-angular branch keeps anyway). The mask is piecewise constant: its gradient is
-    that of the kept weights. Autocast off in both passes."""
+    given (views of the caller's projection, which the linear-angular branch keeps anyway). The mask is
+    piecewise constant: its gradient is that of the kept weights. Autocast off in both passes."""
 
     @staticmethod
     @autocast_off

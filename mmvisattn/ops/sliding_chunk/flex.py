@@ -46,10 +46,10 @@ HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
 # Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:
 # inductor's flex heuristics, whose backward has one default per case) must divide it
 BLOCK = 128
-# Kernel tiles on CUDA: 64-row forward tiles, 32x64 / 64x32 backward ones, two pipeline stages
 # Shapes (map size x dtype x heads) compiled before dynamo's default limit of 8 would fall back to eager
 # FlexAttention, which materialises every score of the layer
 COMPILED_SHAPES = 64
+# Kernel tiles on CUDA: 64-row forward tiles, 32x64 / 64x32 backward ones, two pipeline stages
 CUDA_TILES = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_M1=32, BLOCK_N1=64, BLOCK_M2=64, BLOCK_N2=32, num_stages=2)
 NO_NEIGHBOUR = -1
 KEYS_TWICE = ('a key is visited twice (cyclic wrapping on a grid of fewer than three chunks), which no single '
@@ -137,6 +137,7 @@ def _visited_chunks(grid: Tuple[int, int], masking: str, mode: int) -> List[List
     return [ids[keep].tolist() for ids, keep in zip(chunk_ids, inside)]
 
 
+@lru_cache(maxsize=16)
 def block_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode,
                  device: torch.device) -> Tuple[Tensor, Tensor, Tensor]:
     """Key-block counts ``(1, 1, Q)``, indices ``(1, 1, Q, K)`` and neighbour tables of ``mode``
