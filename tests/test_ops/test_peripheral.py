@@ -105,6 +105,42 @@ def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shap
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize('hw_shape,kernel_size,heads,hidden', [((3, 5), 3, 2, 8), ((4, 3), 5, 3, 4), ((2, 3), 1, 2, 8),
+                                                             ((1, 1), 3, 2, 4)])
+def test_triton_position_equals_full_distance_tensor(hw_shape, kernel_size, heads, hidden):
+    """The five kernels (windows in registers, the written-out backward) against the float64 literal form:
+    odd and non-square maps, K = 1, 3, 5 (window cells outside the map, taps past a block of 16), heads
+    and channels not powers of two. The gradients of the biases that the norms cancel are rounding
+    noise in both, hence the absolute part of the tolerance, scaled by the largest gradient."""
+    exact = position_params(kernel_size, heads, hidden)
+    params = PositionParams(*(p.detach().float().to(KERNEL_DEVICE).requires_grad_() for p in exact))
+    fast = position_logits(params, hw_shape, impl='triton')
+    slow = position_logits(exact, hw_shape, impl='reference')
+    tolerance = kernel_tolerance(KERNEL_DEVICE)
+    torch.testing.assert_close(fast.double().cpu(), slow, **tolerance)
+    weights = torch.randn_like(slow)
+    expected = gradients(slow, exact, weights)
+    largest = max(g.abs().max().item() for g in expected)
+    for name, a, b in zip(PositionParams._fields, gradients(fast, params, weights.float().to(KERNEL_DEVICE)), expected):
+        torch.testing.assert_close(a.double().cpu(), b, rtol=tolerance['rtol'], atol=tolerance['atol'] * largest,
+                                   msg=lambda m: f'{name}: {m}')
+
+
+def test_triton_position_under_bfloat16_autocast():
+    """AMP: the first projection comes in bfloat16 and the products take it as operands (float32 under
+    the interpreter, which has no bfloat16 products); the logits stay float32, each gradient in its
+    parameter's dtype."""
+    exact = position_params(3, 2, 8)
+    params = PositionParams(*(p.detach().float().to(KERNEL_DEVICE).requires_grad_() for p in exact))
+    with torch.autocast(KERNEL_DEVICE.type, dtype=torch.bfloat16):
+        fast = position_logits(params, (3, 5), impl='triton')
+    slow = position_logits(exact, (3, 5), impl='reference')
+    assert fast.dtype == torch.float32
+    torch.testing.assert_close(fast.double().cpu(), slow, **kernel_tolerance(KERNEL_DEVICE, torch.bfloat16))
+    grads = gradients(fast, params, torch.ones_like(fast))
+    assert all(g.dtype == torch.float32 and g.isfinite().all() for g in grads)
+
+
 def test_chunks_of_query_rows_keep_no_window_sized_tensor(monkeypatch):
     """What autograd keeps for ``Phi_p`` by chunks: the first projection's map and the logits, not the
     ``N x D_hid x (H + 2P) x (W + 2P)`` windows and their norms (12x12 map: 295 k numbers each)."""
@@ -135,5 +171,7 @@ def test_bad_impl_and_bias_shape_are_named():
         peripheral_attention(q, k, v, log_phi_p, 1.0, impl='cuda')
     with pytest.raises(ValueError, match=r'log_phi_p of shape \(3, 4, 4\)'):
         peripheral_attention(q, k, v, log_phi_p[:, :4, :4], 1.0)
-    with pytest.raises(ValueError, match="impl='triton'"):
+    with pytest.raises(ValueError, match="impl='cuda'"):
+        position_logits(position_params(), (3, 3), impl='cuda')
+    with pytest.raises(ValueError, match=r"position_logits\(impl='triton'\): dtype float64 is not supported"):
         position_logits(position_params(), (3, 3), impl='triton')

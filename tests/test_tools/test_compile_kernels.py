@@ -31,7 +31,8 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     # float scalars typed fp64, as torch.compile passes them: a kernel that lets them promote a block failed there
     assert {row['kernel'].replace('mmvisattn.ops.', '') for row in rows if row['source'] == 'torch.compile'} == {
         'linear_angular.triton._summarise', 'linear_angular.triton._mix', 'peripheral.triton._forward_kernel',
-        'ripple.triton._ring_weights_forward', 'ripple.triton._ring_weights_backward'}
+        'ripple.triton._ring_weights_forward', 'ripple.triton._ring_weights_backward',
+        'peripheral.position_triton._window_stats', 'peripheral.position_triton._logits_forward'}
     for row in rows:
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0
@@ -44,7 +45,9 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
                  for row in rows if row['dot_operands']}
     assert set(with_dots) == {'sliding_chunk.triton._forward_kernel', 'sliding_chunk.triton._backward_kernel',
                               'linear_angular.triton._summarise', 'linear_angular.triton._mix',
-                              'peripheral.triton._forward_kernel'}
+                              'peripheral.triton._forward_kernel', 'peripheral.position_triton._logits_forward',
+                              'peripheral.position_triton._logits_backward',
+                              'peripheral.position_triton._window_grad_sums', 'peripheral.position_triton._window_grad'}
     assert all(row['dot_operands'] == ['f16'] for row in rows if row['dot_operands'] and row['dtype'] == 'float16')
     assert 'linear_angular.triton._summarise' in done.stdout and 'sm_90' in done.stdout
 

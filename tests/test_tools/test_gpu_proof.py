@@ -46,13 +46,14 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
     tool, cases = load_tool(TOOL), load_tool('tools/analysis_tools/gpu_proof_cases.py')
     assert list(report['sections']) == list(tool.SECTIONS) and report['meta']['failures'] == []
     checked = {(row['op'], row['impl'], row['dtype']) for row in report['sections']['correctness']['rows']}
-    for op in ('sliding_chunk_attention', 'ripple_attention', 'linear_angular_attention', 'peripheral_attention'):
+    for op in ('sliding_chunk_attention', 'ripple_attention', 'linear_angular_attention', 'peripheral_attention',
+               'position_logits'):
         assert {(op, 'triton', dtype) for dtype in tool.DTYPES} <= checked
     assert {('masked_softmax_attention', 'torch', dtype) for dtype in tool.DTYPES} <= checked
     assert all(row['host_syncs'] == 'none' for row in report['sections']['syncs']['rows'])
     benchmarks = report['sections']['benchmarks']['rows']
     baselines = [row for row in benchmarks if row['impl'] == 'SDPA (flash)']
-    assert len(baselines) == 8 and all('forward_backward_ms' in row for row in baselines)
+    assert len(baselines) == 9 and all('forward_backward_ms' in row for row in baselines)
     layers = {(row['op'], row['layer']) for row in benchmarks}
     for op, layer in layers:  # every implementation that runs on CUDA, auto's choice and the fastest marked
         rows = [row for row in benchmarks if (row['op'], row['layer']) == (op, layer)]

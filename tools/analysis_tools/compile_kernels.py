@@ -214,10 +214,11 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
 
 
 def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with ``impl='triton'`` at :data:`GRIDS`, per dtype: float32;
+    """Forward and backward of ``attn`` with ``impl='triton'`` (and its ``extra_impls``) at :data:`GRIDS`, per dtype: float32;
     half under autocast (float32 weights) and as a half model."""
     import torch
-    attn.impl = 'triton'
+    for name in ('impl', *attn.extra_impls):
+        setattr(attn, name, 'triton')
     attn.train()
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)

@@ -112,6 +112,27 @@ def _peripheral_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
     return _plain_inputs(size, device, dtype, generator) + [bias]
 
 
+def _position_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
+    """PerViT's position network, ``size.dims`` hidden channels, ``K = 3``: the parameters whose gradients
+    are not cancelled by the instance norms (the biases of the distance weighting and both projections
+    are constants, :func:`_position_params`)."""
+    hidden, heads = size.dims, size.heads
+    return [_randn(generator, device, dtype, hidden, 1), _randn(generator, device, dtype, hidden, hidden, 3, 3),
+            *(_randn(generator, device, dtype, hidden) for _ in range(2)),
+            _randn(generator, device, dtype, heads, hidden, 3, 3), *(_randn(generator, device, dtype, heads)
+                                                                      for _ in range(2))]
+
+
+def _position_params(distance_weight, conv1_weight, norm1_weight, norm1_bias, conv2_weight, norm2_weight,
+                     norm2_bias) -> peripheral.PositionParams:
+    """The leaves of :func:`_position_inputs` with zero biases before the norms (which cancel them)."""
+    def zeros(tensor):
+        return tensor.new_zeros(tensor.shape[0])
+    return peripheral.PositionParams(distance_weight, zeros(distance_weight), conv1_weight, zeros(conv1_weight),
+                                     norm1_weight, norm1_bias, conv2_weight, zeros(conv2_weight), norm2_weight,
+                                     norm2_bias)
+
+
 def _rwgk_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
     anchors = 16 if _small(size) else 64
     return _plain_inputs(size, device, dtype, generator) + [
@@ -155,6 +176,10 @@ CASES = [
          lambda impl, size, q, k, v, bias: peripheral_attention(q, k, v, bias, PERIPHERAL_SCALE, impl=impl),
          lambda size, q, k, v, bias: peripheral_attention_reference(q, k, v, bias, PERIPHERAL_SCALE),
          ('torch', 'triton'), Size(2, 2, 16, TEST_MAP), {'PerViT-T stage 3 at 800x1344': Size(2, 4, 56, (50, 84))}),
+    Case(peripheral.POSITION_OP, _position_inputs,
+         lambda impl, size, *leaves: peripheral.position_logits(_position_params(*leaves), size.hw, impl=impl),
+         lambda size, *leaves: peripheral.position_logits_reference(_position_params(*leaves), size.hw),
+         ('torch', 'triton'), Size(1, 2, 8, TEST_MAP), {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))}),
     Case(rwgk.OP, _rwgk_inputs,
          lambda impl, size, q, k, v, aq, ak: rwgk_attention(q, k, v, aq, ak, impl=impl),
          lambda size, q, k, v, aq, ak: rwgk_attention_reference(q, k, v, aq, ak), ('torch',),
@@ -177,6 +202,7 @@ FASTEST_ON_CUDA = {
     ('linear_angular_attention', 'Castling ViT-B at 512x512'): 'triton',
     ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512'): 'torch',  # its one implementation
     ('peripheral_attention', 'PerViT-T stage 3 at 800x1344'): 'torch',
+    ('position_logits', 'PerViT-T stage 3 at 800x1344'): 'triton',  # expected; not yet measured
     ('rwgk_attention', 'MiT-B0-RWGKA stage 1 at 1024x1024'): 'torch',
 }
 

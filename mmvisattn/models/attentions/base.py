@@ -5,7 +5,7 @@ Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)``
 (global tokens, a class token) come first. Because the interface is shared, any attention can be
 swapped into any backbone of the project through ``attn_cfg=dict(type=...)``.
 """
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
 from mmengine.model import BaseModule
@@ -22,7 +22,10 @@ class BaseAttention(BaseModule):
     Subclasses set the class attribute ``complexity`` (``'linear'`` or ``'quadratic'`` in the number
     of tokens; for modules with a train-only quadratic branch, the value after
     ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``. A module whose op has
-    several implementations takes ``impl=`` and lists the values in the class attribute ``impls``.
+    several implementations takes ``impl=`` and lists the values in the class attribute ``impls``;
+    attributes choosing the implementation of a further op the module calls map to that op's name in
+    ``extra_impls`` (PerViT's ``position_impl``: ``position_logits``), so that tools running every
+    kernel, or replaying ``auto``'s choice for another device, can set them too.
     A module that cannot drop attention weights says why in ``attn_drop_unsupported``: it then
     refuses a non-zero ``attn_drop`` when it is built (:meth:`check_attn_drop`) instead of ignoring it.
 
@@ -34,6 +37,7 @@ class BaseAttention(BaseModule):
 
     complexity: str = ''
     impls: Tuple[str, ...] = ()
+    extra_impls: Dict[str, str] = {}  # read, never written
     attn_drop_unsupported: str = ''
 
     def __init_subclass__(cls, **kwargs):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.dispatch import check_impl
-from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_reference
+from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -79,20 +79,22 @@ class PeripheralAttention(QKVAttention):
         freeze_position: Keep ``Phi_p`` fixed (no gradient, cached in training too), as in the
             paper's fixed-``Phi_p`` ablation (Table A4).
         impl: Op implementation of the mixing, see :func:`mmvisattn.ops.peripheral.peripheral_attention`.
-        position_impl: ``'torch'`` (relative-offset form) or ``'reference'`` for ``Phi_p``.
+        position_impl: Op implementation of ``Phi_p``, see :func:`mmvisattn.ops.peripheral.position_logits`
+            (``'auto'``: Triton kernels on CUDA, the relative-offset form in torch elsewhere).
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'quadratic'
     impls = IMPLS
+    extra_impls = {'position_impl': POSITION_OP.name}
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
                  proj_drop: float = 0.0,
                  kernel_size: int = 3, hidden_dims: Optional[int] = None,
                  norm_init: Tuple[float, float] = (0.0, 1.0), distance_proj: Optional[nn.Linear] = None,
-                 freeze_position: bool = False, impl: str = 'auto', position_impl: str = 'torch',
+                 freeze_position: bool = False, impl: str = 'auto', position_impl: str = 'auto',
                  max_cached: int = 4, init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
                          init_cfg=init_cfg)

@@ -12,15 +12,18 @@ Two ops, each with a reference twin:
   SDPA's fused kernels beat the Triton forward in forward and in forward + backward at PerViT's
   sizes (the GPU proof's benchmark rows; figures in the README), so Triton runs only when asked for.
 * :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
-  first peripheral projection on the map of relative offsets (:mod:`.position`), ``reference``
-  on the full ``HW x HW x D_r`` distance tensor.
+  first peripheral projection on the map of relative offsets and the rest on each query's window of
+  it by chunks of queries (:mod:`.position`), ``triton`` the same with the windows in registers, one
+  program per query (:mod:`.position_triton`: five launches a training step where the chunks take
+  hundreds), ``reference`` on the full ``HW x HW x D_r`` distance tensor. ``auto`` (:data:`POSITION_OP`)
+  takes Triton on CUDA, torch elsewhere.
 """
 from typing import Sequence
 
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, check_impl, dry_output, reference_only, runs_anywhere, triton_kernels
-from .position import PositionParams, grid_step, key_distances, peripheral_padding
+from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
+from .position import PositionParams, first_projection, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
 from .pytorch import peripheral_attention_sdpa
@@ -28,7 +31,9 @@ from .pytorch import peripheral_attention_sdpa
 OP = Op('peripheral_attention', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
         dict(cuda=('torch',)))
 IMPLS = OP.impls
-POSITION_IMPLS = ('reference', 'torch')
+POSITION_OP = Op('position_logits', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
+                 dict(cuda=('triton', 'torch')))
+POSITION_IMPLS = POSITION_OP.impls
 
 
 def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float,
@@ -59,23 +64,30 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
     return peripheral_attention_sdpa(q, k, v, log_phi_p, scale)
 
 
-def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'torch') -> Tensor:
+def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'auto', eps: float = 1e-5) -> Tensor:
     """Pre-sigmoid ``Phi_p`` logits on an ``H x W`` grid (Eq. 7-8).
 
     Args:
         params: The peripheral projections and norms of one layer.
         hw_shape: ``(H, W)``.
         impl: One of :data:`POSITION_IMPLS`.
+        eps: Of both instance norms.
 
     Returns:
-        ``(heads, H W, H W)``.
+        ``(heads, H W, H W)``, float32 (float64 stays).
     """
-    check_impl('position_logits', impl, POSITION_IMPLS)
+    impl = POSITION_OP.choose(impl, Request.of((params.conv2_weight,)))
+    tokens = hw_shape[0] * hw_shape[1]
+    if impl == DRY_RUN:
+        return params.conv2_weight.new_empty(params.conv2_weight.shape[0], tokens, tokens)
     if impl == 'reference':
-        return position_logits_reference(params, hw_shape)
-    return _position_logits_torch(params, hw_shape)
+        return position_logits_reference(params, hw_shape, eps)
+    if impl == 'triton':
+        from .position_triton import position_window_logits
+        return position_window_logits(first_projection(params, hw_shape), *params[4:], hw_shape, eps)
+    return _position_logits_torch(params, hw_shape, eps)
 
 
 __all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_reference',
            'peripheral_attention_reference', 'position_logits_reference', 'key_distances', 'grid_step',
-           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP']
+           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP', 'POSITION_OP']

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..amp import no_autocast, upcast
 from ..recompute import checkpointed_chunks, step_budget
 
 # Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query) on CPU
@@ -104,16 +105,35 @@ def instance_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor
     return F.group_norm(x, x.shape[1], weight, bias, eps)
 
 
+def first_projection(params: PositionParams, hw_shape: Sequence[int]) -> Tensor:
+    """The first peripheral projection on the map of relative offsets: ``(D_hid, 2H - 1 + P, 2W - 1 + P)``,
+    each query's window a crop of it (:func:`query_windows`).
+
+    Float32 (float64 stays) with exact products whatever autocast and TF32 say: each window's first norm
+    subtracts the window's mean of this smooth map and divides by its spread, amplifying the map's
+    rounding. With TF32 products here (cuDNN's default for float32 convolutions), the gradients at a 7x9
+    map moved by 4e-2 of their scale, emulated; exact, by 3e-3 with TF32 in the second projection. So the
+    convolution is a matrix product of its unfolded taps (float32 ``matmul`` is exact unless a user turns
+    TF32 on for it); the map is small (``D_r K^2`` taps of ``(2H + P) (2W + P)`` cells)."""
+    height, width = hw_shape
+    kernel_size = params.conv1_weight.shape[-1]
+    with no_autocast(params.conv1_weight.device.type):
+        distance_weight, distance_bias, weight, bias = upcast(*params[:4])
+        distances = relative_distances(height, width, peripheral_padding(kernel_size), weight)
+        weighted = distances * distance_weight.view(-1, 1, 1) + distance_bias.view(-1, 1, 1)
+        taps = F.unfold(weighted.unsqueeze(0), kernel_size)[0]
+        projected = torch.addmm(bias.unsqueeze(1), weight.flatten(1), taps)
+    rows, cols = (side - kernel_size + 1 for side in weighted.shape[1:])
+    return projected.view(-1, rows, cols)
+
+
 def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float = 1e-5) -> Tensor:
     """Pre-sigmoid ``Phi_p`` logits ``(heads, HW, HW)`` (Eq. 8 before the sigmoid); the first
     peripheral projection runs on the map of relative offsets, the rest by chunks of query rows
     (:func:`_row_logits`): in one piece under autograd while the queries' windows hold at most
     :data:`CHUNK_ELEMENTS` numbers, else chunk by chunk, each recomputed in the backward."""
     height, width = hw_shape
-    kernel_size = params.conv1_weight.shape[-1]
-    distances = relative_distances(height, width, peripheral_padding(kernel_size), params.conv1_weight)
-    weighted = distances * params.distance_weight.view(-1, 1, 1) + params.distance_bias.view(-1, 1, 1)
-    relative = F.conv2d(weighted.unsqueeze(0), params.conv1_weight, params.conv1_bias)[0]
+    relative = first_projection(params, hw_shape)
     row_elements = width * relative.shape[0] * (relative.shape[1] - height + 1) * (relative.shape[2] - width + 1)
     rows_per_chunk = max(1, step_budget(CHUNK_ELEMENTS, relative.device) // row_elements)
     if rows_per_chunk >= height:
@@ -133,15 +153,15 @@ def _chunk_logits(queries: slice, relative: Tensor, params: PositionParams, hw_s
 
 def _row_logits(rows: slice, relative: Tensor, params: PositionParams, hw_shape: Sequence[int],
                 eps: float) -> Tensor:
-    """``(heads, n W, HW)`` logits of the queries of ``n`` query ``rows`` from the ``(D_hid, 2H - 1 + 2P,
-    2W - 1 + 2P)`` first projection: each query's window cropped, normalised, the second projection
-    and its norm."""
+    """``(heads, n W, HW)`` logits of the queries of ``n`` query ``rows`` from the ``(D_hid, 2H - 1 + P,
+    2W - 1 + P)`` first projection: each query's window cropped, normalised, the second projection
+    and its norm; in float32 (half parameters upcast) but for the second projection under autocast."""
+    norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight, norm2_bias = upcast(*params[4:])
     hidden = query_windows(relative, hw_shape, rows)
-    hidden = F.relu(instance_norm(hidden, params.norm1_weight, params.norm1_bias, eps))
+    hidden = F.relu(instance_norm(hidden, norm1_weight, norm1_bias, eps))
     # the second projection in channels-last memory: few channels over many windows, where CPU
     # convolutions run faster forward and backward; the instance norms stay channels-first, where
     # theirs are fast
-    logits = F.conv2d(hidden.contiguous(memory_format=torch.channels_last), params.conv2_weight,
-                      params.conv2_bias).contiguous()
-    logits = instance_norm(logits, params.norm2_weight, params.norm2_bias, eps)
+    logits = F.conv2d(hidden.contiguous(memory_format=torch.channels_last), conv2_weight, conv2_bias).contiguous()
+    logits = instance_norm(logits, norm2_weight, norm2_bias, eps)
     return logits.flatten(2).transpose(0, 1)

@@ -1,0 +1,424 @@
+"""Triton kernels of PerViT's position network after the first peripheral projection (arXiv:2206.06801,
+Eq. 7-8): for every query, its key window cropped from the ``(D_hid, 2H - 1 + P, 2W - 1 + P)`` map of
+the first projection (:func:`.position.query_windows`), the first instance norm, ReLU, the second
+``K x K`` projection and its instance norm, one program per query, so the ``N x D_hid x (H + P) x
+(W + P)`` windows are never written (the torch path builds them a chunk of queries at a time, some
+sixty launches a chunk forward and backward). Five kernels, each one launch:
+
+* ``_window_stats``: mean and reciprocal deviation of each query's window per channel (first norm);
+* ``_logits_forward``: the second projection as a product of a tile of keys' ReLU-normalised
+  neighbourhoods ``(keys, D_hid K K)`` with the ``(D_hid K K, heads)`` weights, then its norm over the
+  keys (the raw projection written, read back after a barrier, normalised in place);
+* ``_logits_backward``: the second norm's backward into ``dz`` (the projection's gradient, written
+  over a scratch of the logits' size) and the second projection's weight gradient per query;
+* ``_window_grad_sums``: the neighbourhood's gradient ``dh = dz * w2`` (a product with the flipped
+  weights) and, per channel, the two sums the first norm's backward needs, with the norm's parameter
+  gradients;
+* ``_window_grad``: the window gradients added onto the map: one program per query row and map tile
+  accumulates the row's queries (they cover the same map rows) and adds once, so each map cell
+  takes ``H`` atomic adds instead of ``N``.
+
+Per-query parameter gradients are written per program and summed by torch (no atomics on shared
+weights). Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``.
+
+Mixed precision: the map comes in float32 (:func:`.position.first_projection` says why); the products
+take the autocast dtype as operands where autocast is on (bfloat16 or float16 on the tensor cores), the
+second projection's weights' otherwise (a half model's on the tensor cores, TF32 for float32);
+everything else is float32 (norm statistics, accumulators, the logits). Autocast is off in the Function;
+each gradient comes back in its input's dtype.
+"""
+from typing import Sequence, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ..amp import autocast_off, autocast_state
+from ..triton_launch import UnsupportedInput, dot_operands, launch, unsupported_kernel_input
+
+BLOCK_KEYS = 64  # keys (output positions) a tile of the second projection
+BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
+BLOCK_WINDOW = 128  # window positions a tile of the statistics and the window gradients
+MAP_TILE = (4, 32)  # map rows x columns one program of _window_grad accumulates
+
+
+def _block(size: int) -> int:
+    """``size`` padded to a power of two of at least 16 (``tl.dot``'s smallest side)."""
+    return max(16, triton.next_power_of_2(size))
+
+
+@triton.jit
+def _window_origin(query, height, width, map_cols):
+    """Offset in a map channel of the first cell of ``query``'s window (row ``H - 1 - i``, column ``W - 1 - j``)."""
+    return (height - 1 - query // width) * map_cols + (width - 1 - query % width)
+
+
+@triton.jit
+def _window_values(rel_ptr, origin, chans, in_chan, start, area, map_rows, map_cols, window_cols,
+                   BLOCK_W: tl.constexpr):
+    """``(channels, BLOCK_W)`` float32 map values at window cells ``start ...`` (0 outside), and where valid."""
+    cells = start + tl.arange(0, BLOCK_W)
+    valid = in_chan[:, None] & (cells < area)[None, :]
+    cell_offsets = origin + cells // window_cols * map_cols + cells % window_cols
+    offsets = chans[:, None] * map_rows * map_cols + cell_offsets[None, :]
+    return tl.load(rel_ptr + offsets, mask=valid, other=0.0).to(tl.float32), valid
+
+
+@triton.jit
+def _window_stats(rel_ptr, mean_ptr, rstd_ptr, height, width, channels, map_rows, map_cols, window_rows,
+                  window_cols, eps, BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr):
+    query = tl.program_id(0)
+    origin = _window_origin(query, height, width, map_cols)
+    chans = tl.arange(0, BLOCK_C)
+    in_chan = chans < channels
+    area = window_rows * window_cols
+    total = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for start in range(0, area, BLOCK_W):
+        values, _ = _window_values(rel_ptr, origin, chans, in_chan, start, area, map_rows, map_cols, window_cols,
+                                   BLOCK_W)
+        total += tl.sum(values, axis=1)
+    mean = total / area
+    squares = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for start in range(0, area, BLOCK_W):  # a second pass: no cancellation where the mean is large
+        values, valid = _window_values(rel_ptr, origin, chans, in_chan, start, area, map_rows, map_cols, window_cols,
+                                       BLOCK_W)
+        centred = tl.where(valid, values - mean[:, None], 0.0)
+        squares += tl.sum(centred * centred, axis=1)
+    tl.store(mean_ptr + query * channels + chans, mean, mask=in_chan)
+    tl.store(rstd_ptr + query * channels + chans, 1.0 / tl.sqrt(squares / area + tl.cast(eps, tl.float32)),
+             mask=in_chan)
+
+
+@triton.jit
+def _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, chans, valid, channels):
+    """The first norm's ``x_hat`` and its affine output before the ReLU at map ``offsets`` of
+    channels ``chans`` (both 0 where not ``valid``)."""
+    in_chan = chans < channels
+    mean = tl.load(mean_ptr + query * channels + chans, mask=in_chan, other=0.0)
+    rstd = tl.load(rstd_ptr + query * channels + chans, mask=in_chan, other=0.0)
+    gain = tl.load(g1_ptr + chans, mask=in_chan, other=0.0).to(tl.float32)
+    shift = tl.load(b1_ptr + chans, mask=in_chan, other=0.0).to(tl.float32)
+    x_hat = tl.where(valid, (tl.load(rel_ptr + offsets, mask=valid, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
+    return x_hat, tl.where(valid, gain * x_hat + shift, 0.0)
+
+
+@triton.jit
+def _projection(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, in_keys, width,
+                channels, heads, map_plane, map_cols, K: tl.constexpr, BLOCK_K: tl.constexpr,
+                BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, DOT: tl.constexpr):
+    """The second projection (without its bias) at ``keys``: ``(BLOCK_K, BLOCK_H)``, the keys' ReLU
+    neighbourhoods ``(keys, taps)`` times the ``(taps, heads)`` weights, ``BLOCK_T`` taps a step."""
+    key_cells = origin + keys // width * map_cols + keys % width
+    heads_ = tl.arange(0, BLOCK_H)
+    taps_total = channels * K * K
+    acc = tl.zeros((BLOCK_K, BLOCK_H), dtype=tl.float32)
+    for start in range(0, taps_total, BLOCK_T):
+        taps = start + tl.arange(0, BLOCK_T)
+        in_taps = taps < taps_total
+        chans, tap = taps // (K * K), taps % (K * K)
+        offsets = key_cells[:, None] + (chans * map_plane + tap // K * map_cols + tap % K)[None, :]
+        _, pre = _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
+                             in_keys[:, None] & in_taps[None, :], channels)
+        weights = tl.load(w2_ptr + heads_[None, :] * taps_total + taps[:, None],
+                          mask=in_taps[:, None] & (heads_ < heads)[None, :], other=0.0)
+        acc += tl.dot(tl.maximum(pre, 0.0).to(DOT), weights.to(DOT))
+    return acc
+
+
+@triton.jit
+def _logits_forward(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, b2_ptr, g2_ptr, bb2_ptr, out_ptr,
+                    mean2_ptr, rstd2_ptr, height, width, channels, heads, map_rows, map_cols, eps,
+                    K: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                    DOT: tl.constexpr):
+    query = tl.program_id(0)
+    origin = _window_origin(query, height, width, map_cols)
+    tokens = height * width
+    heads_ = tl.arange(0, BLOCK_H)
+    in_heads = heads_ < heads
+    rows = out_ptr + heads_.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+    bias = tl.load(b2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
+    total = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for start in range(0, tokens, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
+                        width, channels, heads, map_rows * map_cols, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
+        z = tl.where(valid, z + bias[None, :], 0.0)
+        tl.store(rows + keys[:, None], z, mask=valid)
+        total += tl.sum(z, axis=0)
+    mean = total / tokens
+    tl.debug_barrier()  # the raw projection is read back by other threads than wrote it
+    squares = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for start in range(0, tokens, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        centred = tl.where(valid, tl.load(rows + keys[:, None], mask=valid, other=0.0) - mean[None, :], 0.0)
+        squares += tl.sum(centred * centred, axis=0)
+    rstd = 1.0 / tl.sqrt(squares / tokens + tl.cast(eps, tl.float32))
+    gain = tl.load(g2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
+    shift = tl.load(bb2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
+    for start in range(0, tokens, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        z = tl.load(rows + keys[:, None], mask=valid, other=0.0)
+        tl.store(rows + keys[:, None], gain[None, :] * (z - mean[None, :]) * rstd[None, :] + shift[None, :],
+                 mask=valid)
+    tl.store(mean2_ptr + query * heads + heads_, mean, mask=in_heads)
+    tl.store(rstd2_ptr + query * heads + heads_, rstd, mask=in_heads)
+
+
+@triton.jit
+def _logits_backward(grad_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, b2_ptr, g2_ptr,
+                     mean2_ptr, rstd2_ptr, dz_ptr, dw2_ptr, dhead_ptr, height, width, channels, heads, map_rows,
+                     map_cols, K: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                     BLOCK_H: tl.constexpr, DOT: tl.constexpr):
+    query = tl.program_id(0)
+    origin = _window_origin(query, height, width, map_cols)
+    tokens = height * width
+    map_plane = map_rows * map_cols
+    heads_ = tl.arange(0, BLOCK_H)
+    in_heads = heads_ < heads
+    offset = heads_.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+    grad_rows, dz_rows = grad_ptr + offset, dz_ptr + offset
+    bias = tl.load(b2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
+    gain = tl.load(g2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
+    mean = tl.load(mean2_ptr + query * heads + heads_, mask=in_heads, other=0.0)
+    rstd = tl.load(rstd2_ptr + query * heads + heads_, mask=in_heads, other=0.0)
+    # pass 1: z_hat recomputed and kept in the scratch; the sums of the norm's backward
+    sum_dz_hat = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    sum_dz_hat_z_hat = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    grad_gain = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    grad_shift = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for start in range(0, tokens, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
+                        width, channels, heads, map_plane, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
+        z_hat = tl.where(valid, (z + bias[None, :] - mean[None, :]) * rstd[None, :], 0.0)
+        grad = tl.load(grad_rows + keys[:, None], mask=valid, other=0.0).to(tl.float32)
+        sum_dz_hat += tl.sum(grad * gain[None, :], axis=0)
+        sum_dz_hat_z_hat += tl.sum(grad * gain[None, :] * z_hat, axis=0)
+        grad_gain += tl.sum(grad * z_hat, axis=0)
+        grad_shift += tl.sum(grad, axis=0)
+        tl.store(dz_rows + keys[:, None], z_hat, mask=valid)
+    tl.debug_barrier()
+    # pass 2: dz = rstd (dz_hat - mean(dz_hat) - z_hat mean(dz_hat z_hat)) over the scratch
+    grad_bias = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for start in range(0, tokens, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        z_hat = tl.load(dz_rows + keys[:, None], mask=valid, other=0.0)
+        grad = tl.load(grad_rows + keys[:, None], mask=valid, other=0.0).to(tl.float32)
+        dz = rstd[None, :] * (grad * gain[None, :] - sum_dz_hat[None, :] / tokens
+                              - z_hat * sum_dz_hat_z_hat[None, :] / tokens)
+        dz = tl.where(valid, dz, 0.0)
+        grad_bias += tl.sum(dz, axis=0)
+        tl.store(dz_rows + keys[:, None], dz, mask=valid)
+    tl.debug_barrier()
+    # pass 3: the weight gradient, dw2[taps, heads] = neighbourhoods^T dz, a block of taps at a time
+    taps_total = channels * K * K
+    for tap_start in range(0, taps_total, BLOCK_T):
+        taps = tap_start + tl.arange(0, BLOCK_T)
+        in_taps = taps < taps_total
+        chans, tap = taps // (K * K), taps % (K * K)
+        acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+        for start in range(0, tokens, BLOCK_K):
+            keys = start + tl.arange(0, BLOCK_K)
+            in_keys = keys < tokens
+            offsets = (origin + keys // width * map_cols + keys % width)[:, None] + \
+                (chans * map_plane + tap // K * map_cols + tap % K)[None, :]
+            _, pre = _normalised(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
+                                 in_keys[:, None] & in_taps[None, :], channels)
+            dz = tl.load(dz_rows + keys[:, None], mask=in_keys[:, None] & in_heads[None, :], other=0.0)
+            acc += tl.dot(tl.trans(tl.maximum(pre, 0.0).to(DOT)), dz.to(DOT))
+        tl.store(dw2_ptr + query * heads * taps_total + heads_[None, :] * taps_total + taps[:, None], acc,
+                 mask=in_taps[:, None] & in_heads[None, :])
+    head_grads = dhead_ptr + query * 3 * heads + heads_
+    tl.store(head_grads, grad_gain, mask=in_heads)
+    tl.store(head_grads + heads, grad_shift, mask=in_heads)
+    tl.store(head_grads + 2 * heads, grad_bias, mask=in_heads)
+
+
+@triton.jit
+def _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, win_row, win_col,
+                      inside, height, width, channels, heads, map_plane, map_cols, K: tl.constexpr,
+                      BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr, DOT: tl.constexpr):
+    """At ``BLOCK_P`` window cells ``(win_row, win_col)`` of ``query`` (where ``inside``): the gradient
+    of the first norm's affine output through the ReLU, ``(BLOCK_P, BLOCK_C)``, and ``x_hat``.
+
+    ``dh[cell, c] = sum_{h, dy, dx} dz[h, cell - (dy, dx)] w2[h, c, dy, dx]``: the ``(cells, heads K K)``
+    gathered ``dz`` times the ``(heads K K, channels)`` weights, ``BLOCK_J`` at a time."""
+    tokens = height * width
+    chans = tl.arange(0, BLOCK_C)
+    taps_total = channels * K * K
+    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    for start in range(0, heads * K * K, BLOCK_J):
+        js = start + tl.arange(0, BLOCK_J)
+        in_js = js < heads * K * K
+        head, tap = js // (K * K), js % (K * K)
+        key_row = win_row[:, None] - (tap // K)[None, :]
+        key_col = win_col[:, None] - (tap % K)[None, :]
+        valid = inside[:, None] & in_js[None, :] & (key_row >= 0) & (key_row < height) & (key_col >= 0) & \
+            (key_col < width)
+        dz = tl.load(dz_ptr + head.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+                     + key_row * width + key_col, mask=valid, other=0.0)
+        weights = tl.load(w2_ptr + (head * taps_total + tap)[:, None] + chans[None, :] * K * K,
+                          mask=in_js[:, None] & (chans < channels)[None, :], other=0.0)
+        acc += tl.dot(dz.to(DOT), weights.to(DOT))
+    offsets = (_window_origin(query, height, width, map_cols) + win_row * map_cols + win_col)[:, None] + \
+        chans[None, :] * map_plane
+    x_hat, pre = _normalised(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
+                             inside[:, None] & (chans < channels)[None, :], channels)
+    return tl.where(pre > 0.0, acc, 0.0), x_hat
+
+
+@triton.jit
+def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, sums_ptr, height, width,
+                      channels, heads, map_rows, map_cols, window_rows, window_cols, K: tl.constexpr,
+                      BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr, DOT: tl.constexpr):
+    """Per query and channel: ``sum dx_hat``, ``sum dx_hat x_hat`` (``dx_hat = g1 dpre``) and the first
+    norm's weight and bias gradients ``sum dpre x_hat``, ``sum dpre``."""
+    query = tl.program_id(0)
+    chans = tl.arange(0, BLOCK_C)
+    area = window_rows * window_cols
+    gain = tl.load(g1_ptr + chans, mask=chans < channels, other=0.0).to(tl.float32)
+    sum_dpre = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    sum_dpre_x_hat = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for start in range(0, area, BLOCK_P):
+        cells = start + tl.arange(0, BLOCK_P)
+        dpre, x_hat = _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query,
+                                        cells // window_cols, cells % window_cols, cells < area, height, width,
+                                        channels, heads, map_rows * map_cols, map_cols, K, BLOCK_P, BLOCK_J,
+                                        BLOCK_C, DOT)
+        sum_dpre += tl.sum(dpre, axis=0)
+        sum_dpre_x_hat += tl.sum(dpre * x_hat, axis=0)
+    row = sums_ptr + query * 4 * channels + chans
+    tl.store(row, gain * sum_dpre, mask=chans < channels)
+    tl.store(row + channels, gain * sum_dpre_x_hat, mask=chans < channels)
+    tl.store(row + 2 * channels, sum_dpre_x_hat, mask=chans < channels)
+    tl.store(row + 3 * channels, sum_dpre, mask=chans < channels)
+
+
+@triton.jit
+def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, sums_ptr, grad_rel_ptr, height,
+                 width, channels, heads, map_rows, map_cols, window_rows, window_cols, K: tl.constexpr,
+                 TILE_R: tl.constexpr, TILE_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr,
+                 DOT: tl.constexpr):
+    """The first norm's backward, ``dx = rstd (dx_hat - mean(dx_hat) - x_hat mean(dx_hat x_hat))``, of
+    the queries of query row ``i`` on a ``TILE_R x TILE_C`` tile of their windows' map rows and map
+    columns: the row's windows share their map rows, so the tile sums them before one atomic add."""
+    query_row = tl.program_id(0)
+    cells = tl.arange(0, TILE_R * TILE_C)
+    win_row = tl.program_id(1) * TILE_R + cells // TILE_C
+    map_col = tl.program_id(2) * TILE_C + cells % TILE_C
+    chans = tl.arange(0, BLOCK_C)
+    in_chan = chans < channels
+    area = window_rows * window_cols
+    gain = tl.load(g1_ptr + chans, mask=in_chan, other=0.0).to(tl.float32)
+    acc = tl.zeros((TILE_R * TILE_C, BLOCK_C), dtype=tl.float32)
+    # the queries whose window reaches the tile's columns: column j's window starts at map column W - 1 - j
+    first_col = tl.program_id(2) * TILE_C
+    first = tl.maximum(0, width - first_col - TILE_C)
+    last = tl.minimum(width, width - 1 - first_col + window_cols)
+    for query_col in range(first, last):
+        query = query_row * width + query_col
+        win_col = map_col - (width - 1 - query_col)
+        inside = (win_row < window_rows) & (win_col >= 0) & (win_col < window_cols)
+        dpre, x_hat = _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query,
+                                        win_row, win_col, inside, height, width, channels, heads,
+                                        map_rows * map_cols, map_cols, K, TILE_R * TILE_C, BLOCK_J, BLOCK_C, DOT)
+        sums = sums_ptr + query * 4 * channels + chans
+        mean_dx_hat = tl.load(sums, mask=in_chan, other=0.0) / area
+        mean_dx_hat_x_hat = tl.load(sums + channels, mask=in_chan, other=0.0) / area
+        rstd = tl.load(rstd1_ptr + query * channels + chans, mask=in_chan, other=0.0)
+        dx = rstd[None, :] * (gain[None, :] * dpre - mean_dx_hat[None, :] - x_hat * mean_dx_hat_x_hat[None, :])
+        acc += tl.where(inside[:, None] & in_chan[None, :], dx, 0.0)
+    map_row = height - 1 - query_row + win_row
+    tl.atomic_add(grad_rel_ptr + chans[None, :] * map_rows * map_cols + (map_row * map_cols + map_col)[:, None], acc,
+                  mask=((win_row < window_rows) & (map_col < map_cols))[:, None] & in_chan[None, :])
+
+
+def _geometry(relative: Tensor, hw_shape: Sequence[int], kernel_size: int) -> Tuple[int, ...]:
+    """``H, W, channels, map rows, map columns, window rows, window columns``."""
+    height, width = hw_shape
+    channels, map_rows, map_cols = relative.shape
+    return height, width, channels, map_rows, map_cols, map_rows - height + 1, map_cols - width + 1
+
+
+class PositionLogitsTriton(torch.autograd.Function):
+    """The position network after the first projection (:func:`.position.position_logits`' windows),
+    one program per query forward and backward; saves the map, the parameters and the two norms'
+    per-query statistics (``N (D_hid + heads)`` numbers each). Autocast: off inside (see the module)."""
+
+    @staticmethod
+    @autocast_off
+    def forward(ctx, relative: Tensor, norm1_weight: Tensor, norm1_bias: Tensor, conv2_weight: Tensor,
+                conv2_bias: Tensor, norm2_weight: Tensor, norm2_bias: Tensor, hw_shape: Tuple[int, int],
+                eps: float, operands: torch.dtype) -> Tensor:
+        reason = unsupported_kernel_input(relative.dtype, 1)
+        if reason is not None:
+            raise UnsupportedInput(f"position_logits(impl='triton'): {reason} (impl='torch' takes any floating dtype)")
+        relative = relative.contiguous()
+        heads, kernel_size = conv2_weight.shape[0], conv2_weight.shape[-1]
+        height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative, hw_shape,
+                                                                                          kernel_size)
+        tokens = height * width
+        params = [p.detach().float().contiguous() for p in (norm1_weight, norm1_bias, conv2_weight, conv2_bias,
+                                                             norm2_weight, norm2_bias)]
+        mean1, rstd1 = (relative.new_empty(tokens, channels, dtype=torch.float32) for _ in range(2))
+        mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
+        launch(_window_stats, (tokens,), relative, mean1, rstd1, height, width, channels, map_rows, map_cols,
+               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels), BLOCK_W=BLOCK_WINDOW)
+        logits = relative.new_empty(heads, tokens, tokens, dtype=torch.float32)
+        g1, b1, w2, b2, g2, bb2 = params
+        launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
+               height, width, channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands))
+        ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
+        ctx.hw_shape, ctx.operands = hw_shape, operands
+        ctx.param_dtypes = [p.dtype for p in (norm1_weight, norm1_bias, conv2_weight,
+                                                                      conv2_bias, norm2_weight, norm2_bias)]
+        return logits
+
+    @staticmethod
+    @autocast_off
+    def backward(ctx, grad_logits: Tensor):
+        relative, g1, b1, w2, b2, g2, bb2, mean1, rstd1, mean2, rstd2 = ctx.saved_tensors
+        heads, kernel_size = w2.shape[0], w2.shape[-1]
+        height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative, ctx.hw_shape,
+                                                                                          kernel_size)
+        tokens = height * width
+        dot = dict(K=kernel_size, DOT=dot_operands(ctx.operands))
+        grad_logits = grad_logits.float().contiguous()
+        dz = torch.empty_like(grad_logits)
+        dw2 = relative.new_empty(tokens, *w2.shape, dtype=torch.float32)
+        dhead = relative.new_empty(tokens, 3, heads, dtype=torch.float32)
+        launch(_logits_backward, (tokens,), grad_logits, relative, mean1, rstd1, g1, b1, w2, b2, g2, mean2, rstd2,
+               dz, dw2, dhead, height, width, channels, heads, map_rows, map_cols, BLOCK_K=BLOCK_KEYS,
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), **dot)
+        sums = relative.new_empty(tokens, 4, channels, dtype=torch.float32)
+        window = dict(BLOCK_J=BLOCK_TAPS, BLOCK_C=_block(channels), **dot)
+        launch(_window_grad_sums, (tokens,), dz, relative, mean1, rstd1, g1, b1, w2, sums, height, width, channels,
+               heads, map_rows, map_cols, window_rows, window_cols, BLOCK_P=BLOCK_WINDOW, **window)
+        grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
+        tile_rows, tile_cols = MAP_TILE
+        launch(_window_grad, (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols)), dz,
+               relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads, map_rows,
+               map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
+        head_grads = dhead.sum(0)
+        norm1_grads = sums[:, 2:].sum(0)
+        grads = (norm1_grads[0], norm1_grads[1], dw2.sum(0), head_grads[2], head_grads[0], head_grads[1])
+        return (grad_relative.to(relative.dtype), *(g.to(dtype) for g, dtype in zip(grads, ctx.param_dtypes)),
+                None, None, None)
+
+
+def position_window_logits(relative: Tensor, norm1_weight: Tensor, norm1_bias: Tensor, conv2_weight: Tensor,
+                           conv2_bias: Tensor, norm2_weight: Tensor, norm2_bias: Tensor, hw_shape: Sequence[int],
+                           eps: float) -> Tensor:
+    """``(heads, HW, HW)`` logits from the ``(D_hid, 2H - 1 + P, 2W - 1 + P)`` first projection, the
+    products in the autocast dtype where autocast is on, else in the weights' of the second projection."""
+    _, autocast_dtype, autocast = autocast_state(relative.device.type)
+    operands = autocast_dtype if autocast else conv2_weight.dtype
+    return PositionLogitsTriton.apply(relative, norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight,
+                                      norm2_bias, tuple(hw_shape), eps, operands)
