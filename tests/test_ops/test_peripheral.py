@@ -175,3 +175,17 @@ def test_bad_impl_and_bias_shape_are_named():
         position_logits(position_params(), (3, 3), impl='cuda')
     with pytest.raises(ValueError, match=r"position_logits\(impl='triton'\): dtype float64 is not supported"):
         position_logits(position_params(), (3, 3), impl='triton')
+
+
+def test_chunks_take_parameters_without_gradients(monkeypatch):
+    """By chunks, a parameter that wants no gradient (a frozen bias) is left out of the recomputation's
+    gradients, and the others still equal the literal form's."""
+    rows_per_chunk(monkeypatch, 1, (3, 5), 3)
+    params = position_params()
+    params = params._replace(conv2_bias=params.conv2_bias.detach())
+    fast = position_logits(params, (3, 5), impl='torch')
+    slow = position_logits(params, (3, 5), impl='reference')
+    weights = torch.randn_like(fast)
+    wanted = [p for p in params if p.requires_grad]
+    for a, b in zip(gradients(fast, wanted, weights), gradients(slow, wanted, weights)):
+        torch.testing.assert_close(a, b)

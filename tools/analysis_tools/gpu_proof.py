@@ -193,7 +193,7 @@ class Proof:
             leaves = self.leaves(case.inputs, size, 'float32')
             _, expected = self.step(case, 'auto', size, leaves)
             with torch.autocast(self.device, dtype=torch.float16):
-                half = [t.half() if t.is_floating_point() else t for t in leaves]
+                half = [t.half() if t.is_floating_point() and case.activations else t for t in leaves]
                 out, impl = chosen(case, lambda: case.call('auto', size, *half))
             # a mean loss scaled as GradScaler scales it: 2^16 / N on each output
             scale = GRAD_SCALE / out.numel()

@@ -40,7 +40,9 @@ class Case(NamedTuple):
     generator)`` makes the leaves (gradients are checked for each floating one); ``call(impl, size,
     *leaves)`` runs an implementation; ``reference(size, *leaves)`` the twin (run in float64); ``impls``
     those that run on CUDA tensors (``cpu`` is CPU-only); the ``test`` size, and the ``shipped`` ones
-    the benchmarks time, each named after the layer of the model it comes from.
+    the benchmarks time, each named after the layer of the model it comes from. ``activations``: whether
+    the leaves are activations, which AMP hands the op in half precision, or parameters, which it keeps
+    in float32 (the autocast section casts only the former).
     """
     dispatch: Op
     inputs: Callable[..., List[Tensor]]
@@ -49,6 +51,7 @@ class Case(NamedTuple):
     impls: Tuple[str, ...]
     test: Size
     shipped: Dict[str, Size]
+    activations: bool = True
 
 
 def _random(draw: Callable, generator: torch.Generator, device, dtype, *shape,
@@ -179,7 +182,8 @@ CASES = [
     Case(peripheral.POSITION_OP, _position_inputs,
          lambda impl, size, *leaves: peripheral.position_logits(_position_params(*leaves), size.hw, impl=impl),
          lambda size, *leaves: peripheral.position_logits_reference(_position_params(*leaves), size.hw),
-         ('torch', 'triton'), Size(1, 2, 8, TEST_MAP), {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))}),
+         ('torch', 'triton'), Size(1, 2, 8, TEST_MAP), {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))},
+         activations=False),
     Case(rwgk.OP, _rwgk_inputs,
          lambda impl, size, q, k, v, aq, ak: rwgk_attention(q, k, v, aq, ak, impl=impl),
          lambda size, q, k, v, aq, ak: rwgk_attention_reference(q, k, v, aq, ak), ('torch',),

@@ -141,7 +141,7 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], eps: float 
     used = [relative, params.norm1_weight, params.norm1_bias, params.conv2_weight, params.conv2_bias,
             params.norm2_weight, params.norm2_bias]
     return checkpointed_chunks(_chunk_logits, height * width, rows_per_chunk * width, (), relative, params, hw_shape,
-                               eps, params=used)
+                               eps, params=[t for t in used if t.requires_grad])
 
 
 def _chunk_logits(queries: slice, relative: Tensor, params: PositionParams, hw_shape: Sequence[int],

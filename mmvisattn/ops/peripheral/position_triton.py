@@ -41,6 +41,7 @@ BLOCK_KEYS = 64  # keys (output positions) a tile of the second projection
 BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
 BLOCK_WINDOW = 128  # window positions a tile of the statistics and the window gradients
 MAP_TILE = (4, 32)  # map rows x columns one program of _window_grad accumulates
+WARPS = 4
 
 
 def _block(size: int) -> int:
@@ -104,25 +105,34 @@ def _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, cha
 
 
 @triton.jit
+def _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, in_keys, width,
+                    channels, map_plane, map_cols, K: tl.constexpr):
+    """``(taps, keys)``: the ReLU of the first norm at tap ``(c, dy, dx)`` of each key's ``K x K``
+    neighbourhood in ``query``'s window (0 outside); keys along the tile's contiguous axis, as along a map row."""
+    chans, tap = taps // (K * K), taps % (K * K)
+    cells = origin + keys // width * map_cols + keys % width
+    offsets = (chans * map_plane + tap // K * map_cols + tap % K)[:, None] + cells[None, :]
+    valid = (taps < channels * K * K)[:, None] & in_keys[None, :]
+    _, pre = _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, chans[:, None], valid, channels)
+    return tl.maximum(pre, 0.0)
+
+
+@triton.jit
 def _projection(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, in_keys, width,
                 channels, heads, map_plane, map_cols, K: tl.constexpr, BLOCK_K: tl.constexpr,
                 BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, DOT: tl.constexpr):
-    """The second projection (without its bias) at ``keys``: ``(BLOCK_K, BLOCK_H)``, the keys' ReLU
-    neighbourhoods ``(keys, taps)`` times the ``(taps, heads)`` weights, ``BLOCK_T`` taps a step."""
-    key_cells = origin + keys // width * map_cols + keys % width
+    """The second projection (without its bias) at ``keys``: ``(BLOCK_H, BLOCK_K)``, the ``(heads, taps)``
+    weights times the keys' neighbourhoods ``(taps, keys)``, ``BLOCK_T`` taps a step."""
     heads_ = tl.arange(0, BLOCK_H)
     taps_total = channels * K * K
-    acc = tl.zeros((BLOCK_K, BLOCK_H), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_K), dtype=tl.float32)
     for start in range(0, taps_total, BLOCK_T):
         taps = start + tl.arange(0, BLOCK_T)
-        in_taps = taps < taps_total
-        chans, tap = taps // (K * K), taps % (K * K)
-        offsets = key_cells[:, None] + (chans * map_plane + tap // K * map_cols + tap % K)[None, :]
-        _, pre = _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
-                             in_keys[:, None] & in_taps[None, :], channels)
-        weights = tl.load(w2_ptr + heads_[None, :] * taps_total + taps[:, None],
-                          mask=in_taps[:, None] & (heads_ < heads)[None, :], other=0.0)
-        acc += tl.dot(tl.maximum(pre, 0.0).to(DOT), weights.to(DOT))
+        hidden = _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, in_keys,
+                                 width, channels, map_plane, map_cols, K)
+        weights = tl.load(w2_ptr + heads_[:, None] * taps_total + taps[None, :],
+                          mask=(heads_ < heads)[:, None] & (taps < taps_total)[None, :], other=0.0)
+        acc += tl.dot(weights.to(DOT), hidden.to(DOT))
     return acc
 
 
@@ -136,33 +146,33 @@ def _logits_forward(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, b2_pt
     tokens = height * width
     heads_ = tl.arange(0, BLOCK_H)
     in_heads = heads_ < heads
-    rows = out_ptr + heads_.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+    rows = out_ptr + heads_.to(tl.int64)[:, None] * tokens * tokens + query.to(tl.int64) * tokens
     bias = tl.load(b2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
     total = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        valid = in_heads[:, None] & (keys < tokens)[None, :]
         z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
                         width, channels, heads, map_rows * map_cols, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
-        z = tl.where(valid, z + bias[None, :], 0.0)
-        tl.store(rows + keys[:, None], z, mask=valid)
-        total += tl.sum(z, axis=0)
+        z = tl.where(valid, z + bias[:, None], 0.0)
+        tl.store(rows + keys[None, :], z, mask=valid)
+        total += tl.sum(z, axis=1)
     mean = total / tokens
     tl.debug_barrier()  # the raw projection is read back by other threads than wrote it
     squares = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        valid = (keys < tokens)[:, None] & in_heads[None, :]
-        centred = tl.where(valid, tl.load(rows + keys[:, None], mask=valid, other=0.0) - mean[None, :], 0.0)
-        squares += tl.sum(centred * centred, axis=0)
+        valid = in_heads[:, None] & (keys < tokens)[None, :]
+        centred = tl.where(valid, tl.load(rows + keys[None, :], mask=valid, other=0.0) - mean[:, None], 0.0)
+        squares += tl.sum(centred * centred, axis=1)
     rstd = 1.0 / tl.sqrt(squares / tokens + tl.cast(eps, tl.float32))
     gain = tl.load(g2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
     shift = tl.load(bb2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        valid = (keys < tokens)[:, None] & in_heads[None, :]
-        z = tl.load(rows + keys[:, None], mask=valid, other=0.0)
-        tl.store(rows + keys[:, None], gain[None, :] * (z - mean[None, :]) * rstd[None, :] + shift[None, :],
+        valid = in_heads[:, None] & (keys < tokens)[None, :]
+        z = tl.load(rows + keys[None, :], mask=valid, other=0.0)
+        tl.store(rows + keys[None, :], gain[:, None] * (z - mean[:, None]) * rstd[:, None] + shift[:, None],
                  mask=valid)
     tl.store(mean2_ptr + query * heads + heads_, mean, mask=in_heads)
     tl.store(rstd2_ptr + query * heads + heads_, rstd, mask=in_heads)
@@ -179,7 +189,7 @@ def _logits_backward(grad_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2
     map_plane = map_rows * map_cols
     heads_ = tl.arange(0, BLOCK_H)
     in_heads = heads_ < heads
-    offset = heads_.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+    offset = heads_.to(tl.int64)[:, None] * tokens * tokens + query.to(tl.int64) * tokens
     grad_rows, dz_rows = grad_ptr + offset, dz_ptr + offset
     bias = tl.load(b2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
     gain = tl.load(g2_ptr + heads_, mask=in_heads, other=0.0).to(tl.float32)
@@ -192,48 +202,43 @@ def _logits_backward(grad_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2
     grad_shift = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        valid = (keys < tokens)[:, None] & in_heads[None, :]
+        valid = in_heads[:, None] & (keys < tokens)[None, :]
         z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
                         width, channels, heads, map_plane, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
-        z_hat = tl.where(valid, (z + bias[None, :] - mean[None, :]) * rstd[None, :], 0.0)
-        grad = tl.load(grad_rows + keys[:, None], mask=valid, other=0.0).to(tl.float32)
-        sum_dz_hat += tl.sum(grad * gain[None, :], axis=0)
-        sum_dz_hat_z_hat += tl.sum(grad * gain[None, :] * z_hat, axis=0)
-        grad_gain += tl.sum(grad * z_hat, axis=0)
-        grad_shift += tl.sum(grad, axis=0)
-        tl.store(dz_rows + keys[:, None], z_hat, mask=valid)
+        z_hat = tl.where(valid, (z + bias[:, None] - mean[:, None]) * rstd[:, None], 0.0)
+        grad = tl.load(grad_rows + keys[None, :], mask=valid, other=0.0).to(tl.float32)
+        sum_dz_hat += tl.sum(grad * gain[:, None], axis=1)
+        sum_dz_hat_z_hat += tl.sum(grad * gain[:, None] * z_hat, axis=1)
+        grad_gain += tl.sum(grad * z_hat, axis=1)
+        grad_shift += tl.sum(grad, axis=1)
+        tl.store(dz_rows + keys[None, :], z_hat, mask=valid)
     tl.debug_barrier()
     # pass 2: dz = rstd (dz_hat - mean(dz_hat) - z_hat mean(dz_hat z_hat)) over the scratch
     grad_bias = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
-        valid = (keys < tokens)[:, None] & in_heads[None, :]
-        z_hat = tl.load(dz_rows + keys[:, None], mask=valid, other=0.0)
-        grad = tl.load(grad_rows + keys[:, None], mask=valid, other=0.0).to(tl.float32)
-        dz = rstd[None, :] * (grad * gain[None, :] - sum_dz_hat[None, :] / tokens
-                              - z_hat * sum_dz_hat_z_hat[None, :] / tokens)
+        valid = in_heads[:, None] & (keys < tokens)[None, :]
+        z_hat = tl.load(dz_rows + keys[None, :], mask=valid, other=0.0)
+        grad = tl.load(grad_rows + keys[None, :], mask=valid, other=0.0).to(tl.float32)
+        dz = rstd[:, None] * (grad * gain[:, None] - sum_dz_hat[:, None] / tokens
+                              - z_hat * sum_dz_hat_z_hat[:, None] / tokens)
         dz = tl.where(valid, dz, 0.0)
-        grad_bias += tl.sum(dz, axis=0)
-        tl.store(dz_rows + keys[:, None], dz, mask=valid)
+        grad_bias += tl.sum(dz, axis=1)
+        tl.store(dz_rows + keys[None, :], dz, mask=valid)
     tl.debug_barrier()
-    # pass 3: the weight gradient, dw2[taps, heads] = neighbourhoods^T dz, a block of taps at a time
+    # pass 3: the weight gradient, dw2[heads, taps] = dz neighbourhoods^T, a block of taps at a time
     taps_total = channels * K * K
     for tap_start in range(0, taps_total, BLOCK_T):
         taps = tap_start + tl.arange(0, BLOCK_T)
-        in_taps = taps < taps_total
-        chans, tap = taps // (K * K), taps % (K * K)
-        acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_H, BLOCK_T), dtype=tl.float32)
         for start in range(0, tokens, BLOCK_K):
             keys = start + tl.arange(0, BLOCK_K)
-            in_keys = keys < tokens
-            offsets = (origin + keys // width * map_cols + keys % width)[:, None] + \
-                (chans * map_plane + tap // K * map_cols + tap % K)[None, :]
-            _, pre = _normalised(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
-                                 in_keys[:, None] & in_taps[None, :], channels)
-            dz = tl.load(dz_rows + keys[:, None], mask=in_keys[:, None] & in_heads[None, :], other=0.0)
-            acc += tl.dot(tl.trans(tl.maximum(pre, 0.0).to(DOT)), dz.to(DOT))
-        tl.store(dw2_ptr + query * heads * taps_total + heads_[None, :] * taps_total + taps[:, None], acc,
-                 mask=in_taps[:, None] & in_heads[None, :])
+            hidden = _neighbourhoods(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, origin, taps, keys,
+                                     keys < tokens, width, channels, map_plane, map_cols, K)
+            dz = tl.load(dz_rows + keys[None, :], mask=in_heads[:, None] & (keys < tokens)[None, :], other=0.0)
+            acc += tl.dot(dz.to(DOT), tl.trans(hidden.to(DOT)))
+        tl.store(dw2_ptr + query * heads * taps_total + heads_[:, None] * taps_total + taps[None, :], acc,
+                 mask=in_heads[:, None] & (taps < taps_total)[None, :])
     head_grads = dhead_ptr + query * 3 * heads + heads_
     tl.store(head_grads, grad_gain, mask=in_heads)
     tl.store(head_grads + heads, grad_shift, mask=in_heads)
@@ -245,31 +250,32 @@ def _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
                       inside, height, width, channels, heads, map_plane, map_cols, K: tl.constexpr,
                       BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr, DOT: tl.constexpr):
     """At ``BLOCK_P`` window cells ``(win_row, win_col)`` of ``query`` (where ``inside``): the gradient
-    of the first norm's affine output through the ReLU, ``(BLOCK_P, BLOCK_C)``, and ``x_hat``.
+    of the first norm's affine output through the ReLU, ``(BLOCK_C, BLOCK_P)``, and ``x_hat``.
 
-    ``dh[cell, c] = sum_{h, dy, dx} dz[h, cell - (dy, dx)] w2[h, c, dy, dx]``: the ``(cells, heads K K)``
-    gathered ``dz`` times the ``(heads K K, channels)`` weights, ``BLOCK_J`` at a time."""
+    ``dh[c, cell] = sum_{h, dy, dx} w2[h, c, dy, dx] dz[h, cell - (dy, dx)]``: the ``(channels, heads K K)``
+    weights times the gathered ``(heads K K, cells)`` ``dz``, ``BLOCK_J`` at a time."""
     tokens = height * width
     chans = tl.arange(0, BLOCK_C)
+    in_chan = chans < channels
     taps_total = channels * K * K
-    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_C, BLOCK_P), dtype=tl.float32)
     for start in range(0, heads * K * K, BLOCK_J):
         js = start + tl.arange(0, BLOCK_J)
         in_js = js < heads * K * K
         head, tap = js // (K * K), js % (K * K)
-        key_row = win_row[:, None] - (tap // K)[None, :]
-        key_col = win_col[:, None] - (tap % K)[None, :]
-        valid = inside[:, None] & in_js[None, :] & (key_row >= 0) & (key_row < height) & (key_col >= 0) & \
+        key_row = win_row[None, :] - (tap // K)[:, None]
+        key_col = win_col[None, :] - (tap % K)[:, None]
+        valid = in_js[:, None] & inside[None, :] & (key_row >= 0) & (key_row < height) & (key_col >= 0) & \
             (key_col < width)
-        dz = tl.load(dz_ptr + head.to(tl.int64)[None, :] * tokens * tokens + query.to(tl.int64) * tokens
+        dz = tl.load(dz_ptr + head.to(tl.int64)[:, None] * tokens * tokens + query.to(tl.int64) * tokens
                      + key_row * width + key_col, mask=valid, other=0.0)
-        weights = tl.load(w2_ptr + (head * taps_total + tap)[:, None] + chans[None, :] * K * K,
-                          mask=in_js[:, None] & (chans < channels)[None, :], other=0.0)
-        acc += tl.dot(dz.to(DOT), weights.to(DOT))
-    offsets = (_window_origin(query, height, width, map_cols) + win_row * map_cols + win_col)[:, None] + \
-        chans[None, :] * map_plane
-    x_hat, pre = _normalised(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, offsets, chans[None, :],
-                             inside[:, None] & (chans < channels)[None, :], channels)
+        weights = tl.load(w2_ptr + chans[:, None] * K * K + (head * taps_total + tap)[None, :],
+                          mask=in_chan[:, None] & in_js[None, :], other=0.0)
+        acc += tl.dot(weights.to(DOT), dz.to(DOT))
+    offsets = chans[:, None] * map_plane + (_window_origin(query, height, width, map_cols) + win_row * map_cols
+                                            + win_col)[None, :]
+    x_hat, pre = _normalised(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, offsets, chans[:, None],
+                             in_chan[:, None] & inside[None, :], channels)
     return tl.where(pre > 0.0, acc, 0.0), x_hat
 
 
@@ -291,8 +297,8 @@ def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
                                         cells // window_cols, cells % window_cols, cells < area, height, width,
                                         channels, heads, map_rows * map_cols, map_cols, K, BLOCK_P, BLOCK_J,
                                         BLOCK_C, DOT)
-        sum_dpre += tl.sum(dpre, axis=0)
-        sum_dpre_x_hat += tl.sum(dpre * x_hat, axis=0)
+        sum_dpre += tl.sum(dpre, axis=1)
+        sum_dpre_x_hat += tl.sum(dpre * x_hat, axis=1)
     row = sums_ptr + query * 4 * channels + chans
     tl.store(row, gain * sum_dpre, mask=chans < channels)
     tl.store(row + channels, gain * sum_dpre_x_hat, mask=chans < channels)
@@ -316,7 +322,7 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
     in_chan = chans < channels
     area = window_rows * window_cols
     gain = tl.load(g1_ptr + chans, mask=in_chan, other=0.0).to(tl.float32)
-    acc = tl.zeros((TILE_R * TILE_C, BLOCK_C), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_C, TILE_R * TILE_C), dtype=tl.float32)
     # the queries whose window reaches the tile's columns: column j's window starts at map column W - 1 - j
     first_col = tl.program_id(2) * TILE_C
     first = tl.maximum(0, width - first_col - TILE_C)
@@ -332,11 +338,11 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
         mean_dx_hat = tl.load(sums, mask=in_chan, other=0.0) / area
         mean_dx_hat_x_hat = tl.load(sums + channels, mask=in_chan, other=0.0) / area
         rstd = tl.load(rstd1_ptr + query * channels + chans, mask=in_chan, other=0.0)
-        dx = rstd[None, :] * (gain[None, :] * dpre - mean_dx_hat[None, :] - x_hat * mean_dx_hat_x_hat[None, :])
-        acc += tl.where(inside[:, None] & in_chan[None, :], dx, 0.0)
+        dx = rstd[:, None] * (gain[:, None] * dpre - mean_dx_hat[:, None] - x_hat * mean_dx_hat_x_hat[:, None])
+        acc += tl.where(in_chan[:, None] & inside[None, :], dx, 0.0)
     map_row = height - 1 - query_row + win_row
-    tl.atomic_add(grad_rel_ptr + chans[None, :] * map_rows * map_cols + (map_row * map_cols + map_col)[:, None], acc,
-                  mask=((win_row < window_rows) & (map_col < map_cols))[:, None] & in_chan[None, :])
+    tl.atomic_add(grad_rel_ptr + chans[:, None] * map_rows * map_cols + (map_row * map_cols + map_col)[None, :], acc,
+                  mask=in_chan[:, None] & ((win_row < window_rows) & (map_col < map_cols))[None, :])
 
 
 def _geometry(relative: Tensor, hw_shape: Sequence[int], kernel_size: int) -> Tuple[int, ...]:
@@ -369,12 +375,12 @@ class PositionLogitsTriton(torch.autograd.Function):
         mean1, rstd1 = (relative.new_empty(tokens, channels, dtype=torch.float32) for _ in range(2))
         mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
         launch(_window_stats, (tokens,), relative, mean1, rstd1, height, width, channels, map_rows, map_cols,
-               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels), BLOCK_W=BLOCK_WINDOW)
+               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels), BLOCK_W=BLOCK_WINDOW, num_warps=WARPS)
         logits = relative.new_empty(heads, tokens, tokens, dtype=torch.float32)
         g1, b1, w2, b2, g2, bb2 = params
         launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
                height, width, channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands))
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands), num_warps=WARPS)
         ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
         ctx.hw_shape, ctx.operands = hw_shape, operands
         ctx.param_dtypes = [p.dtype for p in (norm1_weight, norm1_bias, conv2_weight,
@@ -389,7 +395,7 @@ class PositionLogitsTriton(torch.autograd.Function):
         height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative, ctx.hw_shape,
                                                                                           kernel_size)
         tokens = height * width
-        dot = dict(K=kernel_size, DOT=dot_operands(ctx.operands))
+        dot = dict(K=kernel_size, DOT=dot_operands(ctx.operands), num_warps=WARPS)
         grad_logits = grad_logits.float().contiguous()
         dz = torch.empty_like(grad_logits)
         dw2 = relative.new_empty(tokens, *w2.shape, dtype=torch.float32)
