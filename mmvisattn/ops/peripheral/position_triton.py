@@ -37,7 +37,7 @@ from torch import Tensor
 from ..amp import autocast_off, autocast_state
 from ..triton_launch import UnsupportedInput, dot_operands, launch, unsupported_kernel_input
 
-BLOCK_KEYS = 64  # keys (output positions) a tile of the second projection
+BLOCK_KEYS = 128  # keys (output positions) a tile of the second projection
 BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
 BLOCK_WINDOW = 128  # window positions a tile of the statistics and the window gradients
 MAP_TILE = (4, 32)  # map rows x columns one program of _window_grad accumulates
@@ -105,20 +105,27 @@ def _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, cha
 
 
 @triton.jit
-def _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, in_keys, width,
+def _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, tokens, width,
                     channels, map_plane, map_cols, K: tl.constexpr):
     """``(taps, keys)``: the ReLU of the first norm at tap ``(c, dy, dx)`` of each key's ``K x K``
-    neighbourhood in ``query``'s window (0 outside); keys along the tile's contiguous axis, as along a map row."""
+    neighbourhood in ``query``'s window; keys along the tile's contiguous axis, as along a map row.
+
+    The innermost loop of the kernels, so one multiply-add an element: the norm and its affine folded
+    into a scale and shift per tap, and no masks: taps and keys past the end are clamped to the last
+    (their weights, or the entries they would give, are masked by the caller)."""
+    taps = tl.minimum(taps, channels * K * K - 1)
+    keys = tl.minimum(keys, tokens - 1)
     chans, tap = taps // (K * K), taps % (K * K)
+    rstd = tl.load(rstd_ptr + query * channels + chans)
+    scale = tl.load(g1_ptr + chans).to(tl.float32) * rstd
+    shift = tl.load(b1_ptr + chans).to(tl.float32) - scale * tl.load(mean_ptr + query * channels + chans)
     cells = origin + keys // width * map_cols + keys % width
-    offsets = (chans * map_plane + tap // K * map_cols + tap % K)[:, None] + cells[None, :]
-    valid = (taps < channels * K * K)[:, None] & in_keys[None, :]
-    _, pre = _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, chans[:, None], valid, channels)
-    return tl.maximum(pre, 0.0)
+    values = tl.load(rel_ptr + (chans * map_plane + tap // K * map_cols + tap % K)[:, None] + cells[None, :])
+    return tl.maximum(scale[:, None] * values.to(tl.float32) + shift[:, None], 0.0)
 
 
 @triton.jit
-def _projection(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, in_keys, width,
+def _projection(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, tokens, width,
                 channels, heads, map_plane, map_cols, K: tl.constexpr, BLOCK_K: tl.constexpr,
                 BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, DOT: tl.constexpr):
     """The second projection (without its bias) at ``keys``: ``(BLOCK_H, BLOCK_K)``, the ``(heads, taps)``
@@ -128,7 +135,7 @@ def _projection(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, w2_ptr, query, orig
     acc = tl.zeros((BLOCK_H, BLOCK_K), dtype=tl.float32)
     for start in range(0, taps_total, BLOCK_T):
         taps = start + tl.arange(0, BLOCK_T)
-        hidden = _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, in_keys,
+        hidden = _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, tokens,
                                  width, channels, map_plane, map_cols, K)
         weights = tl.load(w2_ptr + heads_[:, None] * taps_total + taps[None, :],
                           mask=(heads_ < heads)[:, None] & (taps < taps_total)[None, :], other=0.0)
@@ -152,7 +159,7 @@ def _logits_forward(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, b2_pt
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
         valid = in_heads[:, None] & (keys < tokens)[None, :]
-        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
+        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, tokens,
                         width, channels, heads, map_rows * map_cols, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
         z = tl.where(valid, z + bias[:, None], 0.0)
         tl.store(rows + keys[None, :], z, mask=valid)
@@ -203,7 +210,7 @@ def _logits_backward(grad_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2
     for start in range(0, tokens, BLOCK_K):
         keys = start + tl.arange(0, BLOCK_K)
         valid = in_heads[:, None] & (keys < tokens)[None, :]
-        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, keys < tokens,
+        z = _projection(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query, origin, keys, tokens,
                         width, channels, heads, map_plane, map_cols, K, BLOCK_K, BLOCK_T, BLOCK_H, DOT)
         z_hat = tl.where(valid, (z + bias[:, None] - mean[:, None]) * rstd[:, None], 0.0)
         grad = tl.load(grad_rows + keys[None, :], mask=valid, other=0.0).to(tl.float32)
@@ -234,7 +241,7 @@ def _logits_backward(grad_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2
         for start in range(0, tokens, BLOCK_K):
             keys = start + tl.arange(0, BLOCK_K)
             hidden = _neighbourhoods(rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, query, origin, taps, keys,
-                                     keys < tokens, width, channels, map_plane, map_cols, K)
+                                     tokens, width, channels, map_plane, map_cols, K)
             dz = tl.load(dz_rows + keys[None, :], mask=in_heads[:, None] & (keys < tokens)[None, :], other=0.0)
             acc += tl.dot(dz.to(DOT), tl.trans(hidden.to(DOT)))
         tl.store(dw2_ptr + query * heads * taps_total + heads_[:, None] * taps_total + taps[None, :], acc,
@@ -375,7 +382,8 @@ class PositionLogitsTriton(torch.autograd.Function):
         mean1, rstd1 = (relative.new_empty(tokens, channels, dtype=torch.float32) for _ in range(2))
         mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
         launch(_window_stats, (tokens,), relative, mean1, rstd1, height, width, channels, map_rows, map_cols,
-               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels), BLOCK_W=BLOCK_WINDOW, num_warps=WARPS)
+               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels), BLOCK_W=BLOCK_WINDOW,
+               num_warps=WARPS)
         logits = relative.new_empty(heads, tokens, tokens, dtype=torch.float32)
         g1, b1, w2, b2, g2, bb2 = params
         launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
