@@ -37,18 +37,20 @@ from torch import Tensor
 from ..amp import autocast_off, autocast_state
 from ..triton_launch import UnsupportedInput, dot_operands, launch, unsupported_kernel_input
 
-# Tiles: the largest that compile without register spills for sm_80 and sm_90 at every PerViT size
-# (compile_kernels.py); an H200 sweep on PerViT-T alone preferred larger ones (the README's record)
-BLOCK_KEYS = 64  # keys (output positions) a tile of the second projection
+# Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
+# size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).
+# An H200 sweep at PerViT-T's size alone timed larger settings (the README's record).
+BLOCK_KEYS = 128  # keys (output positions) a tile of the second projection
 FORWARD_WARPS = 8
-BACKWARD_KEYS = 32  # the same in its backward, whose three passes hold more
+BACKWARD_KEYS = 64  # the same in its backward, whose three passes hold more
 BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
-# numbers (channels x window cells) a tile of the statistics and the window gradients holds: 128 cells
-# of 16 channels (PerViT-T's), fewer cells for more channels, so the registers hold at every model size
+# numbers (channels x window cells) a tile of the statistics and the window-gradient sums holds: 128
+# cells of 16 channels (PerViT-T's), fewer cells for more channels, so the registers hold at every size
 WINDOW_TILE = 2048
-GRAD_TILE = 512  # the same for _window_grad, which also holds the sums it accumulates
+GRAD_TILE = 4096  # the same for _window_grad's map tiles (256 cells of 16 channels)
 MAP_TILE_COLS = 32  # map columns one program of _window_grad accumulates (its cells span several map rows)
 WARPS = 4
+STAGES = 1
 
 
 def _block(size: int) -> int:
@@ -397,12 +399,13 @@ class PositionLogitsTriton(torch.autograd.Function):
         mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
         launch(_window_stats, (tokens,), relative, mean1, rstd1, height, width, channels, map_rows, map_cols,
                window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels),
-               BLOCK_W=_window_cells(channels, WINDOW_TILE), num_warps=WARPS)
+               BLOCK_W=_window_cells(channels, WINDOW_TILE), num_warps=WARPS, num_stages=STAGES)
         logits = relative.new_empty(heads, tokens, tokens, dtype=torch.float32)
         g1, b1, w2, b2, g2, bb2 = params
         launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
                height, width, channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands), num_warps=FORWARD_WARPS)
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands), num_warps=FORWARD_WARPS,
+               num_stages=STAGES)
         ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
         ctx.hw_shape, ctx.operands = hw_shape, operands
         ctx.param_dtypes = [p.dtype for p in (norm1_weight, norm1_bias, conv2_weight,
@@ -417,7 +420,7 @@ class PositionLogitsTriton(torch.autograd.Function):
         height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative, ctx.hw_shape,
                                                                                           kernel_size)
         tokens = height * width
-        dot = dict(K=kernel_size, DOT=dot_operands(ctx.operands), num_warps=WARPS)
+        dot = dict(K=kernel_size, DOT=dot_operands(ctx.operands), num_warps=WARPS, num_stages=STAGES)
         grad_logits = grad_logits.float().contiguous()
         dz = torch.empty_like(grad_logits)
         dw2 = relative.new_empty(tokens, *w2.shape, dtype=torch.float32)
@@ -428,7 +431,8 @@ class PositionLogitsTriton(torch.autograd.Function):
         sums = relative.new_empty(tokens, 4, channels, dtype=torch.float32)
         window = dict(BLOCK_J=BLOCK_TAPS, BLOCK_C=_block(channels), **dot)
         launch(_window_grad_sums, (tokens,), dz, relative, mean1, rstd1, g1, b1, w2, sums, height, width, channels,
-               heads, map_rows, map_cols, window_rows, window_cols, BLOCK_P=_window_cells(channels, WINDOW_TILE), **window)
+               heads, map_rows, map_cols, window_rows, window_cols, BLOCK_P=_window_cells(channels, WINDOW_TILE),
+               **window)
         grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
         tile_cols = MAP_TILE_COLS
         tile_rows = _window_cells(channels, GRAD_TILE) // tile_cols
