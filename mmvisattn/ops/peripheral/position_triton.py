@@ -47,7 +47,9 @@ BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
 # numbers (channels x window cells) a tile of the statistics and the window-gradient sums holds: 128
 # cells of 16 channels (PerViT-T's), fewer cells for more channels, so the registers hold at every size
 WINDOW_TILE = 2048
-GRAD_TILE = 4096  # the same for _window_grad's map tiles (256 cells of 16 channels)
+# _window_grad's map tiles hold GRAD_TILE / channels^2 cells (256 at 16 channels): its registers per cell
+# grow with the channels too (the accumulated gradient and its recomputed factors)
+GRAD_TILE = 65536
 MAP_TILE_COLS = 32  # map columns one program of _window_grad accumulates (its cells span several map rows)
 WARPS = 4
 STAGES = 1
@@ -435,7 +437,7 @@ class PositionLogitsTriton(torch.autograd.Function):
                **window)
         grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
         tile_cols = MAP_TILE_COLS
-        tile_rows = _window_cells(channels, GRAD_TILE) // tile_cols
+        tile_rows = _window_cells(channels, GRAD_TILE // _block(channels)) // tile_cols
         launch(_window_grad, (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols)), dz,
                relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads, map_rows,
                map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
