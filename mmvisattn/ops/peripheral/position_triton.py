@@ -6,9 +6,10 @@ the first projection (:func:`.position.query_windows`), the first instance norm,
 sixty launches a chunk forward and backward). Five kernels, each one launch:
 
 * ``_window_stats``: mean and reciprocal deviation of each query's window per channel (first norm);
-* ``_logits_forward``: the second projection as a product of a tile of keys' ReLU-normalised
-  neighbourhoods ``(keys, D_hid K K)`` with the ``(D_hid K K, heads)`` weights, then its norm over the
-  keys (the raw projection written, read back after a barrier, normalised in place);
+* ``_logits_forward``: the second projection as a product of the ``(heads, D_hid K K)`` weights with a
+  tile of keys' ReLU-normalised neighbourhoods ``(D_hid K K, keys)`` (keys along the contiguous axis,
+  as along the map's rows, so gathers and stores coalesce), then its norm over the keys (the raw
+  projection written, read back after a barrier, normalised in place);
 * ``_logits_backward``: the second norm's backward into ``dz`` (the projection's gradient, written
   over a scratch of the logits' size) and the second projection's weight gradient per query;
 * ``_window_grad_sums``: the neighbourhood's gradient ``dh = dz * w2`` (a product with the flipped
