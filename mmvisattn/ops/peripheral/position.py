@@ -116,7 +116,7 @@ def first_projection(params: PositionParams, hw_shape: Sequence[int]) -> Tensor:
     convolution is a matrix product of its unfolded taps (float32 ``matmul`` is exact unless a user turns
     TF32 on for it); the map is small (``D_r K^2`` taps of ``(2H + P) (2W + P)`` cells)."""
     height, width = hw_shape
-    kernel_size = params.conv1_weight.shape[-1]
+    kernel_size = int(params.conv1_weight.shape[-1])  # a 0-d tensor under tracing, which unfold refuses
     with no_autocast(params.conv1_weight.device.type):
         distance_weight, distance_bias, weight, bias = upcast(*params[:4])
         distances = relative_distances(height, width, peripheral_padding(kernel_size), weight)
