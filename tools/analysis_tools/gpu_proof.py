@@ -96,10 +96,11 @@ class Proof:
         self.sections: Dict[str, Dict] = {}
 
     def test_size(self, case):
-        return self.cases.smoke_size(case.test) if self.smoke else case.test
+        return self.cases.smoke_size(case.test, case.smoke_dims) if self.smoke else case.test
 
     def shipped_sizes(self, case):
-        return {name: self.cases.smoke_size(size) if self.smoke else size for name, size in case.shipped.items()}
+        return {name: self.cases.smoke_size(size, case.smoke_dims) if self.smoke else size
+                for name, size in case.shipped.items()}
 
     def leaves(self, make_inputs: Callable, size, dtype, seed: int = 0) -> List:
         """The tensors ``make_inputs`` (a case's ``inputs``) makes on the device, the floating ones leaves

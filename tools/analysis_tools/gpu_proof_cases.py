@@ -42,7 +42,8 @@ class Case(NamedTuple):
     those that run on CUDA tensors (``cpu`` is CPU-only); the ``test`` size, and the ``shipped`` ones
     the benchmarks time, each named after the layer of the model it comes from. ``activations``: whether
     the leaves are activations, which AMP hands the op in half precision, or parameters, which it keeps
-    in float32 (the autocast section casts only the former).
+    in float32 (the autocast section casts only the former). ``smoke_dims``: the head width of the CPU
+    smoke run, as small as the kernels take (the position network's hidden channels: its taps are loops).
     """
     dispatch: Op
     inputs: Callable[..., List[Tensor]]
@@ -52,6 +53,7 @@ class Case(NamedTuple):
     test: Size
     shipped: Dict[str, Size]
     activations: bool = True
+    smoke_dims: int = 16
 
 
 def _random(draw: Callable, generator: torch.Generator, device, dtype, *shape,
@@ -183,7 +185,7 @@ CASES = [
          lambda impl, size, *leaves: peripheral.position_logits(_position_params(*leaves), size.hw, impl=impl),
          lambda size, *leaves: peripheral.position_logits_reference(_position_params(*leaves), size.hw),
          ('torch', 'triton'), Size(1, 2, 8, TEST_MAP), {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))},
-         activations=False),
+         activations=False, smoke_dims=4),
     Case(rwgk.OP, _rwgk_inputs,
          lambda impl, size, q, k, v, aq, ak: rwgk_attention(q, k, v, aq, ak, impl=impl),
          lambda size, q, k, v, aq, ak: rwgk_attention_reference(q, k, v, aq, ak), ('torch',),
@@ -211,10 +213,10 @@ FASTEST_ON_CUDA = {
 }
 
 
-def smoke_size(size: Size) -> Size:
-    """A size the CPU smoke run takes in a second under the Triton interpreter: batch 2, heads and
-    head width as small as the kernels take, a map of a few tokens a side."""
-    return Size(2, 1, 16, (3, 4) if _small(size) else (4, 5))
+def smoke_size(size: Size, dims: int = 16) -> Size:
+    """A size the CPU smoke run takes in a second under the Triton interpreter: batch 2, one head, the
+    case's ``smoke_dims``, a map of a few tokens a side."""
+    return Size(2, 1, dims, (3, 4) if _small(size) else (4, 5))
 
 
 def baseline_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
