@@ -36,7 +36,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..amp import autocast_off, autocast_state
-from ..triton_launch import UnsupportedInput, dot_operands, launch, unsupported_kernel_input
+from ..triton_launch import UnsupportedInput, dot_operands, head_block, launch, unsupported_kernel_input
 
 # Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
 # size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).
@@ -56,16 +56,9 @@ WARPS = 4
 STAGES = 1
 
 
-def _block(size: int) -> int:
-    """``size`` padded to a power of two of at least 16 (``tl.dot``'s smallest side)."""
-    return max(16, triton.next_power_of_2(size))
-
-
 def _window_cells(channels: int, numbers: int) -> int:
     """Window cells a tile of ``channels`` takes to hold ``numbers``, from 32 to 256."""
-    return min(256, max(32, numbers // _block(channels)))
-
-
+    return min(256, max(32, numbers // head_block(channels)))
 
 
 @triton.jit
@@ -309,12 +302,11 @@ def _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
 def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, sums_ptr, height, width,
                       channels, heads, map_rows, map_cols, window_rows, window_cols, K: tl.constexpr,
                       BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr, DOT: tl.constexpr):
-    """Per query and channel: ``sum dx_hat``, ``sum dx_hat x_hat`` (``dx_hat = g1 dpre``) and the first
-    norm's weight and bias gradients ``sum dpre x_hat``, ``sum dpre``."""
+    """Per query and channel: the first norm's weight and bias gradients ``sum dpre x_hat``, ``sum dpre``,
+    which times ``g1`` are the sums ``sum dx_hat x_hat``, ``sum dx_hat`` its backward needs."""
     query = tl.program_id(0)
     chans = tl.arange(0, BLOCK_C)
     area = window_rows * window_cols
-    gain = tl.load(g1_ptr + chans, mask=chans < channels, other=0.0).to(tl.float32)
     sum_dpre = tl.zeros((BLOCK_C,), dtype=tl.float32)
     sum_dpre_x_hat = tl.zeros((BLOCK_C,), dtype=tl.float32)
     for start in range(0, area, BLOCK_P):
@@ -325,11 +317,9 @@ def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
                                         BLOCK_C, DOT)
         sum_dpre += tl.sum(dpre, axis=1)
         sum_dpre_x_hat += tl.sum(dpre * x_hat, axis=1)
-    row = sums_ptr + query * 4 * channels + chans
-    tl.store(row, gain * sum_dpre, mask=chans < channels)
-    tl.store(row + channels, gain * sum_dpre_x_hat, mask=chans < channels)
-    tl.store(row + 2 * channels, sum_dpre_x_hat, mask=chans < channels)
-    tl.store(row + 3 * channels, sum_dpre, mask=chans < channels)
+    row = sums_ptr + query * 2 * channels + chans
+    tl.store(row, sum_dpre_x_hat, mask=chans < channels)
+    tl.store(row + channels, sum_dpre, mask=chans < channels)
 
 
 @triton.jit
@@ -360,9 +350,9 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
         dpre, x_hat = _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, query,
                                         win_row, win_col, inside, height, width, channels, heads,
                                         map_rows * map_cols, map_cols, K, TILE_R * TILE_C, BLOCK_J, BLOCK_C, DOT)
-        sums = sums_ptr + query * 4 * channels + chans
-        mean_dx_hat = tl.load(sums, mask=in_chan, other=0.0) / area
-        mean_dx_hat_x_hat = tl.load(sums + channels, mask=in_chan, other=0.0) / area
+        sums = sums_ptr + query * 2 * channels + chans
+        mean_dx_hat_x_hat = gain * tl.load(sums, mask=in_chan, other=0.0) / area
+        mean_dx_hat = gain * tl.load(sums + channels, mask=in_chan, other=0.0) / area
         rstd = tl.load(rstd1_ptr + query * channels + chans, mask=in_chan, other=0.0)
         dx = rstd[:, None] * (gain[:, None] * dpre - mean_dx_hat[:, None] - x_hat * mean_dx_hat_x_hat[:, None])
         acc += tl.where(in_chan[:, None] & inside[None, :], dx, 0.0)
@@ -407,7 +397,7 @@ class PositionLogitsTriton(torch.autograd.Function):
         g1, b1, w2, b2, g2, bb2 = params
         launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
                height, width, channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), DOT=dot_operands(operands), num_warps=FORWARD_WARPS,
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), DOT=dot_operands(operands), num_warps=FORWARD_WARPS,
                num_stages=STAGES)
         ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
         ctx.hw_shape, ctx.operands = hw_shape, operands
@@ -430,20 +420,20 @@ class PositionLogitsTriton(torch.autograd.Function):
         dhead = relative.new_empty(tokens, 3, heads, dtype=torch.float32)
         launch(_logits_backward, (tokens,), grad_logits, relative, mean1, rstd1, g1, b1, w2, b2, g2, mean2, rstd2,
                dz, dw2, dhead, height, width, channels, heads, map_rows, map_cols, BLOCK_K=BACKWARD_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=_block(heads), **dot)
-        sums = relative.new_empty(tokens, 4, channels, dtype=torch.float32)
-        window = dict(BLOCK_J=BLOCK_TAPS, BLOCK_C=_block(channels), **dot)
+               BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), **dot)
+        sums = relative.new_empty(tokens, 2, channels, dtype=torch.float32)
+        window = dict(BLOCK_J=BLOCK_TAPS, BLOCK_C=head_block(channels), **dot)
         launch(_window_grad_sums, (tokens,), dz, relative, mean1, rstd1, g1, b1, w2, sums, height, width, channels,
                heads, map_rows, map_cols, window_rows, window_cols, BLOCK_P=_window_cells(channels, WINDOW_TILE),
                **window)
         grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
         tile_cols = MAP_TILE_COLS
-        tile_rows = _window_cells(channels, GRAD_TILE // _block(channels)) // tile_cols
+        tile_rows = _window_cells(channels, GRAD_TILE // head_block(channels)) // tile_cols
         launch(_window_grad, (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols)), dz,
                relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads, map_rows,
                map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
         head_grads = dhead.sum(0)
-        norm1_grads = sums[:, 2:].sum(0)
+        norm1_grads = sums.sum(0)
         grads = (norm1_grads[0], norm1_grads[1], dw2.sum(0), head_grads[2], head_grads[0], head_grads[1])
         return (grad_relative.to(relative.dtype), *(g.to(dtype) for g, dtype in zip(grads, ctx.param_dtypes)),
                 None, None, None)
