@@ -181,3 +181,17 @@ def test_stock_segmentation_datasets_read_the_layouts(workspace):
 def test_rejects_bad_arguments(tmp_path, flag, value):
     done = run_tool(['tools/misc/make_demo_data.py', '--out', tmp_path / 'x', flag, value], cwd=tmp_path, check=False)
     assert done.returncode == 2 and flag in done.stderr
+
+
+def test_width_makes_images_of_a_dataset_s_own_shape(tmp_path):
+    """``--width``: COCO's 1333 x 800 (here 160 x 96) in every layout, shapes inside the frame."""
+    out = tmp_path / 'wide'
+    run_tool(['tools/misc/make_demo_data.py', '--out', out, '--num-train', 3, '--num-val', 1, '--size', 96,
+              '--width', 160], cwd=tmp_path)
+    coco = json.loads((out / 'coco/annotations/instances_train2017.json').read_text())
+    assert {(image['height'], image['width']) for image in coco['images']} == {(96, 160)}
+    assert all(x >= 0 and y >= 0 and x + w <= 160 and y + h <= 96 for x, y, w, h in
+               (ann['bbox'] for ann in coco['annotations']))
+    for path in ('cityscapes/gtFine/train/shapes/shapes_000001_gtFine_labelTrainIds.png',
+                 'ade20k/ADEChallengeData2016/images/training/shapes_000001.jpg', 'coco/val2017/shapes_000004.jpg'):
+        assert Image.open(out / path).size == (160, 96)

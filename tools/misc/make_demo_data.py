@@ -43,21 +43,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--num-train', type=int, default=300)
     parser.add_argument('--num-val', type=int, default=50)
-    parser.add_argument('--size', type=int, default=128, help='side of the square images, pixels')
+    parser.add_argument('--size', type=int, default=128, help='side of the square images (their height with '
+                        '--width), pixels')
+    parser.add_argument('--width', type=int, help='width of the images, pixels (default: --size)')
     args = parser.parse_args(argv)
     for name in ('num_train', 'num_val'):
         if getattr(args, name) < 1:
             parser.error(f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}')
-    if args.size < 64:
-        parser.error(f'--size must be at least 64 pixels, got {args.size}')
+    for name in ('size', 'width'):
+        if getattr(args, name) is not None and getattr(args, name) < 64:
+            parser.error(f'--{name} must be at least 64 pixels, got {getattr(args, name)}')
     return args
 
 
-def textured_background(rng: np.random.RandomState, size: int) -> np.ndarray:
+def textured_background(rng: np.random.RandomState, height: int, width: int) -> np.ndarray:
     """A smooth random colour field plus fine noise, so that shapes are not found by colour alone."""
     coarse = rng.uniform(40, 215, size=(4, 4, 3)).astype(np.uint8)
-    smooth = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC), dtype=np.float32)
-    noise = rng.normal(0, 12, size=(size, size, 3))
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.float32)
+    noise = rng.normal(0, 12, size=(height, width, 3))
     return np.clip(smooth + noise, 0, 255).astype(np.uint8)
 
 
@@ -77,13 +80,13 @@ def shape_polygon(rng: np.random.RandomState, label: int, cx: float, cy: float, 
     return [(cx + r * math.cos(a), cy + r * math.sin(a)) for a, r in zip(angles, radii)]
 
 
-def sample_scene(rng: np.random.RandomState, size: int) -> List[Tuple[int, Polygon]]:
+def sample_scene(rng: np.random.RandomState, height: int, width: int) -> List[Tuple[int, Polygon]]:
     """One to three shapes whose bounding discs neither overlap nor leave the image."""
     shapes, discs = [], []
     for _ in range(rng.randint(1, 4)):
         for _attempt in range(50):
-            radius = rng.uniform(0.09, 0.2) * size
-            cx, cy = rng.uniform(radius + 1, size - radius - 1, size=2)
+            radius = rng.uniform(0.09, 0.2) * min(height, width)
+            cx, cy = rng.uniform(radius + 1, np.array([width, height]) - radius - 1)
             if all(math.hypot(cx - x, cy - y) > radius + r + 2 for x, y, r in discs):
                 discs.append((cx, cy, radius))
                 label = rng.randint(len(CLASSES))
@@ -92,17 +95,18 @@ def sample_scene(rng: np.random.RandomState, size: int) -> List[Tuple[int, Polyg
     return shapes
 
 
-def render(rng: np.random.RandomState, size: int, shapes) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
+def render(rng: np.random.RandomState, height: int, width: int,
+           shapes) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
     """Image, semantic map (0 background, 1.. shapes) and one binary mask per shape."""
-    image = Image.fromarray(textured_background(rng, size))
-    semantic = Image.new('L', (size, size), 0)
+    image = Image.fromarray(textured_background(rng, height, width))
+    semantic = Image.new('L', (width, height), 0)
     masks = []
     draw_image, draw_semantic = ImageDraw.Draw(image), ImageDraw.Draw(semantic)
     for label, polygon in shapes:
         colour = tuple(int(c) for c in rng.randint(0, 256, size=3))
         draw_image.polygon(polygon, fill=colour)
         draw_semantic.polygon(polygon, fill=label + 1)
-        mask = Image.new('L', (size, size), 0)
+        mask = Image.new('L', (width, height), 0)
         ImageDraw.Draw(mask).polygon(polygon, fill=1)
         masks.append(np.asarray(mask))
     return np.asarray(image), np.asarray(semantic), masks
@@ -134,15 +138,15 @@ def sample_name(image_id: int) -> str:
     return f'shapes_{image_id:06d}'
 
 
-def write_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, size: int) -> None:
+def write_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, height: int, width: int) -> None:
     coco_images, coco_anns = [], []
     for image_id in range(first_id, first_id + count):
         name = sample_name(image_id)
-        shapes = sample_scene(rng, size)
-        image, semantic, masks = render(rng, size, shapes)
+        shapes = sample_scene(rng, height, width)
+        image, semantic, masks = render(rng, height, width, shapes)
         files = sample_files(split, name)
         Image.fromarray(image).save(out / files['coco_image'], quality=95)
-        coco_images.append(dict(id=image_id, file_name=f'{name}.jpg', height=size, width=size))
+        coco_images.append(dict(id=image_id, file_name=f'{name}.jpg', height=height, width=width))
         for (label, polygon), mask in zip(shapes, masks):
             coco_anns.append(coco_annotation(len(coco_anns) + 1, image_id, label, polygon, mask))
         Image.fromarray(image).save(out / files['cityscapes_image'])
@@ -273,8 +277,9 @@ def generate(staging: Path, args: argparse.Namespace, settings: Dict, files: Lis
     for name in files:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.RandomState(args.seed)
-    write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size)
-    write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size)
+    width = args.width or args.size
+    write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size, width)
+    write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size, width)
     (staging / MARKER).write_text(json.dumps(dict(settings=settings, files=files)))
     (staging / PARTIAL_MARKER).unlink()
 
@@ -295,6 +300,8 @@ def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     settings = dict(seed=args.seed, num_train=args.num_train, num_val=args.num_val, size=args.size, version=1)
+    if args.width not in (None, args.size):  # square data keeps the settings (and marker) it always had
+        settings['width'] = args.width
     out = args.out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     finish_interrupted_run(out)
@@ -307,7 +314,7 @@ def main(argv=None) -> None:
     staging, _ = staging_paths(out)
     generate(staging, args, settings, files)
     install(staging, out, replaces_earlier_run=earlier is not None)
-    print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({args.size}x{args.size}) '
+    print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({args.width or args.size}x{args.size}) '
           f'in COCO, Cityscapes and ADE20K layouts under {args.out}')
 
 
