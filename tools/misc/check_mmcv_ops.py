@@ -65,12 +65,13 @@ def failure(device: str) -> Optional[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--wheel', default='the installed mmcv', help='the wheel installed, for the message')
+    parser.add_argument('--tool', default='make install', help='the command that installed it, for the message')
     args = parser.parse_args(argv)
     for device in machine_devices():
         found = failure(device)
         if found is not None:
-            print(f'make install: error: mmcv ({args.wheel}) has no working {device} kernels ({found}); delete '
-                  'the wheel and run make install again' + (' with the CUDA toolkit (nvcc) on PATH'
+            print(f'{args.tool}: error: mmcv ({args.wheel}) has no working {device} kernels ({found}); delete '
+                  f'the wheel and run {args.tool} again' + (' with the CUDA toolkit (nvcc) on PATH'
                                                             if device == 'cuda' else ''), file=sys.stderr)
             return 1
     print(f'mmcv ops run on {", ".join(machine_devices())}')

@@ -1,0 +1,403 @@
+"""The OpenMMLab stack for a bare GPU machine, prepared here (``make gpu-wheelhouse``).
+
+    python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--no-mmcv-build] [--check-only]
+
+A lent GPU machine has torch, triton and numpy but no OpenMMLab and no network. This tool writes,
+into ``--out`` (an ignored folder of the repository, which travels with the working tree):
+
+* the wheels pinned in ``requirements/gpu_wheelhouse.txt`` (mmengine 0.10.7, mmdet 3.3.0,
+  mmsegmentation 1.2.2 and each of their requirements the machine's image lacks, for CPython 3.12
+  manylinux x86_64), downloaded with ``pip download --no-deps``;
+* mmcv 2.1.0's source, for a build there when no prebuilt wheel fits the GPU (with setuptools < 80:
+  the image's setuptools has no ``pkg_resources``, which mmcv's ``setup.py`` imports);
+* mmcv 2.1.0 compiled here with CUDA against the image's torch (2.11.0+cu130, from PyPI, in a build
+  venv under ``~/.cache/mmvisattn``) for sm_90, the H100's and H200's, its extension stripped of
+  symbols; the wheel is cached, so only the first run compiles (``--no-mmcv-build`` leaves it out);
+* ``MANIFEST.json``: every file with its size and sha256, and the prebuilt mmcv's torch, CUDA and
+  architecture, which ``gpu_setup.py`` matches against the machine.
+
+Before anything is written the set is checked complete: every ``Requires-Dist`` of every wheel
+(markers evaluated for CPython 3.12 on Linux) is either in the set or on the machine
+(``requirements/gpu_machine.txt``; its ``opencv-python-headless`` stands for the ``opencv-python``
+that mmengine and mmcv declare), and so are the modules mmseg imports without declaring them (ftfy,
+regex). ``--check-only`` checks an existing folder. The folder is at most 40 MiB; its path is the
+last line printed. Only files this tool wrote (``MANIFEST.json``) are ever replaced or removed.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+LOCK = REPO / 'requirements' / 'gpu_wheelhouse.txt'
+MACHINE = REPO / 'requirements' / 'gpu_machine.txt'
+MANIFEST = 'MANIFEST.json'
+LIMIT_MIB = 40
+PYTHON_TAG = '3.12'
+PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64', 'manylinux_2_17_x86_64',
+             'manylinux2014_x86_64', 'manylinux1_x86_64', 'any')
+# what the machine provides under another name than the one declared
+PROVIDED_AS = {'opencv-python': 'opencv-python-headless'}
+# imported at start-up without being declared (mmseg/utils/tokenizer.py)
+UNDECLARED = ('ftfy', 'regex')
+MMCV = 'mmcv==2.1.0'
+SIMPLE_INDEX = os.environ.get('MMVISATTN_SIMPLE_INDEX', 'https://pypi.org/simple')
+# the machine's torch, and the architecture of its GPUs (H100 and H200: compute capability 9.0)
+BUILD_TORCH = '2.11.0'
+BUILD_CUDA = '13.0'
+BUILD_ARCH = '9.0'
+CACHE = Path(os.environ.get('MMVISATTN_WHEEL_CACHE', Path.home() / '.cache' / 'mmvisattn' / 'wheels'))
+
+
+def canonical(name: str) -> str:
+    return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def read_names(path: Path) -> List[str]:
+    return [line.split('#')[0].strip() for line in path.read_text().splitlines() if line.split('#')[0].strip()]
+
+
+def pinned(path: Path = LOCK) -> Dict[str, str]:
+    """``{canonical name: version}`` of the lock file; every line must be ``name==version``."""
+    pins = {}
+    for line in read_names(path):
+        name, sep, version = line.partition('==')
+        if not sep or not version:
+            raise SystemExit(f'error: {path.name}: {line!r} is not pinned exactly (name==version)')
+        pins[canonical(name)] = version
+    return pins
+
+
+def wheel_metadata(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith('.dist-info/METADATA'))
+        return Parser().parsestr(archive.read(name).decode())
+
+
+def requirements_of(wheel: Path) -> List[str]:
+    """The canonical names of the wheel's ``Requires-Dist`` that apply on CPython 3.12 / Linux, no extras."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # a bare Python (the rehearsal's): pip's own copy
+        from pip._vendor.packaging.requirements import Requirement
+    environment = dict(python_version=PYTHON_TAG, python_full_version=f'{PYTHON_TAG}.3', sys_platform='linux',
+                       platform_system='Linux', os_name='posix', platform_machine='x86_64',
+                       implementation_name='cpython', platform_python_implementation='CPython', extra='')
+    names = []
+    for line in wheel_metadata(wheel).get_all('Requires-Dist') or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate(environment):
+            names.append(canonical(requirement.name))
+    return names
+
+
+def distribution_name(path: Path) -> str:
+    if path.name.endswith('.whl'):
+        return canonical(path.name.split('-')[0])
+    return canonical(re.sub(r'-[0-9][^-]*\.tar\.gz$', '', path.name))
+
+
+def missing_requirements(wheels: Sequence[Path], machine: Iterable[str]) -> List[str]:
+    """``'<requirement> (of <wheel>)'`` for each requirement neither carried nor on the machine."""
+    have = {distribution_name(w) for w in wheels} | {canonical(n) for n in machine}
+    have |= {declared for declared, provided in PROVIDED_AS.items() if canonical(provided) in have}
+    missing = [f'{name} (of {wheel.name})' for wheel in wheels if wheel.name.endswith('.whl')
+               for name in requirements_of(wheel) if name not in have]
+    missing += [f'{name} (imported by mmsegmentation, undeclared)' for name in UNDECLARED if name not in have]
+    return missing
+
+
+def pip_download(spec: str, dest: Path) -> Path:
+    """The wheel of ``spec`` for CPython 3.12 manylinux x86_64, downloaded into ``dest``."""
+    before = set(dest.iterdir())
+    command = [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '--only-binary=:all:',
+               '--python-version', PYTHON_TAG, '--implementation', 'cp', '--abi', 'cp312', '--abi', 'abi3',
+               '--abi', 'none', *(f'--platform={p}' for p in PLATFORMS), '-d', str(dest), spec]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        last = [line for line in result.stderr.splitlines() if line.startswith('ERROR')] or ['(no message)']
+        raise SystemExit(f'error: pip download {spec} failed: {last[-1]}')
+    name, version = spec.split('==')
+    found = [p for p in dest.iterdir() if distribution_name(p) == canonical(name) and f'-{version}-' in p.name]
+    if not found:
+        raise SystemExit(f'error: pip download {spec} wrote no wheel of {name} {version} (new: '
+                         f'{sorted(p.name for p in set(dest.iterdir()) - before)})')
+    return found[0]
+
+
+def download_sdist(spec: str, dest: Path) -> Path:
+    """The source archive of ``spec`` from the index's simple page, its sha256 checked.
+
+    ``pip download`` would run the archive's ``setup.py`` to read its metadata, which for mmcv
+    2.1.0 needs torch and a setuptools older than this machine's."""
+    name, version = spec.split('==')
+    page = urllib.request.urlopen(f'{SIMPLE_INDEX}/{name}/', timeout=60).read().decode()
+    match = re.search(rf'href="([^"]*/{name}-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"', page)
+    if match is None:
+        raise SystemExit(f'error: {SIMPLE_INDEX}/{name}/ lists no {name}-{version}.tar.gz')
+    url, digest = match.groups()
+    data = urllib.request.urlopen(url, timeout=300).read()
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise SystemExit(f'error: {url}: sha256 does not match the index')
+    target = dest / url.rsplit('/', 1)[1]
+    target.write_bytes(data)
+    return target
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as file:
+        for block in iter(lambda: file.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def find_python312() -> str:
+    """An interpreter of CPython 3.12 with its headers: ``python3.12`` on PATH, else pyenv's."""
+    candidates = [shutil.which('python3.12'), *sorted(str(p) for p in
+                                                    (Path.home() / '.pyenv' / 'versions').glob('3.12*/bin/python3.12'))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, '-c', 'import sysconfig, os; '
+                                'assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")'],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return candidate
+    raise SystemExit('error: no CPython 3.12 with its headers found (python3.12 on PATH or under ~/.pyenv)')
+
+
+def build_tag() -> str:
+    return f'torch{BUILD_TORCH}-cp312-cu{BUILD_CUDA.replace(".", "")}-sm{BUILD_ARCH.replace(".", "")}'
+
+
+def build_venv() -> Path:
+    """A venv of CPython 3.12 with the machine's torch (from PyPI, CUDA 13.0 build) to compile against."""
+    venv = CACHE.parent / f'build-venv-{build_tag()}'
+    python = venv / 'bin' / 'python'
+    if not python.exists():
+        subprocess.run([find_python312(), '-m', 'venv', str(venv)], check=True)
+    probe = subprocess.run([str(python), '-c', 'import torch; print(torch.__version__)'], capture_output=True,
+                           text=True)
+    if probe.stdout.strip() != f'{BUILD_TORCH}+cu{BUILD_CUDA.replace(".", "")}' and \
+            probe.stdout.strip() != BUILD_TORCH:
+        print(f'==> installing torch {BUILD_TORCH} (CUDA {BUILD_CUDA}) into {venv} to compile mmcv against', flush=True)
+        subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', f'torch=={BUILD_TORCH}',
+                        'setuptools==79.0.1', 'wheel', 'ninja'], check=True)
+    return venv
+
+
+def find_cuda_home() -> str:
+    """The CUDA toolkit's folder: ``$CUDA_HOME``, ``/usr/local/cuda`` or nvcc's (a folder with ``bin/nvcc``
+    and ``include/cuda_runtime_api.h``; ``/usr/local/bin/nvcc`` may be a wrapper outside it)."""
+    nvcc = shutil.which('nvcc')
+    candidates = [os.environ.get('CUDA_HOME'), '/usr/local/cuda', *(str(p) for p in
+                                                                    Path(nvcc).resolve().parents[1:2] if nvcc)]
+    for candidate in filter(None, candidates):
+        folder = Path(candidate)
+        if (folder / 'bin' / 'nvcc').exists() and (folder / 'include' / 'cuda_runtime_api.h').exists():
+            return candidate
+    raise SystemExit(f'error: no CUDA toolkit found (tried {[c for c in candidates if c]}); mmcv cannot be built '
+                     'with CUDA here')
+
+
+def cuda_environment(venv: Path) -> Dict[str, str]:
+    """nvcc from the machine's toolkit; the headers and libraries of cuBLAS, cuSPARSE, ... from torch's
+    CUDA wheels (the toolkit here holds the compiler and runtime only)."""
+    cuda_home = find_cuda_home()
+    wheels = next(venv.glob('lib/python3.12/site-packages/nvidia/cu13'))
+    env = dict(os.environ, CUDA_HOME=cuda_home, MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=BUILD_ARCH,
+               MAX_JOBS=os.environ.get('MAX_JOBS', str(os.cpu_count() or 2)),
+               CPATH=f'{wheels}/include' + (f':{os.environ["CPATH"]}' if os.environ.get('CPATH') else ''),
+               LIBRARY_PATH=f'{wheels}/lib', LD_LIBRARY_PATH=f'{wheels}/lib:{cuda_home}/lib64')
+    return env
+
+
+def strip_extension(wheel: Path) -> None:
+    """The wheel with its compiled extension stripped of symbols (a fifth of its size) and RECORD updated."""
+    import base64
+    rebuilt = wheel.with_suffix('.stripped')
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(rebuilt, 'w', zipfile.ZIP_DEFLATED) as target:
+        entries = {name: source.read(name) for name in source.namelist()}
+        record_name = next(n for n in entries if n.endswith('.dist-info/RECORD'))
+        record = entries[record_name].decode().splitlines()
+        for name, data in list(entries.items()):
+            if name.endswith('.so'):
+                with tempfile.NamedTemporaryFile(suffix='.so') as temp:
+                    temp.write(data)
+                    temp.flush()
+                    subprocess.run(['strip', '--strip-unneeded', temp.name], check=True)
+                    data = entries[name] = Path(temp.name).read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
+                record = [f'{name},sha256={digest},{len(data)}' if line.startswith(f'{name},') else line
+                          for line in record]
+        entries[record_name] = ('\n'.join(record) + '\n').encode()
+        for name, data in entries.items():
+            target.writestr(name, data)
+    rebuilt.replace(wheel)
+
+
+def built_mmcv(source: Path) -> Path:
+    """mmcv compiled with CUDA against the machine's torch, for its architecture (cached)."""
+    cache = CACHE / build_tag()
+    found = sorted(cache.glob('mmcv-2.1.0-*.whl'))
+    if found:
+        print(f'==> using the cached mmcv CUDA build {found[0]}', flush=True)
+        return found[0]
+    venv = build_venv()
+    cache.mkdir(parents=True, exist_ok=True)
+    log = cache / 'build.log'
+    print(f'==> compiling mmcv 2.1.0 with CUDA {BUILD_CUDA} for sm_{BUILD_ARCH.replace(".", "")} against torch '
+          f'{BUILD_TORCH} (log: {log}; once, cached in {cache})', flush=True)
+    start = time.time()
+    with tempfile.TemporaryDirectory() as work, open(log, 'w') as out:
+        result = subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip', 'wheel', '--no-build-isolation',
+                                 '--no-deps', '-w', work, str(source)], stdout=out, stderr=subprocess.STDOUT,
+                                env=cuda_environment(venv))
+        if result.returncode != 0:
+            raise SystemExit(f'error: the mmcv CUDA build failed; {failed_source(log.read_text())}')
+        wheel = next(Path(work).glob('mmcv-*.whl'))
+        strip_extension(wheel)
+        target = cache / wheel.name
+        shutil.copy2(wheel, target)
+    print(f'    built in {time.time() - start:.0f} s: {target.name}, {target.stat().st_size / 2**20:.1f} MiB')
+    return target
+
+
+def failed_source(log: str, lines: int = 15) -> str:
+    """The source file of the first failed compile step of a setuptools/ninja log, and what the
+    compiler said of it (the lines after its command, up to the next step), not the pip traceback."""
+    match = re.search(r'FAILED: \S+\.o\s*\n.*?(\S+\.(?:cu|cpp|c))\b', log) or \
+        re.search(r'^\s*(\S+\.(?:cu|cpp|c)):\d+:\d+: (?:fatal )?error', log, re.M) or \
+        re.search(r'^\s*(\S+\.(?:cu|cpp|c))\(\d+\): error', log, re.M)
+    where = f'first failing source: {match.group(1)}' if match else 'no failing source file named'
+    text = [line.strip() for line in log.splitlines() if line.strip()]
+    failed = next((i for i, line in enumerate(text) if line.startswith('FAILED:')), None)
+    if failed is None:
+        said = [line for line in text if 'error' in line.lower()] or text
+    else:  # after the failed step's command line, until ninja's next step or its stop
+        said = []
+        for line in text[failed + 2:]:
+            if line.startswith('[') or line.startswith('ninja:'):
+                break
+            said.append(line)
+    return where + '; the compiler said:\n' + '\n'.join(said[:lines] if failed is not None else said[-lines:])
+
+
+def check_out_folder(out: Path) -> Optional[Dict]:
+    """The folder's earlier manifest, or ``None`` for a new folder; refuses what the tool did not write."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise SystemExit(f'error: {out} is a link or a file; expected a folder this tool writes')
+    if not out.exists():
+        return None
+    manifest = out / MANIFEST
+    if not manifest.exists():
+        if any(out.iterdir()):
+            raise SystemExit(f'error: {out} is not empty and holds no {MANIFEST}: not a wheelhouse of this tool')
+        return None
+    return json.loads(manifest.read_text())
+
+
+def check_size(files: Sequence[Path]) -> float:
+    size = sum(f.stat().st_size for f in files) / 2 ** 20
+    if size > LIMIT_MIB:
+        raise SystemExit(f'error: the wheelhouse holds {size:.1f} MiB, over its {LIMIT_MIB} MiB')
+    return size
+
+
+def write_manifest(out: Path, files: Sequence[Path], mmcv: Optional[Path]) -> Dict:
+    manifest = dict(files={f.name: dict(bytes=f.stat().st_size, sha256=sha256(f)) for f in files},
+                    mmcv_source=next(f.name for f in files if f.name.startswith('mmcv-') and
+                                     f.name.endswith('.tar.gz')),
+                    mmcv_build=None if mmcv is None else dict(file=mmcv.name, torch=BUILD_TORCH, cuda=BUILD_CUDA,
+                                                              arch=BUILD_ARCH, python='3.12'),
+                    build_requirements=[f.name for f in files if distribution_name(f) in ('setuptools', 'wheel')])
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def check_folder(out: Path) -> None:
+    """Every file of the manifest there with its sha256, and the set complete."""
+    manifest = check_out_folder(out)
+    if manifest is None:
+        raise SystemExit(f'error: {out} holds no {MANIFEST}; run make gpu-wheelhouse')
+    for name, entry in manifest['files'].items():
+        path = out / name
+        if not path.exists():
+            raise SystemExit(f'error: the wheelhouse {out} lacks {name}; run make gpu-wheelhouse')
+        if path.stat().st_size != entry['bytes'] or sha256(path) != entry['sha256']:
+            raise SystemExit(f'error: {path} differs from {MANIFEST} (size or sha256); run make gpu-wheelhouse')
+    missing = missing_requirements([out / n for n in manifest['files']], read_names(MACHINE))
+    if missing:
+        raise SystemExit(f'error: the wheelhouse {out} lacks {missing[0]}' + (f' and {len(missing) - 1} more'
+                                                                          if len(missing) > 1 else ''))
+
+
+def gather(out: Path, build_mmcv: bool) -> Tuple[List[Path], Optional[Path]]:
+    """Downloads (and builds) into a staging folder beside ``out``; returns its files and the mmcv build."""
+    staging = out.with_name(f'.{out.name}.partial')
+    if staging.exists():
+        shutil.rmtree(staging)  # this tool's own staging folder, left by an interrupted run
+    staging.mkdir(parents=True)
+    for name, version in pinned().items():
+        print(f'    {name}=={version}', flush=True)
+        pip_download(f'{name}=={version}', staging)
+    download_sdist(MMCV, staging)
+    mmcv = None
+    if build_mmcv:
+        mmcv = staging / built_mmcv(next(staging.glob('mmcv-*.tar.gz'))).name
+        shutil.copy2(CACHE / build_tag() / mmcv.name, mmcv)
+    files = sorted(staging.iterdir())
+    missing = missing_requirements([f for f in files if not f.name.startswith('mmcv-')] +
+                                   ([mmcv] if mmcv else []), read_names(MACHINE))
+    if missing:
+        raise SystemExit(f'error: {LOCK.name} is incomplete: nothing carries {missing[0]}' +
+                         (f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''))
+    check_size(files)
+    return files, mmcv
+
+
+def install(staging_files: Sequence[Path], out: Path, earlier: Optional[Dict], mmcv: Optional[Path]) -> None:
+    """Moves the staged files into ``out``, removing only the files of the earlier manifest it replaces."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (earlier or {}).get('files', {}):
+        if not (out / name).is_symlink() and (out / name).is_file():
+            (out / name).unlink()
+    for path in staging_files:
+        path.replace(out / path.name)
+    write_manifest(out, [out / p.name for p in staging_files], None if mmcv is None else out / mmcv.name)
+    staging_files[0].parent.rmdir()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--out', type=Path, default=REPO / '.gpu_wheelhouse')
+    parser.add_argument('--no-mmcv-build', action='store_true', help='leave out the mmcv CUDA build (the machine '
+                        'then compiles it from the carried source)')
+    parser.add_argument('--check-only', action='store_true', help='check the folder; download nothing')
+    args = parser.parse_args(argv)
+    out = args.out.resolve() if not args.out.is_symlink() else args.out
+    if args.check_only:
+        check_folder(out)
+    else:
+        earlier = check_out_folder(out)
+        print(f'==> downloading the wheels of {LOCK.relative_to(REPO)} for CPython {PYTHON_TAG} manylinux x86_64')
+        files, mmcv = gather(out, not args.no_mmcv_build)
+        install(files, out, earlier, mmcv)
+        check_folder(out)
+    files = [out / n for n in json.loads((out / MANIFEST).read_text())['files']]
+    print(f'{len(files)} files, {check_size(files):.1f} MiB of at most {LIMIT_MIB}')
+    print(out)
+
+
+if __name__ == '__main__':
+    main()
