@@ -131,15 +131,15 @@ def synthetic_samples(model, batch: int, height: int, width: int) -> list:
 
 
 class TrainingStep:
-    """One optimiser-free training step of ``model`` on a fixed synthetic batch: ``step()`` clears
+    """One optimiser-free training step of ``model`` on a fixed synthetic batch on ``device``: ``step()`` clears
     the gradients, computes the loss and runs the backward; ``step.loss()`` and ``step.backward(loss)``
     are its two halves (what autograd saves for the backward is saved in the first)."""
 
-    def __init__(self, model, batch: int, height: int, width: int):
+    def __init__(self, model, batch: int, height: int, width: int, device: str = 'cpu'):
         import torch
         self.model = model
-        self.images = torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(1))
-        self.samples = synthetic_samples(model, batch, height, width)
+        self.images = torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(1)).to(device)
+        self.samples = [sample.to(device) for sample in synthetic_samples(model, batch, height, width)]
 
     def loss(self):
         self.model.zero_grad(set_to_none=True)

@@ -1,0 +1,90 @@
+"""gpu_proof_models.py: its CPU smoke (every family's shapes config through tools/train.py, tools/test.py
+and --resume, a run under a memory cap as an out-of-memory row, a largest-input search under a cap),
+its plan and budget, its record; without CUDA the GPU run fails in one line."""
+import json
+import sys
+
+import pytest
+
+from ..conftest import REPO, load_tool, run_command, tool_env
+
+TOOL = 'tools/analysis_tools/gpu_proof_models.py'
+
+
+@pytest.fixture(scope='module')
+def tool():
+    return load_tool(TOOL)
+
+
+@pytest.fixture(scope='module')
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp('models')
+    done = run_command([sys.executable, str(REPO / TOOL), '--smoke', '--fresh', '--out-dir', str(out)],
+                       timeout=600, env=tool_env())
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return out, json.loads((out / 'models.json').read_text())
+
+
+def test_every_family_trains_tests_and_resumes(tool, smoke):
+    _, results = smoke
+    rows = {row['family']: row for row in results['rows'].values() if row['stage'] == 'project'}
+    assert sorted(rows) == sorted(tool.SMOKE_CONFIGS)
+    for family, row in rows.items():
+        assert row['ok'] and row['error'] is None, (family, row)
+        assert row['checks'] == dict(finite_losses=True, dispatch_as_named=True, backbone_sync_free=True,
+                                     resumes_at_checkpoint=True), (family, row['checks'])
+        assert (row['first_iter'], row['last_iter']) == (0, 6)
+        assert (row['resume_first_iter'], row['resume_last_iter']) == (6, 8)
+        assert len(row['losses']) == 6 and row['step_ms'] > 0 and row['peak_mb'] > 0
+        assert row['test_images'] == 2 and row['test_images_s'] > 0 and row['metrics'], (family, row)
+        assert row['dispatch'], family  # every family's shapes model has attention layers
+        assert set(row['host_reads']) == {'total', 'by_op', 'by_line'}
+
+
+def test_a_run_past_its_memory_is_a_row(smoke):
+    _, results = smoke
+    capped = [row for row in results['rows'].values() if row['stage'] == 'oom']
+    assert len(capped) == 1 and capped[0]['out_of_memory'] and capped[0]['error'] == 'out of memory'
+
+
+def test_the_record_has_one_row_per_model(smoke):
+    out, _ = smoke
+    record = json.loads((out / 'record_models.json').read_text())
+    assert record['kind'] == 'models' and record['gpu'] == 'CPU' and record['name'].endswith('_models.json')
+    assert {'mmcv', 'mmdet', 'mmseg', 'mmengine', 'torch'} <= set(record['software'])
+    assert len(record['rows']) == 7 and all(row['step_ms'] for row in record['rows'][:6])
+    assert (out / 'models.md').read_text().startswith('# Whole models on CPU')
+
+
+def test_largest_input_under_a_cap(smoke):
+    _, results = smoke
+    (row,) = [row for row in results['rows'].values() if row['stage'] == 'largest']
+    assert row['ok'] and row['largest_input'] and not row['saturated'], row
+    tried = {int(side): fits for side, fits in row['tried'].items()}
+    assert tried[row['largest_input']] and not all(tried.values())
+    assert all(fits == (side <= row['largest_input']) for side, fits in tried.items())
+
+
+def test_plan_proves_one_model_of_each_family_first(tool):
+    jobs = tool.plan(tool.parse_args([]))
+    first = [job for job in jobs if job['stage'] == 'project']
+    assert sorted(job['family'] for job in first) == sorted(tool.FAMILIES) and not any(j['stock'] for j in first)
+    assert [job['stage'] for job in jobs] == sorted((job['stage'] for job in jobs), key=tool.STAGES.index)
+    assert {job['pair'] for job in jobs} == set(tool.PAIRS)
+    assert not any(job['stock'] and job['deploy'] for job in jobs)
+
+
+def test_budget_skips_and_says_so(tool, tmp_path, monkeypatch):
+    args = tool.parse_args(['--smoke', '--budget', '0', '--out-dir', str(tmp_path)])
+    monkeypatch.setattr(tool, 'layout_roots', lambda jobs, args: {})
+    monkeypatch.setattr(tool, 'parse_args', lambda argv=None: args)
+    assert tool.main() == 0
+    rows = json.loads((tmp_path / 'models.json').read_text())['rows']
+    assert all(row['skipped'] == 'out of time (--budget 0 s)' for row in rows.values())
+    assert 'Skipped (out of --budget)' in (tmp_path / 'models.md').read_text()
+
+
+def test_without_cuda_is_one_line(tmp_path):
+    done = run_command([sys.executable, str(REPO / TOOL), '--out-dir', str(tmp_path)], env=tool_env())
+    assert done.returncode == 1 and done.stderr.strip().startswith('error: no CUDA device')
+    assert len(done.stderr.strip().splitlines()) == 1

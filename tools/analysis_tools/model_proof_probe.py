@@ -1,0 +1,247 @@
+"""The hook ``gpu_proof_models.py`` adds to a model's config: what one run of ``tools/train.py`` or
+``tools/test.py`` did on the device, written as JSON into ``out_dir`` (``probe_train.json``,
+``probe_test.json``).
+
+In training it records the first iteration (a resumed run starts at its checkpoint's), each
+iteration's loss and its synchronised time and the peak of ``torch.cuda.max_memory_allocated`` (the
+peak resident set on a CPU). At iteration ``probe_iter`` of the run, with nothing that changes what
+``impl='auto'`` picks:
+
+* every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
+  names for this device, the attention's input dtype and this input size;
+* on CUDA, the backbone's forward under ``torch.cuda.set_sync_debug_mode('warn')`` (every wait for
+  the device in it, with its line, is a finding) and the step's synchronisations as the profiler saw
+  them, each attributed to the innermost frame of the project or of OpenMMLab.
+
+On a CPU, where nothing waits, the two steps after it run under mmvisattn's :class:`HostReadCounter`
+(a dispatch mode, hence not in the dispatch step): the second one's reads, each with the line that
+made it, those of the backbone's forward apart.
+
+In testing it records the images per second of the test loop and its metrics. ``memory_cap_mb``
+caps the process (CUDA: the allocator's fraction of the GPU; CPU: its address space above the
+current), so that a proof can show what running out of memory looks like.
+"""
+import json
+import math
+import numbers
+import os
+import statistics
+import time
+import warnings
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from mmvisattn.ops.host_reads import HostReadCounter
+
+SYNC_EVENTS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize')
+OUR_FRAMES = ('/mmvisattn/', '/mmdet/', '/mmseg/', '/mmengine/', '/mmcv/')
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def peak_mb() -> float:
+    """Peak allocated device memory (CUDA), else the process's peak resident set, MB."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2 ** 20
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cap_memory(megabytes: float) -> None:
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, megabytes * 2 ** 20 / total))
+        return
+    import resource
+    with open('/proc/self/statm') as statm:
+        virtual = int(statm.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+    limit = virtual + int(megabytes * 2 ** 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
+    """``before`` / ``after`` as forward hooks of ``module``; returns their remover."""
+    handles = [module.register_forward_pre_hook(before)]
+    if after is not None:
+        handles.append(module.register_forward_hook(after))
+    return lambda: [handle.remove() for handle in handles]
+
+
+def profiled_syncs(profile) -> Dict[str, int]:
+    """The runtime's synchronisations of a profiled step, counted by the innermost frame of ours."""
+    counts: Dict[str, int] = {}
+    for event in profile.events():
+        if event.name not in SYNC_EVENTS:
+            continue
+        frames = [frame for frame in (event.stack or []) if any(part in frame for part in OUR_FRAMES)]
+        where = frames[0] if frames else 'outside mmvisattn and OpenMMLab'
+        counts[where] = counts.get(where, 0) + 1
+    return counts
+
+
+@HOOKS.register_module()
+class ModelProofProbe(Hook):
+    """Records a training or test run for ``gpu_proof_models.py`` (module docstring)."""
+
+    priority = 'VERY_LOW'  # after the optimizer step and the safeguards
+
+    def __init__(self, out_dir: str, probe_iter: int = 3, memory_cap_mb: Optional[float] = None) -> None:
+        self.out_dir, self.probe_iter, self.memory_cap_mb = Path(out_dir), probe_iter, memory_cap_mb
+        self.record: Dict = {}
+        self.step_ms: List[float] = []
+        self.losses: List[float] = []
+        self.stack: Optional[ExitStack] = None
+        self.start = 0.0
+
+    # training
+    def before_train(self, runner) -> None:
+        if self.memory_cap_mb is not None:
+            cap_memory(self.memory_cap_mb)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        self.record = dict(mode='train', first_iter=runner.iter, device='cuda' if torch.cuda.is_available() else 'cpu')
+        self.write()
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        step = runner.iter + 1 - self.record['first_iter']
+        if step == self.probe_iter:
+            self.stack = self.open_dispatch_probe(runner)
+        elif step in (self.probe_iter + 1, self.probe_iter + 2) and not torch.cuda.is_available():
+            self.stack = self.open_host_read_probe(runner)
+        synchronize()
+        self.start = time.perf_counter()
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        synchronize()
+        self.step_ms.append((time.perf_counter() - self.start) * 1e3)
+        if outputs and 'loss' in outputs:
+            self.losses.append(float(torch.as_tensor(outputs['loss']).detach()))
+        if self.stack is not None:
+            self.stack.close()
+            self.stack = None
+            step = runner.iter + 1 - self.record['first_iter']
+            if step == self.probe_iter:
+                self.close_dispatch_probe(runner)
+            elif step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
+                self.close_host_read_probe()
+        self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=peak_mb())
+        self.write()
+
+    def after_train(self, runner) -> None:
+        timed = self.step_ms[-10:]
+        self.record.update(median_step_ms=statistics.median(timed) if timed else None,
+                           finite_losses=all(math.isfinite(v) for v in self.losses), done=True)
+        self.write()
+
+    def open_dispatch_probe(self, runner) -> ExitStack:
+        """The dispatch step's recorders (none a dispatch mode, which would change what ``auto`` picks):
+        every attention op call, and on CUDA the backbone under the sync debug mode and the profiler."""
+        from mmvisattn.models.attentions.base import BaseAttention
+        from mmvisattn.ops.dispatch import record_dispatch
+        stack = ExitStack()
+        model = getattr(runner.model, 'module', runner.model)
+        self.dispatch = stack.enter_context(record_dispatch())
+        for name, module in model.named_modules():
+            if isinstance(module, BaseAttention):
+                handle = module.register_forward_pre_hook(
+                    lambda module, args, name=name: setattr(self.dispatch, 'layer', name))
+                stack.callback(handle.remove)
+        self.input_size = None
+        if torch.cuda.is_available():
+            caught = warnings.catch_warnings(record=True)
+            self.sync_warnings: List = []
+
+            def before(module, args):
+                self.input_size = tuple(args[0].shape[-2:])
+                self.sync_warnings = caught.__enter__()
+                warnings.simplefilter('always')
+                torch.cuda.set_sync_debug_mode('warn')
+
+            def after(module, args, output):
+                torch.cuda.set_sync_debug_mode(0)
+                caught.__exit__(None, None, None)
+            from torch.profiler import ProfilerActivity, profile
+            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU], with_stack=True))
+        else:
+            def before(module, args):
+                self.input_size = tuple(args[0].shape[-2:])
+            after = None
+        stack.callback(watch(model.backbone, before, after))
+        return stack
+
+    def close_dispatch_probe(self, runner) -> None:
+        self.record['dispatch'] = self.dispatch_check(runner)
+        if torch.cuda.is_available():
+            syncs = [f'{w.filename}:{w.lineno}' for w in self.sync_warnings if 'synchroniz' in str(w.message)]
+            self.record['backbone_syncs'] = dict(total=len(syncs), at=sorted(set(syncs)))
+            self.record['profiled_syncs'] = profiled_syncs(self.profile)
+
+    def open_host_read_probe(self, runner) -> ExitStack:
+        """On a CPU, where nothing synchronises: the step's host reads (the counter is a dispatch mode,
+        so ``auto`` may pick another implementation under it than in the dispatch step), and those of
+        the backbone's forward, told apart by the counter's totals around it."""
+        stack = ExitStack()
+        model = getattr(runner.model, 'module', runner.model)
+        self.reads = stack.enter_context(HostReadCounter())
+        self.backbone_lines: Counter = Counter()
+
+        def before(module, args):
+            self.lines_before = Counter(self.reads.by_line)
+
+        def after(module, args, output):
+            self.backbone_lines += Counter(self.reads.by_line) - self.lines_before
+        stack.callback(watch(model.backbone, before, after))
+        return stack
+
+    def close_host_read_probe(self) -> None:
+        self.record['host_reads'] = dict(total=self.reads.total, **self.reads.as_dict())
+        self.record['backbone_syncs'] = dict(total=sum(self.backbone_lines.values()), at=sorted(self.backbone_lines))
+
+    def dispatch_check(self, runner) -> List[Dict]:
+        """Each (layer, op) of the dispatch step: the implementation that ran and the one
+        ``print_dispatch.py`` names for this device, the attention's input dtype and this input size."""
+        from print_dispatch import attention_requests, dispatch_rows  # this folder: on sys.path when run
+        records = self.dispatch.records
+        if not records:
+            return []
+        ran = {(r.layer, r.op.name): r.chosen for r in records}
+        named = {(row['layer'], row['op']): row['runs'] for row in
+                 dispatch_rows(attention_requests(runner.cfg, self.input_size), self.record['device'],
+                               records[0].request.dtype)}
+        return [dict(layer=layer, op=op, runs=impl, named=named.get((layer, op)), ok=named.get((layer, op)) == impl)
+                for (layer, op), impl in ran.items()]
+
+    # testing
+    def before_test(self, runner) -> None:
+        self.record = dict(mode='test', images=0, device='cuda' if torch.cuda.is_available() else 'cpu')
+
+    def before_test_epoch(self, runner) -> None:
+        synchronize()
+        self.start = time.perf_counter()
+
+    def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self.record['images'] += len(outputs or ())
+
+    def after_test_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
+        synchronize()
+        seconds = time.perf_counter() - self.start
+        self.record.update(seconds=seconds, images_per_s=self.record['images'] / seconds if seconds else None,
+                           metrics={k: float(v) for k, v in (metrics or {}).items() if isinstance(v, numbers.Real)},
+                           done=True)
+        self.write()
+
+    def write(self) -> None:
+        """The record so far, in ``out_dir/probe_<mode>.json`` (a crash leaves what was measured)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f'probe_{self.record["mode"]}.json'
+        path.with_suffix('.partial').write_text(json.dumps(self.record, indent=1))
+        path.with_suffix('.partial').replace(path)
