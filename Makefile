@@ -9,10 +9,16 @@ PEERS_DIR    ?=
 # has torch and triton but no venv and no network; those targets need nothing else)
 GPU_PYTHON   ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
 GPU_PROOF_DIR ?= work_dirs/gpu_proof
+# the OpenMMLab stack for a GPU machine: its wheels (made here) and their install there
+GPU_WHEELHOUSE ?= .gpu_wheelhouse
+GPU_SITE     ?= .gpu_site
+GPU_MODELS_DIR ?= work_dirs/gpu_proof_models
+GPU_MODELS_ARGS ?=
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install test test-slow test-ops gpu-proof kernels bench bench-models demo clean
+.PHONY: install test test-slow test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models gpu-proof-models-smoke \
+	gpu-tables kernels bench bench-models demo clean
 
 install:
 	@bash tools/install.sh
@@ -31,6 +37,29 @@ test-ops:
 # and the benchmark rows (tools/analysis_tools/gpu_proof.py; a few minutes on one GPU, no install needed)
 gpu-proof:
 	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/analysis_tools/gpu_proof.py --out-dir $(GPU_PROOF_DIR)
+
+# here, with the package registry: the wheels of mmengine, mmdet, mmseg and what the GPU machine lacks, mmcv's
+# source and its CUDA build for sm_90 (compiled once, about 40 minutes on 2 cores; cached), into $(GPU_WHEELHOUSE)
+gpu-wheelhouse:
+	$(GPU_PYTHON) tools/misc/gpu_wheelhouse.py --out $(GPU_WHEELHOUSE)
+
+# on the GPU machine, without network: the wheelhouse installed into $(GPU_SITE), mmcv's ops run on CUDA
+gpu-setup:
+	$(GPU_PYTHON) tools/misc/gpu_setup.py --wheelhouse $(GPU_WHEELHOUSE) --target $(GPU_SITE)
+
+# on the GPU machine after gpu-setup: every family trained, tested and resumed through tools/train.py and
+# tools/test.py beside its stock model (tools/analysis_tools/gpu_proof_models.py; GPU_MODELS_ARGS=--largest ...)
+gpu-proof-models:
+	PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_SITE) $(GPU_PYTHON) tools/analysis_tools/gpu_proof_models.py \
+		--out-dir $(GPU_MODELS_DIR) $(GPU_MODELS_ARGS)
+
+# the same code on this CPU at 128 pixels (make test runs it)
+gpu-proof-models-smoke: install
+	$(PYTHON) tools/analysis_tools/gpu_proof_models.py --smoke --fresh --out-dir work_dirs/gpu_proof_models_smoke
+
+# the README's GPU tables from the newest record of each GPU under docs/records/gpu
+gpu-tables:
+	$(GPU_PYTHON) tools/analysis_tools/gpu_records.py --readme README.md
 
 # every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
 kernels: install

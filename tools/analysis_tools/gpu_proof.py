@@ -24,8 +24,9 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked, and the
   op's own fastest (``fastest_impl``, printed where it is not ``gpu_proof_cases.FASTEST_ON_CUDA``).
 
-Writes ``gpu_proof.json`` and ``gpu_proof.md`` into ``--out-dir``; exits 1 when a check fails (the
-benchmarks only measure). Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
+Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
+``gpu_records.py``) into ``--out-dir``; exits 1 when a check fails (the benchmarks only measure).
+Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
 
 ``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter in
 place of the sync debug mode, ``aot_eager`` in place of inductor), inside ``make test``, so the proof
@@ -47,6 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 # this folder: on sys.path when run
 from gpu_proof_report import describe, first_line, mark_fastest, markdown, row_label, unrecorded_fastest
+from gpu_records import proof_rows, record
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -267,15 +269,15 @@ class Proof:
             row = dict(op=case.dispatch.name, impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],
                        backend=backend)
             torch._dynamo.reset()
-            explained = torch._dynamo.explain(lambda *t: case.call('auto', size, *t))(*leaves)
-            row['graph_breaks'] = explained.graph_break_count
-            row['break_reasons'] = sorted({first_line(b.reason) for b in explained.break_reasons})
             eager_out, eager_grads = self.step(case, 'auto', size, leaves)
             compiled = torch.compile(lambda *t: case.call('auto', size, *t), backend=backend)
             try:
+                explained = torch._dynamo.explain(lambda *t: case.call('auto', size, *t))(*leaves)
+                row['graph_breaks'] = explained.graph_break_count
+                row['break_reasons'] = sorted({first_line(b.reason) for b in explained.break_reasons})
                 out = compiled(*leaves)
                 grads = torch.autograd.grad(out, [t for t in leaves if t.requires_grad], self.upstream(out))
-            except Exception as error:  # a failure to compile is this row's finding
+            except Exception as error:  # a failure to trace or compile is this row's finding
                 rows.append(dict(row, ok=False, error=first_line(error)))
                 continue
             error = max(relative_error(a, b) for a, b in zip([out, *grads], [eager_out, *eager_grads]))
@@ -300,7 +302,7 @@ class Proof:
                               for impl in dict.fromkeys([auto, *self.impls(case)])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
                 layer_rows.append(dict(op=case.dispatch.name, layer=layer, size=describe(size), impl=SDPA_ROW,
-                                       auto=False, **self.timed(lambda: flash_sdpa(*baseline), baseline)))
+                                       auto=False, **self.timed(lambda: self.cases.flash_sdpa(*baseline), baseline)))
                 rows += mark_fastest(layer_rows, SDPA_ROW)
         return rows
 
@@ -354,13 +356,6 @@ class Proof:
         return round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1)
 
 
-def flash_sdpa(q, k, v):
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-
 def chosen(case, call: Callable):
     """``call()``'s result and the implementation ``auto`` chose for the case's op in it."""
     from mmvisattn.ops.dispatch import record_dispatch
@@ -390,6 +385,8 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / 'gpu_proof.json').write_text(json.dumps(dict(meta=meta, sections=proof.sections), indent=1))
     (args.out_dir / 'gpu_proof.md').write_text(markdown(meta, proof.sections))
+    rows = proof_rows(proof.sections, SDPA_ROW)
+    (args.out_dir / 'record_proof.json').write_text(json.dumps(record('proof', meta['device_name'], rows, False)))
     print(f'wrote {args.out_dir / "gpu_proof.md"} and gpu_proof.json; {len(meta["failures"])} failed checks')
     for failure in meta['failures']:
         print(f'FAILED {failure}', file=sys.stderr)

@@ -222,3 +222,10 @@ def smoke_size(size: Size, dims: int = 16) -> Size:
 def baseline_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
     """``q, k, v`` of SDPA over the same tokens, heads and head width (the baseline of the benchmarks)."""
     return _plain_inputs(size, device, dtype, generator)
+
+
+def flash_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The baseline of every benchmark layer: softmax attention over the same tokens, flash backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)

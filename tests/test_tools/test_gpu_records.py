@@ -1,0 +1,58 @@
+"""gpu_records.py: records of GPU runs in one schema per kind, and the README's GPU tables generated from
+the newest record of each GPU (a test fails when they were edited by hand or a record was added
+without regenerating them)."""
+import json
+import sys
+
+import pytest
+
+from ..conftest import REPO, load_tool, run_command, tool_env
+
+TOOL = 'tools/analysis_tools/gpu_records.py'
+
+
+@pytest.fixture(scope='module')
+def tool():
+    return load_tool(TOOL)
+
+
+def model_row(model: str, step_ms: float, stock: bool = False) -> dict:
+    return dict(model=model, stock=stock, step_ms=step_ms, peak_mb=100.0, test_images_s=5.0, largest_input=1024)
+
+
+def test_readme_tables_are_generated_from_the_records():
+    done = run_command([sys.executable, str(REPO / TOOL), '--check'], env=tool_env())
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_record_carries_its_provenance(tool):
+    data = tool.record('models', 'NVIDIA H100 80GB HBM3', [model_row('a', 1.0)], openmmlab=True)
+    assert data['name'].startswith(data['date']) and data['name'].endswith(f'_{data["commit"]}_models.json')
+    assert '_NVIDIA-H100-80GB-HBM3_' in data['name'] and isinstance(data['dirty'], bool)
+    assert {'torch', 'cuda', 'python', 'triton', 'mmcv', 'mmengine', 'mmdet', 'mmseg'} == set(data['software'])
+    with pytest.raises(ValueError, match='lack largest_input'):
+        row = model_row('a', 1.0)
+        del row['largest_input']
+        tool.record('models', 'GPU', [row], openmmlab=False)
+
+
+def test_proof_rows_take_the_benchmarks(tool):
+    sections = dict(benchmarks=dict(rows=[
+        dict(op='ripple_attention', layer='L', size='s', impl='triton', auto=True, forward_ms=1.0,
+             forward_backward_ms=3.0, peak_mb=10.0, fastest=False),
+        dict(op='ripple_attention', layer='L', size='s', impl='SDPA (flash)', auto=False, forward_ms=0.1,
+             forward_backward_ms=0.4, peak_mb=5.0, fastest=True),
+        dict(op='ripple_attention', layer='M', size='s', skipped='out of time')]))
+    rows = tool.proof_rows(sections, 'SDPA (flash)')
+    assert [(row['impl'], row['auto']) for row in rows] == [('triton', True), ('sdpa', False)]
+    assert all(set(tool.PROOF_FIELDS) <= set(row) for row in rows)
+
+
+def test_tables_take_the_newest_record_of_each_gpu(tool, tmp_path):
+    for day, gpu, step in (('2026-11-01', 'H100', 9.0), ('2026-11-20', 'H100', 2.0), ('2026-11-10', 'H200', 3.0)):
+        data = dict(kind='models', gpu=gpu, date=day, commit='abc', dirty=False, software=dict(torch='2.11'),
+                    rows=[model_row(f'model-{gpu}', step)])
+        (tmp_path / f'{day}_{gpu}_abc_models.json').write_text(json.dumps(data))
+    text = tool.tables(tmp_path)
+    assert '| model-H100 |  | 2.0 |' in text and '9.0' not in text and '| model-H200 |  | 3.0 |' in text
+    assert text.index('**H100**') < text.index('**H200**') and 'No record yet.' in text  # no proof record
