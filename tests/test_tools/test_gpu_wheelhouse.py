@@ -24,6 +24,11 @@ def tool():
 
 
 @pytest.fixture(scope='module')
+def build():
+    return load_tool('tools/misc/mmcv_cuda_build.py')
+
+
+@pytest.fixture(scope='module')
 def wheelhouse(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp('gpu') / 'wheelhouse'
     done = run_command([sys.executable, str(REPO / WHEELHOUSE), '--out', str(out), '--no-mmcv-build'], timeout=300,
@@ -43,8 +48,8 @@ def test_every_pin_is_carried_within_the_limit(tool, wheelhouse):
     assert tool.missing_requirements([wheelhouse / n for n in manifest['files']], tool.read_names(tool.MACHINE)) == []
 
 
-def test_rehearsal_installs_into_a_fresh_python312_target(tool, wheelhouse, tmp_path):
-    python = tool.find_python312()
+def test_rehearsal_installs_into_a_fresh_python312_target(build, wheelhouse, tmp_path):
+    python = build.find_python312()
     done = run_command([python, str(REPO / SETUP), '--rehearse', '--wheelhouse', str(wheelhouse), '--target',
                         str(tmp_path / 'site')], timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -87,16 +92,16 @@ def test_setup_without_cuda_is_one_line(wheelhouse, tmp_path):
         'error: no CUDA device: make gpu-setup installs the stack on a GPU machine'
 
 
-def test_a_failed_build_names_its_source(tool):
+def test_a_failed_build_names_its_source(build):
     log = '\n'.join(['[1/3] c++ -c /src/mmcv/ops/csrc/pytorch/nms.cpp', 'FAILED: /b/temp/cuda/roi_align_cuda.o',
                      '/usr/local/cuda/bin/nvcc -c /src/mmcv/ops/csrc/pytorch/cuda/roi_align_cuda.cu -o x.o',
                      "/src/mmcv/ops/csrc/pytorch/cuda/roi_align_cuda.cu(12): error: identifier 'x' is undefined",
                      'ninja: build stopped: subcommand failed.'])
-    message = tool.failed_source(log)
+    message = build.failed_source(log)
     assert message.startswith('first failing source: /src/mmcv/ops/csrc/pytorch/cuda/roi_align_cuda.cu;')
     assert message.endswith("the compiler said:\n/src/mmcv/ops/csrc/pytorch/cuda/roi_align_cuda.cu(12): error: "
                             "identifier 'x' is undefined")
-    real = tool.failed_source('\n'.join([
+    real = build.failed_source('\n'.join([
         '  [104/136] c++ -MMD -MF /b/info.o.d -c /s/mmcv/ops/csrc/pytorch/info.cpp -o /b/info.o',
         '  FAILED: /b/info.o',
         '  c++ -MMD -MF /b/info.o.d -I/root/.cache/x -c /s/mmcv/ops/csrc/pytorch/info.cpp -o /b/info.o',
@@ -109,7 +114,7 @@ def test_a_failed_build_names_its_source(tool):
     assert real.endswith('No such file or directory\ncompilation terminated.') and 'Traceback' not in real
 
 
-def test_the_stripped_wheel_keeps_a_valid_record(tool, tmp_path):
+def test_the_stripped_wheel_keeps_a_valid_record(build, tmp_path):
     import zipfile
     library = tmp_path / 'lib.so'
     subprocess.run(['cc', '-shared', '-g', '-o', str(library), '-x', 'c', '-'], input=b'int f(void){return 1;}',
@@ -118,7 +123,7 @@ def test_the_stripped_wheel_keeps_a_valid_record(tool, tmp_path):
     with zipfile.ZipFile(wheel, 'w') as archive:
         archive.write(library, 'demo/_ext.so')
         archive.writestr('demo-1.0.dist-info/RECORD', f'demo/_ext.so,sha256=old,{library.stat().st_size}\n')
-    tool.strip_extension(wheel)
+    build.strip_extension(wheel)
     with zipfile.ZipFile(wheel) as archive:
         data = archive.read('demo/_ext.so')
         record = archive.read('demo-1.0.dist-info/RECORD').decode()

@@ -18,13 +18,14 @@ the end, no pretrained weights, the probe hook of ``model_proof_probe.py``) and 
 3. ``tools/train.py --resume`` for ``--resume-iters`` more: it must start at the checkpoint's iteration;
 4. (stage ``amp``) ``tools/train.py --amp`` for ``--iters`` iterations.
 
-Stages, in order, each skipped with a note once ``--budget`` seconds have passed: ``project`` (the
-project model of one pair per family), ``stock`` (their stock counterparts), ``amp`` (both under
-``--amp``), ``rest`` (the other pairs, all of it). ``--largest`` is a separate run: the largest square
-training input with batch 2 that fits the GPU, per model (doubling, then bisection on its stride; an
-out-of-memory try is caught and the cache emptied). Results accumulate in ``models.json`` (a later
-run skips what is there unless ``--fresh``); ``models.md`` tables them, and ``record_models.json`` is
-the record for ``docs/records/gpu/`` (``gpu_records.py``).
+The Castling pair's deploy form has no run of its own: ``CastlingScheduleHook`` switches the model to
+it at 3/4 of training, so the Castling run's test is of the deploy form.
+
+Stages, in order, skipped with a note once ``--budget`` seconds have passed: ``project`` (one pair
+per family), ``stock`` (their stock models), ``amp`` (both, ``--amp``), ``rest`` (the other pairs).
+``--largest`` is a separate run: the largest square training input with batch 2 per model
+(``largest_input.py``). Results accumulate in ``models.json`` (a later run skips what is there unless
+``--fresh``), tabled in ``models.md``; ``record_models.json`` is the record for ``docs/records/gpu/``.
 
 ``--smoke`` runs the same code on a CPU at tiny sizes inside ``make test``: every family's shapes
 config (128 px, batch 2, 6 iterations, 2 after the resume) through train, test and resume, a
@@ -44,7 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largest_input import OOM_SIGNS  # this folder: on sys.path when the script runs
+from benchmark_models import write_json  # this folder: on sys.path when the script runs
+from gpu_records import record
+from largest_input import OOM_SIGNS
 from model_pairs import FAMILIES, PAIRS, ModelPair
 from model_proof_data import LAYOUT_SIZES, dataset_layouts, derive_config, load_config, write_data
 
@@ -292,15 +295,8 @@ def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
     if args.fresh or not path.exists():
         return {}
     earlier = json.loads(path.read_text())
-    if earlier.get('settings') != settings(args):
-        return {}
-    return {key: row for key, row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')}
-
-
-def write_json(path: Path, data: Dict) -> None:
-    scratch = path.with_name(f'.{path.name}.partial')
-    scratch.write_text(json.dumps(data, indent=1))
-    scratch.replace(path)
+    return {key: row for key, row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')} \
+        if earlier.get('settings') == settings(args) else {}
 
 
 def record_rows(rows: Dict[str, Dict]) -> List[Dict]:
@@ -309,8 +305,9 @@ def record_rows(rows: Dict[str, Dict]) -> List[Dict]:
     for row in rows.values():
         if row.get('amp') or row.get('skipped'):
             continue
-        entry = models.setdefault(row['model'], dict(model=row['model'], stock=row['stock'], step_ms=None,
-                                                     peak_mb=None, test_images_s=None, largest_input=None))
+        entry = models.setdefault(row['model'], dict(model=row['model'], stock=row['stock'], pair=row['pair'],
+                                                     step_ms=None, peak_mb=None, test_images_s=None,
+                                                     largest_input=None))
         if row['stage'] == 'largest':
             entry['largest_input'] = row.get('largest_input')
         else:
@@ -348,6 +345,8 @@ def main(argv=None) -> int:
     jobs = smoke_plan() if args.smoke else plan(args)
     if args.largest:
         jobs = [dict(job, stage='largest') for job in jobs if not job['amp'] and job['stage'] != 'oom']
+    else:  # the Castling run's test is of its deploy form already: CastlingScheduleHook switches at 3/4
+        jobs = [job for job in jobs if not job['deploy']]
     rows = load_results(args)
     pending = [(job_key(job), job) for job in jobs if job_key(job) not in rows]
     trained = [job for _, job in pending if job['stage'] != 'largest']
@@ -358,10 +357,14 @@ def main(argv=None) -> int:
         if time.perf_counter() > deadline:
             with lock:
                 skipped.append(key)
-                rows[key] = dict(model=job['model'], stage=job['stage'], amp=job['amp'], stock=job['stock'],
+                rows[key] = dict(model=job['model'], pair=job['pair'], stage=job['stage'], amp=job['amp'],
+                                 stock=job['stock'],
                                  skipped=f'out of time (--budget {args.budget:g} s)', ok=False)
             return
         print(f'==> {key} ({job["config"]})', flush=True)
+        if job['stage'] != 'largest':
+            with lock:  # one at a time: loading configs is not thread-safe (mmengine's package lookups)
+                derive_config(job, args.iters, args.smoke, roots, work_dir(job, args))
         row = run_largest(job, args, deadline) if job['stage'] == 'largest' else run_model(job, args, deadline)
         print(f'    {key}: {"ok" if row["ok"] else "FAILED"}: ' + ', '.join(
             f'{name} {row[name]:.1f}' if isinstance(row.get(name), float) else f'{name} {row[name]}'
@@ -370,8 +373,6 @@ def main(argv=None) -> int:
         with lock:
             rows[key] = row
             write_json(args.out_dir / 'models.json', dict(gpu=gpu, settings=settings(args), rows=rows))
-    for job in trained:  # in this thread: loading configs is not thread-safe (mmengine's package lookups)
-        derive_config(job, args.iters, args.smoke, roots, work_dir(job, args))
     lock = threading.Lock()
     with ThreadPoolExecutor(args.parallel) as pool:  # each run is its own process
         for future in [pool.submit(run, key, job) for key, job in pending]:
@@ -379,7 +380,6 @@ def main(argv=None) -> int:
     rows = {key: rows[key] for key in [*map(job_key, jobs), *rows] if key in rows}  # the plan's order first
     write_json(args.out_dir / 'models.json', dict(gpu=gpu, settings=settings(args), rows=rows))
     (args.out_dir / 'models.md').write_text(markdown(gpu, rows, skipped))
-    from gpu_records import record
     write_json(args.out_dir / 'record_models.json', record('models', gpu, record_rows(rows), openmmlab=True))
     failed = [key for key, row in rows.items() if not row['ok'] and not row.get('skipped')
               and not (row.get('out_of_memory') and (row['stage'] in ('oom',) or not args.smoke))]

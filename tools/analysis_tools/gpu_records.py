@@ -13,12 +13,15 @@ A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu`
 * ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
   ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
-The tools write their record into their output folder (``record_proof.json``,
-``record_models.json``); committing it is copying it here under its ``name``. ``--readme`` replaces
-the tables between this tool's markers; ``--check`` exits 1 when they differ from the records.
+Where the tree is no git checkout (its copy on a lent GPU machine), ``$MMVISATTN_COMMIT`` and
+``$MMVISATTN_DIRTY`` (``0`` for a clean tree) say what it is a copy of. The tools write their record
+into their output folder (``record_proof.json``, ``record_models.json``); committing it is copying it
+here under its ``name``. ``--readme`` replaces the tables between this tool's markers; ``--check``
+exits 1 when they differ from the records.
 """
 import argparse
 import json
+import os
 import platform
 import re
 import subprocess
@@ -61,14 +64,16 @@ def slug(text: str) -> str:
 
 def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
     """A record of this tree's run: ``name`` is the file name it is committed under."""
-    commit = git('rev-parse', '--short=12', 'HEAD') or 'unknown'
+    commit = git('rev-parse', '--short=12', 'HEAD') or os.environ.get('MMVISATTN_COMMIT', 'unknown')
+    dirty = bool(git('status', '--porcelain')) if git('rev-parse', 'HEAD') else \
+        os.environ.get('MMVISATTN_DIRTY', '1') != '0'
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
     missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
     if missing:
         raise ValueError(f'{kind} record rows lack {missing[0]}')
     return dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
-                software=software(openmmlab), commit=commit, dirty=bool(git('status', '--porcelain')),
+                software=software(openmmlab), commit=commit, dirty=dirty,
                 rows=list(rows))
 
 

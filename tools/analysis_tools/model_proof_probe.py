@@ -77,13 +77,19 @@ def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
 
 
 def profiled_syncs(profile) -> Dict[str, int]:
-    """The runtime's synchronisations of a profiled step, counted by the innermost frame of ours."""
+    """The runtime's synchronisations of a profiled step, each attributed to the innermost operator
+    around it that has a Python stack, by that stack's innermost frame of the project or OpenMMLab."""
+    events = list(profile.events())
+    operators = [event for event in events if event.stack]
     counts: Dict[str, int] = {}
-    for event in profile.events():
+    for event in events:
         if event.name not in SYNC_EVENTS:
             continue
-        frames = [frame for frame in (event.stack or []) if any(part in frame for part in OUR_FRAMES)]
-        where = frames[0] if frames else 'outside mmvisattn and OpenMMLab'
+        around = [op for op in operators if op.time_range.start <= event.time_range.start
+                  and op.time_range.end >= event.time_range.end]
+        operator = min(around, key=lambda op: op.time_range.elapsed_us(), default=None)
+        frames = [frame for frame in (operator.stack if operator else []) if any(p in frame for p in OUR_FRAMES)]
+        where = frames[0] if frames else f'{operator.name} (no frame of ours)' if operator else 'outside operators'
         counts[where] = counts.get(where, 0) + 1
     return counts
 
@@ -112,27 +118,28 @@ class ModelProofProbe(Hook):
         self.write()
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        synchronize()  # before the recorders: the probe's own waits are not the step's
         step = runner.iter + 1 - self.record['first_iter']
         if step == self.probe_iter:
             self.stack = self.open_dispatch_probe(runner)
         elif step in (self.probe_iter + 1, self.probe_iter + 2) and not torch.cuda.is_available():
             self.stack = self.open_host_read_probe(runner)
-        synchronize()
         self.start = time.perf_counter()
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        probed = self.stack is not None
+        if probed:
+            self.stack.close()  # before the probe's own waits
+            self.stack = None
         synchronize()
         self.step_ms.append((time.perf_counter() - self.start) * 1e3)
         if outputs and 'loss' in outputs:
             self.losses.append(float(torch.as_tensor(outputs['loss']).detach()))
-        if self.stack is not None:
-            self.stack.close()
-            self.stack = None
-            step = runner.iter + 1 - self.record['first_iter']
-            if step == self.probe_iter:
-                self.close_dispatch_probe(runner)
-            elif step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
-                self.close_host_read_probe()
+        step = runner.iter + 1 - self.record['first_iter']
+        if probed and step == self.probe_iter:
+            self.close_dispatch_probe(runner)
+        elif probed and step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
+            self.close_host_read_probe()
         self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=peak_mb())
         self.write()
 
@@ -170,7 +177,8 @@ class ModelProofProbe(Hook):
                 torch.cuda.set_sync_debug_mode(0)
                 caught.__exit__(None, None, None)
             from torch.profiler import ProfilerActivity, profile
-            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU], with_stack=True))
+            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                                       with_stack=True))
         else:
             def before(module, args):
                 self.input_size = tuple(args[0].shape[-2:])

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from gpu_wheelhouse import MANIFEST, check_folder, distribution_name, failed_source, sha256  # this folder
+from gpu_wheelhouse import MANIFEST, check_folder, distribution_name, sha256  # this folder
+from mmcv_cuda_build import failed_source
 
 REPO = Path(__file__).resolve().parents[2]
 STAMP = '.mmvisattn-gpu-setup'

@@ -10,9 +10,9 @@ into ``--out`` (an ignored folder of the repository, which travels with the work
   manylinux x86_64), downloaded with ``pip download --no-deps``;
 * mmcv 2.1.0's source, for a build there when no prebuilt wheel fits the GPU (with setuptools < 80:
   the image's setuptools has no ``pkg_resources``, which mmcv's ``setup.py`` imports);
-* mmcv 2.1.0 compiled here with CUDA against the image's torch (2.11.0+cu130, from PyPI, in a build
-  venv under ``~/.cache/mmvisattn``) for sm_90, the H100's and H200's, its extension stripped of
-  symbols; the wheel is cached, so only the first run compiles (``--no-mmcv-build`` leaves it out);
+* mmcv 2.1.0 compiled here with CUDA against the image's torch (2.11.0+cu130) for sm_90, the H100's
+  and H200's (``mmcv_cuda_build.py``; cached, so only the first run compiles; ``--no-mmcv-build``
+  leaves it out);
 * ``MANIFEST.json``: every file with its size and sha256, and the prebuilt mmcv's torch, CUDA and
   architecture, which ``gpu_setup.py`` matches against the machine.
 
@@ -31,13 +31,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from mmcv_cuda_build import BUILD_ARCH, BUILD_CUDA, BUILD_TORCH, CACHE, build_tag, built_mmcv  # this folder
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / 'requirements' / 'gpu_wheelhouse.txt'
@@ -53,11 +53,6 @@ PROVIDED_AS = {'opencv-python': 'opencv-python-headless'}
 UNDECLARED = ('ftfy', 'regex')
 MMCV = 'mmcv==2.1.0'
 SIMPLE_INDEX = os.environ.get('MMVISATTN_SIMPLE_INDEX', 'https://pypi.org/simple')
-# the machine's torch, and the architecture of its GPUs (H100 and H200: compute capability 9.0)
-BUILD_TORCH = '2.11.0'
-BUILD_CUDA = '13.0'
-BUILD_ARCH = '9.0'
-CACHE = Path(os.environ.get('MMVISATTN_WHEEL_CACHE', Path.home() / '.cache' / 'mmvisattn' / 'wheels'))
 
 
 def canonical(name: str) -> str:
@@ -161,136 +156,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b''):
             digest.update(block)
     return digest.hexdigest()
-
-
-def find_python312() -> str:
-    """An interpreter of CPython 3.12 with its headers: ``python3.12`` on PATH, else pyenv's."""
-    candidates = [shutil.which('python3.12'), *sorted(str(p) for p in
-                                                    (Path.home() / '.pyenv' / 'versions').glob('3.12*/bin/python3.12'))]
-    for candidate in filter(None, candidates):
-        probe = subprocess.run([candidate, '-c', 'import sysconfig, os; '
-                                'assert os.path.exists(sysconfig.get_paths()["include"] + "/Python.h")'],
-                               capture_output=True)
-        if probe.returncode == 0:
-            return candidate
-    raise SystemExit('error: no CPython 3.12 with its headers found (python3.12 on PATH or under ~/.pyenv)')
-
-
-def build_tag() -> str:
-    return f'torch{BUILD_TORCH}-cp312-cu{BUILD_CUDA.replace(".", "")}-sm{BUILD_ARCH.replace(".", "")}'
-
-
-def build_venv() -> Path:
-    """A venv of CPython 3.12 with the machine's torch (from PyPI, CUDA 13.0 build) to compile against."""
-    venv = CACHE.parent / f'build-venv-{build_tag()}'
-    python = venv / 'bin' / 'python'
-    if not python.exists():
-        subprocess.run([find_python312(), '-m', 'venv', str(venv)], check=True)
-    probe = subprocess.run([str(python), '-c', 'import torch; print(torch.__version__)'], capture_output=True,
-                           text=True)
-    if probe.stdout.strip() != f'{BUILD_TORCH}+cu{BUILD_CUDA.replace(".", "")}' and \
-            probe.stdout.strip() != BUILD_TORCH:
-        print(f'==> installing torch {BUILD_TORCH} (CUDA {BUILD_CUDA}) into {venv} to compile mmcv against', flush=True)
-        subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', f'torch=={BUILD_TORCH}',
-                        'setuptools==79.0.1', 'wheel', 'ninja'], check=True)
-    return venv
-
-
-def find_cuda_home() -> str:
-    """The CUDA toolkit's folder: ``$CUDA_HOME``, ``/usr/local/cuda`` or nvcc's (a folder with ``bin/nvcc``
-    and ``include/cuda_runtime_api.h``; ``/usr/local/bin/nvcc`` may be a wrapper outside it)."""
-    nvcc = shutil.which('nvcc')
-    candidates = [os.environ.get('CUDA_HOME'), '/usr/local/cuda', *(str(p) for p in
-                                                                    Path(nvcc).resolve().parents[1:2] if nvcc)]
-    for candidate in filter(None, candidates):
-        folder = Path(candidate)
-        if (folder / 'bin' / 'nvcc').exists() and (folder / 'include' / 'cuda_runtime_api.h').exists():
-            return candidate
-    raise SystemExit(f'error: no CUDA toolkit found (tried {[c for c in candidates if c]}); mmcv cannot be built '
-                     'with CUDA here')
-
-
-def cuda_environment(venv: Path) -> Dict[str, str]:
-    """nvcc from the machine's toolkit; the headers and libraries of cuBLAS, cuSPARSE, ... from torch's
-    CUDA wheels (the toolkit here holds the compiler and runtime only)."""
-    cuda_home = find_cuda_home()
-    wheels = next(venv.glob('lib/python3.12/site-packages/nvidia/cu13'))
-    env = dict(os.environ, CUDA_HOME=cuda_home, MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=BUILD_ARCH,
-               MAX_JOBS=os.environ.get('MAX_JOBS', str(os.cpu_count() or 2)),
-               CPATH=f'{wheels}/include' + (f':{os.environ["CPATH"]}' if os.environ.get('CPATH') else ''),
-               LIBRARY_PATH=f'{wheels}/lib', LD_LIBRARY_PATH=f'{wheels}/lib:{cuda_home}/lib64')
-    return env
-
-
-def strip_extension(wheel: Path) -> None:
-    """The wheel with its compiled extension stripped of symbols (a fifth of its size) and RECORD updated."""
-    import base64
-    rebuilt = wheel.with_suffix('.stripped')
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(rebuilt, 'w', zipfile.ZIP_DEFLATED) as target:
-        entries = {name: source.read(name) for name in source.namelist()}
-        record_name = next(n for n in entries if n.endswith('.dist-info/RECORD'))
-        record = entries[record_name].decode().splitlines()
-        for name, data in list(entries.items()):
-            if name.endswith('.so'):
-                with tempfile.NamedTemporaryFile(suffix='.so') as temp:
-                    temp.write(data)
-                    temp.flush()
-                    subprocess.run(['strip', '--strip-unneeded', temp.name], check=True)
-                    data = entries[name] = Path(temp.name).read_bytes()
-                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
-                record = [f'{name},sha256={digest},{len(data)}' if line.startswith(f'{name},') else line
-                          for line in record]
-        entries[record_name] = ('\n'.join(record) + '\n').encode()
-        for name, data in entries.items():
-            target.writestr(name, data)
-    rebuilt.replace(wheel)
-
-
-def built_mmcv(source: Path) -> Path:
-    """mmcv compiled with CUDA against the machine's torch, for its architecture (cached)."""
-    cache = CACHE / build_tag()
-    found = sorted(cache.glob('mmcv-2.1.0-*.whl'))
-    if found:
-        print(f'==> using the cached mmcv CUDA build {found[0]}', flush=True)
-        return found[0]
-    venv = build_venv()
-    cache.mkdir(parents=True, exist_ok=True)
-    log = cache / 'build.log'
-    print(f'==> compiling mmcv 2.1.0 with CUDA {BUILD_CUDA} for sm_{BUILD_ARCH.replace(".", "")} against torch '
-          f'{BUILD_TORCH} (log: {log}; once, cached in {cache})', flush=True)
-    start = time.time()
-    with tempfile.TemporaryDirectory() as work, open(log, 'w') as out:
-        result = subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip', 'wheel', '--no-build-isolation',
-                                 '--no-deps', '-w', work, str(source)], stdout=out, stderr=subprocess.STDOUT,
-                                env=cuda_environment(venv))
-        if result.returncode != 0:
-            raise SystemExit(f'error: the mmcv CUDA build failed; {failed_source(log.read_text())}')
-        wheel = next(Path(work).glob('mmcv-*.whl'))
-        strip_extension(wheel)
-        target = cache / wheel.name
-        shutil.copy2(wheel, target)
-    print(f'    built in {time.time() - start:.0f} s: {target.name}, {target.stat().st_size / 2**20:.1f} MiB')
-    return target
-
-
-def failed_source(log: str, lines: int = 15) -> str:
-    """The source file of the first failed compile step of a setuptools/ninja log, and what the
-    compiler said of it (the lines after its command, up to the next step), not the pip traceback."""
-    match = re.search(r'FAILED: \S+\.o\s*\n.*?(\S+\.(?:cu|cpp|c))\b', log) or \
-        re.search(r'^\s*(\S+\.(?:cu|cpp|c)):\d+:\d+: (?:fatal )?error', log, re.M) or \
-        re.search(r'^\s*(\S+\.(?:cu|cpp|c))\(\d+\): error', log, re.M)
-    where = f'first failing source: {match.group(1)}' if match else 'no failing source file named'
-    text = [line.strip() for line in log.splitlines() if line.strip()]
-    failed = next((i for i, line in enumerate(text) if line.startswith('FAILED:')), None)
-    if failed is None:
-        said = [line for line in text if 'error' in line.lower()] or text
-    else:  # after the failed step's command line, until ninja's next step or its stop
-        said = []
-        for line in text[failed + 2:]:
-            if line.startswith('[') or line.startswith('ninja:'):
-                break
-            said.append(line)
-    return where + '; the compiler said:\n' + '\n'.join(said[:lines] if failed is not None else said[-lines:])
 
 
 def check_out_folder(out: Path) -> Optional[Dict]:
