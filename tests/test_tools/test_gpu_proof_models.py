@@ -94,18 +94,21 @@ def test_without_cuda_is_one_line(tmp_path):
 
 
 def test_profiled_syncs_are_attributed_to_our_innermost_frame():
-    """On CUDA each runtime synchronisation goes to the innermost operator around it with a stack."""
+    """The runtime's waits are counted; each operator that reads the device from the host goes to the
+    innermost frame of the project or OpenMMLab on its stack (a real CPU profile, and recorded events)."""
+    import torch
     from types import SimpleNamespace as Event
+    from torch.profiler import ProfilerActivity, profile
     probe = load_tool('tools/analysis_tools/model_proof_probe.py')
-
-    def event(name, start, end, stack=()):
-        return Event(name=name, stack=list(stack), time_range=Event(start=start, end=end,
-                                                                    elapsed_us=lambda: end - start))
-    step = event('train_step', 0, 100, ['/x/mmengine/model/wrappers.py(10): train_step'])
-    item = event('aten::item', 40, 50, ['/x/torch/_tensor.py(1): item', '/x/mmdet/models/losses/a.py(7): f',
-                                        '/x/mmengine/model/wrappers.py(10): train_step'])
-    syncs = [event('cudaStreamSynchronize', 45, 46), event('cudaStreamSynchronize', 60, 61),
-             event('cudaDeviceSynchronize', 200, 201), event('cudaLaunchKernel', 41, 42)]
-    counted = probe.profiled_syncs(Event(events=lambda: [step, item, *syncs]))
-    assert counted == {'/x/mmdet/models/losses/a.py(7): f': 1, '/x/mmengine/model/wrappers.py(10): train_step': 1,
-                       'outside operators': 1}
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as profiled:
+        values = torch.arange(6.)
+        values.sum().item(), torch.nonzero(values), values.mul(2)
+    counted = probe.profiled_syncs(profiled)
+    assert counted['runtime'] == 0 and counted['host_reads'] == 2
+    assert set(counted['by_line']) == {f'aten::{op} (no frame of ours)' for op in ('_local_scalar_dense', 'nonzero')}
+    events = [Event(name='aten::_local_scalar_dense', stack=['/x/torch/_tensor.py(1): item',
+                                                             '/x/mmdet/models/losses/a.py(7): f',
+                                                             '/x/mmengine/model/wrappers.py(10): train_step']),
+              Event(name='cudaStreamSynchronize', stack=[]), Event(name='cudaLaunchKernel', stack=[])]
+    assert probe.profiled_syncs(Event(events=lambda: events)) == dict(
+        runtime=1, host_reads=1, by_line={'/x/mmdet/models/losses/a.py(7): f': 1})

@@ -50,6 +50,7 @@ from gpu_records import record
 from largest_input import OOM_SIGNS
 from model_pairs import FAMILIES, PAIRS, ModelPair
 from model_proof_data import LAYOUT_SIZES, dataset_layouts, derive_config, load_config, write_data
+from model_proof_report import markdown, record_rows
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -66,6 +67,8 @@ SMOKE_CONFIGS = {
     'picodet': 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
     'pervit': 'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py',
 }
+# what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its family's op is ripple's)
+SMOKE_OPTIONS = {'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention', attn_drop=0.0)}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,13 +80,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--budget', type=float, default=540.0, help='seconds after which nothing new starts')
     parser.add_argument('--iters', type=int, help='training iterations (default 20; --smoke: 6)')
     parser.add_argument('--resume-iters', type=int, help='iterations after the resume (default 5; --smoke: 2)')
-    parser.add_argument('--images', type=int, help='synthetic images per split (default 4; --smoke: 2)')
-    parser.add_argument('--parallel', type=int, help='runs at a time (default 1, as timings need; --smoke: 2)')
+    parser.add_argument('--images', type=int, help='synthetic images per split (default 8; --smoke: 2)')
+    parser.add_argument('--parallel', type=int, help='runs at a time (default 1, as timings need; --smoke: 2); '
+                        'a later run with another value measures again')
     parser.add_argument('--largest', action='store_true', help='the largest-input search instead of the runs')
     parser.add_argument('--smoke', action='store_true', help='the same code on CPU at tiny sizes')
     parser.add_argument('--fresh', action='store_true', help="ignore --out-dir's earlier models.json")
     args = parser.parse_args(argv)
-    for name, gpu, smoke in (('iters', 20, 6), ('resume_iters', 5, 2), ('images', 4, 2), ('parallel', 1, 2)):
+    for name, gpu, smoke in (('iters', 20, 6), ('resume_iters', 5, 2), ('images', 8, 2), ('parallel', 1, 2)):
         if getattr(args, name) is None:
             setattr(args, name, smoke if args.smoke else gpu)
     if args.iters < 3 + 2:  # the probe's steps (model_proof_probe.py)
@@ -131,7 +135,8 @@ def plan(args: argparse.Namespace) -> List[Dict]:
 
 def smoke_plan() -> List[Dict]:
     jobs = [dict(stage='project', pair=family, family=family, stock=False, amp=False, config=config, deploy=False,
-                 model=f'{family} (shapes)') for family, config in SMOKE_CONFIGS.items()]
+                 model=f'{family} (shapes)', options=SMOKE_OPTIONS.get(family, {}))
+            for family, config in SMOKE_CONFIGS.items()]
     jobs.append(dict(jobs[0], model=f'{jobs[0]["model"]} under a 1 MB cap', memory_cap_mb=1.0, stage='oom'))
     jobs.append(dict(jobs[0], stage='largest', memory_cap_mb=400.0))  # the search, up to its cap
     return jobs
@@ -179,9 +184,16 @@ def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optiona
     return failure_line(text), seconds
 
 
-def read_probe(work: Path, mode: str) -> Dict:
+def read_probe(work: Path, mode: str, keep_as: Optional[str] = None) -> Dict:
+    """What the probe hook wrote of a run ({} if it wrote nothing), moved to ``probe_<keep_as>.json``
+    where given, so that the next run of the mode cannot be read as this one."""
     path = work / f'probe_{mode}.json'
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    if keep_as:
+        path.replace(work / f'probe_{keep_as}.json')
+    return data
 
 
 def checks(train: Dict, resume: Dict, job: Dict, args: argparse.Namespace) -> Dict[str, object]:
@@ -192,7 +204,7 @@ def checks(train: Dict, resume: Dict, job: Dict, args: argparse.Namespace) -> Di
         finite_losses=train.get('finite_losses'),
         dispatch_as_named=None if dispatch is None else all(row['ok'] for row in dispatch),
         backbone_sync_free=None if backbone is None else backbone['total'] == 0,
-        resumes_at_checkpoint=None if not resume else resume.get('first_iter') == args.iters)
+        resumes_at_checkpoint=resume.get('first_iter') == args.iters if resume.get('done') else None)
 
 
 def threads_per_run(args: argparse.Namespace) -> Optional[int]:
@@ -217,7 +229,7 @@ def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
                config=job['config'], stage=job['stage'])
     error, row['train_s'] = tool('train', 'tools/train.py', config, '--work-dir', str(work),
                                  *(['--amp'] if job['amp'] else []))
-    train = read_probe(work, 'train')
+    train = read_probe(work, 'train', keep_as='first')
     row.update(first_iter=train.get('first_iter'), last_iter=train.get('last_iter'),
                step_ms=train.get('median_step_ms'), peak_mb=train.get('peak_mb'), losses=train.get('losses'),
                dispatch=train.get('dispatch'), host_reads=train.get('host_reads'),
@@ -286,7 +298,8 @@ def layout_roots(jobs: Sequence[Dict], args: argparse.Namespace) -> Dict[str, Pa
 
 
 def settings(args: argparse.Namespace) -> Dict:
-    return dict(iters=args.iters, resume_iters=args.resume_iters, images=args.images, smoke=args.smoke)
+    return dict(iters=args.iters, resume_iters=args.resume_iters, images=args.images, smoke=args.smoke,
+                parallel=args.parallel)
 
 
 def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
@@ -297,42 +310,6 @@ def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
     earlier = json.loads(path.read_text())
     return {key: row for key, row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')} \
         if earlier.get('settings') == settings(args) else {}
-
-
-def record_rows(rows: Dict[str, Dict]) -> List[Dict]:
-    """The float32 runs (and largest inputs) in the record's schema, one row per model."""
-    models: Dict[str, Dict] = {}
-    for row in rows.values():
-        if row.get('amp') or row.get('skipped'):
-            continue
-        entry = models.setdefault(row['model'], dict(model=row['model'], stock=row['stock'], pair=row['pair'],
-                                                     step_ms=None, peak_mb=None, test_images_s=None,
-                                                     largest_input=None))
-        if row['stage'] == 'largest':
-            entry['largest_input'] = row.get('largest_input')
-        else:
-            entry.update(step_ms=row.get('step_ms'), peak_mb=row.get('peak_mb'),
-                         test_images_s=row.get('test_images_s'), error=row.get('error'))
-    for row in rows.values():
-        if row.get('amp') and row['model'] in models:
-            models[row['model']].update(amp_step_ms=row.get('step_ms'), amp_peak_mb=row.get('peak_mb'))
-    return list(models.values())
-
-
-def markdown(gpu: str, rows: Dict[str, Dict], skipped: List[str]) -> str:
-    columns = ('model', 'stage', 'amp', 'step_ms', 'peak_mb', 'test_images_s', 'largest_input', 'checks', 'error')
-    lines = [f'# Whole models on {gpu}', '', '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-    for row in rows.values():
-        cells = []
-        for column in columns:
-            value = row.get(column)
-            if column == 'checks' and value:
-                value = ', '.join(f'{k} {"ok" if v else "FAILED" if v is False else "-"}' for k, v in value.items())
-            cells.append('-' if value is None else f'{value:.1f}' if isinstance(value, float) else str(value))
-        lines.append('| ' + ' | '.join(cells).replace('\n', ' ') + ' |')
-    if skipped:
-        lines += ['', 'Skipped (out of --budget): ' + '; '.join(skipped)]
-    return '\n'.join(lines) + '\n'
 
 
 def main(argv=None) -> int:

@@ -84,11 +84,12 @@ def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], wo
     """The shipped config on the synthetic data, ``iters`` iterations with a checkpoint at the end, no
     pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``; its path."""
     cfg = load_config(job['config'])
+    cfg.merge_from_dict(job.get('options', {}))
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = rewrite_data(cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name], roots, True)
         loader['num_workers'] = 0 if smoke else min(loader.get('num_workers', 2), 4)
-        if smoke and name == 'train_dataloader':
-            loader['batch_size'] = 2
+        if smoke:  # the test loop's first batch is a warm-up: one image a batch leaves one timed
+            loader['batch_size'] = 2 if name == 'train_dataloader' else 1
         loader['persistent_workers'] = loader['num_workers'] > 0
         cfg[name] = loader
     for name in ('val_evaluator', 'test_evaluator'):

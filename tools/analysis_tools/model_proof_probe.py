@@ -3,21 +3,25 @@
 ``probe_test.json``).
 
 In training it records the first iteration (a resumed run starts at its checkpoint's), each
-iteration's loss and its synchronised time and the peak of ``torch.cuda.max_memory_allocated`` (the
-peak resident set on a CPU). At iteration ``probe_iter`` of the run, with nothing that changes what
-``impl='auto'`` picks:
+iteration's loss and its synchronised time (the step after its batch is loaded: forward, backward,
+optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start of
+training (weights and optimizer state included; read every iteration before mmengine's logger resets
+it; on a CPU the peak resident set). At iteration ``probe_iter`` of the run, with nothing that
+changes what ``impl='auto'`` picks:
 
 * every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
   names for this device, the attention's input dtype and this input size;
 * on CUDA, the backbone's forward under ``torch.cuda.set_sync_debug_mode('warn')`` (every wait for
   the device in it, with its line, is a finding) and the step's synchronisations as the profiler saw
-  them, each attributed to the innermost frame of the project or of OpenMMLab.
+  them: the runtime's waits counted, the operators that read the device from the host each
+  attributed to the innermost frame of the project or of OpenMMLab.
 
 On a CPU, where nothing waits, the two steps after it run under mmvisattn's :class:`HostReadCounter`
 (a dispatch mode, hence not in the dispatch step): the second one's reads, each with the line that
 made it, those of the backbone's forward apart.
 
-In testing it records the images per second of the test loop and its metrics. ``memory_cap_mb``
+In testing it records the images per second of the test loop after its first batch (a warm-up) and
+its metrics. ``memory_cap_mb``
 caps the process (CUDA: the allocator's fraction of the GPU; CPU: its address space above the
 current), so that a proof can show what running out of memory looks like.
 """
@@ -37,9 +41,10 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from mmvisattn.ops.host_reads import HostReadCounter
+from mmvisattn.ops.host_reads import HOST_READ_OPS, HostReadCounter
 
 SYNC_EVENTS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize')
+SYNC_WARNING = 'called a synchronizing CUDA operation'  # what the sync debug mode warns with
 OUR_FRAMES = ('/mmvisattn/', '/mmdet/', '/mmseg/', '/mmengine/', '/mmcv/')
 
 
@@ -76,29 +81,28 @@ def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
     return lambda: [handle.remove() for handle in handles]
 
 
-def profiled_syncs(profile) -> Dict[str, int]:
-    """The runtime's synchronisations of a profiled step, each attributed to the innermost operator
-    around it that has a Python stack, by that stack's innermost frame of the project or OpenMMLab."""
-    events = list(profile.events())
-    operators = [event for event in events if event.stack]
-    counts: Dict[str, int] = {}
-    for event in events:
-        if event.name not in SYNC_EVENTS:
-            continue
-        around = [op for op in operators if op.time_range.start <= event.time_range.start
-                  and op.time_range.end >= event.time_range.end]
-        operator = min(around, key=lambda op: op.time_range.elapsed_us(), default=None)
-        frames = [frame for frame in (operator.stack if operator else []) if any(p in frame for p in OUR_FRAMES)]
-        where = frames[0] if frames else f'{operator.name} (no frame of ours)' if operator else 'outside operators'
-        counts[where] = counts.get(where, 0) + 1
-    return counts
+def profiled_syncs(profile) -> Dict[str, object]:
+    """A profiled step's synchronisations: the runtime's waits (``runtime``, counted), and the operators
+    that read the device from the host (:data:`HOST_READ_OPS`: ``item``, ``nonzero``, ...), each
+    attributed to its stack's innermost frame of the project or OpenMMLab (``by_line``)."""
+    reading = {f'aten::{op.overloadpacket.__name__}' for op in HOST_READ_OPS}
+    runtime, by_line = 0, Counter()
+    for event in profile.events():
+        if event.name in SYNC_EVENTS:
+            runtime += 1
+        elif event.name in reading:
+            frames = [frame for frame in event.stack or [] if any(part in frame for part in OUR_FRAMES)]
+            by_line[frames[0] if frames else f'{event.name} (no frame of ours)'] += 1
+    return dict(runtime=runtime, host_reads=sum(by_line.values()), by_line=dict(by_line.most_common()))
 
 
 @HOOKS.register_module()
 class ModelProofProbe(Hook):
     """Records a training or test run for ``gpu_proof_models.py`` (module docstring)."""
 
-    priority = 'VERY_LOW'  # after the optimizer step and the safeguards
+    # after the optimizer step and the safeguards, before LoggerHook, whose log line resets the peak
+    # of max_memory_allocated (mmengine's LogProcessor): the peak is read (and kept) before that
+    priority = 'NORMAL'
 
     def __init__(self, out_dir: str, probe_iter: int = 3, memory_cap_mb: Optional[float] = None) -> None:
         self.out_dir, self.probe_iter, self.memory_cap_mb = Path(out_dir), probe_iter, memory_cap_mb
@@ -106,7 +110,7 @@ class ModelProofProbe(Hook):
         self.step_ms: List[float] = []
         self.losses: List[float] = []
         self.stack: Optional[ExitStack] = None
-        self.start = 0.0
+        self.start, self.peak_mb = 0.0, 0.0
 
     # training
     def before_train(self, runner) -> None:
@@ -140,7 +144,8 @@ class ModelProofProbe(Hook):
             self.close_dispatch_probe(runner)
         elif probed and step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
             self.close_host_read_probe()
-        self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=peak_mb())
+        self.peak_mb = max(self.peak_mb, peak_mb())
+        self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=self.peak_mb)
         self.write()
 
     def after_train(self, runner) -> None:
@@ -167,15 +172,15 @@ class ModelProofProbe(Hook):
             caught = warnings.catch_warnings(record=True)
             self.sync_warnings: List = []
 
-            def before(module, args):
+            def before(module, args):  # the mode set outside the capture: setting it warns too
                 self.input_size = tuple(args[0].shape[-2:])
+                torch.cuda.set_sync_debug_mode('warn')
                 self.sync_warnings = caught.__enter__()
                 warnings.simplefilter('always')
-                torch.cuda.set_sync_debug_mode('warn')
 
             def after(module, args, output):
-                torch.cuda.set_sync_debug_mode(0)
                 caught.__exit__(None, None, None)
+                torch.cuda.set_sync_debug_mode(0)
             from torch.profiler import ProfilerActivity, profile
             self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                                                        with_stack=True))
@@ -189,7 +194,7 @@ class ModelProofProbe(Hook):
     def close_dispatch_probe(self, runner) -> None:
         self.record['dispatch'] = self.dispatch_check(runner)
         if torch.cuda.is_available():
-            syncs = [f'{w.filename}:{w.lineno}' for w in self.sync_warnings if 'synchroniz' in str(w.message)]
+            syncs = [f'{w.filename}:{w.lineno}' for w in self.sync_warnings if SYNC_WARNING in str(w.message)]
             self.record['backbone_syncs'] = dict(total=len(syncs), at=sorted(set(syncs)))
             self.record['profiled_syncs'] = profiled_syncs(self.profile)
 
@@ -232,17 +237,16 @@ class ModelProofProbe(Hook):
     def before_test(self, runner) -> None:
         self.record = dict(mode='test', images=0, device='cuda' if torch.cuda.is_available() else 'cpu')
 
-    def before_test_epoch(self, runner) -> None:
-        synchronize()
-        self.start = time.perf_counter()
-
     def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self.record['images'] += len(outputs or ())
+        if batch_idx == 0:  # the first batch warms up (kernel compilation, cuDNN's choices): not timed
+            synchronize()
+            self.start, self.warm_up_images = time.perf_counter(), self.record['images']
 
     def after_test_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
         synchronize()
-        seconds = time.perf_counter() - self.start
-        self.record.update(seconds=seconds, images_per_s=self.record['images'] / seconds if seconds else None,
+        seconds, timed = time.perf_counter() - self.start, self.record['images'] - self.warm_up_images
+        self.record.update(seconds=seconds, images_per_s=timed / seconds if timed else None,
                            metrics={k: float(v) for k, v in (metrics or {}).items() if isinstance(v, numbers.Real)},
                            done=True)
         self.write()
