@@ -56,3 +56,20 @@ def test_tables_take_the_newest_record_of_each_gpu(tool, tmp_path):
     text = tool.tables(tmp_path)
     assert '| model-H100 |  | 2.0 |' in text and '9.0' not in text and '| model-H200 |  | 3.0 |' in text
     assert text.index('**H100**') < text.index('**H200**') and 'No record yet.' in text  # no proof record
+
+
+def test_a_copy_says_what_it_is_a_copy_of(tool, monkeypatch):
+    """A lent machine's copy may carry another checkout's .git: the environment's commit wins."""
+    monkeypatch.setenv('MMVISATTN_COMMIT', '0123456789ab')
+    monkeypatch.setenv('MMVISATTN_DIRTY', '0')
+    data = tool.record('proof', 'GPU', [], openmmlab=False)
+    assert (data['commit'], data['dirty']) == ('0123456789ab', False)
+    assert data['name'].endswith('_GPU_0123456789ab_proof.json')
+
+
+def test_invalid_fields_and_notes_are_shown(tool, tmp_path):
+    data = dict(kind='models', gpu='H100', date='2026-11-27', commit='abc', dirty=False, software=dict(torch='2.11'),
+                rows=[model_row('m', 5.0)], invalid=['peak_mb'], notes=['peak read after a reset'])
+    (tmp_path / '2026-11-27_H100_abc_models.json').write_text(json.dumps(data))
+    text = tool.tables(tmp_path)
+    assert '| m |  | 5.0 | - | 5.0 | 1024 |' in text and '- peak read after a reset' in text

@@ -13,11 +13,12 @@ A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu`
 * ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
   ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
-Where the tree is no git checkout (its copy on a lent GPU machine), ``$MMVISATTN_COMMIT`` and
-``$MMVISATTN_DIRTY`` (``0`` for a clean tree) say what it is a copy of. The tools write their record
-into their output folder (``record_proof.json``, ``record_models.json``); committing it is copying it
-here under its ``name``. ``--readme`` replaces the tables between this tool's markers; ``--check``
-exits 1 when they differ from the records.
+``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY`` (``0`` for a clean tree), where set, say what the tree
+is a copy of (a lent GPU machine's copy may carry another ``.git`` or none). A record may carry
+``invalid`` (fields of its rows known to be wrong, shown as ``-``) and ``notes`` (shown under its
+table). The tools write their record into their output folder (``record_proof.json``,
+``record_models.json``); committing it is copying it here under its ``name``. ``--readme`` replaces the
+tables between this tool's markers; ``--check`` exits 1 when they differ from the records.
 """
 import argparse
 import json
@@ -64,9 +65,9 @@ def slug(text: str) -> str:
 
 def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
     """A record of this tree's run: ``name`` is the file name it is committed under."""
-    commit = git('rev-parse', '--short=12', 'HEAD') or os.environ.get('MMVISATTN_COMMIT', 'unknown')
-    dirty = bool(git('status', '--porcelain')) if git('rev-parse', 'HEAD') else \
-        os.environ.get('MMVISATTN_DIRTY', '1') != '0'
+    commit = os.environ.get('MMVISATTN_COMMIT') or git('rev-parse', '--short=12', 'HEAD') or 'unknown'
+    dirty = os.environ['MMVISATTN_DIRTY'] != '0' if 'MMVISATTN_DIRTY' in os.environ else \
+        bool(git('status', '--porcelain')) if git('rev-parse', 'HEAD') else True
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
     missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
@@ -106,6 +107,15 @@ def _num(value, digits: int = 2) -> str:
     return '-' if value is None else f'{value:,.{digits}f}'
 
 
+def shown(data: Dict, row: Dict, field: str):
+    """A row's field, or None where the record says the field is invalid."""
+    return None if field in data.get('invalid', ()) else row[field]
+
+
+def notes(data: Dict) -> List[str]:
+    return [''] + [f'- {note}' for note in data['notes']] if data.get('notes') else []
+
+
 def proof_table(data: Dict) -> List[str]:
     lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
              f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; forward / '
@@ -113,9 +123,9 @@ def proof_table(data: Dict) -> List[str]:
              '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |', '|---|---|---|---|---|---|']
     for row in data['rows']:
         impl = row['impl'] + (' *' if row['auto'] else '')
-        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {_num(row["forward_ms"])} | '
-                     f'{_num(row["forward_backward_ms"])} | {_num(row["peak_mb"], 0)} |')
-    return lines
+        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {_num(shown(data, row, "forward_ms"))} | '
+                     f'{_num(shown(data, row, "forward_backward_ms"))} | {_num(shown(data, row, "peak_mb"), 0)} |')
+    return lines + notes(data)
 
 
 def models_table(data: Dict) -> List[str]:
@@ -126,11 +136,11 @@ def models_table(data: Dict) -> List[str]:
              '| model | stock | step ms | peak MB | test images/s | largest square input (batch 2) |',
              '|---|---|---|---|---|---|']
     for row in data['rows']:
-        largest = row['largest_input']
-        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | {_num(row["step_ms"], 1)} | '
-                     f'{_num(row["peak_mb"], 0)} | {_num(row["test_images_s"], 1)} | '
+        largest = shown(data, row, 'largest_input')
+        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | {_num(shown(data, row, "step_ms"), 1)} | '
+                     f'{_num(shown(data, row, "peak_mb"), 0)} | {_num(shown(data, row, "test_images_s"), 1)} | '
                      f'{"-" if largest is None else largest} |')
-    return lines
+    return lines + notes(data)
 
 
 def tables(records_dir: Path) -> str:
