@@ -4,6 +4,8 @@ DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py
 DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
+TEST_WORKERS ?= 2
+TEST_RECORD  ?= work_dirs/tests/durations.json
 PEERS_DIR    ?=
 # the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
 # has torch and triton but no venv and no network; those targets need nothing else)
@@ -23,8 +25,10 @@ INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_availa
 install:
 	@bash tools/install.sh
 
+# on TEST_WORKERS pytest-xdist workers; the suite's wall time and slowest tests recorded in TEST_RECORD
 test: install
-	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" \
+		-n $(TEST_WORKERS) --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
 
 test-slow: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)

@@ -4,14 +4,31 @@ command-line tools as a user calls them (a subprocess in a scratch working direc
 
 This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
 not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
+import fcntl
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Callable, List
 
 import pytest
-import torch
+
+# Under pytest-xdist (`make test` runs two workers) each worker takes its share of the cores, and the
+# tools it starts as much: two workers each running two OpenMP threads on two cores make the many
+# small operations of these models many times slower than one thread each. More than two threads
+# gain these small models nothing.
+WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+THREADS = max(1, min(2, len(os.sched_getaffinity(0)) // WORKERS))
+if WORKERS > 1:
+    os.environ.setdefault('OMP_NUM_THREADS', str(THREADS))
+
+import torch  # noqa: E402  (after the thread count, which OpenMP reads when torch loads it)
+
+from .tool_server import ToolServer  # noqa: E402
+
+pytest_plugins = ['tests.durations_record']
 
 # Triton kernels are tested on CPU tensors through the interpreter where there is no GPU; it must
 # be chosen before any kernel is defined, hence here and not in the tests. With a GPU they run
@@ -56,7 +73,7 @@ def tool_env() -> dict:
     """The environment of a tool subprocess: this interpreter's venv first on PATH."""
     env = dict(os.environ)
     env['PATH'] = f'{Path(sys.executable).parent}{os.pathsep}{env.get("PATH", "")}'
-    env.setdefault('OMP_NUM_THREADS', '2')
+    env.setdefault('OMP_NUM_THREADS', str(THREADS))
     return env
 
 
@@ -75,11 +92,15 @@ def time_limit(seconds: float) -> float:
     return seconds * scale
 
 
-def run_command(command: List[str], timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, capture_output=True, text=True)`` under the scaled ``timeout``;
+def run_command(command: List[str], timeout: float = 600, forked: bool = False,
+                **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True)`` under the scaled ``timeout``
+    (``forked``: a ``python script`` command forked from :data:`TOOLS`, given ``cwd`` and ``env``);
     a time-out fails the test with one line naming the command and the limit."""
     limit = time_limit(timeout)
     try:
+        if forked:
+            return TOOLS.run(command, limit, **kwargs)
         return subprocess.run(command, capture_output=True, text=True, timeout=limit, **kwargs)
     except subprocess.TimeoutExpired:
         pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} s x '
@@ -87,10 +108,18 @@ def run_command(command: List[str], timeout: float = 600, **kwargs) -> subproces
                     f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
 
+# Tools run forked from a server that has imported the stock stack (tests/tool_server.py says what
+# that changes, and what not); MMVISATTN_TEST_FRESH_TOOLS=1 starts a new interpreter for each instead,
+# as does a machine without OpenMMLab (the op tests on a bare GPU machine).
+TOOLS = ToolServer()
+FORK_TOOLS = os.environ.get('MMVISATTN_TEST_FRESH_TOOLS', '0') == '0' and importlib.util.find_spec('mmdet') is not None
+
+
 def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python <repo>/<args[0]> args[1:]`` in ``cwd``; on failure show its output."""
     command = [sys.executable, str(REPO / args[0]), *map(str, args[1:])]
-    done = run_command(command, timeout, cwd=cwd, env=tool_env())
+    env = tool_env()
+    done = run_command(command, timeout, forked=FORK_TOOLS and TOOLS.serves(env), cwd=cwd, env=env)
     if check and done.returncode != 0:
         pytest.fail(f'{" ".join(command)} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}'
                     f'\n--- stderr\n{done.stderr[-6000:]}')
@@ -100,7 +129,6 @@ def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = Tru
 def load_tool(path: str):
     """The module of the tool script ``path`` (relative to the repository), to call its functions. Its
     folder is on ``sys.path`` while it loads, as when the script runs, so it imports its siblings."""
-    import importlib.util
     spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
     module = importlib.util.module_from_spec(spec)
     folder = str((REPO / path).parent)
@@ -119,6 +147,24 @@ def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp('workspace')
     run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes'], cwd=root)
     return root
+
+
+def shared_folder(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder of this session that ``make(folder)`` fills once, whichever pytest-xdist worker asks
+    first; the others wait for it (a file lock) and read the same one. For a fixture too expensive
+    to run twice whose tests may land on both workers; its tests must not change the folder."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base) / 'shared'
+    root.mkdir(exist_ok=True)
+    folder, complete = root / name, root / f'{name}.complete'
+    with open(root / f'{name}.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not complete.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed make of this session left
+            folder.mkdir()
+            make(folder)
+            complete.touch()
+    return folder
 
 
 def saved_elements(fn) -> int:

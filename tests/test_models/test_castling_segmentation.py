@@ -1,30 +1,27 @@
 """Mask2Former with ViT-B / Castling-ViT-B on ADE20K (arXiv:2211.10526): the whole model is within 5 % of
 the slides' 118M parameters, and in deploy mode the castling model drops every N x N term."""
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ..conftest import REPO, run_tool
+from ..conftest import REPO, run_tool, shared_folder
 
 FOLDER = REPO / 'configs/castling'
 SOFTMAX = FOLDER / 'mask2former_vit-b_8xb2-160k_ade20k-512x512.py'
 CASTLING = FOLDER / 'mask2former_castling-vit-b_8xb2-160k_ade20k-512x512.py'
+RUNS = dict(softmax=(SOFTMAX,), train=(CASTLING,), deploy=(CASTLING, '--deploy'))
 
 
-def flops(tmp_path, config, *extra):
-    out = tmp_path / f'{config.stem}{"-".join(extra)}.json'
-    run_tool(['tools/analysis_tools/get_flops.py', config, '--shape', 512, '--json', out, *extra], cwd=tmp_path)
-    return json.loads(out.read_text())
+def count_flops(folder):
+    for name, (config, *extra) in RUNS.items():
+        run_tool(['tools/analysis_tools/get_flops.py', config, '--shape', 512, '--json', folder / f'{name}.json',
+                  *extra], cwd=folder)
 
 
 @pytest.fixture(scope='module')
 def counts(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp('flops')
-    runs = dict(softmax=(SOFTMAX,), train=(CASTLING,), deploy=(CASTLING, '--deploy'))
-    with ThreadPoolExecutor(len(runs)) as pool:  # three processes, mostly importing: side by side
-        counted = {name: pool.submit(flops, tmp_path, *args) for name, args in runs.items()}
-        return {name: future.result() for name, future in counted.items()}
+    folder = shared_folder(tmp_path_factory, 'castling_segmentation_flops', count_flops)
+    return {name: json.loads((folder / f'{name}.json').read_text()) for name in RUNS}
 
 
 def test_total_parameters_match_the_slides(counts):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ..conftest import REPO, load_tool, run_command, tool_env
+from ..conftest import REPO, load_tool, run_command, shared_folder, tool_env
 
 TOOL = 'tools/analysis_tools/gpu_proof_models.py'
 
@@ -16,12 +16,15 @@ def tool():
     return load_tool(TOOL)
 
 
-@pytest.fixture(scope='module')
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp('models')
+def run_smoke(out):
     done = run_command([sys.executable, str(REPO / TOOL), '--smoke', '--fresh', '--out-dir', str(out)],
                        timeout=600, env=tool_env())
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+@pytest.fixture(scope='module')
+def smoke(tmp_path_factory):
+    out = shared_folder(tmp_path_factory, 'gpu_proof_models_smoke', run_smoke)
     return out, json.loads((out / 'models.json').read_text())
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, load_tool, run_command, tool_env
+from ..conftest import REPO, load_tool, run_command, shared_folder, tool_env
 
 WHEELHOUSE = 'tools/misc/gpu_wheelhouse.py'
 SETUP = 'tools/misc/gpu_setup.py'
@@ -30,12 +30,15 @@ def build():
 
 @pytest.fixture(scope='module')
 def wheelhouse(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp('gpu') / 'wheelhouse'
+    return shared_folder(tmp_path_factory, 'gpu_wheelhouse', make_wheelhouse) / 'wheelhouse'
+
+
+def make_wheelhouse(folder: Path) -> None:
+    out = folder / 'wheelhouse'
     done = run_command([sys.executable, str(REPO / WHEELHOUSE), '--out', str(out), '--no-mmcv-build'], timeout=300,
                        env=tool_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == str(out)
-    return out
 
 
 def test_every_pin_is_carried_within_the_limit(tool, wheelhouse):

@@ -1,0 +1,80 @@
+"""A record of the suite's time: ``pytest --record-durations PATH`` writes, when the session ends, a
+JSON of the wall time, the machine, the commit and the slowest tests (setup, call and teardown
+together, as ``--durations`` counts them). ``make test`` writes ``work_dirs/tests/durations.json``;
+a copy committed under ``docs/records/tests/`` is the suite's record.
+
+Under pytest-xdist the workers' reports reach the controlling process, which alone writes the file.
+This plugin needs pytest alone (the op tests run on machines without OpenMMLab)."""
+import datetime
+import json
+import os
+import platform
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+SLOWEST = 15
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption('--record-durations', metavar='PATH', default=None,
+                     help='write the wall time and the slowest tests of this session as JSON to PATH')
+
+
+class DurationsRecord:
+    """Adds up each test's phases as their reports arrive; writes the record at the session's end."""
+
+    def __init__(self, path: Path, workers: int):
+        self.path = path
+        self.workers = workers
+        self.start = time.time()
+        self.seconds = defaultdict(float)
+        self.outcomes = defaultdict(int)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] += report.duration
+        if report.when == 'call' or report.outcome != 'passed':
+            self.outcomes[report.outcome] += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
+        record = dict(kind='tests', date=datetime.date.today().isoformat(), **git_state(),
+                      machine=machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
+                      tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
+                      test_seconds=round(sum(self.seconds.values()), 1),
+                      slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(record, indent=1) + '\n')
+
+
+def git_state() -> dict:
+    """The commit of the repository and whether its tree differs from it (None without git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(['git', *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        return dict(commit=git('rev-parse', '--short', 'HEAD'), dirty=bool(git('status', '--porcelain')))
+    except (OSError, subprocess.CalledProcessError):
+        return dict(commit=None, dirty=None)
+
+
+def machine() -> dict:
+    """The processor's name and the cores the suite may use."""
+    name = platform.processor()
+    try:
+        name = next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
+                    if line.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    return dict(cpu=name, cores=len(os.sched_getaffinity(0)), python=platform.python_version())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption('--record-durations')
+    if path and not hasattr(config, 'workerinput'):  # the controlling process, not an xdist worker
+        workers = config.getoption('numprocesses', None) or 0
+        config.pluginmanager.register(DurationsRecord(Path(path).absolute(), int(workers)), 'durations-record')

@@ -1,0 +1,196 @@
+"""Runs the command-line tools for the tests in forked copies of a process that has already imported
+the stock stack, so that a tool run costs what the tool does, not the seconds of importing torch,
+mmengine, mmcv, mmdet and mmseg again (most of a short run's time).
+
+Each run is still a process of its own: forked from this server, in its own session, with the run's
+working directory, environment, ``sys.argv`` and standard streams, the script executed as
+``__main__``; ``mmvisattn`` and the tools' own modules are imported afresh in it (never by the
+server), so a tool that forgot an import of the project still fails as it would for a user. Only
+the stock packages below come pre-imported, as ``register_all_modules`` would import them anyway.
+
+Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
+``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to); the server answers
+``{"pid": ...}`` when the run starts and ``{"returncode": ...}`` when it ends (negative: killed by
+that signal, as ``subprocess`` reports it). ``python tests/tool_server.py SOCKET`` serves until its
+parent, the test process, is gone."""
+import atexit
+import importlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import Dict, List, Optional
+
+# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start.
+PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine', 'mmdet.evaluation',
+           'mmdet.models', 'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine', 'mmseg.evaluation',
+           'mmseg.models', 'mmseg.visualization')
+
+
+def main(path: str) -> None:
+    for name in PRELOAD:
+        importlib.import_module(name)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    print('ready', flush=True)
+    parent = os.getppid()
+    server.settimeout(5)
+    while os.getppid() == parent:
+        try:
+            connection, _ = server.accept()
+        except socket.timeout:
+            continue
+        if os.fork() == 0:  # the run's supervisor: starts the run, reports its end
+            server.close()
+            supervise(connection)
+        connection.close()
+        reap()
+
+
+def reap() -> None:
+    """Collect the supervisors that have ended (no zombies accumulate over a session)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def supervise(connection: socket.socket) -> None:
+    connection.settimeout(None)
+    stream = connection.makefile('rw')
+    request = json.loads(stream.readline())
+    pid = os.fork()
+    if pid == 0:
+        stream.close()
+        connection.close()
+        run(request)  # never returns: the run ends this process as a script's end would
+    stream.write(json.dumps(dict(pid=pid)) + '\n')
+    stream.flush()
+    _, status = os.waitpid(pid, 0)
+    stream.write(json.dumps(dict(returncode=os.waitstatus_to_exitcode(status))) + '\n')
+    stream.flush()
+    os._exit(0)
+
+
+def run(request: dict) -> None:
+    """Become the run: a new session (the client kills its group on a time-out), the request's
+    directory, environment, streams and arguments, then the script as ``__main__``. The
+    interpreter's own shutdown ends the process (threads joined, atexit, streams flushed)."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.chdir(request['cwd'])
+    os.environ.clear()
+    os.environ.update(request['env'])
+    for fd, target in ((0, os.devnull), (1, request['stdout']), (2, request['stderr'])):
+        opened = os.open(target, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(opened, fd)
+        os.close(opened)
+    line = 1 if os.environ.get('PYTHONUNBUFFERED') else -1  # stderr is line-buffered either way
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, 'w', buffering=line, closefd=False)
+    sys.stderr = open(2, 'w', buffering=1, closefd=False, errors='backslashreplace')
+    fresh_random_states()
+    script = os.path.abspath(request['argv'][0])
+    sys.argv = [script, *request['argv'][1:]]
+    sys.path[0] = os.path.dirname(script)
+    import runpy
+    try:
+        runpy.run_path(script, run_name='__main__')
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(1)
+    sys.exit(0)
+
+
+def fresh_random_states() -> None:
+    """A new process seeds Python's and numpy's generators from the OS; a fork inherits the server's.
+    Torch's threads follow the run's ``OMP_NUM_THREADS``, which OpenMP read when the server loaded it."""
+    import numpy
+    import torch
+    random.seed()
+    numpy.random.seed()
+    torch.manual_seed(torch.initial_seed())  # a new process starts torch's generator at its fixed default
+    threads = os.environ.get('OMP_NUM_THREADS', '')
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+# Read when an interpreter starts or a stock package loads: a run whose environment sets them
+# otherwise than the server's starts a fresh interpreter instead.
+IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWARNINGS', 'PYTHONNOUSERSITE',
+                         'LD_PRELOAD', 'LD_LIBRARY_PATH', 'CUDA_VISIBLE_DEVICES', 'TRITON_INTERPRET')
+
+
+class ToolServer:
+    """The tests' side: starts the server with the first run's environment, then sends it runs."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.process: Optional[subprocess.Popen] = None
+        self.folder: Optional[Path] = None
+        self.env: Dict[str, str] = {}
+
+    def serves(self, env: Dict[str, str]) -> bool:
+        """Whether a run in ``env`` can be forked from the server (starting it on first use)."""
+        with self.lock:
+            if self.process is None:
+                self.start(env)
+        return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME_VARIABLES)
+
+    def start(self, env: Dict[str, str]) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix='tools-'))
+        log = open(self.folder / 'server.log', 'w')
+        self.process = subprocess.Popen([sys.executable, __file__, str(self.folder / 'socket')], env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        if not any(line.strip() == 'ready' for line in self.process.stdout):
+            raise RuntimeError(f'the tool server did not start: {(self.folder / "server.log").read_text()[-3000:]}')
+        self.env = dict(env)
+        atexit.register(self.close)
+
+    def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str]) -> subprocess.CompletedProcess:
+        """``command`` (``python script args``) forked from the server, as ``subprocess.run`` would
+        report it; past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
+        streams = Path(tempfile.mkdtemp(dir=self.folder))
+        request = dict(argv=[str(arg) for arg in command[1:]], cwd=str(cwd), env=env,
+                       stdout=str(streams / 'stdout'), stderr=str(streams / 'stderr'))
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.connect(str(self.folder / 'socket'))
+                connection.settimeout(timeout)
+                stream = connection.makefile('rw')
+                stream.write(json.dumps(request) + '\n')
+                stream.flush()
+                pid = json.loads(stream.readline())['pid']
+                try:
+                    returncode = json.loads(stream.readline())['returncode']
+                except TimeoutError:
+                    os.killpg(pid, signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(command, timeout) from None
+            return subprocess.CompletedProcess(command, returncode, *(
+                (streams / name).read_text(errors='replace') for name in ('stdout', 'stderr')))
+        finally:
+            shutil.rmtree(streams, ignore_errors=True)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.process = None
+
+
+if __name__ == '__main__':
+    main(sys.argv[1])
