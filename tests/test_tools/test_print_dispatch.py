@@ -3,6 +3,8 @@ implementation a training step runs on CPU and on CUDA (answered on this CPU, on
 why the others were passed over; unknown devices and dtypes, and a config naming an implementation
 its device refuses, end in one line."""
 import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
@@ -21,17 +23,31 @@ def tool():
     return load_tool(TOOL)
 
 
-def test_every_layer_of_every_config_runs_on_both_devices(tool):
-    """One forward per config records the requests; each is replayed for CPU and CUDA in float32
-    and bfloat16: something runs everywhere, and auto never names a refused implementation. Every
-    config passes load_config's checks on the way (no shipped config is refused by them)."""
+def every_config_dispatch_problems() -> list:
+    """The rows of every config whose choice is refused or passed over, replayed for both devices."""
+    tool = load_tool(TOOL)
+    problems = []
     for path in CONFIGS:
         cfg = load_config(str(path))
         records = tool.attention_requests(cfg, tool.test_input_size(cfg)[0])
         for device in tool.DEVICES:
             for dtype in (torch.float32, torch.bfloat16):
-                for row in tool.dispatch_rows(records, device, dtype):
-                    assert 'refused' not in row and row['runs'] not in row['passed_over'], (path, row)
+                problems += [(str(path), row) for row in tool.dispatch_rows(records, device, dtype)
+                             if 'refused' in row or row['runs'] in row['passed_over']]
+    return problems
+
+
+def test_every_layer_of_every_config_runs_on_both_devices():
+    """One forward per config records the requests; each is replayed for CPU and CUDA in float32
+    and bfloat16: something runs everywhere, and auto never names a refused implementation. Every
+    config passes load_config's checks on the way (no shipped config is refused by them).
+
+    In a forked process: the meta-tensor forward of the SMCA-LA config leaves state behind in the
+    process that changes a later CPU forward of RippleAttention's dense path under autograd (an open
+    defect, reproduced by tests/test_models/test_backbones/test_contract.py's checkpointing test when
+    it runs after this one), which must not reach the other tests of this worker."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('fork')) as pool:
+        assert pool.submit(every_config_dispatch_problems).result() == []
 
 
 def test_kernels_pass_a_wide_window_and_wide_heads_to_the_torch_path(tool):
