@@ -40,7 +40,8 @@ def test_a_forked_run_has_its_arguments_directory_environment_and_streams(tmp_pa
     assert seen['path0'] == str(tmp_path) and seen['main'] == '__main__'
     # the stock stack comes pre-imported; the project is the run's own to import
     assert seen['stock'] and not seen['project']
-    assert forked(tmp_path, 0).returncode == 0 and json.loads(forked(tmp_path, 0).stdout)['pid'] != seen['pid']
+    again = forked(tmp_path, 0)  # each run a process of its own
+    assert again.returncode == 0 and json.loads(again.stdout)['pid'] != seen['pid']
 
 
 @forking

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmark_report import check_markers, markers, update_readme  # this folder: on sys.path when run
 
@@ -63,11 +63,19 @@ def slug(text: str) -> str:
     return re.sub(r'[^A-Za-z0-9]+', '-', text).strip('-')
 
 
+def tree_state() -> Tuple[str, bool]:
+    """The commit this tree is (a copy of) and whether it differs from it: ``$MMVISATTN_COMMIT`` and
+    ``$MMVISATTN_DIRTY`` where set, else git's answer; with neither, ``'unknown'`` and dirty."""
+    head = git('rev-parse', '--short=12', 'HEAD')
+    commit = os.environ.get('MMVISATTN_COMMIT') or head or 'unknown'
+    if 'MMVISATTN_DIRTY' in os.environ:
+        return commit, os.environ['MMVISATTN_DIRTY'] != '0'
+    return commit, bool(git('status', '--porcelain')) if head else True
+
+
 def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
     """A record of this tree's run: ``name`` is the file name it is committed under."""
-    commit = os.environ.get('MMVISATTN_COMMIT') or git('rev-parse', '--short=12', 'HEAD') or 'unknown'
-    dirty = os.environ['MMVISATTN_DIRTY'] != '0' if 'MMVISATTN_DIRTY' in os.environ else \
-        bool(git('status', '--porcelain')) if git('rev-parse', 'HEAD') else True
+    commit, dirty = tree_state()
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
     missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
