@@ -111,7 +111,7 @@ def run_command(command: List[str], timeout: float = 600, forked: bool = False,
 # Tools run forked from a server that has imported the stock stack (tests/tool_server.py says what
 # that changes, and what not); MMVISATTN_TEST_FRESH_TOOLS=1 starts a new interpreter for each instead,
 # as does a machine without OpenMMLab (the op tests on a bare GPU machine).
-TOOLS = ToolServer()
+TOOLS = ToolServer(tool_env)
 FORK_TOOLS = os.environ.get('MMVISATTN_TEST_FRESH_TOOLS', '0') == '0' and importlib.util.find_spec('mmdet') is not None
 
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 # What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start.
 PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine', 'mmdet.evaluation',
@@ -134,9 +134,11 @@ IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWA
 
 
 class ToolServer:
-    """The tests' side: starts the server with the first run's environment, then sends it runs."""
+    """The tests' side: starts the server on first use in the environment ``base_env()`` gives (the
+    one the tools usually run in), then sends it the runs whose start-up variables match it."""
 
-    def __init__(self):
+    def __init__(self, base_env: Callable[[], Dict[str, str]]):
+        self.base_env = base_env
         self.lock = threading.Lock()
         self.process: Optional[subprocess.Popen] = None
         self.folder: Optional[Path] = None
@@ -146,7 +148,7 @@ class ToolServer:
         """Whether a run in ``env`` can be forked from the server (starting it on first use)."""
         with self.lock:
             if self.process is None:
-                self.start(env)
+                self.start(self.base_env())
         return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME_VARIABLES)
 
     def start(self, env: Dict[str, str]) -> None:
