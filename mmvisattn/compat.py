@@ -40,11 +40,19 @@ The writer goes through a partial file renamed into place, and the hook removes 
 only once the new one and ``last_checkpoint`` are written
 (:func:`mmvisattn.utils.checkpoint.save_then_prune`).
 
+mmengine's ``package::`` config lookups. A config whose ``_base_`` names ``mmdet::...`` or
+``mmseg::...`` costs each such name a reload of ``pkg_resources`` (``is_installed``) and a parse of
+every ``metafile.yml`` the package lists (over 200 for mmdet), about a second a name: most of a
+config's loading time, paid again by every tool a run starts. The metafiles are parsed once per
+process, and a package found installed stays found (the reload is there for packages installed
+while a process runs, which can only turn a "not installed" into "installed").
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
-from pickle import UnpicklingError
+import functools
 from collections import Counter
+from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
 
 import torch
@@ -186,6 +194,42 @@ def name_undecodable_label_maps() -> None:
     LoadAnnotations._load_seg_map = load_naming_file
 
 
+def remembered_metafiles(load: Callable) -> Callable:
+    """mmengine's ``load`` as ``mmengine.config.utils`` uses it (a package's model index and the
+    metafiles it lists, read, never changed), each path parsed once."""
+    parsed = functools.lru_cache(maxsize=None)(load)
+
+    @functools.wraps(load)
+    def wrapped(path, *args, **kwargs):
+        return parsed(path) if isinstance(path, str) and not args and not kwargs else load(path, *args, **kwargs)
+    wrapped.remembered = True
+    return wrapped
+
+
+def found_once_installed(is_installed: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``is_installed`` asking again only about packages it has not found yet."""
+    found = set()
+
+    @functools.wraps(is_installed)
+    def wrapped(package: str) -> bool:
+        if package not in found and is_installed(package):
+            found.add(package)
+        return package in found
+    wrapped.remembered = True
+    return wrapped
+
+
+def remember_package_config_lookups() -> None:
+    """``package::`` config names resolved without re-reading the package's metafiles and reloading
+    ``pkg_resources`` at each name (once)."""
+    from mmengine.config import config as config_module
+    from mmengine.config import utils as config_utils
+    if not getattr(config_utils.load, 'remembered', False):
+        config_utils.load = remembered_metafiles(config_utils.load)
+    if not getattr(config_module.is_installed, 'remembered', False):
+        config_module.is_installed = found_once_installed(config_module.is_installed)
+
+
 def write_checkpoints_atomically() -> None:
     """Runner checkpoints written through a partial file, and the expired one removed after the new
     one (see the module docstring)."""
@@ -199,7 +243,8 @@ def write_checkpoints_atomically() -> None:
 
 
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
-           count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically)
+           count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically,
+           remember_package_config_lookups)
 
 
 def apply_patches() -> None:

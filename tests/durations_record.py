@@ -1,5 +1,5 @@
 """A record of the suite's time: ``pytest --record-durations PATH`` writes, when the session ends, a
-JSON of the wall time, the machine, the commit and the slowest tests (setup, call and teardown
+JSON of the wall time, the machine, the commit, the slowest tests and each file's seconds (setup, call and teardown
 together, as ``--durations`` counts them). ``make test`` writes ``work_dirs/tests/durations.json``;
 a copy committed under ``docs/records/tests/`` is the suite's record.
 
@@ -46,9 +46,18 @@ class DurationsRecord:
                       machine=machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
                       tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
                       test_seconds=round(sum(self.seconds.values()), 1),
-                      slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest])
+                      slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest],
+                      files=per_file(self.seconds))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(record, indent=1) + '\n')
+
+
+def per_file(seconds: dict) -> dict:
+    """Each test file's seconds (its tests' phases added up), the slowest file first."""
+    files = defaultdict(float)
+    for nodeid, value in seconds.items():
+        files[nodeid.split('::', 1)[0]] += value
+    return {path: round(value, 1) for path, value in sorted(files.items(), key=lambda item: -item[1])}
 
 
 def git_state() -> dict:

@@ -103,6 +103,20 @@ def scope_registries(scope: str) -> List[Registry]:
     return [value for value in vars(module).values() if isinstance(value, Registry)] + [ATTENTIONS]
 
 
+def lookup(registry: Registry, name: str) -> Optional[type]:
+    """``registry.get(name)`` for a plain name (no scope, no module path) without ``get``'s last resort,
+    importing ``name`` as a module path: that search of ``sys.path`` is the same for every registry
+    and fails for every registry but the one holding the name (most of a config check's time)."""
+    if '.' in name:
+        return registry.get(name)
+    registry.import_from_location()
+    while registry is not None:
+        if name in registry.module_dict:
+            return registry.module_dict[name]
+        registry = registry.parent
+    return None
+
+
 def registered_names(registries: Sequence[Registry]) -> List[str]:
     names = []
     for registry in registries:
@@ -178,7 +192,8 @@ def check_types_and_arguments(cfg: Config) -> None:
     """Every ``type`` is registered in the config's scope and takes the dict's other keys."""
     registries = scope_registries(cfg.default_scope)
     for path, node in typed_dicts(cfg.to_dict()):
-        found = [target for target in (registry.get(node['type']) for registry in registries) if target is not None]
+        found = [target for target in (lookup(registry, node['type']) for registry in registries)
+                 if target is not None]
         if not found:
             raise SystemExit(f"error: {path}.type '{node['type']}' is not registered in scope "
                              f"'{cfg.default_scope}'{nearest(node['type'], registered_names(registries))}")

@@ -83,16 +83,16 @@ def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, 
 
 
 ALL_BACKGROUND_MIOU = 22.66  # background IoU 90.6 / 4 classes on the validation split
-CASTLING_SEG_ITERS = 200
-PICODET_ITERS = 200
+CASTLING_SEG_ITERS = 100
+PICODET_ITERS = 100
 
 
 def test_segformer_rwgka_demo_learns(workspace, tmp_path):
-    """300 iterations at 64x64 (about a minute): the RWGKA SegFormer-B0 separates the shapes from
-    the background (measured: mIoU 38.8 against 22.7 for all-background and less untrained)."""
+    """200 iterations at 64x64: the RWGKA SegFormer-B0 separates the shapes from the background (an
+    mIoU above the all-background prediction's; fewer iterations stay at or just above it)."""
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
-        'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py', 300, 'mIoU')
+        'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py', 200, 'mIoU')
     assert trained > max(untrained, ALL_BACKGROUND_MIOU), (untrained, trained)
 
 

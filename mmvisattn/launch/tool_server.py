@@ -1,18 +1,21 @@
-"""Runs the command-line tools for the tests in forked copies of a process that has already imported
-the stock stack, so that a tool run costs what the tool does, not the seconds of importing torch,
-mmengine, mmcv, mmdet and mmseg again (most of a short run's time).
+"""Runs command-line tools in forked copies of a process that has already imported the stock stack,
+so that a tool run costs what the tool does, not the seconds of importing torch, mmengine, mmcv,
+mmdet and mmseg again (most of a short run's time). The test suite runs its tools through it, and
+``gpu_proof_models.py --smoke`` its train, test and resume runs.
 
 Each run is still a process of its own: forked from this server, in its own session, with the run's
 working directory, environment, ``sys.argv`` and standard streams, the script executed as
 ``__main__``; ``mmvisattn`` and the tools' own modules are imported afresh in it (never by the
-server), so a tool that forgot an import of the project still fails as it would for a user. Only
-the stock packages below come pre-imported, as ``register_all_modules`` would import them anyway.
+server, which is started from this file's path, not as a module of the package), so a tool that
+forgot an import of the project still fails as it would for a user. Only the stock packages below
+come pre-imported, as ``register_all_modules`` would import them anyway. Runs that set a variable
+read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
 
 Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
-``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to); the server answers
-``{"pid": ...}`` when the run starts and ``{"returncode": ...}`` when it ends (negative: killed by
-that signal, as ``subprocess`` reports it). ``python tests/tool_server.py SOCKET`` serves until its
-parent, the test process, is gone."""
+``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
+both merges them); the server answers ``{"pid": ...}`` when the run starts and ``{"returncode": ...}``
+when it ends (negative: killed by that signal, as ``subprocess`` reports it). ``python
+mmvisattn/launch/tool_server.py SOCKET`` serves until its parent is gone."""
 import atexit
 import importlib
 import json
@@ -92,6 +95,9 @@ def run(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request['env'])
     for fd, target in ((0, os.devnull), (1, request['stdout']), (2, request['stderr'])):
+        if fd == 2 and target == request['stdout']:
+            os.dup2(1, 2)  # one file, one offset: the streams interleave as a terminal shows them
+            continue
         opened = os.open(target, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(opened, fd)
         os.close(opened)
@@ -134,8 +140,8 @@ IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWA
 
 
 class ToolServer:
-    """The tests' side: starts the server on first use in the environment ``base_env()`` gives (the
-    one the tools usually run in), then sends it the runs whose start-up variables match it."""
+    """The client: starts the server on first use in the environment ``base_env()`` gives (the one
+    the tools usually run in), then sends it the runs whose start-up variables match it."""
 
     def __init__(self, base_env: Callable[[], Dict[str, str]]):
         self.base_env = base_env
@@ -162,12 +168,15 @@ class ToolServer:
         self.env = dict(env)
         atexit.register(self.close)
 
-    def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str]) -> subprocess.CompletedProcess:
+    def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str],
+            output: Optional[Path] = None) -> subprocess.CompletedProcess:
         """``command`` (``python script args``) forked from the server, as ``subprocess.run`` would
-        report it; past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
+        report it (``output``: both streams written to that file instead, and reported as None);
+        past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
         streams = Path(tempfile.mkdtemp(dir=self.folder))
+        stdout, stderr = (output, output) if output else (streams / 'stdout', streams / 'stderr')
         request = dict(argv=[str(arg) for arg in command[1:]], cwd=str(cwd), env=env,
-                       stdout=str(streams / 'stdout'), stderr=str(streams / 'stderr'))
+                       stdout=str(stdout), stderr=str(stderr))
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
                 connection.connect(str(self.folder / 'socket'))
@@ -181,6 +190,8 @@ class ToolServer:
                 except TimeoutError:
                     os.killpg(pid, signal.SIGKILL)
                     raise subprocess.TimeoutExpired(command, timeout) from None
+            if output:
+                return subprocess.CompletedProcess(command, returncode)
             return subprocess.CompletedProcess(command, returncode, *(
                 (streams / name).read_text(errors='replace') for name in ('stdout', 'stderr')))
         finally:
