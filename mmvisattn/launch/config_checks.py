@@ -51,9 +51,34 @@ def nearest(name: str, candidates: Sequence[str], count: int = 3) -> str:
     return f'; nearest: {", ".join(found)}' if found else ''
 
 
+# the loops the Runner builds from a top-level dict without a ``type``
+IMPLIED_LOOPS = {'val_cfg': 'ValLoop', 'test_cfg': 'TestLoop'}
+
+
+def built_type(path: str, node: dict) -> Optional[str]:
+    """The type ``node`` (at config ``path``) builds: its ``type``, or the loop the Runner builds from
+    a ``train_cfg``, ``val_cfg`` or ``test_cfg`` without one."""
+    if isinstance(node.get('type'), str):
+        return node['type']
+    if path == 'train_cfg' and 'by_epoch' in node:
+        return 'EpochBasedTrainLoop' if node['by_epoch'] else 'IterBasedTrainLoop'
+    return IMPLIED_LOOPS.get(path)
+
+
+def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
+    """The arguments the class that ``node`` builds takes (empty: it builds nothing this check reads)."""
+    if not isinstance(node, dict) or built_type(path, node) is None:
+        return set()
+    registries = scope_registries(cfg.default_scope)
+    found = [target for target in (lookup(registry, built_type(path, node)) for registry in registries) if target]
+    accepted = [accepted_arguments(target) for target in dict.fromkeys(found)]
+    return None if any(names is None for names in accepted) else set().union(*accepted)
+
+
 def check_option_keys(cfg: Config, options: dict) -> None:
-    """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), or set a Runner
-    argument the config leaves at its default (``randomness.seed``, ``load_from``)."""
+    """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), an argument of
+    the class a dict of it builds (``train_cfg.val_begin``, ``default_hooks.logger.log_metric_by_epoch``),
+    or a Runner argument the config leaves at its default (``randomness.seed``, ``load_from``)."""
     root = {**runner_defaults(), **cfg.to_dict()}
     for key in options:
         node: Any = root
@@ -64,8 +89,11 @@ def check_option_keys(cfg: Config, options: dict) -> None:
             elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
                 node = node[int(part)]
             else:
+                arguments = option_arguments(cfg, '.'.join(walked), node)
+                if arguments is None or part in arguments:
+                    break  # a new argument of the built class: what lies below it is the class's to check
                 where = f"'{'.'.join(walked)}' has no '{part}'" if walked else f"the config has no top-level '{part}'"
-                existing = [str(k) for k in node] if isinstance(node, dict) else []
+                existing = [str(k) for k in node] + sorted(arguments) if isinstance(node, dict) else []
                 raise SystemExit(f'error: --cfg-options {key}: {where}{nearest(part, existing)} '
                                  '(pass --cfg-new-keys to add keys the config does not have)')
             walked.append(part)

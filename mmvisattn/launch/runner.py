@@ -12,7 +12,7 @@ DDP wrap a CPU module.
 import argparse
 import os
 import os.path as osp
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -69,21 +69,46 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
     return cfg
 
 
+# Slurm jobs' rendezvous ports: below Linux's ephemeral range (32768-60999), from which the kernel
+# takes the ports of outgoing connections; a few consecutive ones per job, one for each restart
+JOB_PORTS = range(10000, 32768)
+RESTARTS_PER_JOB = 16
+
+
+def slurm_master_port(env: Mapping[str, str]) -> str:
+    """The rendezvous port of a Slurm job: ``MASTER_PORT`` where the user set one, else one derived
+    from ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` (a requeued job keeps its id, and its earlier
+    port may still be held). Every task of a job computes the same port without talking to the
+    others, and jobs sharing a node no longer all take torch's 29500 (the second one's
+    ``EADDRINUSE``)."""
+    if env.get('MASTER_PORT'):
+        return env['MASTER_PORT']
+    job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
+    if not (job.isdigit() and restart.isdigit()):
+        raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: expected numbers '
+                         '(or set MASTER_PORT)')
+    slot = int(job) * RESTARTS_PER_JOB + int(restart) % RESTARTS_PER_JOB
+    return str(JOB_PORTS.start + slot % len(JOB_PORTS))
+
+
 def init_cpu_distributed(cfg: Config) -> None:
     """On a machine without CUDA, join the gloo process group that ``cfg.launcher`` describes.
 
-    Does nothing when CUDA is available (mmengine's own launcher then works) or when not launched
-    distributed. ``slurm`` reads the rank layout from the ``SLURM_*`` variables as mmengine does.
+    ``slurm`` reads the rank layout from the ``SLURM_*`` variables as mmengine does, and sets the
+    job's ``MASTER_PORT`` (:func:`slurm_master_port`) on every machine: with CUDA, mmengine's own
+    launcher, which this then leaves to start the group, reads it from there. Does nothing else when
+    CUDA is available or when not launched distributed.
     """
     if cfg.launcher not in LAUNCHERS:
         raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of {LAUNCHERS}')
+    if cfg.launcher == 'slurm':
+        os.environ['MASTER_PORT'] = slurm_master_port(os.environ)
     if cfg.launcher == 'none' or torch.cuda.is_available() or dist.is_initialized():
         return
     if cfg.launcher == 'slurm':
         os.environ.setdefault('RANK', os.environ['SLURM_PROCID'])
         os.environ.setdefault('WORLD_SIZE', os.environ['SLURM_NTASKS'])
         os.environ.setdefault('LOCAL_RANK', os.environ['SLURM_LOCALID'])
-        os.environ.setdefault('MASTER_PORT', '29500')
         os.environ.setdefault('MASTER_ADDR', _first_slurm_host())
     dist.init_process_group(backend='gloo')
     cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None)

@@ -98,3 +98,23 @@ def test_runner_arguments_the_config_leaves_out_can_be_set():
     assert cfg.randomness.seed == 3
     with pytest.raises(SystemExit, match=r"'randomness' has no 'sed'; nearest: seed"):
         check_config(Config.fromfile(DET_DEMO), {'randomness.sed': 3})
+
+
+@pytest.mark.parametrize('option', ['train_cfg.val_begin', 'default_hooks.logger.log_metric_by_epoch',
+                                    'optim_wrapper.accumulative_counts'])
+def test_arguments_of_the_built_classes_are_options_without_new_keys(option):
+    """An argument of the class a dict builds (the loop, a hook, the optimizer wrapper) may be set
+    although the config leaves it at its default; it is checked against the class's signature."""
+    cfg = Config.fromfile(VIL_DEMO)
+    check_config(cfg, {option: 4})
+    assert cfg[option.split('.')[0]] is not None
+    with pytest.raises(SystemExit, match=rf"^error: --cfg-options {option}x: .* has no '{option.rpartition('.')[2]}x'; "
+                                         rf"nearest: {option.rpartition('.')[2]}"):
+        check_config(Config.fromfile(VIL_DEMO), {f'{option}x': 4})
+
+
+def test_the_loop_a_train_cfg_without_type_builds_takes_its_arguments():
+    cfg = Config.fromfile(VIL_DEMO)
+    cfg.train_cfg = dict(by_epoch=True, max_epochs=2)
+    check_config(cfg, {'train_cfg.val_begin': 2})  # EpochBasedTrainLoop's
+    assert cfg.train_cfg.val_begin == 2

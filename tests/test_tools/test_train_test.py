@@ -2,8 +2,8 @@
 printed by the test tool, two-process CPU training through dist_train.sh, and one-line errors for
 bad input (the fault cases a user meets are in tests/test_launch)."""
 import math
-import random
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -57,11 +57,18 @@ def test_amp_train_then_test_prints_miou(workspace, tmp_path):
 
 
 def test_two_process_cpu_training_outside_the_venv(workspace, tmp_path):
-    """dist_train.sh picks the project's .venv when the shell's PATH has no torch."""
-    env = dict(tool_env(), PATH='/usr/bin:/bin', PORT=str(random.randint(20000, 40000)))
-    env.pop('PYTHON', None)
-    done = run_command(['bash', str(REPO / 'tools/dist_train.sh'), str(DET_DEMO), '2', '--work-dir', str(tmp_path),
-                        '--cfg-options', *SHORT], cwd=workspace, env=env)
+    """dist_train.sh picks the project's .venv when the shell's PATH has no torch, and without PORT a
+    free port: torch's default, 29500, is held by another program meanwhile."""
+    env = dict(tool_env(), PATH='/usr/bin:/bin')
+    for name in ('PYTHON', 'PORT'):
+        env.pop(name, None)
+    with socket.socket() as default_port:
+        try:
+            default_port.bind(('', 29500))
+        except OSError:
+            pass  # held already
+        done = run_command(['bash', str(REPO / 'tools/dist_train.sh'), str(DET_DEMO), '2', '--work-dir',
+                            str(tmp_path), '--cfg-options', *SHORT], cwd=workspace, env=env)
     assert done.returncode == 0, done.stderr[-5000:]
     assert not (workspace / '.dist_test').exists()  # the ranks' results were gathered in the run's folder
     log = next(tmp_path.glob('*/*.log')).read_text()
