@@ -38,7 +38,9 @@ writes the new one, and the writer opens the final file directly: a kill in betw
 checkpoint while ``last_checkpoint`` named a removed one, a kill during the write a truncated file.
 The writer goes through a partial file renamed into place, and the hook removes the old checkpoint
 only once the new one and ``last_checkpoint`` are written
-(:func:`mmvisattn.utils.checkpoint.save_then_prune`).
+(:func:`mmvisattn.utils.checkpoint.save_then_prune`). ``save_best`` had the same order (the previous
+best removed before the new one was written); it removes the previous best after
+(:func:`mmvisattn.utils.checkpoint.replace_best_then_remove`).
 
 mmengine's ``package::`` config lookups. A config whose ``_base_`` names ``mmdet::...`` or
 ``mmseg::...`` costs each such name a reload of ``pkg_resources`` (``is_installed``) and a parse of
@@ -236,10 +238,12 @@ def write_checkpoints_atomically() -> None:
     from mmengine.hooks import CheckpointHook
     from mmengine.runner import runner as runner_module
 
-    from .utils.checkpoint import atomic_save_checkpoint, save_then_prune
+    from .utils.checkpoint import atomic_save_checkpoint, replace_best_then_remove, save_then_prune
     if not getattr(runner_module.save_checkpoint, 'atomic', False):
         runner_module.save_checkpoint = atomic_save_checkpoint(runner_module.save_checkpoint)
     CheckpointHook._save_checkpoint_with_step = save_then_prune
+    if not getattr(CheckpointHook._save_best_checkpoint, 'replaces_then_removes', False):
+        CheckpointHook._save_best_checkpoint = replace_best_then_remove(CheckpointHook._save_best_checkpoint)
 
 
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,

@@ -192,3 +192,34 @@ def test_package_config_names_parse_the_metafiles_once(monkeypatch):
     Config.fromfile(config)
     index = [path for path in reads if path.endswith('model-index.yml')]
     assert len(index) == 1 and len(reads) == len(set(reads)) > 1, reads
+
+
+@pytest.mark.parametrize('patched', [True, False], ids=['patched', 'stock'])
+def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
+    """``save_best``: the previous best stays until the new one is written (stock mmengine removes it
+    first, so a write that fails, or a kill, leaves none), and is removed once it is."""
+    from types import SimpleNamespace
+
+    from mmengine.hooks import CheckpointHook
+    from mmengine.logging import MessageHub, MMLogger
+
+    def save_checkpoint(out_dir, filename, **kwargs):
+        if runner.failing:
+            raise OSError('disk full')
+        (Path(out_dir) / filename).write_bytes(b'weights')
+    runner = SimpleNamespace(work_dir=str(tmp_path), epoch=0, iter=1, failing=False, save_checkpoint=save_checkpoint,
+                             logger=MMLogger.get_instance(f'best-{patched}'),
+                             message_hub=MessageHub.get_instance(f'best-{patched}'))
+    hook = CheckpointHook(interval=1, by_epoch=False, save_best='acc', rule='greater')
+    hook.before_train(runner)
+    save_best = CheckpointHook._save_best_checkpoint if patched else CheckpointHook._save_best_checkpoint.__wrapped__
+    save_best(hook, runner, {'acc': 1.0})
+    runner.iter, runner.failing = 2, True
+    with pytest.raises(OSError, match='disk full'):
+        save_best(hook, runner, {'acc': 2.0})
+    assert (tmp_path / 'best_acc_iter_1.pth').exists() == patched
+    if patched:
+        runner.iter, runner.failing = 3, False
+        hook.best_ckpt_path = str(tmp_path / 'best_acc_iter_1.pth')  # as a run resumed from its checkpoint knows it
+        save_best(hook, runner, {'acc': 3.0})
+        assert sorted(path.name for path in tmp_path.glob('best_*')) == ['best_acc_iter_3.pth']

@@ -2,6 +2,7 @@
 them so that a kill at any moment leaves every named checkpoint whole, and the checks the converters
 share: does a converted state dict fit a config's backbone?"""
 import argparse
+import functools
 import os
 import os.path as osp
 import pickle
@@ -150,6 +151,28 @@ def save_then_prune(hook, runner, step: int, meta: dict) -> None:
             hook.file_backend.remove(path)
         elif hook.file_backend.isdir(path):  # DeepSpeed writes folders
             hook.file_backend.rmtree(path)
+
+
+def replace_best_then_remove(save_best: Callable) -> Callable:
+    """mmengine's ``CheckpointHook._save_best_checkpoint`` with the previous best checkpoint removed
+    only once the new best is written. mmengine removes it first, so a kill or a failed write in
+    between left no best checkpoint at all. The hook's own removals are held back while it runs (its
+    file backend's ``remove`` and ``rmtree``), then done, except of a path it names best again."""
+    @functools.wraps(save_best)
+    def wrapped(hook, runner, metrics: dict) -> None:
+        backend, held_back = hook.file_backend, []
+        for method in ('remove', 'rmtree'):
+            setattr(backend, method, lambda path, method=method: held_back.append((method, path)))
+        try:
+            save_best(hook, runner, metrics)
+        finally:
+            del backend.remove, backend.rmtree  # the instance's stand-ins: the class's methods again
+        kept = {hook.best_ckpt_path, *getattr(hook, 'best_ckpt_path_dict', {}).values()}
+        for method, path in held_back:
+            if path not in kept:
+                getattr(backend, method)(path)
+    wrapped.replaces_then_removes = True
+    return wrapped
 
 
 def _describe(value: object) -> str:
