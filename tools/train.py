@@ -1,7 +1,7 @@
 """Train a detector (mmdet scope) or a segmentor (mmseg scope) from a config, as the stock
 ``tools/train.py`` of mmdet and mmseg do; the scope comes from the config's ``default_scope``.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr] [--requeue]
                           [--cfg-options k=v ...] [--cfg-new-keys] [--launcher none|pytorch|slurm]
 
 Every flag of mmdet's and mmseg's own ``tools/train.py`` is taken, with their meaning.
@@ -12,7 +12,7 @@ import torch
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
-from mmvisattn.launch.options import enable_auto_scale_lr
+from mmvisattn.launch.options import enable_auto_scale_lr, enable_requeue, resume_of_requeued_job
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 
@@ -27,6 +27,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir '
                              'when no path is given')
+    parser.add_argument('--requeue', action='store_true',
+                        help='on a stop signal (Slurm preemption or time limit: PreemptionHook), requeue this sbatch '
+                             'job after the checkpoint; the requeued job resumes by itself')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help="scale the learning rate by the total batch over the config's "
                              'auto_scale_lr.base_batch_size (as mmdet does)')
@@ -49,6 +52,9 @@ def main() -> None:
         enable_amp(cfg)
     if args.auto_scale_lr:
         enable_auto_scale_lr(cfg)
+    if args.requeue:
+        enable_requeue(cfg)
+    args.resume = resume_of_requeued_job(args.resume)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:

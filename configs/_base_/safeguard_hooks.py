@@ -6,7 +6,9 @@
 # - RandomStateHook: every random generator in the checkpoints, so a resumed run continues exactly;
 # - FiniteLossHook: a stop at the first non-finite loss, before a checkpoint of it is written;
 # - RankMeanLossHook: the logged losses averaged over the ranks, not rank 0's alone;
-# - DroppedAnnotationsHook: a report of the annotations the pipeline dropped.
+# - DroppedAnnotationsHook: a report of the annotations the pipeline dropped;
+# - PreemptionHook: on SIGUSR1 or SIGTERM (Slurm's warning, preemption), a checkpoint of the current
+#   iteration and a clean stop (`requeue=True`: a Slurm batch job requeues itself, see tools/train.py).
 # A config that adds custom hooks keeps these with `custom_hooks = [*_base_.custom_hooks, dict(...)]`;
 # one that leaves a safeguard out lists the others. The hook types need `import mmvisattn`
 # (`custom_imports`, which the runtimes set).
@@ -15,4 +17,5 @@ custom_hooks = [
     dict(type='FiniteLossHook', interval=1),
     dict(type='RankMeanLossHook'),
     dict(type='DroppedAnnotationsHook'),
+    dict(type='PreemptionHook'),
 ]

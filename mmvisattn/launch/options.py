@@ -1,8 +1,9 @@
 """The stock tools' flags, with the meaning mmdet's and mmseg's own ``tools/train.py`` and
 ``tools/test.py`` give them for the config's scope, as changes to the config (so the Runner built
 from it needs nothing more): ``--auto-scale-lr``, ``--show`` / ``--show-dir`` / ``--wait-time``,
-``--out`` and ``--tta``. Where the stock tool raises an assertion or a traceback, these exit in one
-line."""
+``--out`` and ``--tta``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises an
+assertion or a traceback, these exit in one line."""
+import os
 from copy import deepcopy
 from typing import Optional
 
@@ -17,6 +18,23 @@ def enable_auto_scale_lr(cfg: Config) -> None:
         raise SystemExit('error: --auto-scale-lr needs auto_scale_lr.base_batch_size in the config (the batch its '
                          'learning rate is for), e.g. auto_scale_lr = dict(base_batch_size=16)')
     cfg.auto_scale_lr.enable = True
+
+
+def enable_requeue(cfg: Config) -> None:
+    """``--requeue``: the config's ``PreemptionHook`` requeues the Slurm batch job after its checkpoint."""
+    hooks = [hook for hook in cfg.get('custom_hooks') or [] if hook.get('type') == 'PreemptionHook']
+    if not hooks:
+        raise SystemExit("error: --requeue needs a PreemptionHook in the config's custom_hooks "
+                         '(configs/_base_/safeguard_hooks.py adds one)')
+    for hook in hooks:
+        hook['requeue'] = True
+
+
+def resume_of_requeued_job(resume: Optional[str]) -> Optional[str]:
+    """``--resume`` as given, or ``'auto'`` in a Slurm job that was requeued (``SLURM_RESTART_COUNT``
+    above 0): the job runs its command again, and continues from its work dir's last checkpoint."""
+    restarts = os.environ.get('SLURM_RESTART_COUNT', '')
+    return 'auto' if resume is None and restarts.isdigit() and int(restarts) > 0 else resume
 
 
 def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float) -> None:

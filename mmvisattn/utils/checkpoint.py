@@ -167,7 +167,7 @@ def replace_best_then_remove(save_best: Callable) -> Callable:
             save_best(hook, runner, metrics)
         finally:
             del backend.remove, backend.rmtree  # the instance's stand-ins: the class's methods again
-        kept = {hook.best_ckpt_path, *getattr(hook, 'best_ckpt_path_dict', {}).values()}
+        kept = {getattr(hook, 'best_ckpt_path', None), *getattr(hook, 'best_ckpt_path_dict', {}).values()}
         for method, path in held_back:
             if path not in kept:
                 getattr(backend, method)(path)

@@ -12,7 +12,7 @@ from mmvisattn.launch import load_config
 
 from ..conftest import REPO, run_command, tool_env
 
-SAFEGUARDS = ['RandomStateHook', 'FiniteLossHook', 'RankMeanLossHook', 'DroppedAnnotationsHook']
+SAFEGUARDS = ['RandomStateHook', 'FiniteLossHook', 'RankMeanLossHook', 'DroppedAnnotationsHook', 'PreemptionHook']
 CONFIGS = sorted(path for path in (REPO / 'configs').glob('*/*.py') if path.parent.name != '_base_')
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 
@@ -45,7 +45,7 @@ def test_a_config_can_leave_a_safeguard_out(tmp_path):
 
 def test_stock_mmdet_train_runs_the_safeguard_hooks(workspace, tmp_path):
     """mmdet's own ``tools/train.py`` (installed with mmdet for ``mim train``) on a project config: the
-    Runner's hook table lists the four safeguards."""
+    Runner's hook table lists the safeguards."""
     stock_train = Path(mmdet.__file__).parent / '.mim' / 'tools' / 'train.py'
     done = run_command([sys.executable, str(stock_train), str(DET_DEMO), '--work-dir', str(tmp_path), '--cfg-options',
                         'train_cfg.max_iters=1', 'train_dataloader.batch_size=2', 'train_cfg.val_interval=100'],

@@ -73,6 +73,11 @@ class RandomStateHook(Hook):
         if get_world_size() > 1:
             self._gathered = all_gather_object(states)
 
+    def gather_for_checkpoint(self) -> None:
+        """Take this rank's states for a checkpoint written now outside ``CheckpointHook``'s rule
+        (``PreemptionHook``'s); every rank calls it at the same point (a collective)."""
+        self._gather(capture_random_states())
+
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         self._gathered = None
 
