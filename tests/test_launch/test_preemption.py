@@ -110,3 +110,19 @@ def test_bad_arguments_are_named(arguments, message):
 
 def test_the_safeguards_register_it_in_every_run():
     assert json.dumps(Config.fromfile(str(RWGKA_DEMO)).custom_hooks).count('PreemptionHook') == 1
+
+
+def test_a_second_sigterm_ends_the_process(tmp_path):
+    """The first SIGTERM asks for a checkpoint and a stop; a second ends a run stuck in its iteration."""
+    script = tmp_path / 'stuck.py'
+    script.write_text('import os, signal, time\n'
+                      'from mmvisattn.engine.hooks import PreemptionHook\n'
+                      'hook = PreemptionHook()\n'
+                      'hook.before_train(None)\n'
+                      'os.kill(os.getpid(), signal.SIGTERM)\n'
+                      'print(hook.received, flush=True)\n'
+                      'os.kill(os.getpid(), signal.SIGTERM)\n'
+                      'time.sleep(60)\n')
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=tool_env(),
+                          timeout=time_limit(120))
+    assert done.stdout == 'SIGTERM\n' and done.returncode == -signal.SIGTERM, done.stderr[-2000:]

@@ -19,7 +19,8 @@ class PreemptionHook(Hook):
     (``sbatch --signal=USR1@120``, or ``scancel --signal=USR1 JOB``) or the SIGTERM that precedes a
     kill at preemption (the partition's ``GraceTime``) or at ``scancel``.
 
-    The signal only sets a flag. Every rank finishes its iteration; after it the ranks agree through
+    The signal only sets a flag (a second SIGTERM ends the process as SIGTERM does, for a run stuck
+    inside an iteration). Every rank finishes its iteration; after it the ranks agree through
     that flag, summed over a gloo group on the CPU (no device synchronisation: with NCCL training a
     gloo side group), so all stop at the same iteration even when the signal reached them at
     different times. Then ``CheckpointHook`` writes one checkpoint of that iteration (atomically, and
@@ -58,6 +59,10 @@ class PreemptionHook(Hook):
             self.group = dist.new_group(backend='gloo')  # every rank, in the same order: a collective
 
     def _receive(self, number: int, frame) -> None:
+        if self.received is not None and number == signal.SIGTERM:
+            # asked twice: a run stuck inside its iteration still ends as SIGTERM ends a process
+            signal.signal(number, signal.SIG_DFL)
+            os.kill(os.getpid(), number)
         self.received = signal.Signals(number).name
 
     def _agreed(self) -> bool:
