@@ -12,7 +12,8 @@ DDP wrap a CPU module.
 import argparse
 import os
 import os.path as osp
-from typing import Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -110,9 +111,24 @@ def init_cpu_distributed(cfg: Config) -> None:
         os.environ.setdefault('WORLD_SIZE', os.environ['SLURM_NTASKS'])
         os.environ.setdefault('LOCAL_RANK', os.environ['SLURM_LOCALID'])
         os.environ.setdefault('MASTER_ADDR', _first_slurm_host())
-    dist.init_process_group(backend='gloo')
+    with a_taken_port_in_one_line():
+        dist.init_process_group(backend='gloo')
     cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None)
     cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
+
+
+@contextmanager
+def a_taken_port_in_one_line() -> Iterator[None]:
+    """A process group's start failing on a rendezvous port that another program holds ends in one
+    line naming the port (torch raises ``DistNetworkError ... EADDRINUSE`` with a traceback)."""
+    try:
+        yield
+    except dist.DistNetworkError as error:
+        if 'EADDRINUSE' not in str(error):
+            raise
+        raise SystemExit(f"error: MASTER_PORT {os.environ.get('MASTER_PORT')} on {os.environ.get('MASTER_ADDR')} is "
+                         'taken by another program (EADDRINUSE); set MASTER_PORT (PORT for dist_train.sh) to a free '
+                         'port') from None
 
 
 def _first_slurm_host() -> str:
@@ -169,7 +185,8 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     if checkpoint is not None and action == 'train' and cfg.get('resume'):
         adopt_checkpoint_seed(cfg, checkpoint)
     init_cpu_distributed(cfg)
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    with a_taken_port_in_one_line():  # with CUDA the Runner starts the process group
+        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
     if cfg.launcher != 'none':
         collect_in_log_dir(runner, 'test_loop' if action == 'test' else 'val_loop')
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:

@@ -1,9 +1,10 @@
 """A rendezvous port per job: Slurm jobs derive theirs from the job id and restart count (on the CPU
 path and on mmengine's CUDA path), and the torchrun scripts on one node take a free one, so that two
-jobs on one machine no longer both take 29500."""
+jobs on one machine no longer both take 29500; a port another program holds ends in one line."""
 import os
+import socket
 import subprocess
-from pathlib import Path
+import sys
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from mmengine.config import Config
 
 from mmvisattn.launch.runner import JOB_PORTS, init_cpu_distributed, slurm_master_port
 
-REPO = Path(__file__).resolve().parents[2]
+from ..conftest import REPO, run_command, tool_env
+from .conftest import SEG_DEMO
 
 
 def slurm_env(job: str, restart: str = '0', **extra) -> dict:
@@ -74,3 +76,18 @@ def test_torchrun_scripts_take_a_free_port_on_one_node(tmp_path, script, env, ex
     argv = done.stdout.split('\n')
     assert argv[:2] == ['-m', 'torch.distributed.run'] and argv[2:2 + len(expected)] == expected, argv
     assert argv[2 + len(expected)] == '--nproc_per_node=2'
+
+
+def test_a_port_another_program_holds_is_one_line(workspace, tmp_path):
+    """A rendezvous port already in use (torch: a DistNetworkError traceback) ends in one line naming it."""
+    with socket.socket() as held:
+        held.bind(('127.0.0.1', 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = dict(tool_env(), RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+        done = run_command([sys.executable, str(REPO / 'tools/train.py'), str(SEG_DEMO), '--work-dir', str(tmp_path / 'w'),
+                            '--launcher', 'pytorch'], cwd=workspace, env=env)
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f'error: MASTER_PORT {port} on 127.0.0.1 is taken by another program (EADDRINUSE); set MASTER_PORT '
+        '(PORT for dist_train.sh) to a free port')
