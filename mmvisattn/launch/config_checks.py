@@ -67,12 +67,10 @@ def built_type(path: str, node: dict) -> Optional[str]:
 
 def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
     """The arguments the class that ``node`` builds takes (empty: it builds nothing this check reads)."""
-    if not isinstance(node, dict) or built_type(path, node) is None:
+    built = built_type(path, node) if isinstance(node, dict) else None
+    if built is None:
         return set()
-    registries = scope_registries(cfg.default_scope)
-    found = [target for target in (lookup(registry, built_type(path, node)) for registry in registries) if target]
-    accepted = [accepted_arguments(target) for target in dict.fromkeys(found)]
-    return None if any(names is None for names in accepted) else set().union(*accepted)
+    return arguments_taken(registered_targets(scope_registries(cfg.default_scope), built))
 
 
 def check_option_keys(cfg: Config, options: dict) -> None:
@@ -145,6 +143,12 @@ def lookup(registry: Registry, name: str) -> Optional[type]:
     return None
 
 
+def registered_targets(registries: Sequence[Registry], name: str) -> List[Any]:
+    """What ``name`` is registered as in any of ``registries`` (each class or function once)."""
+    return list(dict.fromkeys(target for target in (lookup(registry, name) for registry in registries)
+                              if target is not None))
+
+
 def registered_names(registries: Sequence[Registry]) -> List[str]:
     names = []
     for registry in registries:
@@ -204,6 +208,12 @@ def accepted_arguments(target: Any) -> Optional[Set[str]]:
     return names
 
 
+def arguments_taken(targets: Sequence[Any]) -> Optional[Set[str]]:
+    """The keyword arguments ``targets`` take together, or None when one of them takes anything."""
+    accepted = [accepted_arguments(target) for target in targets]
+    return None if any(names is None for names in accepted) else set().union(*accepted)
+
+
 def typed_dicts(node: Any, path: str = '') -> Iterator[Tuple[str, dict]]:
     """``(config path, dict)`` of every dict with a string ``type``, depth first."""
     if isinstance(node, dict):
@@ -220,15 +230,13 @@ def check_types_and_arguments(cfg: Config) -> None:
     """Every ``type`` is registered in the config's scope and takes the dict's other keys."""
     registries = scope_registries(cfg.default_scope)
     for path, node in typed_dicts(cfg.to_dict()):
-        found = [target for target in (lookup(registry, node['type']) for registry in registries)
-                 if target is not None]
+        found = registered_targets(registries, node['type'])
         if not found:
             raise SystemExit(f"error: {path}.type '{node['type']}' is not registered in scope "
                              f"'{cfg.default_scope}'{nearest(node['type'], registered_names(registries))}")
-        accepted = [accepted_arguments(target) for target in dict.fromkeys(found)]
-        if any(names is None for names in accepted):
+        takes = arguments_taken(found)
+        if takes is None:
             continue
-        takes = set().union(*accepted)
         for key in node:
             if key not in BUILDER_KEYS and key not in takes:
                 raise SystemExit(f"error: {path}.{key}: {node['type']} takes no argument '{key}'"

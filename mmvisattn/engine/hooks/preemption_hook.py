@@ -10,7 +10,7 @@ import torch.distributed as dist
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.registry import HOOKS
 
-from .random_state_hook import RandomStateHook
+from .random_state_hook import RandomStateHook, checkpoint_due
 
 
 @HOOKS.register_module()
@@ -82,7 +82,7 @@ class PreemptionHook(Hook):
         if not checkpoints or checkpoints[0].by_epoch:
             runner.logger.warning('PreemptionHook: no checkpoint of this iteration: '
                                   + ('the loop resumes at epochs' if checkpoints else 'no CheckpointHook in this run'))
-        elif not str(checkpoints[0].last_ckpt or '').endswith(f'_{step}.pth'):
+        elif not checkpoint_due(runner, by_epoch=False):  # else CheckpointHook has just written it
             for hook in runner.hooks:
                 if isinstance(hook, RandomStateHook):  # its states go with every checkpoint
                     hook.gather_for_checkpoint()
