@@ -25,10 +25,10 @@ INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_availa
 install:
 	@bash tools/install.sh
 
-# on TEST_WORKERS pytest-xdist workers; the suite's wall time and slowest tests recorded in TEST_RECORD
+# on TEST_WORKERS pytest-xdist workers (the tests of one xdist_group on one); the suite's wall time and slowest tests recorded in TEST_RECORD
 test: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" \
-		-n $(TEST_WORKERS) --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
+		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
 
 test-slow: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)

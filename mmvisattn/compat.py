@@ -49,6 +49,11 @@ config's loading time, paid again by every tool a run starts. The metafiles are 
 process, and a package found installed stays found (the reload is there for packages installed
 while a process runs, which can only turn a "not installed" into "installed").
 
+mmengine's test metrics file. ``LoggerHook.after_test_epoch`` dumps the metrics to
+``<timestamp>.json`` in the run's log folder from every rank; the ranks share the folder, and two
+writers truncating and writing one file leave it unreadable now and then (``{...}}`` where one
+rank's line was a character longer). Ranks other than 0 log the metrics without writing the file.
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
@@ -246,9 +251,34 @@ def write_checkpoints_atomically() -> None:
         CheckpointHook._save_best_checkpoint = replace_best_then_remove(CheckpointHook._save_best_checkpoint)
 
 
+def metrics_dumped_by_rank_0(after_test_epoch: Callable) -> Callable:
+    """``LoggerHook.after_test_epoch`` whose metrics file only rank 0 writes (the others log only)."""
+    from mmengine.hooks import logger_hook
+
+    @functools.wraps(after_test_epoch)
+    def wrapped(hook, runner, metrics=None) -> None:
+        if runner.rank == 0:
+            return after_test_epoch(hook, runner, metrics)
+        dump = logger_hook.dump
+        logger_hook.dump = lambda *args, **kwargs: None
+        try:
+            return after_test_epoch(hook, runner, metrics)
+        finally:
+            logger_hook.dump = dump
+    wrapped.rank_0_dumps = True
+    return wrapped
+
+
+def dump_test_metrics_once() -> None:
+    """The test metrics file written by rank 0 alone (see the module docstring)."""
+    from mmengine.hooks import LoggerHook
+    if not getattr(LoggerHook.after_test_epoch, 'rank_0_dumps', False):
+        LoggerHook.after_test_epoch = metrics_dumped_by_rank_0(LoggerHook.after_test_epoch)
+
+
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
            count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically,
-           remember_package_config_lookups)
+           remember_package_config_lookups, dump_test_metrics_once)
 
 
 def apply_patches() -> None:

@@ -223,3 +223,24 @@ def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
         hook.best_ckpt_path = str(tmp_path / 'best_acc_iter_1.pth')  # as a run resumed from its checkpoint knows it
         save_best(hook, runner, {'acc': 3.0})
         assert sorted(path.name for path in tmp_path.glob('best_*')) == ['best_acc_iter_3.pth']
+
+
+@pytest.mark.parametrize('rank', [0, 1])
+def test_only_rank_0_writes_the_test_metrics_file(tmp_path, rank):
+    """Every rank of a distributed test wrote ``<timestamp>.json`` (stock mmengine), leaving it
+    unreadable when two writes overlapped; rank 0 alone writes it, every rank logs the metrics."""
+    from types import SimpleNamespace
+
+    from mmengine.hooks import LoggerHook
+    assert LoggerHook.after_test_epoch.rank_0_dumps  # import mmvisattn applied it
+    logged = []
+    hook = LoggerHook()
+    hook.json_log_path = 'run.json'
+    runner = SimpleNamespace(rank=rank, log_dir=str(tmp_path), test_dataloader=[0, 1],
+                             logger=SimpleNamespace(info=logged.append),
+                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: (
+                                 dict(mIoU=50.0), 'mIoU: 50.0000')))
+    hook.after_test_epoch(runner, dict(mIoU=50.0))
+    assert logged == ['mIoU: 50.0000']
+    written = tmp_path / 'run.json'
+    assert (written.read_text() == '{"mIoU": 50.0}' if rank == 0 else not written.exists()), list(tmp_path.iterdir())

@@ -31,6 +31,8 @@ from mmengine.config import Config
 from mmengine.registry import Registry
 from torch import nn
 
+from .process_group import DIST_CFG_KEYS
+
 # keys read by the builders rather than passed to the constructor: the registry scope, a norm
 # layer's requires_grad (build_norm_layer), an initialiser's override (initialize), an optimizer
 # wrapper's constructor and paramwise_cfg (build_optim_wrapper), a scheduler's
@@ -67,6 +69,8 @@ def built_type(path: str, node: dict) -> Optional[str]:
 
 def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
     """The arguments the class that ``node`` builds takes (empty: it builds nothing this check reads)."""
+    if path == 'env_cfg.dist_cfg':
+        return set(DIST_CFG_KEYS)  # read by the process group's start, not built
     built = built_type(path, node) if isinstance(node, dict) else None
     if built is None:
         return set()

@@ -1,31 +1,23 @@
 """Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, the checks of
-:mod:`.checks`, and distributed initialisation that also works on CPU-only machines. The tools add
-nothing to the config: the safeguard hooks come from ``configs/_base_/safeguard_hooks.py``, which
-every project config reaches, so stock ``tools/train.py`` and ``mim train`` run them too.
-
-Stock mmengine 0.10.7 cannot launch on a CPU build of torch: its pytorch launcher calls
-``torch.cuda.set_device`` unconditionally and its Runner wraps the model in DDP with
-``device_ids=[LOCAL_RANK]``, which DDP rejects for CPU modules. Initialising a gloo process group
-before the Runner exists makes mmengine skip its own initialisation, and ``device_ids=None`` lets
-DDP wrap a CPU module.
+:mod:`.checks`, and the process group of :mod:`.process_group` (which also works on CPU-only
+machines). The tools add nothing to the config: the safeguard hooks come from
+``configs/_base_/safeguard_hooks.py``, which every project config reaches, so stock
+``tools/train.py`` and ``mim train`` run them too.
 """
 import argparse
 import os
 import os.path as osp
-from contextlib import contextmanager
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
-import torch
-import torch.distributed as dist
 from mmengine.config import Config, DictAction
 
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
 from .config_checks import check_config
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
+from .process_group import LAUNCHERS, join_process_group
 
 SCOPES = ('mmdet', 'mmseg')
-LAUNCHERS = ('none', 'pytorch', 'slurm')
 
 
 def parse_tool_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -68,73 +60,6 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
     return cfg
-
-
-# Slurm jobs' rendezvous ports: below Linux's ephemeral range (32768-60999), from which the kernel
-# takes the ports of outgoing connections; a few consecutive ones per job, one for each restart
-JOB_PORTS = range(10000, 32768)
-RESTARTS_PER_JOB = 16
-
-
-def slurm_master_port(env: Mapping[str, str]) -> str:
-    """The rendezvous port of a Slurm job: ``MASTER_PORT`` where the user set one, else one derived
-    from ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` (a requeued job keeps its id, and its earlier
-    port may still be held). Every task of a job computes the same port without talking to the
-    others, and jobs sharing a node no longer all take torch's 29500 (the second one's
-    ``EADDRINUSE``)."""
-    if env.get('MASTER_PORT'):
-        return env['MASTER_PORT']
-    job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
-    if not (job.isdigit() and restart.isdigit()):
-        raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: expected numbers '
-                         '(or set MASTER_PORT)')
-    slot = int(job) * RESTARTS_PER_JOB + int(restart) % RESTARTS_PER_JOB
-    return str(JOB_PORTS.start + slot % len(JOB_PORTS))
-
-
-def init_cpu_distributed(cfg: Config) -> None:
-    """On a machine without CUDA, join the gloo process group that ``cfg.launcher`` describes.
-
-    ``slurm`` reads the rank layout from the ``SLURM_*`` variables as mmengine does, and sets the
-    job's ``MASTER_PORT`` (:func:`slurm_master_port`) on every machine: with CUDA, mmengine's own
-    launcher, which this then leaves to start the group, reads it from there. Does nothing else when
-    CUDA is available or when not launched distributed.
-    """
-    if cfg.launcher not in LAUNCHERS:
-        raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of {LAUNCHERS}')
-    if cfg.launcher == 'slurm':
-        os.environ['MASTER_PORT'] = slurm_master_port(os.environ)
-    if cfg.launcher == 'none' or torch.cuda.is_available() or dist.is_initialized():
-        return
-    if cfg.launcher == 'slurm':
-        os.environ.setdefault('RANK', os.environ['SLURM_PROCID'])
-        os.environ.setdefault('WORLD_SIZE', os.environ['SLURM_NTASKS'])
-        os.environ.setdefault('LOCAL_RANK', os.environ['SLURM_LOCALID'])
-        os.environ.setdefault('MASTER_ADDR', _first_slurm_host())
-    with a_taken_port_in_one_line():
-        dist.init_process_group(backend='gloo')
-    cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None)
-    cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})['backend'] = 'gloo'
-
-
-@contextmanager
-def a_taken_port_in_one_line() -> Iterator[None]:
-    """A process group's start failing on a rendezvous port that another program holds ends in one
-    line naming the port (torch raises ``DistNetworkError ... EADDRINUSE`` with a traceback)."""
-    try:
-        yield
-    except dist.DistNetworkError as error:
-        if 'EADDRINUSE' not in str(error):
-            raise
-        raise SystemExit(f"error: MASTER_PORT {os.environ.get('MASTER_PORT')} on {os.environ.get('MASTER_ADDR')} is "
-                         'taken by another program (EADDRINUSE); set MASTER_PORT (PORT for dist_train.sh) to a free '
-                         'port') from None
-
-
-def _first_slurm_host() -> str:
-    import subprocess
-    nodes = os.environ['SLURM_NODELIST']
-    return subprocess.check_output(['scontrol', 'show', 'hostnames', nodes], text=True).split()[0]
 
 
 def checkpoint_to_load(cfg: Config) -> Optional[str]:
@@ -184,9 +109,8 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     checkpoint = read_run_checkpoint(path) if path else None
     if checkpoint is not None and action == 'train' and cfg.get('resume'):
         adopt_checkpoint_seed(cfg, checkpoint)
-    init_cpu_distributed(cfg)
-    with a_taken_port_in_one_line():  # with CUDA the Runner starts the process group
-        runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    join_process_group(cfg)
+    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
     if cfg.launcher != 'none':
         collect_in_log_dir(runner, 'test_loop' if action == 'test' else 'val_loop')
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:

@@ -101,10 +101,11 @@ def test_runner_arguments_the_config_leaves_out_can_be_set():
 
 
 @pytest.mark.parametrize('option', ['train_cfg.val_begin', 'default_hooks.logger.log_metric_by_epoch',
-                                    'optim_wrapper.accumulative_counts'])
+                                    'optim_wrapper.accumulative_counts', 'env_cfg.dist_cfg.timeout'])
 def test_arguments_of_the_built_classes_are_options_without_new_keys(option):
-    """An argument of the class a dict builds (the loop, a hook, the optimizer wrapper) may be set
-    although the config leaves it at its default; it is checked against the class's signature."""
+    """An argument of the class a dict builds (the loop, a hook, the optimizer wrapper), or of the
+    process group's start, may be set although the config leaves it at its default; it is checked
+    against the class's signature (the start's keys)."""
     cfg = Config.fromfile(VIL_DEMO)
     check_config(cfg, {option: 4})
     assert cfg[option.split('.')[0]] is not None

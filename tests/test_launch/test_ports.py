@@ -5,14 +5,18 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+from datetime import timedelta
 
 import pytest
 import torch
+import torch.distributed as dist
 from mmengine.config import Config
 
-from mmvisattn.launch.runner import JOB_PORTS, init_cpu_distributed, slurm_master_port
+from mmvisattn.launch import process_group
+from mmvisattn.launch.process_group import JOB_PORTS, join_process_group, slurm_master_port
 
-from ..conftest import REPO, run_command, tool_env
+from ..conftest import REPO, run_command, time_limit, tool_env
 from .conftest import SEG_DEMO
 
 
@@ -36,23 +40,73 @@ def test_a_job_id_that_is_not_a_number_is_one_line():
         slurm_master_port(slurm_env('12x'))
 
 
-def test_mmengines_cuda_slurm_start_takes_the_jobs_port(monkeypatch):
-    """With CUDA the Runner's own ``init_dist('slurm')`` starts the group; the port it uses is the job's."""
-    from mmengine.dist import utils as dist_utils
-    for name, value in slurm_env('777', '1', SLURM_PROCID='0', SLURM_NTASKS='2', SLURM_LOCALID='0',
-                                 SLURM_NODELIST='node1').items():
+def test_with_cuda_a_slurm_task_joins_nccl_on_its_gpu_and_the_jobs_port(monkeypatch):
+    """With CUDA the group is NCCL on the task's local GPU, at the job's port, as mmengine's own slurm
+    start would have it (which then sees the group started and does nothing)."""
+    for name, value in slurm_env('777', '1', SLURM_PROCID='3', SLURM_NTASKS='4', SLURM_LOCALID='1',
+                                 SLURM_NODELIST='node1', MASTER_ADDR='127.0.0.1').items():
         monkeypatch.setenv(name, value)
-    for name in ('MASTER_PORT', 'MASTER_ADDR', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK'):
+    for name in ('MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK'):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    monkeypatch.setattr(torch.cuda, 'set_device', lambda device: None)
-    monkeypatch.setattr(dist_utils.subprocess, 'getoutput', lambda command: 'node1')
     seen = {}
-    monkeypatch.setattr(dist_utils.torch_dist, 'init_process_group',
-                        lambda **kwargs: seen.update(port=os.environ['MASTER_PORT'], **kwargs))
-    init_cpu_distributed(Config(dict(launcher='slurm')))
-    dist_utils._init_dist_slurm('nccl')
-    assert seen == dict(port=slurm_master_port(slurm_env('777', '1')), backend='nccl')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'set_device', lambda device: seen.update(device=device))
+    monkeypatch.setattr(process_group, 'rendezvous_store', lambda rank, world_size, timeout: 'store')
+    monkeypatch.setattr(process_group, 'roll_call', lambda *args: seen.update(roll_call=args[:3]))
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend, **kwargs: seen.update(
+        backend=backend, port=os.environ['MASTER_PORT'], local_rank=os.environ['LOCAL_RANK'], **kwargs))
+    cfg = Config(dict(launcher='slurm', env_cfg=dict(dist_cfg=dict(backend='nccl', timeout=60))))
+    join_process_group(cfg)
+    assert seen == dict(device=1, roll_call=('store', 3, 4), backend='nccl', store='store', rank=3, world_size=4,
+                        timeout=timedelta(seconds=60), port=slurm_master_port(slurm_env('777', '1')), local_rank='1')
+    assert 'model_wrapper_cfg' not in cfg  # mmengine's wrapper, on device LOCAL_RANK
+
+
+def roll_call_of(ranks, world_size: int, port: int, monkeypatch) -> dict:
+    """Ranks (threads of this process) through the rendezvous at ``port`` with a 3 s timeout: each
+    rank's one-line exit, or 'joined'."""
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    monkeypatch.setenv('MASTER_PORT', str(port))
+    outcomes, stores = {}, []
+
+    def rank_of(rank: int) -> None:
+        try:
+            stores.append(process_group.rendezvous_store(rank, world_size, timedelta(seconds=3)))
+            process_group.roll_call(stores[-1], rank, world_size, timedelta(seconds=3))
+            outcomes[rank] = 'joined'
+        except SystemExit as exit:
+            outcomes[rank] = str(exit)
+
+    threads = [threading.Thread(target=rank_of, args=(rank,)) for rank in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(time_limit(30))
+    return outcomes
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def test_the_roll_call_names_the_ranks_that_never_came(monkeypatch):
+    """Rank 2 of 3 never starts: ranks 0 and 1 end after the timeout, each in one line naming it."""
+    port = free_port()
+    line = f'error: rank 2 of 3 never joined the rendezvous at 127.0.0.1:{port} within 3 s (env_cfg.dist_cfg.timeout)'
+    assert roll_call_of([0, 1], 3, port, monkeypatch) == {0: line, 1: line}
+
+
+def test_without_rank_0_the_others_say_so(monkeypatch):
+    port = free_port()
+    assert roll_call_of([1], 2, port, monkeypatch) == {1: (
+        f'error: rank 1 of 2 could not reach rank 0 at 127.0.0.1:{port} within 3 s (env_cfg.dist_cfg.timeout): rank 0 '
+        'never started')}
+
+
+def test_when_every_rank_comes_they_all_join(monkeypatch):
+    assert roll_call_of([0, 1, 2], 3, free_port(), monkeypatch) == {0: 'joined', 1: 'joined', 2: 'joined'}
 
 
 @pytest.mark.parametrize('env,expected', [
@@ -91,3 +145,11 @@ def test_a_port_another_program_holds_is_one_line(workspace, tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         f'error: MASTER_PORT {port} on 127.0.0.1 is taken by another program (EADDRINUSE); set MASTER_PORT '
         '(PORT for dist_train.sh) to a free port')
+
+
+def test_a_dist_cfg_key_the_start_does_not_read_is_one_line(monkeypatch):
+    for name, value in dict(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0').items():
+        monkeypatch.setenv(name, value)
+    cfg = Config(dict(launcher='pytorch', env_cfg=dict(dist_cfg=dict(backend='gloo', init_method='tcp://x:1'))))
+    with pytest.raises(SystemExit, match=r'^error: env_cfg.dist_cfg sets init_method; expected only backend, timeout$'):
+        join_process_group(cfg)

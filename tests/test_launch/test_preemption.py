@@ -1,7 +1,7 @@
 """Preemption loses nothing: a stop signal (Slurm's USR1 warning, SIGTERM) reaching one rank of a
-two-task job stops both after the same iteration with a checkpoint of it, and the resumed run ends
-with the weights of an uninterrupted one; ``--requeue`` has the job requeue itself, and the requeued
-job resumes by itself."""
+two-task job stops both after the same iteration with a checkpoint of it; ``--requeue`` has the job
+requeue itself, and the requeued job resumes by itself. The whole round under a real Slurm, ending
+with an uninterrupted run's weights, is in test_slurm.py."""
 import json
 import os
 import signal
@@ -28,13 +28,13 @@ OPTIONS = ['train_cfg.max_iters=6', 'train_dataloader.batch_size=2', 'default_ho
            'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
 
 
-def start_tasks(work_dir, cwd, *extra) -> list:
+def start_tasks(work_dir, cwd) -> list:
     """Two tasks of a job as ``srun`` starts them: each its own process, ranks from the environment."""
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
         port = probe.getsockname()[1]
     command = [sys.executable, str(REPO / 'tools/train.py'), str(RWGKA_DEMO), '--work-dir', str(work_dir),
-               '--launcher', 'pytorch', *extra, '--cfg-options', *OPTIONS]
+               '--launcher', 'pytorch', '--cfg-options', *OPTIONS]
     return [subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              env=dict(tool_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
                                       MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port)))
@@ -47,26 +47,21 @@ def finish(tasks) -> None:
         assert task.returncode == 0, stderr[-3000:]
 
 
-def test_a_signal_to_one_rank_checkpoints_the_iteration_and_the_resumed_run_is_exact(workspace, tmp_path):
-    straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
-    tasks = start_tasks(stopped, workspace)
+def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_checkpoint(workspace, tmp_path):
+    """Only one rank is signalled: the other learns it from the agreement, and both stop after the
+    same iteration. (That the resumed run ends with an uninterrupted run's weights is proven under a
+    real Slurm, in test_slurm.py.)"""
+    tasks = start_tasks(tmp_path, workspace)
     deadline = time.time() + time_limit(300)
-    while not logged_losses(stopped).get(2) and time.time() < deadline and tasks[1].poll() is None:
+    while not logged_losses(tmp_path).get(2) and time.time() < deadline and tasks[1].poll() is None:
         time.sleep(0.05)
-    tasks[1].send_signal(signal.SIGUSR1)  # one rank only: the other learns it from the agreement
+    tasks[1].send_signal(signal.SIGUSR1)
     finish(tasks)
-    checkpoint = (stopped / 'last_checkpoint').read_text()
+    checkpoint = (tmp_path / 'last_checkpoint').read_text()
     step = int(checkpoint.rpartition('_')[2].split('.')[0])
-    assert 2 <= step < 6 and not (stopped / 'iter_6.pth').exists(), checkpoint
-    assert sorted(path.name for path in stopped.glob('*.pth')) == [f'iter_{step}.pth']
-    seed = torch.load(checkpoint)['meta']['seed']
-    finish(start_tasks(straight, workspace, '--cfg-options', f'randomness.seed={seed}'))
-    finish(start_tasks(stopped, workspace, '--resume'))
-    expected, got = logged_losses(straight), logged_losses(stopped)
-    assert sorted(got) == list(range(1, 7)) and all(got[i] == expected[i] for i in got), (expected, got)
-    reference = torch.load(straight / 'iter_6.pth')['state_dict']
-    result = torch.load(stopped / 'iter_6.pth')['state_dict']
-    assert reference.keys() == result.keys() and all(torch.equal(reference[key], result[key]) for key in reference)
+    assert 2 <= step < 6 and sorted(path.name for path in tmp_path.glob('*.pth')) == [f'iter_{step}.pth']
+    assert sorted(logged_losses(tmp_path)) == list(range(1, step + 1))
+    assert len(torch.load(checkpoint)['random_states']) == 2  # both ranks' states, for an exact resume
 
 
 def test_requeue_asks_slurm_after_the_checkpoint(tmp_path, monkeypatch):

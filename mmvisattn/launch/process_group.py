@@ -1,0 +1,155 @@
+"""Joining the process group of a distributed run, on CPU (gloo) and CUDA (NCCL) alike.
+
+``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists, so mmengine's
+``init_dist`` (which sees it started) does not. What that adds to stock mmengine 0.10.7:
+
+- **CPU-only machines.** mmengine's pytorch launcher calls ``torch.cuda.set_device``
+  unconditionally and its Runner wraps the model in DDP with ``device_ids=[LOCAL_RANK]``, which DDP
+  rejects for CPU modules; here the group is gloo and the wrapper gets ``device_ids=None``.
+- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take
+  torch's 29500 (the second one's ``EADDRINUSE``).
+- **A roll call** (:func:`roll_call`): every rank reports to the rendezvous store before the group
+  starts, so a rank that never comes (killed before it started, stuck on its node) ends the others
+  after ``env_cfg.dist_cfg.timeout`` seconds (mmengine's key; torch's default, 30 minutes, when
+  unset) with one line naming it, where torch only counts the clients that came.
+- A rendezvous port another program holds ends in one line naming it.
+"""
+import os
+import socket
+import subprocess
+import time
+from datetime import timedelta
+from typing import List, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+LAUNCHERS = ('none', 'pytorch', 'slurm')
+# torch's default for the rendezvous and the collectives of gloo and NCCL groups (seconds)
+DEFAULT_TIMEOUT = 1800
+# Slurm jobs' rendezvous ports: below Linux's ephemeral range (32768-60999), from which the kernel
+# takes the ports of outgoing connections; a few consecutive ones per job, one for each restart
+JOB_PORTS = range(10000, 32768)
+RESTARTS_PER_JOB = 16
+# what ``env_cfg.dist_cfg`` may set (mmengine's init_dist passes more on to init_process_group; this
+# start keeps the store and the ranks its own)
+DIST_CFG_KEYS = ('backend', 'timeout')
+ROLL_CALL_KEY = 'mmvisattn/joined/{}'
+ROLL_CALL_POLL = 0.1  # seconds
+
+
+def slurm_master_port(env: Mapping[str, str]) -> str:
+    """The rendezvous port of a Slurm job: ``MASTER_PORT`` where the user set one, else one derived
+    from ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` (a requeued job keeps its id, and its earlier
+    port may still be held). Every task of a job computes the same port without talking to the
+    others."""
+    if env.get('MASTER_PORT'):
+        return env['MASTER_PORT']
+    job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
+    if not (job.isdigit() and restart.isdigit()):
+        raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: expected numbers '
+                         '(or set MASTER_PORT)')
+    slot = int(job) * RESTARTS_PER_JOB + int(restart) % RESTARTS_PER_JOB
+    return str(JOB_PORTS.start + slot % len(JOB_PORTS))
+
+
+def slurm_layout(env: Mapping[str, str]) -> dict:
+    """The torch launcher's variables of a Slurm task, as mmengine's slurm launcher exports them:
+    ranks from ``SLURM_PROCID`` / ``SLURM_NTASKS`` / ``SLURM_LOCALID``, the first node of the job
+    as ``MASTER_ADDR`` (unless set) and the job's port."""
+    master = env.get('MASTER_ADDR') or subprocess.check_output(
+        ['scontrol', 'show', 'hostnames', env['SLURM_NODELIST']], text=True).split()[0]
+    return dict(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'], LOCAL_RANK=env['SLURM_LOCALID'],
+                MASTER_ADDR=master, MASTER_PORT=slurm_master_port(env))
+
+
+def join_process_group(cfg: Config) -> None:
+    """Join the process group that ``cfg.launcher`` describes (nothing when ``none`` or when one is
+    already started): NCCL (or ``env_cfg.dist_cfg.backend``) on the process's GPU where there is
+    CUDA, gloo otherwise, with ``env_cfg.dist_cfg.timeout`` seconds for the rendezvous and the
+    collectives. Other keys of ``dist_cfg`` are refused in one line."""
+    if cfg.launcher not in LAUNCHERS:
+        raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of {LAUNCHERS}')
+    if cfg.launcher == 'none' or dist.is_initialized():
+        return
+    if cfg.launcher == 'slurm':
+        os.environ.update(slurm_layout(os.environ))
+    dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+    unknown = sorted(set(dist_cfg) - set(DIST_CFG_KEYS))
+    if unknown:
+        raise SystemExit(f'error: env_cfg.dist_cfg sets {", ".join(unknown)}; expected only {", ".join(DIST_CFG_KEYS)}')
+    timeout = timedelta(seconds=dist_cfg.get('timeout', DEFAULT_TIMEOUT))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
+        backend = dist_cfg.get('backend', 'nccl')
+    else:
+        backend = dist_cfg['backend'] = 'gloo'
+        cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel', device_ids=None)
+    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    store = rendezvous_store(rank, world_size, timeout)
+    if store is None:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    roll_call(store, rank, world_size, timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> Optional[dist.Store]:
+    """The store at ``MASTER_ADDR:MASTER_PORT``, hosted by rank 0, which does not wait in it for the
+    others (the roll call does). None under torchrun, whose agent hosts the store and watches its
+    workers itself (``TORCHELASTIC_USE_AGENT_STORE``)."""
+    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
+        return None
+    host, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])
+    if rank != 0:
+        await_rank_0(host, port, rank, world_size, timeout)
+    try:
+        return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+    except dist.DistNetworkError as error:
+        if 'EADDRINUSE' not in str(error):
+            raise
+        raise SystemExit(f'error: MASTER_PORT {port} on {host} is taken by another program (EADDRINUSE); set '
+                         'MASTER_PORT (PORT for dist_train.sh) to a free port') from None
+
+
+def await_rank_0(host: str, port: int, rank: int, world_size: int, timeout: timedelta) -> None:
+    """Wait until rank 0's store accepts connections; after ``timeout``, end in one line. (torch's
+    client retries by itself, but logs every failed try from C++.)"""
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=ROLL_CALL_POLL).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f'error: rank {rank} of {world_size} could not reach rank 0 at {host}:{port} within '
+                                 f'{timeout.total_seconds():g} s (env_cfg.dist_cfg.timeout): rank 0 never started') \
+                    from None
+            time.sleep(ROLL_CALL_POLL)
+
+
+def roll_call(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> None:
+    """Report ``rank`` in ``store`` and wait until every rank of ``world_size`` has; after
+    ``timeout``, end in one line naming the ranks that never came. Polled: torch's own wait logs
+    its time-out from C++ before raising."""
+    store.set(ROLL_CALL_KEY.format(rank), '1')
+    deadline = time.monotonic() + timeout.total_seconds()
+    while (missing := missing_ranks(store, world_size)) and time.monotonic() < deadline:
+        time.sleep(ROLL_CALL_POLL)
+    where = f'{os.environ["MASTER_ADDR"]}:{os.environ["MASTER_PORT"]}'
+    if missing is None:
+        raise SystemExit(f'error: rank 0 left the rendezvous at {where} before every rank joined')
+    if missing:
+        raise SystemExit(f'error: rank{"s" * (len(missing) > 1)} {", ".join(map(str, missing))} of {world_size} never '
+                         f'joined the rendezvous at {where} within {timeout.total_seconds():g} s '
+                         '(env_cfg.dist_cfg.timeout)')
+
+
+def missing_ranks(store: dist.Store, world_size: int) -> Optional[List[int]]:
+    """The ranks not yet reported in ``store``; None when the store cannot be reached (rank 0, its
+    host, has gone)."""
+    try:
+        return [other for other in range(world_size) if not store.check([ROLL_CALL_KEY.format(other)])]
+    except dist.DistError:
+        return None
