@@ -16,14 +16,20 @@ GPU_WHEELHOUSE ?= .gpu_wheelhouse
 GPU_SITE     ?= .gpu_site
 GPU_MODELS_DIR ?= work_dirs/gpu_proof_models
 GPU_MODELS_ARGS ?=
+DOCS_OUT     ?= work_dirs/docs/html
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install test test-slow test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models gpu-proof-models-smoke \
-	gpu-tables kernels bench bench-models demo clean
+.PHONY: install docs test test-slow test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
+	gpu-proof-models-smoke gpu-tables kernels bench bench-models demo clean
 
 install:
 	@bash tools/install.sh
+
+# the documentation site from docs/ into DOCS_OUT, every warning an error (a broken link between pages, a page
+# outside the table of contents, a docstring that is not valid reST); make test builds it too (tests/test_docs.py)
+docs: install
+	$(PYTHON) -m sphinx -b html -W --keep-going -q docs $(DOCS_OUT)
 
 # on TEST_WORKERS pytest-xdist workers (the tests of one xdist_group on one); the suite's wall time and slowest tests recorded in TEST_RECORD
 test: install
@@ -61,24 +67,25 @@ gpu-proof-models:
 gpu-proof-models-smoke: install
 	$(PYTHON) tools/analysis_tools/gpu_proof_models.py --smoke --fresh --out-dir work_dirs/gpu_proof_models_smoke
 
-# the README's GPU tables from the newest record of each GPU under docs/records/gpu
+# the GPU tables of docs/user_guides/gpus.md from the newest record of each GPU under docs/records/gpu
 gpu-tables:
-	$(GPU_PYTHON) tools/analysis_tools/gpu_records.py --readme README.md
+	$(GPU_PYTHON) tools/analysis_tools/gpu_records.py --readme docs/user_guides/gpus.md
 
 # every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
 kernels: install
 	$(PYTHON) tools/analysis_tools/compile_kernels.py --arch sm_80 sm_90 --out-dir work_dirs/compile_kernels
 
-# the README's side-by-side tables (about 20 minutes on 2 cores); PEERS_DIR=... adds the official modules
+# the side-by-side tables of docs/records/benchmarks.md (about 20 minutes on 2 cores); PEERS_DIR=... adds the
+# official modules
 bench: install
 	$(PYTHON) tools/analysis_tools/benchmark_suite.py $(if $(PEERS_DIR),--peers $(PEERS_DIR)) \
-		--out-dir work_dirs/bench --readme README.md
+		--out-dir work_dirs/bench --readme docs/records/benchmarks.md
 
 # every project model beside the stock model it replaces, in training, and the largest input each trains at
-# (tools/analysis_tools/benchmark_models.py; the tables of the README's "Cost at model level" and of each
+# (tools/analysis_tools/benchmark_models.py; the tables of docs/records/models.md and of each
 # config folder's README)
 bench-models: install
-	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models --readme README.md \
+	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models --readme docs/records/models.md \
 		--config-readmes
 
 demo: install

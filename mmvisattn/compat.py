@@ -1,5 +1,5 @@
 """Every patch ``import mmvisattn`` applies to the pinned stack (:data:`PATCHES`, applied once by
-:func:`apply_patches`; the README's table says what each changes, why, and how to check it is still
+:func:`apply_patches`; the patch table of docs/advanced/compat.md says what each changes, why, and how to check it is still
 needed). Nothing else in the package changes another library's code.
 
 Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to

@@ -1,7 +1,7 @@
 """torch.compile (inductor, CPU) of the attentions: forward and backward equal eager, graph breaks
 counted. The quick check covers hand-written autograd Functions that are cheap to compile
 (linear-angular; ripple's feature map and spatial weights); every type is in the slow one (about two minutes
-of C++ compilation on two cores, figures in the README)."""
+of C++ compilation on two cores, figures in docs/records/benchmarks.md)."""
 import json
 
 import pytest

@@ -3,7 +3,7 @@ bench-models``): what a user pays at model level, and the largest input each tra
 
     python tools/analysis_tools/benchmark_models.py [--families F ...] [--pairs KEY ...]
         [--scales 0.5 0.75 1 1.25 | --sizes HxW ...] [--batch 2] [--rounds 1] [--threads 2]
-        [--out-dir work_dirs/bench_models] [--resume] [--readme README.md] [--config-readmes]
+        [--out-dir work_dirs/bench_models] [--resume] [--readme docs/records/models.md] [--config-readmes]
 
 Every model is built from its config with random weights and trained one step at a time on
 synthetic targets (``model_pairs.py``: batch 2, boxes with masks, or a label map), the real loss of
@@ -27,7 +27,7 @@ predicting the largest.
 Writes ``results.json`` (after every pair; ``--resume`` keeps the pairs it holds that were measured
 with the same settings, and those not selected, so a run may be split by ``--pairs``),
 ``tables.md`` and ``saved_bytes.png`` (saved MB against pixels per pair)
-into ``--out-dir``; ``--readme`` replaces the README's tables between this tool's marker comments,
+into ``--out-dir``; ``--readme`` replaces the page's tables between this tool's marker comments,
 ``--config-readmes`` each family's table in ``configs/<family>/README.md`` the same way.
 """
 import argparse

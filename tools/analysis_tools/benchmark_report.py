@@ -1,5 +1,5 @@
-"""The report of the side-by-side benchmark (``benchmark_suite.py``): Markdown tables as the README
-carries them, a PNG of time against tokens per op, and the README's tables replaced between two
+"""The report of the side-by-side benchmark (``benchmark_suite.py``): Markdown tables as the docs
+carry them, a PNG of time against tokens per op, and a page's tables replaced between two
 marker comments (nothing else of the file)."""
 import sys
 from pathlib import Path
@@ -91,7 +91,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 def markers(tool: str) -> Tuple[str, str]:
-    """The comments between which ``tool`` writes its tables into a README."""
+    """The comments between which ``tool`` writes its tables into a Markdown page."""
     return f'<!-- {tool}: begin -->', f'<!-- {tool}: end -->'
 
 
@@ -110,7 +110,7 @@ def check_markers(readme: Path, error: Callable[[str], None], tool: str = 'bench
 
 def update_readme(readme: Path, tables: str, tool: str = 'benchmark_suite.py') -> None:
     """Replace what lies between ``tool``'s markers in ``readme`` by ``tables`` (written to a temporary
-    file beside it, then renamed over it, so an interrupted run leaves the old README whole)."""
+    file beside it, then renamed over it, so an interrupted run leaves the old page whole)."""
     text = check_markers(readme, lambda message: sys.exit(f'{tool}: {message}'), tool)
     begin, end = markers(tool)
     head, rest = text.split(begin)

@@ -1,4 +1,4 @@
-"""The side-by-side benchmark of the README (``make bench``): every attention of the project beside
+"""The side-by-side benchmark of docs/records/benchmarks.md (``make bench``): every attention of the project beside
 torch SDPA, mmseg's spatial-reduction attention (SRA) and, given ``--peers``, the official modules;
 then whole models end to end.
 
@@ -19,9 +19,9 @@ run time only; without it the official columns are left out.
 * **Models**: one image, inference (``model._forward``, the raw head outputs; the backbone alone
   beside it), paired in rounds the same way against the first model of the group.
 
-Prints the tables (Markdown, as the README carries them), writes ``results.json``, ``tables.md``
-and ``bench.png`` into ``--out-dir``; with ``--readme README.md`` (``make bench``) it also replaces
-the README's tables between the two marker comments, and nothing else of the file. About 20
+Prints the tables (Markdown, as the page carries them), writes ``results.json``, ``tables.md``
+and ``bench.png`` into ``--out-dir``; with ``--readme docs/records/benchmarks.md`` (``make bench``) it also replaces
+the page's tables between the two marker comments, and nothing else of the file. About 20
 minutes on two cores.
 """
 import argparse
@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help='one input size for every model')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench'))
     parser.add_argument('--readme', type=Path, help=f'also replace the tables between {BEGIN!r} and {END!r} '
-                        'in this file (the README), nothing else of it')
+                        'in this Markdown file, nothing else of it')
     args = parser.parse_args(argv)
     unknown = set(args.cases or ()) - {c.key for c in OP_CASES + MODEL_GROUPS}
     if unknown:

@@ -208,7 +208,7 @@ FASTEST_ON_CUDA = {
     ('linear_angular_attention', 'Castling ViT-B at 512x512'): 'triton',
     ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512'): 'torch',  # its one implementation
     ('peripheral_attention', 'PerViT-T stage 3 at 800x1344'): 'torch',
-    ('position_logits', 'PerViT-T stage 3 at 800x1344'): 'triton',  # by the tiles' sweep (README); its row not yet
+    ('position_logits', 'PerViT-T stage 3 at 800x1344'): 'triton',  # by the tiles' sweep (GPU records); its row not yet
     ('rwgk_attention', 'MiT-B0-RWGKA stage 1 at 1024x1024'): 'torch',
 }
 

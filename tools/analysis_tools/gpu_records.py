@@ -1,7 +1,7 @@
-"""The records of GPU runs as data: one JSON file per run under ``docs/records/gpu/``, and the README's
+"""The records of GPU runs as data: one JSON file per run under ``docs/records/gpu/``, and the
 GPU tables generated from the newest record of each GPU, never written by hand.
 
-    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu] [--readme README.md] [--check]
+    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu] [--readme docs/user_guides/gpus.md] [--check]
 
 A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu``, ``date``,
 ``software`` (torch, CUDA, Triton, Python and, for models, the OpenMMLab packages), ``commit``,
@@ -156,7 +156,7 @@ def tables(records_dir: Path) -> str:
     for kind, render, title in (('proof', proof_table, 'Ops (`make gpu-proof`)'),
                                 ('models', models_table, 'Whole models (`make gpu-proof-models`)')):
         found = newest(records_dir, kind)
-        lines += [f'#### {title}', '']
+        lines += [f'## {title}', '']
         if not found:
             lines += ['No record yet.', '']
         for data in found:
@@ -167,8 +167,9 @@ def tables(records_dir: Path) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--records', type=Path, default=REPO / 'docs' / 'records' / 'gpu')
-    parser.add_argument('--readme', type=Path, default=REPO / 'README.md')
-    parser.add_argument('--check', action='store_true', help='exit 1 if the README\'s tables differ from the records')
+    parser.add_argument('--readme', type=Path, default=REPO / 'docs' / 'user_guides' / 'gpus.md',
+                        help='the page whose marked section holds the GPU tables')
+    parser.add_argument('--check', action='store_true', help='exit 1 if the page\'s tables differ from the records')
     args = parser.parse_args(argv)
     generated = tables(args.records)
     if args.check:

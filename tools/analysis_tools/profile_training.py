@@ -1,5 +1,5 @@
 """Where a model's training step spends its time and its saved-for-backward memory, module by module:
-the per-module profile behind the README's explanation of a pair of ``benchmark_models.py`` that is
+the per-module profile behind the explanation in docs/records/models.md of a pair of ``benchmark_models.py`` that is
 heavier than its stock counterpart.
 
     python tools/analysis_tools/profile_training.py PAIR [--side project|stock] [--shape H W]

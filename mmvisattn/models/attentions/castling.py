@@ -119,7 +119,7 @@ class LinearAngularAttention(QKVAttention):
     def token_conv(self, v: Tensor) -> Tensor:
         """``dconv`` (one ``(kernel_size, 1)`` kernel per head along the tokens) computed as a 1-D
         depthwise convolution over ``heads x d`` rows: the same weights, and on CPU faster forward +
-        backward than ``conv2d`` with a one-wide kernel (the README's tuned constants)."""
+        backward than ``conv2d`` with a one-wide kernel (docs/records/benchmarks.md, tuned constants)."""
         batch, heads, tokens, dims = v.shape
         rows = v.transpose(-1, -2).reshape(batch, heads * dims, tokens)
         weight = self.dconv.weight.view(heads, 1, -1).repeat_interleave(dims, dim=0)

@@ -29,13 +29,13 @@ class LongformerAttention(BaseAttention):
     Args:
         embed_dims: Channels ``C``.
         num_heads: Heads.
-        window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: 15 = 2*7+1).
+        window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: ``15 = 2*7+1``).
         num_global: Global tokens ``G`` in front of the map (``num_extra_tokens``).
         masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'`` (App. C).
         mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D): in
             training each step draws one neighbour in 1..8; evaluation uses all eight.
             ``ViLRandomShiftHook`` switches it to 0 late in training.
-        rel_pos: Learn relative-position biases (the ViL-*-RPB models).
+        rel_pos: Learn relative-position biases (the ``ViL-*-RPB`` models).
         share_global_weights: Global queries use the local projections (as the detection models).
         qkv_bias: Bias of the query / key-value projections.
         attn_drop: Must be 0: the op fuses the softmax with the value product (the official module's

@@ -29,9 +29,10 @@ class DeiTRipple(CastlingViT):
         ripple_cfg: Attention of the lower layers.
         attn_cfg: Attention of the upper layers.
         out_type: ``'featmap'`` or ``'avg_featmap'`` (mean of each output map's tokens).
-        embed_dims, num_layers, num_heads, qkv_bias, drop_rate, attn_drop_rate, drop_path_rate,
-            with_cls_token, final_norm, norm_cfg: as in mmseg's ``VisionTransformer``, with
-            DeiT-Tiny's values (6 heads as in C.4, LayerNorm eps 1e-6, stochastic depth 0.1).
+        embed_dims, num_layers, num_heads: as in mmseg's ``VisionTransformer``; DeiT-Tiny's 192, 12, 6 (C.4).
+        qkv_bias, drop_rate, attn_drop_rate: as in mmseg's ``VisionTransformer``.
+        drop_path_rate: Stochastic depth, DeiT-Tiny's 0.1.
+        with_cls_token, final_norm, norm_cfg: as in mmseg's ``VisionTransformer`` (LayerNorm eps 1e-6).
         **kwargs: The other arguments of mmseg's ``VisionTransformer``.
     """
 

@@ -27,7 +27,7 @@ from ..recompute import checkpointed_chunks, step_budget
 # Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query) on CPU
 # (on a GPU, :func:`~mmvisattn.ops.recompute.step_budget`). Maps below it run under autograd in one piece;
 # larger ones chunk by chunk, recomputed in the backward (the fastest budget measured, and a third of
-# the peak memory at 28x28: the README's tuned constants).
+# the peak memory at 28x28: docs/records/benchmarks.md, tuned constants).
 CHUNK_ELEMENTS = 2 ** 20
 
 

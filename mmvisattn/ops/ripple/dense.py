@@ -8,8 +8,8 @@ every key meets every query, ``beta`` is gathered by the pair's Chebyshev group 
 folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU, where the tiled local part
-beyond it is the C++ one (:mod:`.cpu`): measured on two cores against the C++ tiles (the README's
-size-aware dispatch table; re-measure with ``benchmark_attention.py --types
+beyond it is the C++ one (:mod:`.cpu`): measured on two cores against the C++ tiles (docs/records/benchmarks.md,
+the size-aware dispatch table; re-measure with ``benchmark_attention.py --types
 RippleAttention:r_max=8,impl=cpu RippleAttention:r_max=8,impl=dense``), the tiles win from ``N / cost``
 of about 0.8 at ``R_max = 8`` and 1.0 at 4, dense stays a little faster further out at ``R_max = 2``:
 one line for every ``R_max``, :data:`DENSE_CROSSOVER` is 0.8 (``cost`` = :func:`~.pytorch.tiled_cost`).

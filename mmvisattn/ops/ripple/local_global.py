@@ -27,7 +27,7 @@ from ..tracing import apply_function
 from .weights import WeightKernels, ring_weights
 
 # Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
-# of one step; fewer, larger steps stop paying off beyond it (the README's tuned constants).
+# of one step; fewer, larger steps stop paying off beyond it (docs/records/benchmarks.md, tuned constants).
 CHUNK_ELEMENTS = 2 ** 17
 
 

@@ -33,7 +33,7 @@ def _tile_costs(r_max: int) -> Tuple[float, int]:
 
 def tile_size(r_max: int) -> int:
     """Tile side ``T`` minimising the work per query (:func:`tiled_cost`); the model's ``T = 4`` for
-    ``R_max`` 4 and 8 is also the fastest measured (the README's tuned constants)."""
+    ``R_max`` 4 and 8 is also the fastest measured (docs/records/benchmarks.md, tuned constants)."""
     return _tile_costs(r_max)[1]
 
 

@@ -5,7 +5,7 @@ chunk: the live slots' keys and values gathered, the scores, bias, mask, softmax
 computed while the chunk's ``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) in
 the forward and per row in the backward. The forward keeps the log-sum-exp of every query beside the
 output, so the backward rebuilds the probabilities without storing them, and the saved tensors grow
-with ``N * d`` as SDPA's do (measured against the torch path in the README). Under tracing (ONNX
+with ``N * d`` as SDPA's do (measured against the torch path: docs/records/benchmarks.md). Under tracing (ONNX
 export, mmengine's FLOP counter) and dispatch modes (``FlopCounterMode``) the torch path runs instead
 (:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
 

@@ -8,7 +8,7 @@ additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allo
 (:func:`.pattern.visited_pairs`, the definition from token coordinates).
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
-the slots of a query (``S = G + 9 w^2`` in mode 0), measured on two cores (the README's size-aware
+the slots of a query (``S = G + 9 w^2`` in mode 0), measured on two cores (docs/records/benchmarks.md, the size-aware
 dispatch table; re-measure with ``benchmark_attention.py --types
 LongformerAttention:window=7,num_global=1,impl=cpu LongformerAttention:window=7,num_global=1,impl=dense``).
 The C++ kernels (:mod:`.cpu`) cost about the same on every map of 3 x 3 chunks, the dense form

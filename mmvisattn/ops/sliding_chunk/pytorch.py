@@ -23,7 +23,7 @@ from ..recompute import runs
 from ..token_grid import add_rows_
 
 # Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Larger slices leave the
-# cache, and a larger budget adds its transient to the peak of large maps (the README's tuned constants).
+# cache, and a larger budget adds its transient to the peak of large maps (docs/records/benchmarks.md, tuned constants).
 SCORE_BUDGET = 1 << 18
 
 
