@@ -1,6 +1,11 @@
 """Every patch ``import mmvisattn`` applies to the pinned stack (:data:`PATCHES`, applied once by
-:func:`apply_patches`; the patch table of docs/advanced/compat.md says what each changes, why, and how to check it is still
-needed). Nothing else in the package changes another library's code.
+:func:`apply_patches`; the patch table of docs/advanced/compat.md says what each changes, why, and
+how to check it is still needed). Nothing else in the package changes another library's code.
+
+The environment variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches
+out; :data:`APPLIED` holds the names applied, which :func:`patches_line` puts in one log line (every
+run of ``tools/train.py`` and ``tools/test.py`` logs it); a hook that needs a patch left out ends
+in one line.
 
 Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to
 ``weights_only=True`` and mmengine 0.10.7 calls it without the argument, so every checkpoint the
@@ -58,6 +63,8 @@ mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identi
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
 import functools
+import logging
+import os
 from collections import Counter
 from pickle import UnpicklingError
 from typing import Any, Callable, List, Tuple, Union
@@ -281,7 +288,35 @@ PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_
            remember_package_config_lookups, dump_test_metrics_once)
 
 
+SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'
+APPLIED: List[str] = []
+
+
+def patches_left_out() -> List[str]:
+    """The patch names ``$MMVISATTN_SKIP_PATCHES`` lists; a name that is no patch ends in one line."""
+    names = [name.strip() for name in os.environ.get(SKIP_VARIABLE, '').split(',') if name.strip()]
+    known = [patch.__name__ for patch in PATCHES]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f'error: {SKIP_VARIABLE} names {", ".join(unknown)}, which are not patches; expected '
+                         f'names among {", ".join(known)}')
+    return names
+
+
+def patches_line() -> str:
+    """What was applied and what left out, in one line."""
+    left_out = [patch.__name__ for patch in PATCHES if patch.__name__ not in APPLIED]
+    return (f'mmvisattn patched the pinned stack: {", ".join(APPLIED) or "nothing"}'
+            + (f'; left out by {SKIP_VARIABLE}: {", ".join(left_out)}' if left_out else ''))
+
+
 def apply_patches() -> None:
-    """Apply :data:`PATCHES` (each one applies itself once)."""
+    """Apply :data:`PATCHES` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each one applies itself
+    once), and log which."""
+    left_out = patches_left_out()
     for patch in PATCHES:
-        patch()
+        if patch.__name__ not in left_out:
+            patch()
+            if patch.__name__ not in APPLIED:
+                APPLIED.append(patch.__name__)
+    logging.getLogger(__name__).info(patches_line())

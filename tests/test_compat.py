@@ -1,6 +1,9 @@
 """Runner checkpoints load under torch's weights_only loader through an allowlist; anything that
 would execute a callable is still refused, and the callable does not run."""
+import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,10 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner, load_checkpoint
 
 import mmvisattn  # noqa: F401  (applies the allowlist)
-from mmvisattn.compat import history_buffer_statistic, runner_checkpoint_globals
+from mmvisattn.compat import PATCHES, SKIP_VARIABLE, history_buffer_statistic, patches_line, runner_checkpoint_globals
+
+from .conftest import REPO, run_command, tool_env
+from .patch_triggers import TRIGGERS
 
 
 class ToyModel(BaseModel):
@@ -244,3 +250,50 @@ def test_only_rank_0_writes_the_test_metrics_file(tmp_path, rank):
     assert logged == ['mIoU: 50.0000']
     written = tmp_path / 'run.json'
     assert (written.read_text() == '{"mIoU": 50.0}' if rank == 0 else not written.exists()), list(tmp_path.iterdir())
+
+
+# what each patch's trigger (tests/patch_triggers.py) meets without the patch
+FAILURES_WITHOUT = dict(
+    allow_runner_checkpoints='UnpicklingError: Weights only load failed',
+    allow_half_mmcv_ops_on_cpu='RuntimeError: expected scalar type Float but found BFloat16',
+    register_torch_hardsigmoid="KeyError: 'Hardsigmoid is not in the mmengine::model registry",
+    register_flop_handles='SDPA counted as 0 FLOPs',
+    count_dropped_annotations=f'error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
+                              f'{SKIP_VARIABLE} leaves out',
+    name_undecodable_label_maps='UnidentifiedImageError without the path',
+    write_checkpoints_atomically='a truncated file of',
+    remember_package_config_lookups='YAML files parsed again',
+    dump_test_metrics_once='rank 1 wrote the metrics file')
+
+
+@pytest.fixture(scope='module')
+def outcomes_without_patches(tmp_path_factory) -> dict:
+    """Every trigger in a process that leaves every patch out."""
+    env = dict(tool_env(), **{SKIP_VARIABLE: ','.join(patch.__name__ for patch in PATCHES)})
+    done = run_command([sys.executable, str(REPO / 'tests/patch_triggers.py'), str(tmp_path_factory.mktemp('stock'))],
+                       timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize('name', [patch.__name__ for patch in PATCHES])
+def test_each_patch_is_still_needed(name, outcomes_without_patches, tmp_path):
+    """Left out, the patch's trigger (the model, input or tool that needs it) fails as the patch
+    table says; patched (this process), it does not."""
+    assert FAILURES_WITHOUT[name] in outcomes_without_patches[name], outcomes_without_patches[name]
+    assert TRIGGERS[name](tmp_path) == 'ok'
+
+
+def test_every_patch_has_a_trigger():
+    assert set(TRIGGERS) == set(FAILURES_WITHOUT) == {patch.__name__ for patch in PATCHES}
+
+
+def test_a_name_that_is_no_patch_is_one_line():
+    done = subprocess.run([sys.executable, '-c', 'import mmvisattn'], capture_output=True, text=True,
+                          env=dict(tool_env(), **{SKIP_VARIABLE: 'allow_runner_checkpoints, nope'}), timeout=300)
+    assert done.returncode == 1 and done.stderr.strip().startswith(
+        f'error: {SKIP_VARIABLE} names nope, which are not patches; expected names among allow_runner_checkpoints, ')
+
+
+def test_the_line_a_run_logs_names_every_patch_applied():
+    assert patches_line() == f'mmvisattn patched the pinned stack: {", ".join(patch.__name__ for patch in PATCHES)}'

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 from mmengine.config import Config, DictAction
 
+from ..compat import patches_line
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
 from .config_checks import check_config
@@ -111,6 +112,7 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
         adopt_checkpoint_seed(cfg, checkpoint)
     join_process_group(cfg)
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
+    runner.logger.info(patches_line())
     if cfg.launcher != 'none':
         collect_in_log_dir(runner, 'test_loop' if action == 'test' else 'val_loop')
     if checkpoint is not None and action == 'test' and not allow_partial_checkpoint:

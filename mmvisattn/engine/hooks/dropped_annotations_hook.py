@@ -51,6 +51,13 @@ class DroppedAnnotationsHook(Hook):
     installed on ``import mmvisattn``); segmentation datasets read whole label maps and drop nothing.
     """
 
+    def before_run(self, runner) -> None:
+        """Without the counting patch there is nothing to report: one line says so."""
+        from mmdet.datasets import CocoDataset
+        if not getattr(CocoDataset.parse_data_info, 'counts_drops', False):
+            raise SystemExit('error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
+                             'MMVISATTN_SKIP_PATCHES leaves out')
+
     def before_train_epoch(self, runner) -> None:
         for dataset in leaf_datasets(runner.train_dataloader.dataset):
             counter: Dict[str, int] = getattr(dataset, 'dropped_annotations', None)

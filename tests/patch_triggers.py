@@ -1,0 +1,187 @@
+"""For each patch of ``mmvisattn.compat``, the model, input or tool that needs it, run as a user would:
+:data:`TRIGGERS` maps a patch's name to a function that returns ``'ok'`` or what went wrong.
+``tests/test_compat.py`` runs them all in a process that leaves every patch out
+(``MMVISATTN_SKIP_PATCHES``) and in its own, patched: each must go wrong without its patch and not
+with it, so each patch shows it is still needed.
+
+    MMVISATTN_SKIP_PATCHES=... python tests/patch_triggers.py FOLDER   # prints {name: outcome} as JSON
+"""
+import builtins
+import errno
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict
+
+import torch
+
+import mmvisattn  # noqa: F401  (applies the patches the environment leaves in)
+
+
+def runner_checkpoint_loads(folder: Path) -> str:
+    """A Runner checkpoint (its message hub holds HistoryBuffers) read with torch's default
+    ``weights_only=True``, as ``--resume`` and ``tools/test.py`` read it."""
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_instance('patch-trigger')
+    hub.update_scalar('train/loss', 1.0)
+    torch.save({'message_hub': hub.state_dict(), 'state_dict': {}}, folder / 'runner.pth')
+    try:
+        torch.load(folder / 'runner.pth')
+    except Exception as error:
+        return f'{type(error).__name__}: {str(error).splitlines()[0]}'
+    return 'ok'
+
+
+def half_nms_on_cpu(folder: Path) -> str:
+    """mmcv's ``batched_nms`` on bfloat16 CPU boxes, as a detector's test step under CPU autocast."""
+    from mmcv.ops import batched_nms
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]], dtype=torch.bfloat16)
+    scores = torch.tensor([0.9, 0.8], dtype=torch.bfloat16)
+    try:
+        batched_nms(boxes, scores, torch.zeros(2, dtype=torch.long), dict(type='nms', iou_threshold=0.5))
+    except RuntimeError as error:
+        return f'RuntimeError: {str(error).splitlines()[0]}'
+    return 'ok'
+
+
+def hardsigmoid_builds(folder: Path) -> str:
+    """``dict(type='Hardsigmoid')``, the SE gate of PicoDet's ESNet."""
+    from mmengine.registry import MODELS
+    try:
+        MODELS.build(dict(type='Hardsigmoid'))
+    except KeyError as error:
+        return f'KeyError: {error}'
+    return 'ok'
+
+
+def sdpa_flops_counted(folder: Path) -> str:
+    """mmengine's FLOP counter (what get_flops.py calls) on a module that calls SDPA."""
+    from mmengine.analysis import FlopAnalyzer
+
+    class Attention(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.scaled_dot_product_attention(x, x, x)
+
+    flops = FlopAnalyzer(Attention(), (torch.randn(1, 2, 16, 8),))
+    flops.unsupported_ops_warnings(False)
+    flops.uncalled_modules_warnings(False)
+    return 'ok' if flops.total() > 0 else 'SDPA counted as 0 FLOPs'
+
+
+def dropped_annotations_reported(folder: Path) -> str:
+    """DroppedAnnotationsHook at the start of a run: it reads what the patched parser counted."""
+    from mmvisattn.engine.hooks import DroppedAnnotationsHook
+    try:
+        DroppedAnnotationsHook().before_run(None)
+    except SystemExit as exit:
+        return str(exit)
+    return 'ok'
+
+
+def broken_label_map_named(folder: Path) -> str:
+    """mmseg's ``LoadAnnotations`` on a label map that does not decode: is the file named?"""
+    from mmseg.datasets.transforms import LoadAnnotations
+    path = folder / 'broken_labelTrainIds.png'
+    path.write_bytes(b'not a png')
+    try:
+        LoadAnnotations()(dict(seg_map_path=str(path), reduce_zero_label=False, seg_fields=[]))
+    except Exception as error:
+        return 'ok' if str(path) in str(error) else f'{type(error).__name__} without the path: {error}'
+    return 'decoded'
+
+
+class FullDisk:
+    """A file whose first write stops half-way on a full disk."""
+
+    def __init__(self, file) -> None:
+        self.file = file
+
+    def write(self, data) -> int:
+        self.file.write(bytes(data)[:len(data) // 2])
+        self.file.flush()
+        raise OSError(errno.ENOSPC, 'No space left on device')
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+    def __enter__(self) -> 'FullDisk':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+def interrupted_checkpoint_write(folder: Path) -> str:
+    """mmengine's ``save_checkpoint`` (as the Runner calls it) on a disk that fills up half-way:
+    what is left at the checkpoint's path?"""
+    from mmengine.runner import runner as runner_module
+    path, real_open = folder / 'iter_1.pth', builtins.open
+
+    def filling_open(file, mode='r', *args, **kwargs):
+        opened = real_open(file, mode, *args, **kwargs)
+        return FullDisk(opened) if 'w' in mode and str(folder) in str(file) else opened
+
+    builtins.open = filling_open
+    try:
+        runner_module.save_checkpoint({'weights': torch.zeros(1000)}, str(path))
+    except OSError:
+        pass
+    finally:
+        builtins.open = real_open
+    return 'ok' if not path.exists() else f'a truncated file of {path.stat().st_size} bytes at {path.name}'
+
+
+def metafiles_parsed_once(folder: Path) -> str:
+    """A config whose bases name ``mmdet::``, loaded a second time: are mmdet's metafiles parsed again?"""
+    from mmengine.config import Config
+    from mmengine.fileio.handlers import YamlHandler
+    parse, parsed = YamlHandler.load_from_fileobj, []
+
+    def counted(handler, file, **kwargs):
+        parsed.append(1)
+        return parse(handler, file, **kwargs)
+
+    config = Path(__file__).parents[1] / 'configs/vil/retinanet_vil-tiny_fpn_1x_coco.py'
+    Config.fromfile(config)
+    YamlHandler.load_from_fileobj = counted
+    try:
+        Config.fromfile(config)
+    finally:
+        YamlHandler.load_from_fileobj = parse
+    return 'ok' if not parsed else f'{len(parsed)} YAML files parsed again'
+
+
+def test_metrics_file_of_rank_1(folder: Path) -> str:
+    """LoggerHook at the end of a distributed test, on rank 1: does it write the shared metrics file?"""
+    from types import SimpleNamespace
+
+    from mmengine.hooks import LoggerHook
+    hook = LoggerHook()
+    hook.json_log_path = 'metrics.json'
+    runner = SimpleNamespace(rank=1, log_dir=str(folder), test_dataloader=[0],
+                             logger=SimpleNamespace(info=lambda line: None),
+                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: ({}, '')))
+    hook.after_test_epoch(runner, {})
+    return 'ok' if not (folder / 'metrics.json').exists() else 'rank 1 wrote the metrics file'
+
+
+TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
+    allow_runner_checkpoints=runner_checkpoint_loads, allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
+    register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
+    count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
+    write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
+    dump_test_metrics_once=test_metrics_file_of_rank_1)
+
+
+def outcomes(folder: Path) -> Dict[str, str]:
+    """Every trigger's outcome, each in a folder of its own under ``folder``."""
+    results = {}
+    for name, trigger in TRIGGERS.items():
+        (folder / name).mkdir()
+        results[name] = trigger(folder / name)
+    return results
+
+
+if __name__ == '__main__':
+    print(json.dumps(outcomes(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))))
