@@ -40,7 +40,8 @@ setup(
     long_description_content_type='text/markdown',
     python_requires='>=3.10',
     packages=find_packages(include=['mmvisattn', 'mmvisattn.*']),
-    package_data={'mmvisattn.ops': ['cpu_kernels.h', '*/cpu.cpp']},  # compiled on first use (mmvisattn/ops/cpu_extension.py)
+    # the C++ CPU kernels, compiled on first use (mmvisattn/ops/utils/cpu_extension.py)
+    package_data={'mmvisattn.ops': ['*/cpu.cpp'], 'mmvisattn.ops.utils': ['cpu_kernels.h']},
     install_requires=['mmcv>=2.0.0,<2.2.0'] + read_requirements('runtime.txt'),
     extras_require={'tests': read_requirements('tests.txt'), 'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',

@@ -72,7 +72,7 @@ from typing import Any, Callable, List, Tuple, Union
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
 
-from .ops.amp import HALF_DTYPES
+from .ops.utils.amp import HALF_DTYPES
 from .utils.random_states import numpy_globals
 
 

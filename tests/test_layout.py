@@ -8,7 +8,8 @@ from typing import Iterator, Tuple
 from .conftest import REPO
 
 PACKAGE = REPO / 'mmvisattn'
-OP_PACKAGES = sorted(p.parent.name for p in (PACKAGE / 'ops').glob('*/__init__.py'))
+SHARED = 'utils'  # mmvisattn/ops/utils: the machinery the op packages share
+OP_PACKAGES = sorted(p.parent.name for p in (PACKAGE / 'ops').glob('*/__init__.py') if p.parent.name != SHARED)
 
 
 def imported_modules(path: Path) -> Iterator[Tuple[int, str]]:
@@ -37,6 +38,14 @@ def private_op_module(module: str) -> bool:
 
 def test_there_are_op_packages():
     assert {'linear_angular', 'peripheral', 'ripple', 'sliding_chunk'} <= set(OP_PACKAGES)
+
+
+def test_ops_holds_the_ops_and_one_package_of_what_they_share():
+    """``mmvisattn/ops`` lists the ops alone (packages, and ``linearized.py``, an op of one file);
+    dispatch, autocast rules, the kernels' build and the rest of the machinery sit in ``ops/utils``."""
+    modules = sorted(p.name for p in (PACKAGE / 'ops').glob('*.py'))
+    assert modules == ['__init__.py', 'linearized.py'], modules
+    assert (PACKAGE / 'ops' / SHARED / 'dispatch.py').is_file()
 
 
 def test_nothing_outside_ops_imports_a_private_op_module():

@@ -104,7 +104,7 @@ verify_mmcv_ops() {
 # a compiler problem an install error and spares the first training step the wait.
 compile_cpu_kernels() {
     step "compiling the ops' C++ CPU kernels (about 13 s each on 2 cores)"
-    "$VENV/bin/python" -c 'from mmvisattn.ops.cpu_extension import load_every_cpu_kernel; load_every_cpu_kernel()' \
+    "$VENV/bin/python" -c 'from mmvisattn.ops.utils.cpu_extension import load_every_cpu_kernel; load_every_cpu_kernel()' \
         || die "the ops' C++ CPU kernels did not compile (see the line above)"
     done_step
 }

@@ -5,13 +5,13 @@ ripple attention's linearized layers)::
 
     out_i = phi(q_i) (sum_j phi(k_j) v_j^T) / (phi(q_i) . sum_j phi(k_j) + eps)
 
-The ``D x E`` summary replaces the ``N x N`` scores. Mixed precision (:mod:`mmvisattn.ops.amp`): the
+The ``D x E`` summary replaces the ``N x N`` scores. Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the
 sums run over every token and leave float16's range for large inputs, so the arithmetic is float32.
 """
 import torch.nn.functional as F
 from torch import Tensor
 
-from .amp import float32_math
+from .utils.amp import float32_math
 
 
 @float32_math

@@ -8,7 +8,7 @@ import pkgutil
 import torch
 
 import mmvisattn.ops
-from mmvisattn.ops.amp import autocast_off, float32_math, norm_eps, upcast
+from mmvisattn.ops.utils.amp import autocast_off, float32_math, norm_eps, upcast
 
 
 def autograd_functions():

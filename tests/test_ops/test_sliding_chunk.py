@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
+from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
 from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk.cpu import sliding_chunk_local_cpu
 from mmvisattn.ops.sliding_chunk.dense import dense_is_faster

@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from mmvisattn.ops.dispatch import Request
+from mmvisattn.ops.utils.dispatch import Request
 from mmvisattn.ops.sliding_chunk import MASKINGS, MODES, OP, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk import flex
 

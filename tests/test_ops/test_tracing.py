@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mmvisattn.ops.linear_angular import linear_angular_attention
-from mmvisattn.ops.recompute import checkpointed_chunks
+from mmvisattn.ops.utils.recompute import checkpointed_chunks
 from mmvisattn.ops.ripple import ripple_attention
 from mmvisattn.ops.rwgk import rwgk_attention
 

@@ -7,7 +7,7 @@ from mmvisattn.ops.linear_angular import linear_angular_attention
 from mmvisattn.ops.peripheral import peripheral_attention
 from mmvisattn.ops.ripple import ripple_attention
 from mmvisattn.ops.sliding_chunk import sliding_chunk_attention
-from mmvisattn.ops.triton_launch import UnsupportedInput, head_block, num_warps
+from mmvisattn.ops.utils.triton_launch import UnsupportedInput, head_block, num_warps
 
 
 def qkv(width, tokens=16, dtype=torch.float32):

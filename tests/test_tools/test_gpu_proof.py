@@ -85,7 +85,7 @@ def test_no_cuda_is_one_line(tmp_path):
 @pytest.mark.parametrize('found,have', [(None, 'none is installed'), ((2, 3), '2.3 is installed')])
 def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
     tool = load_tool(TOOL)
-    monkeypatch.setattr('mmvisattn.ops.dispatch.triton_version', lambda: found)
+    monkeypatch.setattr('mmvisattn.ops.utils.dispatch.triton_version', lambda: found)
     with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)
 
@@ -103,7 +103,7 @@ def test_auto_takes_the_measured_fastest_on_cuda():
     """At every shipped size ``auto``'s CUDA choice (a dry run on meta tensors, replayed for CUDA in
     bfloat16) is the implementation the GPU proof measured fastest, and every benchmark layer is recorded."""
     import torch
-    from mmvisattn.ops.dispatch import record_dispatch
+    from mmvisattn.ops.utils.dispatch import record_dispatch
     cases = load_tool('tools/analysis_tools/gpu_proof_cases.py')
     layers = {(case.dispatch.name, layer) for case in cases.CASES for layer in case.shipped}
     assert set(cases.FASTEST_ON_CUDA) == layers

@@ -181,7 +181,7 @@ def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object
 def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None:
     """Each attention type with a Triton implementation at the widest head its op accepts (the
     powers of two from ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
-    from mmvisattn.ops.triton_launch import MAX_HEAD_DIMS, UnsupportedInput
+    from mmvisattn.ops.utils.triton_launch import MAX_HEAD_DIMS, UnsupportedInput
     from mmvisattn.registry import ATTENTIONS, build_attention
     for name, attention in sorted(ATTENTIONS.module_dict.items()):
         if 'triton' not in attention.impls:

@@ -75,7 +75,7 @@ def preflight(cpu_smoke: bool) -> str:
     if cpu_smoke:
         os.environ.setdefault('TRITON_INTERPRET', '1')  # before any kernel is defined
     import torch
-    from mmvisattn.ops.dispatch import MIN_TRITON, triton_version
+    from mmvisattn.ops.utils.dispatch import MIN_TRITON, triton_version
     found, wanted = triton_version(), '.'.join(map(str, MIN_TRITON))
     if found is None or found < MIN_TRITON:
         have = 'none is installed' if found is None else f'{".".join(map(str, found))} is installed'
@@ -225,7 +225,7 @@ class Proof:
         """``'none'``, or the first synchronisation of ``step`` (CUDA's sync debug mode; on CPU the host
         reads a GPU would wait for)."""
         if self.device == 'cpu':
-            from mmvisattn.ops.host_reads import HostReadCounter
+            from mmvisattn.ops.utils.host_reads import HostReadCounter
             with HostReadCounter() as reads:
                 step()
             return 'none' if reads.total == 0 else reads.summary()
@@ -358,7 +358,7 @@ class Proof:
 
 def chosen(case, call: Callable):
     """``call()``'s result and the implementation ``auto`` chose for the case's op in it."""
-    from mmvisattn.ops.dispatch import record_dispatch
+    from mmvisattn.ops.utils.dispatch import record_dispatch
     with record_dispatch() as log:
         out = call()
     return out, next(record.chosen for record in log.records if record.op is case.dispatch)
@@ -379,7 +379,7 @@ def main(argv=None) -> int:
     status = proof.run()
     meta = dict(device_name=torch.cuda.get_device_name() if device == 'cuda' else f'CPU ({platform.machine()})',
                 date=date.today().isoformat(), torch=torch.__version__, cuda=torch.version.cuda,
-                triton='.'.join(map(str, __import__('mmvisattn.ops.dispatch', fromlist=['x']).triton_version())),
+                triton='.'.join(map(str, __import__('mmvisattn.ops.utils.dispatch', fromlist=['x']).triton_version())),
                 python=platform.python_version(), cpu_smoke=args.cpu_smoke,
                 seconds=round(time.perf_counter() - proof.start, 1), failures=proof.failures())
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from mmvisattn.ops import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_chunk
 from mmvisattn.ops import trig_relu_features as feature_map
-from mmvisattn.ops.dispatch import Op
+from mmvisattn.ops.utils.dispatch import Op
 from mmvisattn.ops.linear_angular import linear_angular_attention, linear_angular_attention_reference
 from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, peripheral_attention_reference
@@ -36,7 +36,7 @@ class Size(NamedTuple):
 class Case(NamedTuple):
     """An op under proof.
 
-    ``dispatch`` is the op's :class:`~mmvisattn.ops.dispatch.Op`; ``inputs(size, device, dtype,
+    ``dispatch`` is the op's :class:`~mmvisattn.ops.utils.dispatch.Op`; ``inputs(size, device, dtype,
     generator)`` makes the leaves (gradients are checked for each floating one); ``call(impl, size,
     *leaves)`` runs an implementation; ``reference(size, *leaves)`` the twin (run in float64); ``impls``
     those that run on CUDA tensors (``cpu`` is CPU-only); the ``test`` size, and the ``shipped`` ones

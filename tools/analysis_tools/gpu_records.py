@@ -1,7 +1,8 @@
 """The records of GPU runs as data: one JSON file per run under ``docs/records/gpu/``, and the
 GPU tables generated from the newest record of each GPU, never written by hand.
 
-    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu] [--readme docs/user_guides/gpus.md] [--check]
+    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu] [--readme docs/user_guides/gpus.md]
+                                               [--check]
 
 A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu``, ``date``,
 ``software`` (torch, CUDA, Triton, Python and, for models, the OpenMMLab packages), ``commit``,
@@ -49,7 +50,7 @@ def git(*command: str) -> str:
 def software(openmmlab: bool) -> Dict[str, Optional[str]]:
     """Versions of what the run used (the OpenMMLab packages for model runs)."""
     import torch
-    from mmvisattn.ops.dispatch import triton_version
+    from mmvisattn.ops.utils.dispatch import triton_version
     found = triton_version()
     versions = dict(torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
                     triton='.'.join(map(str, found)) if found else None)

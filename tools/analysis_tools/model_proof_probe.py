@@ -41,7 +41,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from mmvisattn.ops.host_reads import HOST_READ_OPS, HostReadCounter
+from mmvisattn.ops.utils.host_reads import HOST_READ_OPS, HostReadCounter
 
 SYNC_EVENTS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize')
 SYNC_WARNING = 'called a synchronizing CUDA operation'  # what the sync debug mode warns with
@@ -158,7 +158,7 @@ class ModelProofProbe(Hook):
         """The dispatch step's recorders (none a dispatch mode, which would change what ``auto`` picks):
         every attention op call, and on CUDA the backbone under the sync debug mode and the profiler."""
         from mmvisattn.models.attentions.base import BaseAttention
-        from mmvisattn.ops.dispatch import record_dispatch
+        from mmvisattn.ops.utils.dispatch import record_dispatch
         stack = ExitStack()
         model = getattr(runner.model, 'module', runner.model)
         self.dispatch = stack.enter_context(record_dispatch())

@@ -4,7 +4,7 @@
         [--input-size H W] [--json OUT] [--cfg-options KEY=VALUE ...] [--cfg-new-keys]
 
 The model is built on the meta device and its attention layers run one training-mode forward at the
-config's test input size with no data (:func:`mmvisattn.ops.dispatch.record_dispatch` in a dry
+config's test input size with no data (:func:`mmvisattn.ops.utils.dispatch.record_dispatch` in a dry
 run: every op records its request and returns at once), so any config, at any size, is answered in
 seconds on a machine without a GPU. Each request is then replayed for ``--device`` and ``--dtype``
 (the inputs' dtype under that autocast): the implementation ``impl='auto'`` would run there, or the
@@ -49,7 +49,7 @@ def attention_requests(cfg: Config, hw_shape: Tuple[int, int]):
     """The dispatch records of one training-mode forward of the model's attention layers on meta
     tensors, each named after its attention module."""
     from mmvisattn.models.attentions.base import BaseAttention
-    from mmvisattn.ops.dispatch import record_dispatch
+    from mmvisattn.ops.utils.dispatch import record_dispatch
     from mmvisattn.registry import build_from_config
     model = build_from_config(cfg).to('meta').train()
     inputs = torch.empty(1, 3, *hw_shape, device='meta')

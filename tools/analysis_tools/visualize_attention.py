@@ -172,7 +172,7 @@ def region_radii(hw_shape: Sequence[int]) -> List[float]:
 
 def cell_distances(hw_shape: Sequence[int], device=None) -> Tensor:
     """``(HW, HW)`` Euclidean distances between token cells."""
-    from mmvisattn.ops.token_grid import grid_coordinates
+    from mmvisattn.ops.utils.token_grid import grid_coordinates
     cells = torch.stack(grid_coordinates(hw_shape, device), dim=1).float()
     return torch.cdist(cells, cells)
 

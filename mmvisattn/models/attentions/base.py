@@ -11,7 +11,7 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmvisattn.ops.dispatch import check_impl
+from mmvisattn.ops.utils.dispatch import check_impl
 
 COMPLEXITIES = ('linear', 'quadratic')
 

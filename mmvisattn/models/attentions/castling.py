@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.amp import norm_eps, upcast
+from mmvisattn.ops.utils.amp import norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
 from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference
 from mmvisattn.registry import ATTENTIONS
@@ -56,7 +56,7 @@ class LinearAngularAttention(QKVAttention):
         init_cfg: mmengine initialisation config.
 
     Mixed precision: the attention terms are computed in float32 whatever the inputs' dtype (the
-    op's rule, :mod:`mmvisattn.ops.amp`), the depthwise convolution in the inputs' dtype.
+    op's rule, :mod:`mmvisattn.ops.utils.amp`), the depthwise convolution in the inputs' dtype.
     """
 
     complexity = 'linear'

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.dispatch import check_impl
+from mmvisattn.ops.utils.dispatch import check_impl
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_reference
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS

@@ -25,7 +25,7 @@ from mmdet.models.layers.transformer.utils import MLP
 from mmengine.model import ModuleList
 from torch import Tensor
 
-from mmvisattn.ops.token_grid import grid_coordinates
+from mmvisattn.ops.utils.token_grid import grid_coordinates
 from mmvisattn.registry import build_attention
 
 # Official ``dynamic_scale`` types 1-4 -> scale channels per head: none (scale 1), one for x and y,

@@ -17,7 +17,7 @@ otherwise.
 """
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
+from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
 from .pytorch import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 

@@ -7,9 +7,9 @@ numerator's linear term and the normaliser's together. The backward saves only `
 (autograd through the forward would keep the normalised copies, ``q^ S``, the numerator and the
 normaliser).
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
 is float32 whatever the inputs' dtype, because ``K^T V`` sums over every token and leaves float16's
-range for large inputs; the norm clamp follows :func:`~mmvisattn.ops.amp.norm_eps`.
+range for large inputs; the norm clamp follows :func:`~mmvisattn.ops.utils.amp.norm_eps`.
 """
 import math
 from typing import Tuple
@@ -17,8 +17,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, no_autocast, norm_eps, upcast
-from ..tracing import apply_function
+from ..utils.amp import autocast_off, no_autocast, norm_eps, upcast
+from ..utils.tracing import apply_function
 
 
 def _normalise(x: Tensor) -> Tuple[Tensor, Tensor]:

@@ -4,7 +4,7 @@ import math
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import float32_math
+from ..utils.amp import float32_math
 
 
 def angular_kernel_reference(q: Tensor, k: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ divided out of both sides, so the summary stays in the range of the values it av
 backward is the torch one (:func:`.linear.linear_angular_backward`), which recomputes the O(d^2) summaries, so nothing
 token-sized beyond the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 inputs as
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernels read float32, float16 or bfloat16 inputs as
 they are and normalise and accumulate in float32 registers; both products take their operands in the
 inputs' precision (``DOT``: half-precision tensor cores, TF32 for float32): the normalised rows and
 the mean summary, which a float16 operand holds without overflow, are rounded to it as operands
@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..amp import autocast_off, norm_eps
-from ..triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
+from ..utils.amp import autocast_off, norm_eps
+from ..utils.triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
 from .pytorch import linear_angular_backward
 
 

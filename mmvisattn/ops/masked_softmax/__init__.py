@@ -21,7 +21,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
+from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
 from .pytorch import masked_softmax_attention_torch, query_block
 from .reference import masked_softmax_attention_reference
 

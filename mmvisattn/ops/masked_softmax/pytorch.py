@@ -8,9 +8,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..amp import HALF_DTYPES, autocast_off
-from ..recompute import runs
-from ..tracing import apply_function
+from ..utils.amp import HALF_DTYPES, autocast_off
+from ..utils.recompute import runs
+from ..utils.tracing import apply_function
 
 # Weights of one block of queries over every batch, head and key (128 MB in float32): a block as large
 # as fits, so that a Castling-ViT-B layer at 32x32 tokens and batch 2 takes one

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import float32_math
+from ..utils.amp import float32_math
 
 
 @float32_math

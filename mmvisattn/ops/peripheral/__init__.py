@@ -22,7 +22,7 @@ from typing import Sequence
 
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
+from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
 from .position import PositionParams, first_projection, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference

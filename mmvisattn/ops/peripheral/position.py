@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import no_autocast, upcast
-from ..recompute import checkpointed_chunks, step_budget
+from ..utils.amp import no_autocast, upcast
+from ..utils.recompute import checkpointed_chunks, step_budget
 
 # Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query) on CPU
-# (on a GPU, :func:`~mmvisattn.ops.recompute.step_budget`). Maps below it run under autograd in one piece;
+# (on a GPU, :func:`~mmvisattn.ops.utils.recompute.step_budget`). Maps below it run under autograd in one piece;
 # larger ones chunk by chunk, recomputed in the backward (the fastest budget measured, and a third of
 # the peak memory at 28x28: docs/records/benchmarks.md, tuned constants).
 CHUNK_ELEMENTS = 2 ** 20

@@ -35,8 +35,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..amp import autocast_off, autocast_state
-from ..triton_launch import UnsupportedInput, dot_operands, head_block, launch, unsupported_kernel_input
+from ..utils.amp import autocast_off, autocast_state
+from ..utils.triton_launch import UnsupportedInput, dot_operands, head_block, launch, unsupported_kernel_input
 
 # Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
 # size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).

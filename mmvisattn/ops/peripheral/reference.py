@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import float32_math
+from ..utils.amp import float32_math
 
 from .position import PositionParams, instance_norm, key_distances, peripheral_padding
 

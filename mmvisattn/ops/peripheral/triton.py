@@ -3,7 +3,7 @@
 the mixed attention is stored. The backward recomputes the SDPA form (:mod:`.sdpa`) under autograd.
 Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): the kernel reads float32, float16 or bfloat16 queries,
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernel reads float32, float16 or bfloat16 queries,
 keys and values; both products take their operands in that precision (``DOT``: half-precision
 tensor cores, or TF32 for float32; the weights rounded to it only as an operand) and accumulate in
 float32, where the bias is added and the online softmax runs; it writes the result in ``v``'s
@@ -15,8 +15,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..amp import autocast_off
-from ..triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
+from ..utils.amp import autocast_off
+from ..utils.triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
 from .pytorch import peripheral_attention_sdpa
 
 

@@ -30,7 +30,8 @@ from typing import Callable, Optional, Sequence
 
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels
+from ..utils.dispatch import (DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere,
+                              triton_kernels)
 from .dense import dense_is_faster, ripple_attention_dense
 from .pytorch import ripple_attention_torch
 from .reference import group_weights_reference, ripple_attention_reference

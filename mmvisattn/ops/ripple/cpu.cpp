@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "../cpu_kernels.h"
+#include "../utils/cpu_kernels.h"
 
 namespace {
 

@@ -7,7 +7,7 @@ queries' scores against their halo, the ring weights gathered onto them, and the
 halos gathered from the maps in place and their gradients added straight back (one task per (slice,
 tile) in the forward; per band of tile rows of a slice in the backward, in two passes so that no two
 bands add into the same keys). Under tracing (ONNX export, mmengine's FLOP counter) and dispatch
-modes (``FlopCounterMode``) the torch tiles run instead (:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
+modes (``FlopCounterMode``) the torch tiles run instead (:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
 
 Mixed precision: :class:`.local_global.RippleLocalGlobal` hands float32 (or float64) tensors to the
 kernels, with autocast off.
@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
+from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
 from .local_global import LocalKernels, local_plus_global
 from .pytorch import TILED, tile_size
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..recompute import runs
+from ..utils.recompute import runs
 from .local_global import LocalKernels, local_plus_global
 from .pytorch import tiled_cost
 from .weights import chebyshev_distances

@@ -12,7 +12,7 @@ dense blocks (:mod:`.dense`), the C++ tiles (:mod:`.cpu`) and the Triton kernels
 :class:`RippleLocalGlobal` adds the global sums to a local part and normalises, with the backward
 written out.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
 in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
 range), for every local part alike; the output comes back in ``v``'s dtype.
 """
@@ -21,9 +21,9 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, upcast
-from ..recompute import runs, step_budget
-from ..tracing import apply_function
+from ..utils.amp import autocast_off, upcast
+from ..utils.recompute import runs, step_budget
+from ..utils.tracing import apply_function
 from .weights import WeightKernels, ring_weights
 
 # Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
@@ -48,7 +48,7 @@ def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
 
 def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
     """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each on
-    CPU (:func:`~mmvisattn.ops.recompute.step_budget` elsewhere)."""
+    CPU (:func:`~mmvisattn.ops.utils.recompute.step_budget` elsewhere)."""
     budget = step_budget(CHUNK_ELEMENTS, q.device)
     return runs(q.shape[0], max(1, budget // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
 

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..recompute import runs
-from ..token_grid import add_rows_, from_windows, to_windows, window_grid
+from ..utils.recompute import runs
+from ..utils.token_grid import add_rows_, from_windows, to_windows, window_grid
 from .local_global import CHUNK_ELEMENTS, LocalKernels, local_plus_global
 
 
@@ -111,7 +111,7 @@ class Geometry:
 
     def fold_into(self, padded: Tensor, halos: Tensor, tile_rows: slice) -> None:
         """Adjoint of :meth:`halos`: add ``(s * n, K, C)`` into the ``(s, H', W', C)`` padded maps at
-        the halo keys' flat positions (:func:`~mmvisattn.ops.token_grid.add_rows_`)."""
+        the halo keys' flat positions (:func:`~mmvisattn.ops.utils.token_grid.add_rows_`)."""
         per_row = self.cols * self.side ** 2
         index = self.halo_index[tile_rows.start * per_row:tile_rows.stop * per_row]
         slices, channels = padded.shape[0], padded.shape[-1]

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..amp import float32_math
+from ..utils.amp import float32_math
 from .weights import chebyshev_distances, query_reach, truncate
 
 

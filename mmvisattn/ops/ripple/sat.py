@@ -15,7 +15,7 @@ group sums of ``x`` (the same tables again), and by the symmetry ``(m, n) in N_r
 (i, j) in N_r(m, n)`` the gradient of ``x`` is again window sums, of a table of
 ``(beta_r - beta_{r+1}) dL/dy`` per ``r``. Nothing of size ``H W R`` is stored.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): summed-area tables add up the whole map, far beyond
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): summed-area tables add up the whole map, far beyond
 float16's range and bfloat16's precision, so everything here runs in float32 with autocast off.
 """
 from typing import Sequence, Tuple
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import autocast_off, float32_math, upcast
-from ..tracing import apply_function
+from ..utils.amp import autocast_off, float32_math, upcast
+from ..utils.tracing import apply_function
 from .weights import ring_weights
 
 

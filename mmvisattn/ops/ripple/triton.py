@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..triton_launch import check_kernel_inputs, launch, num_warps
+from ..utils.triton_launch import check_kernel_inputs, launch, num_warps
 from .local_global import LocalKernels, local_plus_global
 from .weights import WeightKernels
 

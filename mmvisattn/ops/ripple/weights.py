@@ -12,9 +12,9 @@ from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, upcast
-from ..tracing import apply_function
-from ..token_grid import grid_coordinates
+from ..utils.amp import autocast_off, upcast
+from ..utils.tracing import apply_function
+from ..utils.token_grid import grid_coordinates
 
 
 def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:

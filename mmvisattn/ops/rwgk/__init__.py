@@ -26,11 +26,11 @@ Two implementations share :func:`bipartite_graphs` (``common.py``), chosen by ``
   ``N x M`` graphs in the backward, slice by slice of heads.
 
 The torch path runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
-(:mod:`mmvisattn.ops.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
+(:mod:`mmvisattn.ops.utils.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
 """
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
+from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
 from .common import bipartite_graphs, check_lam
 from .pytorch import rwgk_attention_torch
 from .reference import rwgk_attention_reference, rwgk_kernel_reference

@@ -7,7 +7,7 @@ run in slices of images and heads, so the graphs and their gradients exist for o
 stay near the cache; on a GPU the whole batch is one slice up to a larger budget, as the launches of
 each slice (some 200 a step) would cost more than the memory.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
 is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
 it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
 """
@@ -16,8 +16,8 @@ from typing import Iterator, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, float32_math, upcast
-from ..recompute import runs, step_budget
+from ..utils.amp import autocast_off, float32_math, upcast
+from ..utils.recompute import runs, step_budget
 from .common import bipartite_graphs, check_lam
 
 
@@ -32,7 +32,7 @@ def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
 
 def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Union[int, slice], Union[int, slice], slice]]:
     """``(images, anchor images, heads)`` slices of ``(B, h, N, d)`` whose graphs hold at most the
-    device's budget (:func:`~mmvisattn.ops.recompute.step_budget` of :data:`GRAPH_BUDGET`): the whole
+    device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of :data:`GRAPH_BUDGET`): the whole
     batch where it fits, else one image and a run of heads at a time; the anchor image is 0 where one
     set of anchors serves all images."""
     batch, heads, tokens = q.shape[:3]

@@ -34,9 +34,9 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
+from ..utils.dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
                         DRY_RUN)
-from ..triton_launch import UnsupportedInput, check_kernel_inputs
+from ..utils.triton_launch import UnsupportedInput, check_kernel_inputs
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
 from .flex import flex_refusal, sliding_chunk_attention_flex
 from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn

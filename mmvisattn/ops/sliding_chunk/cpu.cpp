@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "../cpu_kernels.h"
+#include "../utils/cpu_kernels.h"
 
 namespace {
 

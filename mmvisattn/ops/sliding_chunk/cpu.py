@@ -7,9 +7,9 @@ the forward and per row in the backward. The forward keeps the log-sum-exp of ev
 output, so the backward rebuilds the probabilities without storing them, and the saved tensors grow
 with ``N * d`` as SDPA's do (measured against the torch path: docs/records/benchmarks.md). Under tracing (ONNX
 export, mmengine's FLOP counter) and dispatch modes (``FlopCounterMode``) the torch path runs instead
-(:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
+(:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the kernels
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the kernels
 compute in float32 (float64 stays float64, for ``gradcheck``); the output comes back in ``v``'s
 dtype, each gradient in its input's.
 """
@@ -18,8 +18,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, upcast
-from ..cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
+from ..utils.amp import autocast_off, upcast
+from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
 from .pytorch import sliding_chunk_local_torch
 
 

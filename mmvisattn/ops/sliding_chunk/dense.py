@@ -17,7 +17,7 @@ bias with a gradient takes), so it stops at 0.8 ``S``. Layouts in which a key is
 (cyclic wrapping on a grid of fewer than three chunks, where the reference merges the copies' biases)
 have no single bias per pair and stay on the sliding chunks.
 
-Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.amp`).
+Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.utils.amp`).
 """
 from functools import lru_cache
 from typing import Optional, Sequence, Tuple
@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import autocast_off, float32_math
-from ..tracing import apply_function
+from ..utils.amp import autocast_off, float32_math
+from ..utils.tracing import apply_function
 from .layout import visited_neighbours
 from .pattern import visited_pairs
 

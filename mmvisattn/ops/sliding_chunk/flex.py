@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..token_grid import window_grid
+from ..utils.token_grid import window_grid
 from .layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk, pick_drawn,
                      relative_index, to_chunks, visited_neighbours)
 

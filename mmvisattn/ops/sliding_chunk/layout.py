@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..amp import float32_math
-from ..token_grid import from_windows, to_windows, window_grid
+from ..utils.amp import float32_math
+from ..utils.token_grid import from_windows, to_windows, window_grid
 
 MASKINGS = ('chunk', 'exact', 'cyclic')
 MODES = tuple(range(-1, 9))

@@ -8,7 +8,7 @@ from typing import Iterator, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..token_grid import grid_coordinates, window_grid
+from ..utils.token_grid import grid_coordinates, window_grid
 from .layout import NEIGHBOURS, visited_neighbours
 
 

@@ -8,7 +8,7 @@ the backward and never stored, so the saved tensors grow with ``N * d`` as SDPA'
 transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run in groups by their live slots
 (:func:`chunk_groups`): border chunks skip the neighbours outside the map instead of masking them.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): autocast is off inside the Function and the arithmetic
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
 is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
 the output comes back in ``v``'s dtype, each gradient in its input's.
 """
@@ -18,9 +18,9 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, upcast
-from ..recompute import runs
-from ..token_grid import add_rows_
+from ..utils.amp import autocast_off, upcast
+from ..utils.recompute import runs
+from ..utils.token_grid import add_rows_
 
 # Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Larger slices leave the
 # cache, and a larger budget adds its transient to the peak of large maps (docs/records/benchmarks.md, tuned constants).
@@ -114,7 +114,7 @@ def _gather(table: Tensor, part: Slice) -> Tensor:
     """The ``(b, c, s, d)`` slot keys (or values) of the chunks of ``part`` from the ``(B*H, T, d)``
     token table: one ``index_select`` of token rows, the global tokens included, so no concatenation
     (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves); its
-    adjoint is :func:`~mmvisattn.ops.token_grid.add_rows_`."""
+    adjoint is :func:`~mmvisattn.ops.utils.token_grid.add_rows_`."""
     rows = table[part.rows]
     slots = part.group.index[part.span]
     return rows.index_select(1, slots.reshape(-1)).view(rows.shape[0], *slots.shape, rows.shape[-1])
@@ -248,7 +248,7 @@ def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, in
     """The local attention of every chunk (:class:`SlidingChunkAttention`) on the slot tables
     ``index``, ``invalid``; ``drawn``: they were picked for a drawn mode (:func:`table_groups`). Traced
     (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops
-    (:func:`_traced`): not through :func:`mmvisattn.ops.tracing.apply_function`, because the Function's
+    (:func:`_traced`): not through :func:`mmvisattn.ops.utils.tracing.apply_function`, because the Function's
     forward writes slice by slice into a preallocated output, which tracing records wrongly."""
     groups = table_groups(index, invalid, drawn)
     if torch.jit.is_tracing():

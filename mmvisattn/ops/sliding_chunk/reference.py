@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..amp import float32_math
+from ..utils.amp import float32_math
 from .pattern import visited_pairs
 
 

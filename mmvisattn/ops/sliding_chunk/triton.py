@@ -11,9 +11,9 @@ every image adds to, is spread over :data:`BIAS_COPIES` copies (chunk ``c`` adds
 wait on the same addresses. Used for CUDA tensors; the tests run it on CPU under
 ``TRITON_INTERPRET=1``.
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): the kernels read float32, float16 or bfloat16 (the bias
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernels read float32, float16 or bfloat16 (the bias
 may differ from the queries). Every ``tl.dot`` takes its operands in the inputs' precision (``DOT``,
-:func:`~mmvisattn.ops.triton_launch.dot_operands`), so half inputs run on half-precision tensor cores
+:func:`~mmvisattn.ops.utils.triton_launch.dot_operands`), so half inputs run on half-precision tensor cores
 and float32 ones as TF32, and accumulates in float32:
 probabilities and score gradients are rounded to the inputs' dtype only as product operands, as
 FlashAttention-2 does, while scores, softmax statistics and accumulators stay float32. The output
@@ -26,8 +26,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..amp import autocast_off
-from ..triton_launch import dot_operands, head_block, launch, num_warps
+from ..utils.amp import autocast_off
+from ..utils.triton_launch import dot_operands, head_block, launch, num_warps
 
 BLOCK_S = 16
 BIAS_COPIES = 32  # copies of the bias gradient the chunks add to (a few MB at ViL's sizes)

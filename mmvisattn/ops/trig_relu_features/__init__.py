@@ -20,7 +20,7 @@ Implementations (``impl=``):
 """
 from torch import Tensor
 
-from ..dispatch import DRY_RUN, Op, Request, cpu_kernels, runs_anywhere
+from ..utils.dispatch import DRY_RUN, Op, Request, cpu_kernels, runs_anywhere
 from .reference import trig_relu_features_reference
 
 

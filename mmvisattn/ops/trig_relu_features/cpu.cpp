@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../cpu_kernels.h"
+#include "../utils/cpu_kernels.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 arithmetic of :data:`.pytorch.TORCH` by blocks of 256 rows, each block's projections, sines and
 cosines and products in cache, the heads read in place from the ``qkv`` projection. Under tracing
 (ONNX export, mmengine's FLOP counter) and dispatch modes, and for inputs whose last dimension is
-strided, the torch passes run instead (:func:`mmvisattn.ops.cpu_extension.kernels_hidden`).
+strided, the torch passes run instead (:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
 
 Mixed precision: :class:`.passes.TrigReLUFeatures` hands float32 (or float64) tensors to the kernels,
 with autocast off.
@@ -12,7 +12,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from ..cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
+from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
 from .passes import FeatureKernels, run_passes
 from .pytorch import TORCH
 

@@ -3,7 +3,7 @@ tensors of one floating dtype (:class:`FeatureKernels`, supplied by :mod:`.pytor
 and the autograd Function that runs a pair (:class:`TrigReLUFeatures`), saving only the input (the
 caller's view) and the output (which the attention keeps anyway).
 
-Mixed precision (:mod:`mmvisattn.ops.amp`): autocast off in both passes and float32 arithmetic (the
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast off in both passes and float32 arithmetic (the
 arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in half
 precision); the output comes back in ``x``'s dtype, each gradient in its input's.
 """
@@ -12,8 +12,8 @@ from typing import Callable, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..amp import autocast_off, upcast
-from ..tracing import apply_function
+from ..utils.amp import autocast_off, upcast
+from ..utils.tracing import apply_function
 
 
 class FeatureKernels(NamedTuple):

@@ -1,8 +1,8 @@
 """The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward without
 a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine once, by
-chunks of :data:`~mmvisattn.ops.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger on a GPU,
-:func:`~mmvisattn.ops.recompute.step_budget`), so its temporaries stay small. The reference
-recomputed by :func:`~mmvisattn.ops.recompute.checkpointed_chunks` would save as little but evaluate
+chunks of :data:`~mmvisattn.ops.utils.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger on a GPU,
+:func:`~mmvisattn.ops.utils.recompute.step_budget`), so its temporaries stay small. The reference
+recomputed by :func:`~mmvisattn.ops.utils.recompute.checkpointed_chunks` would save as little but evaluate
 six sines and cosines instead of four and replay a graph.
 """
 from typing import Tuple
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..recompute import CHUNK_TOKENS, runs, step_budget
+from ..utils.recompute import CHUNK_TOKENS, runs, step_budget
 from .passes import FeatureKernels, run_passes
 
 

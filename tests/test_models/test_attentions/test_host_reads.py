@@ -1,6 +1,6 @@
 """A training step of every attention reads nothing back from the device.
 
-Counted on CPU by :class:`mmvisattn.ops.host_reads.HostReadCounter` (``item``/``int``/``bool`` of
+Counted on CPU by :class:`mmvisattn.ops.utils.host_reads.HostReadCounter` (``item``/``int``/``bool`` of
 tensors, ``nonzero``, ``unique``, ``masked_select``, linalg's error checks): after a warm-up step,
 which builds the cached tables, one forward + backward in training mode at the shipped sizes must
 make none, in every implementation that can run on CUDA (the torch paths at the shipped sizes, the
@@ -13,7 +13,7 @@ error check).
 import pytest
 import torch
 
-from mmvisattn.ops.host_reads import HostReadCounter
+from mmvisattn.ops.utils.host_reads import HostReadCounter
 from mmvisattn.registry import ATTENTIONS, build_attention
 
 # the attention of each shipped model at the size of its layers for the model's training input

@@ -2,20 +2,20 @@
 
 On a GPU each aten call is at least one kernel launch (5-10 us of host time), so a layer that issues
 thousands is launch-bound before it is compute-bound. Counted on CPU by
-:class:`mmvisattn.ops.launch_count.LaunchCounter`: the aten calls of the second of two training
+:class:`mmvisattn.ops.utils.launch_count.LaunchCounter`: the aten calls of the second of two training
 steps (forward + backward of two images under bfloat16 autocast; the first builds the cached tables)
 plus the
 Triton launches the ops make, the kernels themselves skipped (``dry_kernels``: the glue around them
 decides the count, and reads nothing back, so it is the count of a CUDA step). The implementation is
 the one ``auto`` picks for a CUDA request of the layer, and the ops' step budgets are those of a GPU
-(:func:`mmvisattn.ops.recompute.step_budget`). Budget: 300 a layer.
+(:func:`mmvisattn.ops.utils.recompute.step_budget`). Budget: 300 a layer.
 """
 import pytest
 import torch
 
-from mmvisattn.ops import recompute
-from mmvisattn.ops.dispatch import record_dispatch
-from mmvisattn.ops.launch_count import LaunchCounter
+from mmvisattn.ops.utils import recompute
+from mmvisattn.ops.utils.dispatch import record_dispatch
+from mmvisattn.ops.utils.launch_count import LaunchCounter
 from mmvisattn.registry import build_attention
 
 LAUNCH_BUDGET = 300

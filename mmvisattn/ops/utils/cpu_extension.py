@@ -20,7 +20,7 @@ from typing import Any, List
 
 import torch
 
-OPS_DIR = Path(__file__).parent
+OPS_DIR = Path(__file__).parents[1]  # the op packages, each with its cpu.cpp
 
 # -fopenmp: at::parallel_for and the `omp simd` loops (the library joins the OpenMP runtime torch
 # loaded: same soname). -fno-trapping-math, -fno-math-errno: without them GCC keeps float selects and

@@ -49,7 +49,7 @@ class Request(NamedTuple):
         head_dims: The widest last dimension among them (the head width).
         grad: Whether a gradient is wanted (grad mode on and an input requiring it).
         traced: Under ``torch.jit`` tracing or a dispatch mode, where opaque kernels would be
-            recorded as one call (:func:`~mmvisattn.ops.cpu_extension.kernels_hidden`).
+            recorded as one call (:func:`~mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
         facts: The op's own arguments that decide (window, map size, ...), as ``(name, value)`` pairs.
     """
     device: str
@@ -216,7 +216,7 @@ def triton_version() -> Optional[Tuple[int, ...]]:
 
 def triton_kernels(max_head_dims: Optional[int] = None) -> Refusal:
     """The refusal of Triton kernels that take heads up to ``max_head_dims`` wide (default
-    :data:`~mmvisattn.ops.triton_launch.MAX_HEAD_DIMS`)."""
+    :data:`~mmvisattn.ops.utils.triton_launch.MAX_HEAD_DIMS`)."""
     def refusal(request: Request) -> Optional[str]:
         if request.device != 'cuda':
             return (f'Triton kernels for CUDA tensors; these are on {request.device} (TRITON_INTERPRET=1 runs '

@@ -3,7 +3,7 @@
 On a GPU every aten call is at least one kernel launch, 5-10 us of host time each, and a layer whose
 step issues thousands of them is bound by launches before it is bound by arithmetic.
 :class:`LaunchCounter` counts the aten calls a step dispatches (a ``TorchDispatchMode``) and the Triton
-kernels the ops launch (through :func:`mmvisattn.ops.triton_launch.launch`), so the suite holds each
+kernels the ops launch (through :func:`mmvisattn.ops.utils.triton_launch.launch`), so the suite holds each
 attention's CUDA path to a launch budget without a GPU. With ``dry_kernels`` the Triton kernels are
 counted and not run (their outputs are left as allocated): the glue around them, which decides the
 count, runs on CPU tensors at the shipped sizes, where the Triton interpreter would take minutes.
