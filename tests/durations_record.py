@@ -42,7 +42,8 @@ class DurationsRecord:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
-        record = dict(kind='tests', date=datetime.date.today().isoformat(), **git_state(),
+        now = datetime.datetime.now(datetime.timezone.utc)
+        record = dict(kind='tests', date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), **git_state(),
                       machine=machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
                       tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
                       test_seconds=round(sum(self.seconds.values()), 1),

@@ -1,6 +1,6 @@
-"""gpu_records.py: records of GPU runs in one schema per kind, and the README's GPU tables generated from
-the newest record of each GPU (a test fails when they were edited by hand or a record was added
-without regenerating them)."""
+"""gpu_records.py: records of GPU runs in one schema per kind, and the GPU tables of
+docs/user_guides/gpus.md generated from the newest record of each GPU (a test fails when they were
+edited by hand or a record was added without regenerating them)."""
 import json
 import sys
 

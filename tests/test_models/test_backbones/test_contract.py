@@ -124,8 +124,8 @@ def test_bad_contract_arguments_fail_naming_the_backbone(name):
         build(name, frozen_stages=stages + 1)
 
 
-# (backbone, the README's arch cell, the config that builds it)
-README_ARCHS = [
+# (backbone, the plug-in guide's arch cell, the config that builds it)
+GUIDE_ARCHS = [
     *[('ViL', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium', 'base')],
     *[('PerViT', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium')],
     *[(name, f'`{arch}`', dict(arch=arch)) for name in ('ESNet', 'CastlingLeViT') for arch in ('s', 'm', 'l')],
@@ -139,9 +139,9 @@ README_ARCHS = [
 ]
 
 
-def test_the_readme_table_of_stage_widths_is_what_the_backbones_build():
-    readme = (REPO / 'README.md').read_text()
-    for name, arch, cfg in README_ARCHS:
+def test_the_plug_in_guides_table_of_stage_widths_is_what_the_backbones_build():
+    readme = (REPO / 'docs/user_guides/plug_in.md').read_text()
+    for name, arch, cfg in GUIDE_ARCHS:
         model = MODELS.build(dict(type=name, **cfg))
         row = (f"| {name} | {arch} | {', '.join(map(str, model.out_channels))} | "
                f"{', '.join(map(str, model.out_strides))} | `{tuple(model.out_indices)}` |")
