@@ -152,10 +152,14 @@ class ToolServer:
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a run in ``env`` can be forked from the server (starting it on first use)."""
+        self.started()
+        return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME_VARIABLES)
+
+    def started(self) -> None:
+        """Start the server unless it runs (a run may come before any ``serves`` question)."""
         with self.lock:
             if self.process is None:
                 self.start(self.base_env())
-        return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME_VARIABLES)
 
     def start(self, env: Dict[str, str]) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix='tools-'))
@@ -173,6 +177,7 @@ class ToolServer:
         """``command`` (``python script args``) forked from the server, as ``subprocess.run`` would
         report it (``output``: both streams written to that file instead, and reported as None);
         past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
+        self.started()
         streams = Path(tempfile.mkdtemp(dir=self.folder))
         stdout, stderr = (output, output) if output else (streams / 'stdout', streams / 'stderr')
         request = dict(argv=[str(arg) for arg in command[1:]], cwd=str(cwd), env=env,
