@@ -44,8 +44,15 @@ def tests_tables(record: dict) -> str:
 def render(app, docname: str, source: List[str]) -> None:
     if MARK in source[0]:
         source[0] = source[0].replace(MARK, tests_tables(newest('tests')))
+        app.env.record_pages = getattr(app.env, 'record_pages', set()) | {docname}
+
+
+def reread_record_pages(app, env, added, changed, removed) -> List[str]:
+    """The pages that render records are read again on every build: a new record changes no source."""
+    return sorted(getattr(env, 'record_pages', set()))
 
 
 def setup(app) -> dict:
     app.connect('source-read', render)
+    app.connect('env-get-outdated', reread_record_pages)
     return dict(parallel_read_safe=True)
