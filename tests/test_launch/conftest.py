@@ -1,6 +1,8 @@
 """What the fault tests share: a small copy of the demo data per test, a digest of everything
-outside a run's work dir, and the assertion that a tool failed with one line and no traceback."""
+outside a run's work dir, the assertion that a tool failed with one line and no traceback, and a
+free local port."""
 import hashlib
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,13 @@ DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
 ONE_ITERATION = ['--cfg-options', 'train_cfg.max_iters=1', 'train_dataloader.batch_size=2',
                  'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from .conftest import free_port
+
 REQUIRED = 'MMVISATTN_REQUIRE_SLURM'
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
 PROGRAMS = DAEMONS + ('mungekey', 'srun', 'sbatch', 'scontrol', 'squeue', 'scancel', 'sinfo')
@@ -44,12 +46,6 @@ def why_not() -> Optional[str]:
     if os.geteuid() != 0:
         return 'slurmd must run as root to start tasks'
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        return probe.getsockname()[1]
 
 
 class OneNodeSlurm:

@@ -17,7 +17,7 @@ from mmvisattn.launch import process_group
 from mmvisattn.launch.process_group import JOB_PORTS, join_process_group, slurm_master_port
 
 from ..conftest import REPO, run_command, time_limit, tool_env
-from .conftest import SEG_DEMO
+from .conftest import SEG_DEMO, free_port
 
 
 def slurm_env(job: str, restart: str = '0', **extra) -> dict:
@@ -83,12 +83,6 @@ def roll_call_of(ranks, world_size: int, port: int, monkeypatch) -> dict:
     for thread in threads:
         thread.join(time_limit(30))
     return outcomes
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        return probe.getsockname()[1]
 
 
 def test_the_roll_call_names_the_ranks_that_never_came(monkeypatch):

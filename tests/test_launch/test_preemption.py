@@ -5,7 +5,6 @@ with an uninterrupted run's weights, is in test_slurm.py."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from mmvisattn.engine.hooks import PreemptionHook
 from mmvisattn.launch.options import enable_requeue, resume_of_requeued_job
 
 from ..conftest import REPO, time_limit, tool_env
+from .conftest import free_port
 from .test_training_faults import RWGKA_DEMO, logged_losses
 
 OPTIONS = ['train_cfg.max_iters=6', 'train_dataloader.batch_size=2', 'default_hooks.logger.interval=1',
@@ -30,9 +30,7 @@ OPTIONS = ['train_cfg.max_iters=6', 'train_dataloader.batch_size=2', 'default_ho
 
 def start_tasks(work_dir, cwd) -> list:
     """Two tasks of a job as ``srun`` starts them: each its own process, ranks from the environment."""
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     command = [sys.executable, str(REPO / 'tools/train.py'), str(RWGKA_DEMO), '--work-dir', str(work_dir),
                '--launcher', 'pytorch', '--cfg-options', *OPTIONS]
     return [subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
