@@ -118,6 +118,33 @@ def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
     assert not found, '\n'.join(found)
 
 
+# Tools whose job is to compare the implementations with their twins, as the op tests do
+PROOF_TOOLS = ('tools/analysis_tools/gpu_proof.py', 'tools/analysis_tools/gpu_proof_cases.py')
+
+
+def called_names(path: Path) -> Iterator[Tuple[int, str]]:
+    """``(line, name)`` of every call of a plain or dotted name in ``path`` (``f(...)``, ``m.f(...)``)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            yield node.lineno, node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+
+
+def test_no_production_code_calls_a_reference():
+    """A ``*_reference`` function runs only where the twin is asked for: in its op package's
+    ``__init__`` (``impl='reference'``), inside the twins themselves and in the proof tools, which
+    compare against it; never on a model's path, imported under whatever name (the import rule
+    above sees only ``reference`` modules, not the names an op package exports)."""
+    files = list(PACKAGE.rglob('*.py')) + list((REPO / 'tools').rglob('*.py'))
+    found = []
+    for path in files:
+        relative = str(path.relative_to(REPO))
+        twin_side = path.name == 'reference.py' or (path.name == '__init__.py' and path.parent.parent.name == 'ops')
+        if twin_side or relative in PROOF_TOOLS:
+            continue
+        found += [f'{relative}:{line} calls {name}' for line, name in called_names(path) if name.endswith('_reference')]
+    assert not found, '\n'.join(found)
+
+
 def module_level_statements(tree: ast.Module) -> Iterator[ast.AST]:
     """Every node that runs when the module is imported (function bodies excluded)."""
     stack = list(tree.body)

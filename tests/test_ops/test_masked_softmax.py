@@ -1,11 +1,16 @@
 """The auxiliary masked softmax of Castling-ViT by blocks of queries, recomputed in the backward, against
 the literal form: values and gradients over several blocks (the last one shorter), batch and heads > 1,
-keys of another length; float64 gradcheck; half inputs whose half-precision logits would overflow."""
+keys of another length; float64 gradcheck; half inputs whose half-precision logits would overflow. The
+dense form (dropout, torch.compile) against the literal one, its dropout mask that of
+``F.dropout``, and auto's choice between the two."""
 import pytest
 import torch
+import torch.nn.functional as F
 
-from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference, query_block
+from mmvisattn.ops.masked_softmax import OP, masked_softmax_attention, masked_softmax_attention_reference, query_block
+from mmvisattn.ops.masked_softmax.dense import masked_softmax_attention_dense
 from mmvisattn.ops.masked_softmax.pytorch import masked_softmax_attention_torch
+from mmvisattn.ops.utils.dispatch import Request
 
 
 def qkv(queries, keys, dtype=torch.float64, scale=1.0, seed=0):
@@ -40,14 +45,51 @@ def test_one_block_holds_the_budget_of_weights():
     assert query_block(q[..., :1, :], torch.empty(1, 1, 2 ** 26, 1)) == 1
 
 
+@pytest.mark.parametrize('keys', [29, 17])
+def test_dense_form_equals_the_literal_one_in_value_and_gradients(keys):
+    q, k, v = qkv(29, keys)
+    dense, literal = masked_softmax_attention_dense(q, k, v, 0.02), masked_softmax_attention_reference(q, k, v, 0.02)
+    assert dense.dtype == torch.float64
+    torch.testing.assert_close(dense, literal)
+    upstream = torch.randn_like(literal)
+    torch.testing.assert_close(torch.autograd.grad(dense, (q, k, v), upstream),
+                               torch.autograd.grad(literal, (q, k, v), upstream))
+
+
+def test_dense_dropout_zeroes_kept_weights_as_f_dropout_draws_them():
+    q, k, v = qkv(13, 21)
+    torch.manual_seed(5)
+    out = masked_softmax_attention(q, k, v, 0.02, dropout=0.5)
+    torch.manual_seed(5)
+    kept = F.dropout(torch.ones(2, 3, 13, 21, dtype=q.dtype), 0.5)
+    weights = torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1)
+    torch.testing.assert_close(out, (weights * (weights > 0.02) * kept) @ v)
+    assert (kept == 0).any() and (kept == 2).any()
+
+
+def test_auto_takes_the_dense_form_for_dropout_or_compile_and_the_blocks_otherwise():
+    q, k, v = qkv(9, 11)
+    for device in ('cpu', 'cuda', 'meta'):
+        request = Request.of((q, k, v), dropout=0.0, compiling=False).on(device)
+        assert OP.auto(request) == 'torch'
+        assert OP.auto(request._replace(facts=(('compiling', False), ('dropout', 0.1)))) == 'dense'
+        assert OP.auto(request._replace(facts=(('compiling', True), ('dropout', 0.0)))) == 'dense'
+    with pytest.raises(ValueError, match=r"dropout=0.1 with impl='torch'; only impl='dense'"):
+        masked_softmax_attention(q, k, v, 0.05, dropout=0.1, impl='torch')
+
+
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
-def test_half_inputs_give_finite_float32_softmax_results(dtype):
+@pytest.mark.parametrize('form', ['blocks', 'dense'])
+def test_half_inputs_give_finite_float32_softmax_results(dtype, form):
     """Inputs of size 100 in 8 dimensions: some logits lie beyond float16's range (65504) before the
     scale; the products give float32, the output and gradients come back finite in the inputs' dtype
     and within the rounding of half weights of the float32 result."""
     q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv(40, 40, dtype=torch.float32, scale=100.0))
     assert (q.float() @ k.float().transpose(-1, -2)).abs().max() > torch.finfo(torch.float16).max
-    out = masked_softmax_attention_torch(q, k, v, 0.02, block=16)
+    if form == 'blocks':
+        out = masked_softmax_attention_torch(q, k, v, 0.02, block=16)
+    else:
+        out = masked_softmax_attention_dense(q, k, v, 0.02)
     literal = masked_softmax_attention_reference(*(t.detach().float() for t in (q, k, v)), 0.02)
     assert out.dtype == dtype and torch.isfinite(out).all()
     assert (out.float() - literal).abs().max() <= 1e-2 * literal.abs().max()

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_attention_reference,
+from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_attention_reference, mixed_attention_weights,
                                       peripheral_attention, peripheral_attention_reference, peripheral_padding,
                                       position_logits)
 from mmvisattn.ops.peripheral import position
@@ -73,11 +73,14 @@ def test_triton_equals_reference_forward_and_gradients(batch, tokens, dims):
 
 
 def test_mixed_attention_is_content_times_position_normalised():
+    """The twin's weights are Eq. 5 literally; the softmax with the log position bias (the attention
+    maps' weights) equals them."""
     q, k, _, log_phi_p = attention_inputs(batch=1, tokens=9)
     mixed = mixed_attention_reference(q, k, log_phi_p, 0.5)
     torch.testing.assert_close(mixed.sum(-1), torch.ones_like(mixed[..., 0]))
     unnormalised = torch.exp(0.5 * q @ k.transpose(-2, -1)) * log_phi_p.exp()
     torch.testing.assert_close(mixed, unnormalised / unnormalised.sum(-1, keepdim=True))
+    torch.testing.assert_close(mixed_attention_weights(q, k, log_phi_p, 0.5), mixed)
 
 
 def rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size, hidden=8):

@@ -7,7 +7,7 @@ runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (set by tests/conft
 import pytest
 import torch
 
-from mmvisattn.ops.ripple import (group_weights_reference, ring_weights, ripple_attention, ripple_attention_reference,
+from mmvisattn.ops.ripple import (group_weights, ring_weights, ripple_attention, ripple_attention_reference,
                                   stick_breaking, truncate, vicinal_sum)
 from mmvisattn.ops.ripple.cpu import CPU
 from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
@@ -175,7 +175,7 @@ def test_weights_on_the_simplex():
     torch.testing.assert_close(uniform, torch.full((2, 5), 0.2))
     # on a 13 x 13 map every query's farthest group lies beyond R_max = 5: the Eq. 6 weights of its
     # non-empty groups sum to one
-    weights = group_weights_reference(logits[:1, :1].expand(1, 169, 5), (13, 13), 1e-3)
+    weights = group_weights(logits[:1, :1].expand(1, 169, 5), (13, 13), 1e-3)
     non_empty = torch.arange(13)[None] <= query_reach((13, 13))[:, None]
     torch.testing.assert_close((weights * non_empty).sum(-1), torch.ones(1, 169, dtype=torch.float64))
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from mmvisattn.ops.utils.amp import norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
-from mmvisattn.ops.masked_softmax import masked_softmax_attention, masked_softmax_attention_reference
+from mmvisattn.ops.masked_softmax import masked_softmax_attention
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -98,14 +98,10 @@ class LinearAngularAttention(QKVAttention):
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Masked softmax attention (:func:`mmvisattn.ops.masked_softmax.masked_softmax_attention`): weights
-        at or below ``mask_threshold`` dropped, blocks of queries recomputed in the backward, so a training
-        step holds no ``N x N`` matrix; products in the inputs' precision, softmax in float32. With dropout
-        on the weights while training (a recomputed block would draw another mask) and under
-        ``torch.compile`` the whole matrix goes through autograd instead."""
-        if (self.training and self.attn_drop > 0) or torch.compiler.is_compiling():
-            dropout = self.attn_drop if self.training else 0.0
-            return masked_softmax_attention_reference(q, k, v, self.mask_threshold, dropout=dropout)
-        return masked_softmax_attention(q, k, v, self.mask_threshold)
+        at or below ``mask_threshold`` dropped, ``attn_drop`` on the kept ones while training; dispatch
+        picks the blocks recomputed in the backward (no ``N x N`` matrix kept) or, with dropout or under
+        ``torch.compile``, the whole matrix under autograd."""
+        return masked_softmax_attention(q, k, v, self.mask_threshold, dropout=self.attn_drop if self.training else 0.0)
 
     def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Depthwise conv of the values; over the map, extra tokens (a class token) get none."""

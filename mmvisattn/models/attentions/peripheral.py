@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.utils.dispatch import check_impl
-from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_reference
+from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_weights
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -173,7 +173,7 @@ class PeripheralAttention(QKVAttention):
         row = query[0] * width + query[1]
         q, k, _ = self.qkv(x[:1]).chunk(3, dim=-1)
         log_phi_p = self.log_position_attention((height, width))
-        mixed = mixed_attention_reference(self.split_heads(q[:, row:row + 1]), self.split_heads(k),
-                                          log_phi_p[:, row:row + 1], self.scale)
+        mixed = mixed_attention_weights(self.split_heads(q[:, row:row + 1]), self.split_heads(k),
+                                        log_phi_p[:, row:row + 1], self.scale)
         return dict(position=log_phi_p[:, row].exp().view(-1, height, width),
                     mixed=mixed[0, :, 0].view(-1, height, width))

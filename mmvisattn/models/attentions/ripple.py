@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.linearized import linearized_attention
-from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights_reference, ripple_attention
+from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights, ripple_attention
 from mmvisattn.ops.trig_relu_features import trig_relu_features
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -148,6 +148,6 @@ class RippleAttention(RippleLinearAttention):
         height, width = self.check_tokens(x, hw_shape)
         v = self.split_heads(self.qkv(x[:1]).chunk(3, dim=-1)[2])
         index = query[0] * width + query[1]
-        weights = group_weights_reference(self.stick_logits(v), (height, width), self.tau)[0, :, index]
+        weights = group_weights(self.stick_logits(v), (height, width), self.tau)[0, :, index]
         rings = weights[:, chebyshev_distances((height, width), x.device)[index]]
         return dict(spatial_weights=rings.reshape(self.num_heads, height, width))

@@ -8,10 +8,11 @@ It trains beside the linear-angular branch and is removed for inference.
 
 Implementations (``impl=``): ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written
 out: it saves only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix
-outlives its block; ``reference`` (:mod:`.reference`), the literal form under
-autograd, for tests (and for dropout on the weights, which a recomputed block would draw again).
+outlives its block; ``dense`` (:mod:`.dense`), the whole weights under autograd, which ``auto`` takes
+for dropout on the weights (a recomputed block would draw another mask) and under ``torch.compile``;
+``reference`` (:mod:`.reference`), the literal form in float32, for tests.
 
-Mixed precision: the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
+Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
 tensor cores) and give float32 (:func:`.pytorch.product`): half logits of large inputs would overflow before the
 softmax. Logits, softmax, mask and the softmax's backward are float32; the weights and their gradient
 enter the next products in the inputs' dtype, as in FlashAttention. Autocast is off in both passes; the
@@ -19,18 +20,29 @@ output comes back in ``v``'s dtype, each gradient in its input's.
 """
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
+from .dense import masked_softmax_attention_dense
 from .pytorch import masked_softmax_attention_torch, query_block
 from .reference import masked_softmax_attention_reference
 
-OP = Op('masked_softmax_attention', dict(reference=reference_only, torch=runs_anywhere), {})
+
+def _dense_refusal(request: Request) -> Optional[str]:
+    if request.fact('dropout') > 0 or request.fact('compiling'):
+        return None
+    return 'no dropout on the weights and not compiled: the blocks of the torch path hold no N x N matrix'
+
+
+_ORDER = ('dense', 'torch')
+OP = Op('masked_softmax_attention', dict(reference=reference_only, dense=_dense_refusal, torch=runs_anywhere),
+        dict(cpu=_ORDER, cuda=_ORDER, meta=_ORDER))
 IMPLS = OP.impls
 
 
 def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
-                             impl: str = 'auto') -> Tensor:
+                             dropout: float = 0.0, impl: str = 'auto') -> Tensor:
     """Masked softmax attention: weights ``softmax(scale q k^T)`` at or below ``threshold`` dropped.
 
     Args:
@@ -38,14 +50,20 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
         v: ``(..., M, E)`` values.
         threshold: Weights at or below it are dropped.
         scale: Of the logits; ``D ** -0.5`` by default.
+        dropout: Probability of zeroing a kept weight (training); only ``dense`` takes it.
         impl: One of :data:`IMPLS`.
 
     Returns:
         ``(..., N, E)`` in ``v``'s dtype.
     """
-    impl = OP.choose(impl, Request.of((q, k, v)))
+    impl = OP.choose(impl, Request.of((q, k, v), dropout=dropout, compiling=torch.compiler.is_compiling()))
     if impl == DRY_RUN:
         return dry_output(q, v)
+    if impl == 'dense':
+        return masked_softmax_attention_dense(q, k, v, threshold, scale, dropout)
+    if dropout > 0:
+        raise ValueError(f"masked_softmax_attention: dropout={dropout} with impl={impl!r}; only impl='dense' "
+                         "(or 'auto') draws a dropout mask")
     if impl == 'reference':
         return masked_softmax_attention_reference(q, k, v, threshold, scale)
     return masked_softmax_attention_torch(q, k, v, threshold, scale)

@@ -3,7 +3,6 @@ the whole ``N x N`` weights under autograd, in float32."""
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.amp import float32_math
@@ -11,10 +10,9 @@ from ..utils.amp import float32_math
 
 @float32_math
 def masked_softmax_attention_reference(q: Tensor, k: Tensor, v: Tensor, threshold: float,
-                                       scale: Optional[float] = None, dropout: float = 0.0) -> Tensor:
-    """The literal form under autograd, the whole ``N x N`` weights at once, in float32; ``dropout`` on
-    the kept weights (training with ``attn_drop``, where a recomputed block would draw another mask)."""
+                                       scale: Optional[float] = None) -> Tensor:
+    """The literal form under autograd, the whole ``N x N`` weights at once, in float32."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     weights = torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
     weights = weights * (weights > threshold)
-    return F.dropout(weights, dropout, training=dropout > 0) @ v
+    return weights @ v

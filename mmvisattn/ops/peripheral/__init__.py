@@ -26,7 +26,7 @@ from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, r
 from .position import PositionParams, first_projection, grid_step, key_distances, peripheral_padding
 from .position import position_logits as _position_logits_torch
 from .reference import mixed_attention_reference, peripheral_attention_reference, position_logits_reference
-from .pytorch import peripheral_attention_sdpa
+from .pytorch import mixed_attention_weights, peripheral_attention_sdpa
 
 OP = Op('peripheral_attention', dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels()),
         dict(cuda=('torch',)))
@@ -88,6 +88,6 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
     return _position_logits_torch(params, hw_shape, eps)
 
 
-__all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_reference',
+__all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_weights', 'mixed_attention_reference',
            'peripheral_attention_reference', 'position_logits_reference', 'key_distances', 'grid_step',
            'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP', 'POSITION_OP']

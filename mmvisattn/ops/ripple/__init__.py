@@ -34,9 +34,9 @@ from ..utils.dispatch import (DRY_RUN, Op, Request, cpu_kernels, dry_output, ref
                               triton_kernels)
 from .dense import dense_is_faster, ripple_attention_dense
 from .pytorch import ripple_attention_torch
-from .reference import group_weights_reference, ripple_attention_reference
+from .reference import ripple_attention_reference
 from .sat import ripple_attention_sat, vicinal_sum
-from .weights import chebyshev_distances, ring_weights, stick_breaking, truncate
+from .weights import chebyshev_distances, group_weights, ring_weights, stick_breaking, truncate
 
 
 def _sat_refusal(request: Request) -> str:
@@ -114,7 +114,7 @@ def _implementation(impl: str) -> Callable[..., Tensor]:
                 torch=ripple_attention_torch)[impl]
 
 
-# group_weights_reference and chebyshev_distances: the explicit spatial weights, which the modules'
+# group_weights and chebyshev_distances: the explicit spatial weights, which the modules'
 # attention maps (visualisation only) are drawn from.
 __all__ = ['ripple_attention', 'check_tau', 'ripple_attention_reference', 'chebyshev_distances',
-           'group_weights_reference', 'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']
+           'group_weights', 'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']

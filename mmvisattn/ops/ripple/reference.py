@@ -10,21 +10,7 @@ import torch
 from torch import Tensor
 
 from ..utils.amp import float32_math
-from .weights import chebyshev_distances, query_reach, truncate
-
-
-def group_weights_reference(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:
-    """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each query:
-    ``alpha_r`` before ``r_hat``, and from ``r_hat`` on ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)``
-    (Eq. 6; ``reach`` is the query's farthest non-empty group)."""
-    alpha, r_hat, _ = truncate(logits, tau)
-    groups = max(hw_shape)  # R + 1 groups, R = max(H, W) - 1
-    padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1], max(groups - alpha.shape[-1], 0))], dim=-1)
-    index = torch.arange(groups, device=logits.device)
-    kept = index < r_hat.unsqueeze(-1)
-    merged = 1 - (padded[..., :groups] * kept).sum(dim=-1)
-    share = merged / (query_reach(tuple(hw_shape), logits.device) - r_hat + 1).clamp(min=1)
-    return torch.where(kept, padded[..., :groups], share.unsqueeze(-1))
+from .weights import chebyshev_distances, group_weights
 
 
 @float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
@@ -32,7 +18,7 @@ def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, 
                                tau: float = 1e-3, eps: float = 1e-6) -> Tensor:
     """Eq. 4 with explicit group weights; arguments as :func:`mmvisattn.ops.ripple.ripple_attention`."""
     distances = chebyshev_distances(hw_shape, q.device)
-    weights = group_weights_reference(logits, hw_shape, tau)
+    weights = group_weights(logits, hw_shape, tau)
     token_weights = weights.gather(-1, distances.expand(*weights.shape[:-2], -1, -1))
     scores = (q @ k.transpose(-1, -2)) * token_weights
     return scores @ v / (scores.sum(dim=-1, keepdim=True) + eps)

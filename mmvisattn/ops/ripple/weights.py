@@ -159,3 +159,18 @@ class RingWeights(torch.autograd.Function):
         logits, reach = ctx.saved_tensors
         grad_logits = ctx.kernels.backward(upcast(logits)[0], reach, ctx.tau, grad_beta, grad_merged_weight)
         return grad_logits.to(logits.dtype), None, None, None
+
+
+def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:
+    """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each query:
+    ``alpha_r`` before ``r_hat``, and from ``r_hat`` on ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)``
+    (Eq. 6; ``reach`` is the query's farthest non-empty group). Explicit, for the slow twin and the
+    attention maps; the implementations weight the groups without it."""
+    alpha, r_hat, _ = truncate(logits, tau)
+    groups = max(hw_shape)  # R + 1 groups, R = max(H, W) - 1
+    padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1], max(groups - alpha.shape[-1], 0))], dim=-1)
+    index = torch.arange(groups, device=logits.device)
+    kept = index < r_hat.unsqueeze(-1)
+    merged = 1 - (padded[..., :groups] * kept).sum(dim=-1)
+    share = merged / (query_reach(tuple(hw_shape), logits.device) - r_hat + 1).clamp(min=1)
+    return torch.where(kept, padded[..., :groups], share.unsqueeze(-1))

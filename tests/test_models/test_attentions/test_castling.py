@@ -9,6 +9,7 @@ import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.ops.masked_softmax import masked_softmax_attention_reference
+from mmvisattn.ops.utils.dispatch import record_dispatch
 from mmvisattn.registry import build_attention
 from ...conftest import saved_elements
 
@@ -113,7 +114,10 @@ def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
     torch.testing.assert_close(torch.autograd.grad(branch, (q, k, v), upstream),
                                torch.autograd.grad(literal, (q, k, v), upstream))
     dropped = castling(mask_threshold=0.05, attn_drop=0.5).train()
-    assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
+    with record_dispatch() as log:
+        assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
+        torch.testing.assert_close(dropped.eval().auxiliary(q, k, v), literal)
+    assert [record.chosen for record in log.records] == ['dense', 'torch']
 
 
 def test_training_form_saves_memory_linear_in_the_tokens():
