@@ -21,7 +21,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
 .PHONY: install docs test test-slow test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
-	gpu-proof-models-smoke gpu-tables kernels bench bench-models demo clean
+	gpu-proof-models-smoke kernels bench bench-models demo clean
 
 install:
 	@bash tools/install.sh
@@ -55,7 +55,7 @@ gpu-wheelhouse:
 
 # on the GPU machine, without network: the wheelhouse installed into $(GPU_SITE), mmcv's ops run on CUDA
 gpu-setup:
-	$(GPU_PYTHON) tools/misc/gpu_setup.py --wheelhouse $(GPU_WHEELHOUSE) --target $(GPU_SITE)
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/misc/gpu_setup.py --wheelhouse $(GPU_WHEELHOUSE) --target $(GPU_SITE)
 
 # on the GPU machine after gpu-setup: every family trained, tested and resumed through tools/train.py and
 # tools/test.py beside its stock model (tools/analysis_tools/gpu_proof_models.py; GPU_MODELS_ARGS=--largest ...)
@@ -66,10 +66,6 @@ gpu-proof-models:
 # the same code on this CPU at 128 pixels (make test runs it)
 gpu-proof-models-smoke: install
 	$(PYTHON) tools/analysis_tools/gpu_proof_models.py --smoke --fresh --out-dir work_dirs/gpu_proof_models_smoke
-
-# the GPU tables of docs/user_guides/gpus.md from the newest record of each GPU under docs/records/gpu
-gpu-tables:
-	$(GPU_PYTHON) tools/analysis_tools/gpu_records.py --readme docs/user_guides/gpus.md
 
 # every Triton kernel compiled ahead of time for sm_80 and sm_90 at every launch of the shipped models
 kernels: install
@@ -82,11 +78,11 @@ bench: install
 		--out-dir work_dirs/bench --readme docs/records/benchmarks.md
 
 # every project model beside the stock model it replaces, in training, and the largest input each trains at
-# (tools/analysis_tools/benchmark_models.py; the tables of docs/records/models.md and of each
-# config folder's README)
+# (tools/analysis_tools/benchmark_models.py; the tables of docs/records/models.md and of each family's
+# page, docs/families/<family>.md)
 bench-models: install
 	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models --readme docs/records/models.md \
-		--config-readmes
+		--family-pages
 
 demo: install
 	@start=$$(date +%s); \

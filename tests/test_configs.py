@@ -138,13 +138,13 @@ def test_config_builds_and_takes_a_loss_step(group: List[Path]):
 @pytest.mark.parametrize('path', [p for p in CONFIGS if 'shapes' in p.name],
                          ids=lambda p: str(p.relative_to(REPO / 'configs')))
 def test_demo_config_trains_under_cpu_amp(path: Path):
-    """Three optimiser steps under the wrapper that ``tools/train.py --amp`` picks on CPU (bfloat16
-    autocast): every loss stays finite."""
+    """Two optimiser steps under the wrapper that ``tools/train.py --amp`` picks on CPU (bfloat16
+    autocast): every loss stays finite, the second one after an update of the weights."""
     from mmengine.optim import build_optim_wrapper
     torch.manual_seed(0)
     model, batch = model_and_batch(path)
     wrapper = build_optim_wrapper(model, dict(type='CPUAmpOptimWrapper', optimizer=dict(type='AdamW', lr=1e-4)))
-    for _ in range(3):
+    for _ in range(2):
         log_vars = model.train_step(batch, wrapper)
         assert all(torch.isfinite(torch.as_tensor(value)).all() for value in log_vars.values()), log_vars
 

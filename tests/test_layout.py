@@ -118,8 +118,8 @@ def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
     assert not found, '\n'.join(found)
 
 
-# Tools whose job is to compare the implementations with their twins, as the op tests do
-PROOF_TOOLS = ('tools/analysis_tools/gpu_proof.py', 'tools/analysis_tools/gpu_proof_cases.py')
+# The GPU proof compares the implementations with their twins, as the op tests do
+PROOF_TOOLS = ('mmvisattn/proof/ops.py', 'mmvisattn/proof/cases.py')
 
 
 def called_names(path: Path) -> Iterator[Tuple[int, str]]:
@@ -145,29 +145,23 @@ def test_no_production_code_calls_a_reference():
     assert not found, '\n'.join(found)
 
 
-def module_level_statements(tree: ast.Module) -> Iterator[ast.AST]:
-    """Every node that runs when the module is imported (function bodies excluded)."""
-    stack = list(tree.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def test_tools_do_one_job_each_and_leave_sys_path_alone_at_import():
-    """No tool over 400 lines; none edits ``sys.path`` when imported (a script's own folder is on it
-    already; a checkout's packages go on it only inside ``official_code.checkout_on_path``)."""
-    too_long, path_edits = [], []
-    for path in sorted((REPO / 'tools').rglob('*.py')):
-        text = path.read_text()
+def test_tools_are_front_doors_that_import_no_sibling_and_leave_sys_path_alone():
+    """No tool over 400 lines; none imports another tool (what tools share lives in the package:
+    ``mmvisattn.benchmarks``, ``mmvisattn.proof``, ``mmvisattn.analysis``) and none edits ``sys.path``
+    anywhere (a checkout's packages go on it only inside ``mmvisattn.benchmarks.official_code``)."""
+    tools = sorted((REPO / 'tools').rglob('*.py'))
+    names = {path.stem for path in tools}
+    found = []
+    for path in tools:
+        text, relative = path.read_text(), path.relative_to(REPO)
         if text.count('\n') > 400:
-            too_long.append(f'{path.relative_to(REPO)}: {text.count(chr(10))} lines')
-        for node in module_level_statements(ast.parse(text)):
+            found.append(f'{relative}: {text.count(chr(10))} lines')
+        found += [f'{relative}:{line} imports the tool {module}' for line, module in imported_modules(path)
+                  if module.split('.')[0] in names]
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Attribute) and node.attr == 'path' and getattr(node.value, 'id', '') == 'sys':
-                path_edits.append(f'{path.relative_to(REPO)}:{node.lineno} touches sys.path at import')
-    assert not too_long + path_edits, '\n'.join(too_long + path_edits)
+                found.append(f'{relative}:{node.lineno} touches sys.path')
+    assert not found, '\n'.join(found)
 
 
 def test_the_tests_mirror_the_package():

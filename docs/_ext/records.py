@@ -1,13 +1,14 @@
-"""Records rendered from committed JSON when the docs are built: a page that holds the line
+"""Records rendered from committed JSON when the docs are built. A page that holds the line
 ``<!-- records: tests -->`` gets, in its place, the tables of the newest record under
 ``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped with
-its machine, date and commit. Nothing generated is committed as text."""
+its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of each
+GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`). Nothing generated is
+committed as text."""
 import json
 from pathlib import Path
-from typing import List
+from typing import Callable, Dict, List
 
 RECORDS = Path(__file__).resolve().parents[1] / 'records'
-MARK = '<!-- records: tests -->'
 
 
 def newest(kind: str) -> dict:
@@ -41,10 +42,22 @@ def tests_tables(record: dict) -> str:
     return '\n'.join(lines) + '\n'
 
 
+def gpu_tables() -> str:
+    from mmvisattn.proof.records import tables
+    return tables(RECORDS / 'gpu')
+
+
+MARKS: Dict[str, Callable[[], str]] = {
+    '<!-- records: tests -->': lambda: tests_tables(newest('tests')),
+    '<!-- records: gpu -->': gpu_tables,
+}
+
+
 def render(app, docname: str, source: List[str]) -> None:
-    if MARK in source[0]:
-        source[0] = source[0].replace(MARK, tests_tables(newest('tests')))
-        app.env.record_pages = getattr(app.env, 'record_pages', set()) | {docname}
+    for mark, tables in MARKS.items():
+        if mark in source[0]:
+            source[0] = source[0].replace(mark, tables())
+            app.env.record_pages = getattr(app.env, 'record_pages', set()) | {docname}
 
 
 def reread_record_pages(app, env, added, changed, removed) -> List[str]:

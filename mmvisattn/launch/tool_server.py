@@ -87,7 +87,7 @@ def supervise(connection: socket.socket) -> None:
 
 def run(request: dict) -> None:
     """Become the run: a new session (the client kills its group on a time-out), the request's
-    directory, environment, streams and arguments, then the script as ``__main__``. The
+    directory, environment, streams and arguments, then the script (or ``-m`` module) as ``__main__``. The
     interpreter's own shutdown ends the process (threads joined, atexit, streams flushed)."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -106,12 +106,17 @@ def run(request: dict) -> None:
     sys.stdout = open(1, 'w', buffering=line, closefd=False)
     sys.stderr = open(2, 'w', buffering=1, closefd=False, errors='backslashreplace')
     fresh_random_states()
-    script = os.path.abspath(request['argv'][0])
-    sys.argv = [script, *request['argv'][1:]]
-    sys.path[0] = os.path.dirname(script)
     import runpy
     try:
-        runpy.run_path(script, run_name='__main__')
+        if request['argv'][0] == '-m':  # python -m MODULE: the working directory first on the path
+            sys.argv = [request['argv'][1], *request['argv'][2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(request['argv'][1], run_name='__main__', alter_sys=True)
+        else:
+            script = os.path.abspath(request['argv'][0])
+            sys.argv = [script, *request['argv'][1:]]
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name='__main__')
     except SystemExit:
         raise
     except BaseException:
@@ -174,7 +179,7 @@ class ToolServer:
 
     def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str],
             output: Optional[Path] = None) -> subprocess.CompletedProcess:
-        """``command`` (``python script args``) forked from the server, as ``subprocess.run`` would
+        """``command`` (``python script args`` or ``python -m module args``) forked from the server, as ``subprocess.run`` would
         report it (``output``: both streams written to that file instead, and reported as None);
         past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
         self.started()

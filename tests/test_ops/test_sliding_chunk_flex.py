@@ -83,7 +83,7 @@ def test_flex_names_a_torch_without_it(monkeypatch):
 
 def test_auto_never_takes_flex():
     """Not on CPU (a forward that materialises the scores) nor on CUDA, where the Triton kernels
-    measured faster (the GPU records: docs/user_guides/gpus.md)."""
+    measured faster (the GPU records: docs/records/gpu_runs.md)."""
     facts = dict(hw_shape=(200, 336), window=7, num_global=1, masking='chunk', mode=0)
     for device, grad in itertools.product(('cpu', 'cuda'), (False, True)):
         request = Request(device, torch.bfloat16, 32, grad, False, tuple(sorted(facts.items())))

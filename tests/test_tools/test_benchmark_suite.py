@@ -2,10 +2,11 @@
 the models end to end; it writes a table, JSON and a plot, and replaces only the marked tables of
 a README."""
 import json
+from importlib import import_module
 
 import pytest
 
-from ..conftest import load_tool, run_tool
+from ..conftest import run_tool
 
 TOOL = 'tools/analysis_tools/benchmark_suite.py'
 
@@ -46,7 +47,7 @@ def test_bad_arguments_fail_in_one_line(tmp_path):
 def test_official_peers_without_einops_fail_at_once(tmp_path, monkeypatch, capsys):
     """The official ViL and PerViT code imports einops: with --peers and without it the suite stops
     before measuring anything, in one line (not rows of errors a quarter of an hour later)."""
-    suite = load_tool(TOOL)
+    suite = import_module('mmvisattn.benchmarks.suite')
     real_find_spec = suite.importlib.util.find_spec
     monkeypatch.setattr(suite.importlib.util, 'find_spec', lambda name, *a: None if name == 'einops'
                         else real_find_spec(name, *a))

@@ -3,8 +3,9 @@ the kernels are discovered in the package, the launches recorded from a model, a
 to a cubin for sm_90 with its shared memory, registers and spills checked."""
 import json
 import re
+from importlib import import_module
 
-from ..conftest import REPO, load_tool, run_tool
+from ..conftest import REPO, run_tool
 
 TOOL = 'tools/analysis_tools/compile_kernels.py'
 
@@ -53,7 +54,7 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
 
 
 def test_problems_name_spills_shared_memory_and_errors():
-    tool = load_tool(TOOL)
+    tool = import_module('mmvisattn.proof.compile_kernels')
     row = dict(arch='sm_80', shared_bytes=200000, registers=255, spill_bytes=24)
     assert tool.problems(row) == ['shared memory 200000 B > 166912 B', '24 bytes of register spills']
     assert tool.problems(dict(row, shared_bytes=1024, spill_bytes=0)) == []

@@ -1,5 +1,7 @@
 """The FLOP counter sees attention matmuls and the M x M solve: checked against closed forms on
 single attentions, and the tool runs on a config."""
+from importlib import import_module
+
 import pytest
 import torch
 
@@ -7,7 +9,7 @@ import mmvisattn  # noqa: F401
 from mmvisattn.registry import build_attention
 from mmvisattn.utils import count_flops
 
-from ..conftest import REPO, load_tool, run_tool
+from ..conftest import REPO, run_tool
 
 
 def linear_macs(tokens, dims, outputs):
@@ -73,7 +75,7 @@ def test_stock_flop_counter_counts_every_family(config):
     from mmengine.analysis import get_model_complexity_info
     from mmengine.config import Config
     from mmvisattn.registry import build_from_config
-    get_flops = load_tool('tools/analysis_tools/get_flops.py')
+    get_flops = import_module('mmvisattn.analysis.flops')
     cfg = Config.fromfile(REPO / 'configs' / config)
     model = build_from_config(cfg).eval()
     meta = dict(img_shape=(128, 128), ori_shape=(128, 128), pad_shape=(128, 128), batch_input_shape=(128, 128),

@@ -4,10 +4,11 @@ the op tests collect there too; a machine without CUDA or with a Triton too old 
 import json
 import sys
 import textwrap
+from importlib import import_module
 
 import pytest
 
-from ..conftest import REPO, load_tool, run_command, tool_env
+from ..conftest import REPO, run_command, tool_env
 
 TOOL = 'tools/analysis_tools/gpu_proof.py'
 OPENMMLAB = ('mmengine', 'mmcv', 'mmdet', 'mmseg')
@@ -43,7 +44,7 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
                        cwd=tmp_path, env=without_openmmlab)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / 'gpu_proof.json').read_text())
-    tool, cases = load_tool(TOOL), load_tool('tools/analysis_tools/gpu_proof_cases.py')
+    tool, cases = import_module('mmvisattn.proof.ops'), import_module('mmvisattn.proof.cases')
     assert list(report['sections']) == list(tool.SECTIONS) and report['meta']['failures'] == []
     checked = {(row['op'], row['impl'], row['dtype']) for row in report['sections']['correctness']['rows']}
     for op in ('sliding_chunk_attention', 'ripple_attention', 'linear_angular_attention', 'peripheral_attention',
@@ -84,7 +85,7 @@ def test_no_cuda_is_one_line(tmp_path):
 
 @pytest.mark.parametrize('found,have', [(None, 'none is installed'), ((2, 3), '2.3 is installed')])
 def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
-    tool = load_tool(TOOL)
+    tool = import_module('mmvisattn.proof.ops')
     monkeypatch.setattr('mmvisattn.ops.utils.dispatch.triton_version', lambda: found)
     with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)
@@ -104,7 +105,7 @@ def test_auto_takes_the_measured_fastest_on_cuda():
     bfloat16) is the implementation the GPU proof measured fastest, and every benchmark layer is recorded."""
     import torch
     from mmvisattn.ops.utils.dispatch import record_dispatch
-    cases = load_tool('tools/analysis_tools/gpu_proof_cases.py')
+    cases = import_module('mmvisattn.proof.cases')
     layers = {(case.dispatch.name, layer) for case in cases.CASES for layer in case.shipped}
     assert set(cases.FASTEST_ON_CUDA) == layers
     for case in cases.CASES:

@@ -3,17 +3,18 @@ and --resume, a run under a memory cap as an out-of-memory row, a largest-input 
 its plan and budget, its record; without CUDA the GPU run fails in one line."""
 import json
 import sys
+from importlib import import_module
 
 import pytest
 
-from ..conftest import REPO, load_tool, run_command, shared_folder, tool_env
+from ..conftest import REPO, run_command, shared_folder, tool_env
 
 TOOL = 'tools/analysis_tools/gpu_proof_models.py'
 
 
 @pytest.fixture(scope='module')
 def tool():
-    return load_tool(TOOL)
+    return import_module('mmvisattn.proof.models')
 
 
 def run_smoke(out):
@@ -102,7 +103,7 @@ def test_profiled_syncs_are_attributed_to_our_innermost_frame():
     import torch
     from types import SimpleNamespace as Event
     from torch.profiler import ProfilerActivity, profile
-    probe = load_tool('tools/analysis_tools/model_proof_probe.py')
+    probe = import_module('mmvisattn.proof.model_probe')
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as profiled:
         values = torch.arange(6.)
         values.sum().item(), torch.nonzero(values), values.mul(2)

@@ -5,14 +5,16 @@ about 40 minutes), checked complete against every wheel's ``Requires-Dist`` and 
 packages, and installed with ``--no-index --no-deps`` into a fresh CPython 3.12 target; a missing
 wheel, an incomplete set and a failed build are named in one line."""
 import json
+import os
 import shutil
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, load_tool, run_command, shared_folder, tool_env
+from ..conftest import REPO, run_command, shared_folder, tool_env
 
 WHEELHOUSE = 'tools/misc/gpu_wheelhouse.py'
 SETUP = 'tools/misc/gpu_setup.py'
@@ -20,12 +22,12 @@ SETUP = 'tools/misc/gpu_setup.py'
 
 @pytest.fixture(scope='module')
 def tool():
-    return load_tool(WHEELHOUSE)
+    return import_module('mmvisattn.proof.wheelhouse')
 
 
 @pytest.fixture(scope='module')
 def build():
-    return load_tool('tools/misc/mmcv_cuda_build.py')
+    return import_module('mmvisattn.proof.mmcv_cuda_build')
 
 
 @pytest.fixture(scope='module')
@@ -52,9 +54,9 @@ def test_every_pin_is_carried_within_the_limit(tool, wheelhouse):
 
 
 def test_rehearsal_installs_into_a_fresh_python312_target(build, wheelhouse, tmp_path):
-    python = build.find_python312()
+    python = build.find_python312()  # with the checkout on its path, as `make gpu-setup` runs it
     done = run_command([python, str(REPO / SETUP), '--rehearse', '--wheelhouse', str(wheelhouse), '--target',
-                        str(tmp_path / 'site')], timeout=300)
+                        str(tmp_path / 'site')], timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'ftfy' in done.stdout and (tmp_path / 'site' / 'mmdet' / '.mim' / 'configs').is_dir()
     assert (tmp_path / 'site' / 'mmseg').is_dir() and not (tmp_path / 'site' / 'mmcv').exists()

@@ -5,13 +5,14 @@ its device refuses, end in one line."""
 import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from importlib import import_module
 
 import pytest
 import torch
 
 from mmvisattn.launch.runner import load_config
 
-from ..conftest import REPO, load_tool, run_tool
+from ..conftest import REPO, run_tool
 from ..test_configs import CONFIGS
 
 TOOL = 'tools/analysis_tools/print_dispatch.py'
@@ -20,12 +21,12 @@ VIL = 'configs/vil/retinanet_vil-small_fpn_1x_coco.py'
 
 @pytest.fixture(scope='module')
 def tool():
-    return load_tool(TOOL)
+    return import_module('mmvisattn.analysis.print_dispatch')
 
 
 def every_config_dispatch_problems() -> list:
     """The rows of every config whose choice is refused or passed over, replayed for both devices."""
-    tool = load_tool(TOOL)
+    tool = import_module('mmvisattn.analysis.print_dispatch')
     problems = []
     for path in CONFIGS:
         cfg = load_config(str(path))

@@ -1,6 +1,7 @@
 """tools/deployment/pytorch2onnx.py: every model the deploy story needs exports and matches ONNX
 Runtime (small inputs), Castling deploy graphs hold no tokens x tokens product (and the
 training-mode graph does), and bad input fails in one line. Needs the deploy extra."""
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ def test_a_checkpoint_of_another_model_and_an_existing_output_fail_in_one_line(t
 
 def test_inference_benchmark_prints_the_table_and_writes_json(tmp_path, capsys):
     import json
-    load_tool('tools/analysis_tools/benchmark_inference.py').main(
+    import_module('mmvisattn.benchmarks.inference').main(
         ['--models', 'picodet-s-esnet', 'picodet-s-castling', '--shape', '64', '64', '--repeats', '1', '--warmup', '0',
          '--out-dir', str(tmp_path)])
     printed = capsys.readouterr().out

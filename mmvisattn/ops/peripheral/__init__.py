@@ -10,7 +10,7 @@ Two ops, each with a reference twin:
   ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (online softmax with the
   bias, backward through the SDPA form); ``auto`` (:data:`OP`) takes torch everywhere: on a GPU,
   SDPA's fused kernels beat the Triton forward in forward and in forward + backward at PerViT's
-  sizes (the GPU proof's benchmark rows; figures in docs/user_guides/gpus.md), so Triton runs only when asked for.
+  sizes (the GPU proof's benchmark rows; figures in docs/records/gpu_runs.md), so Triton runs only when asked for.
 * :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
   first peripheral projection on the map of relative offsets and the rest on each query's window of
   it by chunks of queries (:mod:`.position`), ``triton`` the same with the windows in registers, one

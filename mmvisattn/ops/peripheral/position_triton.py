@@ -40,7 +40,7 @@ from ..utils.triton_launch import UnsupportedInput, dot_operands, head_block, la
 
 # Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
 # size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).
-# An H200 sweep at PerViT-T's size alone timed larger settings (the GPU records: docs/user_guides/gpus.md).
+# An H200 sweep at PerViT-T's size alone timed larger settings (docs/records/gpu_runs.md).
 BLOCK_KEYS = 128  # keys (output positions) a tile of the second projection
 FORWARD_WARPS = 8
 BACKWARD_KEYS = 64  # the same in its backward, whose three passes hold more

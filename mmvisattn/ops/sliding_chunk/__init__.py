@@ -23,7 +23,7 @@ block mask of the chunks, :mod:`.flex`; trains on CUDA, forward only on CPU); ``
 CUDA where its kernels take the heads and window (else torch) and, on CPU, ``dense`` on maps no larger
 than a query's window (the crossover measured in :mod:`.dense`), ``cpu`` on larger ones. ``auto``
 leaves ``flex`` to be asked for: the GPU proof times it beside the Triton kernels at the shipped sizes
-and found them faster (the GPU records: docs/user_guides/gpus.md).
+and found them faster (the GPU records: docs/records/gpu.md, docs/records/gpu_runs.md).
 
 Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
 inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.

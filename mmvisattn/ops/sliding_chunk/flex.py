@@ -24,7 +24,7 @@ layouts, as the dense form does. FlexAttention has no backward on CPU: there the
 forward only, eagerly (a score matrix per call; for inference and tests); on CUDA it runs the
 compiled kernel, forward and backward, compiled once per map size (static shapes: with symbolic ones
 the template found no configuration), so multi-scale training bounds its sizes as for
-``torch.compile`` (docs/user_guides/gpus.md).
+``torch.compile`` (docs/records/gpu_runs.md).
 
 Mixed precision: the inputs' dtype (float16/bfloat16 operands under AMP) with scores, softmax and
 bias in float32 inside the kernel; autocast does not change what runs.

@@ -1,13 +1,13 @@
 """The largest square training input with batch 2 that fits the device, for one model, in its own
 process (``gpu_proof_models.py --largest``):
 
-    python tools/analysis_tools/largest_input.py '{"config": ..., "deploy": false, "stride": 32,
+    python -m mmvisattn.benchmarks.largest_input '{"config": ..., "deploy": false, "stride": 32,
         "start": 256, "ceiling": 8192, "memory_cap_mb": null}'
 
-One float32 training step (loss, backward, AdamW) on synthetic targets (``model_pairs.py``) per side:
+One float32 training step (loss, backward, AdamW) on synthetic targets (:mod:`.model_pairs`) per side:
 doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride. A try that
 runs out of memory is caught and the allocator's cache emptied; ``memory_cap_mb`` caps the process
-first (``model_proof_probe.cap_memory``). Prints the result as one JSON line.
+first (:func:`mmvisattn.proof.model_probe.cap_memory`). Prints the result as one JSON line.
 """
 import json
 import sys
@@ -19,7 +19,7 @@ OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'Mem
 def fits(model, side: int, device: str) -> bool:
     """One float32 training step (loss, backward, AdamW) at batch 2 and ``side`` fits the device."""
     import torch
-    from model_pairs import TrainingStep
+    from mmvisattn.benchmarks.model_pairs import TrainingStep
     step = None
     try:
         step = TrainingStep(model, 2, side, side, device=device)
@@ -65,8 +65,8 @@ def largest_side(model, stride: int, start: int, ceiling: int, device: str) -> D
 def largest_worker(payload: Dict) -> Dict:
     """In its own process: the model of ``payload['config']`` on the device, its largest side."""
     import torch
-    from model_pairs import build_training_model
-    from model_proof_probe import cap_memory  # this folder: on sys.path when run
+    from mmvisattn.benchmarks.model_pairs import build_training_model
+    from mmvisattn.proof.model_probe import cap_memory
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     torch.manual_seed(0)
     model = build_training_model(payload['config'], payload.get('deploy', False)).to(device)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from benchmark_cases import MODEL_GROUPS, OP_CASES  # this folder: on sys.path when the script runs
+from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
 
 
 def _fmt(value: Optional[float], unit: str = '') -> str:
@@ -76,7 +76,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    from benchmark_attention import log_axes, save_figure
+    from mmvisattn.benchmarks.attention import log_axes, save_figure
     cases = _measured(OP_CASES, results['ops'])
     figure, axes = plt.subplots(1, max(1, len(cases)), figsize=(4 * max(1, len(cases)), 3.6), squeeze=False)
     for axis, (case, entry) in zip(axes[0], cases):

@@ -222,7 +222,7 @@ class ModelProofProbe(Hook):
     def dispatch_check(self, runner) -> List[Dict]:
         """Each (layer, op) of the dispatch step: the implementation that ran and the one
         ``print_dispatch.py`` names for this device, the attention's input dtype and this input size."""
-        from print_dispatch import attention_requests, dispatch_rows  # this folder: on sys.path when run
+        from mmvisattn.analysis.print_dispatch import attention_requests, dispatch_rows
         records = self.dispatch.records
         if not records:
             return []

@@ -1,5 +1,5 @@
 """The report of ``gpu_proof_models.py``: its rows as a Markdown table (``models.md``) and as the
-rows of its record (``gpu_records.py``'s ``models`` schema, one per model)."""
+rows of its record (:mod:`.records`' ``models`` schema, one per model)."""
 from typing import Dict, List
 
 

@@ -1,6 +1,6 @@
 """The data and the configs of ``gpu_proof_models.py``: synthetic shapes images at a dataset's own
 size in its own layout (``make_demo_data.py``), and a shipped config derived to train on them for a
-few iterations through the stock tools with the probe hook of ``model_proof_probe.py``."""
+few iterations through the stock tools with the probe hook of :mod:`.model_probe`."""
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +105,7 @@ def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], wo
     cfg.load_from, cfg.resume = None, False
     cfg.randomness = dict(seed=0)
     imports = list(cfg.get('custom_imports', {}).get('imports', []))
-    cfg.custom_imports = dict(imports=[*dict.fromkeys([*imports, 'mmvisattn', 'model_proof_probe'])],
+    cfg.custom_imports = dict(imports=[*dict.fromkeys([*imports, 'mmvisattn', 'mmvisattn.proof.model_probe'])],
                               allow_failed_imports=False)
     probe = dict(type='ModelProofProbe', out_dir=str(work),
                  memory_cap_mb=job.get('memory_cap_mb'))

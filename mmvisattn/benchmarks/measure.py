@@ -1,6 +1,6 @@
 """The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a fresh process:
 
-    python tools/analysis_tools/benchmark_measure.py '{"kind": "time", ...}'
+    python -m mmvisattn.benchmarks.measure '{"kind": "time", ...}'
 
 prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds (the order
 reversed every other round; ratios are medians of per-round ratios); memory is the growth of the
@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from benchmark_cases import MODEL_GROUPS, OP_CASES, OpCase  # this folder: on sys.path when the script runs
-from official_code import CASTLING, PERVIT, VIL, checkout_on_path, cuda_calls_stay_on_cpu, import_file, stub_timm
+from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES, OpCase
+from mmvisattn.benchmarks.official_code import (CASTLING, PERVIT, VIL, checkout_on_path, cuda_calls_stay_on_cpu,
+                                                import_file, stub_timm)
 
 WARM_UP_GRID = 8  # grid of the step that precedes each memory measurement
 OFFICIAL_REPOS = {'vil': VIL, 'castling': CASTLING, 'pervit': PERVIT}
@@ -55,7 +56,7 @@ def attention_module(spec: str, dims: int, heads: int, grid: int, peers: Optiona
     """``(module, call, extra tokens)`` for a spec; project modules switched to deploy."""
     if spec.startswith('official:'):
         return official_attention(spec.split(':', 1)[1], peers, dims, heads, grid)
-    from benchmark_attention import build_module, parse_type
+    from mmvisattn.benchmarks.attention import build_module, parse_type
     module = build_module(parse_type(spec), dims, heads)
     if hasattr(module, 'switch_to_deploy'):
         module.switch_to_deploy()
@@ -150,16 +151,10 @@ def child_memory(payload: dict) -> dict:
     return peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))
 
 
-def build_model(config: str):
-    """The model of a project config or a stock one (``mmdet::`` / ``mmseg::``), random weights."""
-    from benchmark_inference import load_config
-
-    from mmvisattn.registry import build_from_config
-    return build_from_config(load_config(config)).eval()
-
-
 def child_models(payload: dict) -> dict:
     import torch
+
+    from mmvisattn.benchmarks.inference import build_model
     group = MODEL_GROUPS[payload['group']]
     images = torch.randn(1, 3, *payload['shape'])
     steps = {}
@@ -180,6 +175,8 @@ def child_models(payload: dict) -> dict:
 
 def child_model_memory(payload: dict) -> dict:
     import torch
+
+    from mmvisattn.benchmarks.inference import build_model
     group = MODEL_GROUPS[payload['group']]
     model = build_model(group.configs[payload['label']])
     images = torch.randn(1, 3, *payload['shape'])
@@ -220,8 +217,8 @@ def child_train_pair(payload: dict) -> dict:
     training step each (the order reversed at every other size), with ``macs`` the multiply-accumulates
     of one image, then ``rounds`` more paired rounds of steps (the order reversed every other round)."""
     import torch
-    from get_flops import tensor_forward
-    from model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
+    from mmvisattn.analysis.flops import tensor_forward
+    from mmvisattn.benchmarks.model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
 
     from mmvisattn.utils import count_flops, count_parameters
     torch.manual_seed(0)
@@ -255,7 +252,7 @@ def in_child(kind: str, **payload) -> dict:
     For memory, glibc's allocator maps every block of 128 KiB or more on its own and unmaps it
     when freed (a fixed threshold instead of its adaptive one), so the peak resident set follows
     the tensors alive, not the allocator's history (timings run with the default, which is faster)."""
-    command = [sys.executable, __file__, json.dumps(dict(payload, kind=kind))]
+    command = [sys.executable, '-m', 'mmvisattn.benchmarks.measure', json.dumps(dict(payload, kind=kind))]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072') if kind in MEMORY_KINDS else None
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]

@@ -68,7 +68,7 @@ FAMILIES = tuple(dict.fromkeys(pair.family for pair in PAIRS.values()))
 def build_training_model(config: str, deploy: bool = False):
     """The model of a project or stock (``mmdet::`` / ``mmseg::``) config in training mode, random
     weights; ``deploy`` switches it to its deploy form first."""
-    from benchmark_measure import build_model  # this folder: on sys.path when the script runs
+    from mmvisattn.benchmarks.inference import build_model
 
     from mmvisattn.deploy import switch_to_deploy
     model = build_model(config)

@@ -22,7 +22,7 @@ def row_label(row: Dict) -> str:
 def mark_fastest(rows: List[Dict], baseline: str) -> List[Dict]:
     """``fastest`` set on the row of least forward + backward time (the op's implementations and the
     ``baseline`` over the same tokens), ``fastest_impl`` on the op's own fastest implementation: the
-    measurement ``auto``'s CUDA order follows (``gpu_proof_cases.FASTEST_ON_CUDA``)."""
+    measurement ``auto``'s CUDA order follows (:data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`)."""
     timed = [row for row in rows if 'forward_backward_ms' in row]
     best = min(timed, key=lambda row: row['forward_backward_ms']) if timed else None
     own = [row for row in timed if row['impl'] != baseline]

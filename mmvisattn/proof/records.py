@@ -1,0 +1,173 @@
+"""The records of GPU runs as data: one JSON file per run under ``docs/records/gpu/``, and the
+GPU tables generated from the newest record of each GPU, never written by hand.
+
+    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
+
+A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu``, ``date``,
+``software`` (torch, CUDA, Triton, Python and, for models, the OpenMMLab packages), ``commit``,
+``dirty`` (whether the tree had uncommitted changes) and ``rows``, one schema per kind:
+
+* ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
+  :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
+  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``;
+* ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
+  ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
+
+``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY`` (``0`` for a clean tree), where set, say what the tree
+is a copy of (a lent GPU machine's copy may carry another ``.git`` or none). A record may carry
+``invalid`` (fields of its rows known to be wrong, shown as ``-``) and ``notes`` (shown under its
+table). The tools write their record into their output folder (``record_proof.json``,
+``record_models.json``); committing it is copying it here under its ``name``. The docs build renders the tables
+(``docs/records/gpu.md``); the tool prints them.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+KINDS = ('proof', 'models')
+PROOF_FIELDS = ('op', 'layer', 'impl', 'auto', 'forward_ms', 'forward_backward_ms', 'peak_mb')
+MODEL_FIELDS = ('model', 'stock', 'step_ms', 'peak_mb', 'test_images_s', 'largest_input')
+SDPA = 'sdpa'
+
+
+def git(*command: str) -> str:
+    result = subprocess.run(['git', *command], cwd=REPO, capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else ''
+
+
+def software(openmmlab: bool) -> Dict[str, Optional[str]]:
+    """Versions of what the run used (the OpenMMLab packages for model runs)."""
+    import torch
+    from mmvisattn.ops.utils.dispatch import triton_version
+    found = triton_version()
+    versions = dict(torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
+                    triton='.'.join(map(str, found)) if found else None)
+    if openmmlab:
+        for name in ('mmcv', 'mmengine', 'mmdet', 'mmseg'):
+            versions[name] = __import__(name).__version__
+    return versions
+
+
+def slug(text: str) -> str:
+    return re.sub(r'[^A-Za-z0-9]+', '-', text).strip('-')
+
+
+def tree_state() -> Tuple[str, bool]:
+    """The commit this tree is (a copy of) and whether it differs from it: ``$MMVISATTN_COMMIT`` and
+    ``$MMVISATTN_DIRTY`` where set, else git's answer; with neither, ``'unknown'`` and dirty."""
+    head = git('rev-parse', '--short=12', 'HEAD')
+    commit = os.environ.get('MMVISATTN_COMMIT') or head or 'unknown'
+    if 'MMVISATTN_DIRTY' in os.environ:
+        return commit, os.environ['MMVISATTN_DIRTY'] != '0'
+    return commit, bool(git('status', '--porcelain')) if head else True
+
+
+def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
+    """A record of this tree's run: ``name`` is the file name it is committed under."""
+    commit, dirty = tree_state()
+    today = date.today().isoformat()
+    fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
+    missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
+    if missing:
+        raise ValueError(f'{kind} record rows lack {missing[0]}')
+    return dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
+                software=software(openmmlab), commit=commit, dirty=dirty,
+                rows=list(rows))
+
+
+def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:
+    """The benchmark rows of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out);
+    ``baseline`` is its label of the SDPA rows."""
+    rows = []
+    for row in sections.get('benchmarks', {}).get('rows', []):
+        if 'forward_backward_ms' not in row:
+            continue
+        impl = SDPA if row['impl'] == baseline else row['impl']
+        rows.append(dict(op=row['op'], layer=row['layer'], impl=impl, auto=bool(row.get('auto')),
+                         forward_ms=row.get('forward_ms'), forward_backward_ms=row['forward_backward_ms'],
+                         peak_mb=row.get('peak_mb'), size=row.get('size')))
+    return rows
+
+
+def newest(records_dir: Path, kind: str) -> List[Dict]:
+    """The newest record of ``kind`` of each GPU (by date, then name), GPUs in name order."""
+    by_gpu: Dict[str, Dict] = {}
+    for path in sorted(records_dir.glob(f'*_{kind}.json')):
+        data = json.loads(path.read_text())
+        if data['gpu'] not in by_gpu or (data['date'], path.name) >= (by_gpu[data['gpu']]['date'],
+                                                                       by_gpu[data['gpu']]['_file']):
+            by_gpu[data['gpu']] = dict(data, _file=path.name)
+    return [by_gpu[gpu] for gpu in sorted(by_gpu)]
+
+
+def _num(value, digits: int = 2) -> str:
+    return '-' if value is None else f'{value:,.{digits}f}'
+
+
+def shown(data: Dict, row: Dict, field: str):
+    """A row's field, or None where the record says the field is invalid."""
+    return None if field in data.get('invalid', ()) else row[field]
+
+
+def notes(data: Dict) -> List[str]:
+    return [''] + [f'- {note}' for note in data['notes']] if data.get('notes') else []
+
+
+def proof_table(data: Dict) -> List[str]:
+    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
+             f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; forward / '
+             'forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s choice', '',
+             '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |', '|---|---|---|---|---|---|']
+    for row in data['rows']:
+        impl = row['impl'] + (' *' if row['auto'] else '')
+        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {_num(shown(data, row, "forward_ms"))} | '
+                     f'{_num(shown(data, row, "forward_backward_ms"))} | {_num(shown(data, row, "peak_mb"), 0)} |')
+    return lines + notes(data)
+
+
+def models_table(data: Dict) -> List[str]:
+    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
+             f'torch {data["software"]["torch"]}, mmcv {data["software"].get("mmcv")}, mmdet '
+             f'{data["software"].get("mmdet")}, mmseg {data["software"].get("mmseg")}. Through tools/train.py in '
+             'float32 at the training size; step ms: median of the last 10 of 20 (synchronised)', '',
+             '| model | stock | step ms | peak MB | test images/s | largest square input (batch 2) |',
+             '|---|---|---|---|---|---|']
+    for row in data['rows']:
+        largest = shown(data, row, 'largest_input')
+        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | {_num(shown(data, row, "step_ms"), 1)} | '
+                     f'{_num(shown(data, row, "peak_mb"), 0)} | {_num(shown(data, row, "test_images_s"), 1)} | '
+                     f'{"-" if largest is None else largest} |')
+    return lines + notes(data)
+
+
+def tables(records_dir: Path) -> str:
+    lines = []
+    for kind, render, title in (('proof', proof_table, 'Ops (`make gpu-proof`)'),
+                                ('models', models_table, 'Whole models (`make gpu-proof-models`)')):
+        found = newest(records_dir, kind)
+        lines += [f'## {title}', '']
+        if not found:
+            lines += ['No record yet.', '']
+        for data in found:
+            lines += render(data) + ['']
+    return '\n'.join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--records', type=Path, default=REPO / 'docs' / 'records' / 'gpu')
+    args = parser.parse_args(argv)
+    print(tables(args.records), end='')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
