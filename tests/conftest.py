@@ -4,14 +4,12 @@ command-line tools as a user calls them (a subprocess in a scratch working direc
 
 This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
 not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
-import fcntl
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List
+from typing import List
 
 import pytest
 
@@ -147,24 +145,6 @@ def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp('workspace')
     run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes'], cwd=root)
     return root
-
-
-def shared_folder(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
-    """A folder of this session that ``make(folder)`` fills once, whichever pytest-xdist worker asks
-    first; the others wait for it (a file lock) and read the same one. For a fixture too expensive
-    to run twice whose tests may land on both workers; its tests must not change the folder."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base) / 'shared'
-    root.mkdir(exist_ok=True)
-    folder, complete = root / name, root / f'{name}.complete'
-    with open(root / f'{name}.lock', 'w') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not complete.exists():
-            shutil.rmtree(folder, ignore_errors=True)  # what a failed make of this session left
-            folder.mkdir()
-            make(folder)
-            complete.touch()
-    return folder
 
 
 def saved_elements(fn) -> int:

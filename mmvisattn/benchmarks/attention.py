@@ -134,12 +134,14 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
 
 
 def run_case(spec: str, grid: int, args: argparse.Namespace) -> Dict:
-    """Run :func:`measure_one` in a fresh interpreter; failures become rows with an ``error``."""
-    command = [sys.executable, '-m', 'mmvisattn.benchmarks.attention', '--one', spec, str(grid),
-               '--dims', str(args.dims), '--heads', str(args.heads), '--batch', str(args.batch), '--warmup', str(args.warmup),
+    """Run :func:`measure_one` in a process of its own (:func:`run_python`); failures become rows with
+    an ``error``."""
+    from mmvisattn.launch.tool_server import run_python
+    command = ['-m', 'mmvisattn.benchmarks.attention', '--one', spec, str(grid), '--dims', str(args.dims),
+               '--heads', str(args.heads), '--batch', str(args.batch), '--warmup', str(args.warmup),
                '--repeats', str(args.repeats), '--threads', str(args.threads), '--device', args.device]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        done = run_python(command, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return dict(type=spec, grid=grid, error=f'timeout after {args.timeout:.0f} s')
     rows = [line for line in done.stdout.splitlines() if line.startswith('{')]

@@ -1,4 +1,4 @@
-"""The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a fresh process:
+"""The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a process of its own:
 
     python -m mmvisattn.benchmarks.measure '{"kind": "time", ...}'
 
@@ -7,10 +7,8 @@ reversed every other round; ratios are medians of per-round ratios); memory is t
 peak resident set over one step.
 """
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -248,13 +246,10 @@ CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models, 
 
 
 def in_child(kind: str, **payload) -> dict:
-    """Run ``CHILDREN[kind](payload)`` in a fresh interpreter; a failure becomes ``{'error': ...}``.
-    For memory, glibc's allocator maps every block of 128 KiB or more on its own and unmaps it
-    when freed (a fixed threshold instead of its adaptive one), so the peak resident set follows
-    the tensors alive, not the allocator's history (timings run with the default, which is faster)."""
-    command = [sys.executable, '-m', 'mmvisattn.benchmarks.measure', json.dumps(dict(payload, kind=kind))]
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072') if kind in MEMORY_KINDS else None
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    """Run ``CHILDREN[kind](payload)`` in a process of its own (:func:`run_python`); a failure becomes
+    ``{'error': ...}``."""
+    from mmvisattn.launch.tool_server import run_python
+    done = run_python(['-m', 'mmvisattn.benchmarks.measure', json.dumps(dict(payload, kind=kind))])
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
     if done.returncode or not lines:
         last = (done.stderr.strip().splitlines() or [f'exit code {done.returncode}'])[-1]
@@ -262,9 +257,24 @@ def in_child(kind: str, **payload) -> dict:
     return json.loads(lines[-1])
 
 
+def fixed_mmap_threshold() -> None:
+    """glibc's allocator maps every block of 128 KiB or more on its own and unmaps it when freed (a
+    fixed threshold instead of its adaptive one, ``mallopt(M_MMAP_THRESHOLD)``), so that the peak
+    resident set follows the tensors alive, not the allocator's history (timings keep the default,
+    which is faster)."""
+    import ctypes
+    ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+MMAP_THRESHOLD = 128 * 1024
+
+
 def main(payload: str) -> None:
     import torch
     payload = json.loads(payload)
+    if payload['kind'] in MEMORY_KINDS:
+        fixed_mmap_threshold()
     torch.set_num_threads(payload['threads'])
     print(json.dumps(CHILDREN[payload.pop('kind')](payload)))
 

@@ -10,6 +10,8 @@ server, which is started from this file's path, not as a module of the package),
 forgot an import of the project still fails as it would for a user. Only the stock packages below
 come pre-imported, as ``register_all_modules`` would import them anyway. Runs that set a variable
 read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
+A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER``, so that the children a tool measures in
+(:func:`run_python`) are forked from the server too.
 
 Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
 ``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
@@ -38,7 +40,12 @@ PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engi
            'mmseg.models', 'mmseg.visualization')
 
 
+# where a run forked from a server finds it (:func:`run_python`)
+SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
+
+
 def main(path: str) -> None:
+    os.environ[SERVER_VARIABLE] = path  # every run's environment gets it (run below)
     for name in PRELOAD:
         importlib.import_module(name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -92,8 +99,9 @@ def run(request: dict) -> None:
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request['cwd'])
+    socket_path = os.environ[SERVER_VARIABLE]
     os.environ.clear()
-    os.environ.update(request['env'])
+    os.environ.update(request['env'], **{SERVER_VARIABLE: socket_path})
     for fd, target in ((0, os.devnull), (1, request['stdout']), (2, request['stderr'])):
         if fd == 2 and target == request['stdout']:
             os.dup2(1, 2)  # one file, one offset: the streams interleave as a terminal shows them
@@ -154,6 +162,17 @@ class ToolServer:
         self.process: Optional[subprocess.Popen] = None
         self.folder: Optional[Path] = None
         self.env: Dict[str, str] = {}
+        self.attached = False
+
+    @classmethod
+    def of_this_run(cls) -> Optional['ToolServer']:
+        """A client of the server this process was forked from, or None where it was not."""
+        path = os.environ.get(SERVER_VARIABLE)
+        if not path or not os.path.exists(path):
+            return None
+        client = cls(lambda: dict(os.environ))
+        client.folder, client.env, client.attached = Path(path).parent, dict(os.environ), True
+        return client
 
     def serves(self, env: Dict[str, str]) -> bool:
         """Whether a run in ``env`` can be forked from the server (starting it on first use)."""
@@ -163,7 +182,7 @@ class ToolServer:
     def started(self) -> None:
         """Start the server unless it runs (a run may come before any ``serves`` question)."""
         with self.lock:
-            if self.process is None:
+            if self.process is None and not self.attached:
                 self.start(self.base_env())
 
     def start(self, env: Dict[str, str]) -> None:
@@ -213,6 +232,22 @@ class ToolServer:
             self.process.wait()
             shutil.rmtree(self.folder, ignore_errors=True)
             self.process = None
+
+
+def run_python(args: List[str], timeout: Optional[float] = None,
+               env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """``python args`` (a script or ``-m module``) in this directory, its output captured: forked from
+    the tool server this process was forked from, where there is one and ``env`` keeps its start-up
+    variables, else a fresh interpreter (a user's run). The children tools measure in come from here."""
+    env = dict(os.environ if env is None else env)
+    command = [sys.executable, *args]
+    server = ToolServer.of_this_run()
+    if server is not None and server.serves(env):
+        return server.run(command, timeout or CHILD_TIMEOUT, Path.cwd(), env)
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+CHILD_TIMEOUT = 24 * 3600.0  # a forked run needs a time-out; a fresh one has none unless asked
 
 
 if __name__ == '__main__':

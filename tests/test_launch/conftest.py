@@ -25,9 +25,13 @@ def free_port() -> int:
 @pytest.fixture
 def small_data(tmp_path) -> Path:
     """A working directory with its own 8 + 4 image shapes data, free to be damaged."""
-    run_tool(['tools/misc/make_demo_data.py', '--out', tmp_path / 'data' / 'shapes', '--num-train', 8,
-              '--num-val', 4, '--size', 64], cwd=tmp_path)
-    return tmp_path
+    return write_small_data(tmp_path)
+
+
+def write_small_data(root: Path) -> Path:
+    run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes', '--num-train', 8,
+              '--num-val', 4, '--size', 64], cwd=root)
+    return root
 
 
 def tree_digest(root: Path, skip: Path) -> str:

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from ..conftest import run_tool
-from .conftest import DET_DEMO, ONE_ITERATION, SEG_DEMO, fails_in_one_line
+from .conftest import DET_DEMO, ONE_ITERATION, SEG_DEMO, fails_in_one_line, write_small_data
+
+
+@pytest.fixture(scope='module')
+def small_data(tmp_path_factory):
+    """One working directory with shapes data for the module: its tests write bad checkpoints and
+    configs beside the data (each under its own name) but never damage the data."""
+    return write_small_data(tmp_path_factory.mktemp('checkpoints'))
 
 
 class RunsCode:

@@ -4,12 +4,14 @@ import json
 
 import pytest
 
-from ..conftest import REPO, run_tool, shared_folder
+from ..conftest import REPO, run_tool
 
 FOLDER = REPO / 'configs/castling'
 SOFTMAX = FOLDER / 'mask2former_vit-b_8xb2-160k_ade20k-512x512.py'
 CASTLING = FOLDER / 'mask2former_castling-vit-b_8xb2-160k_ade20k-512x512.py'
 RUNS = dict(softmax=(SOFTMAX,), train=(CASTLING,), deploy=(CASTLING, '--deploy'))
+# the tests that share the module's fixture run on one worker: it runs once, no worker waits for it
+pytestmark = pytest.mark.xdist_group('castling_segmentation')
 
 
 def count_flops(folder):
@@ -20,7 +22,8 @@ def count_flops(folder):
 
 @pytest.fixture(scope='module')
 def counts(tmp_path_factory):
-    folder = shared_folder(tmp_path_factory, 'castling_segmentation_flops', count_flops)
+    folder = tmp_path_factory.mktemp('castling_segmentation_flops')
+    count_flops(folder)
     return {name: json.loads((folder / f'{name}.json').read_text()) for name in RUNS}
 
 

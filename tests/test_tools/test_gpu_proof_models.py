@@ -7,9 +7,11 @@ from importlib import import_module
 
 import pytest
 
-from ..conftest import REPO, run_command, shared_folder, tool_env
+from ..conftest import REPO, run_command, tool_env
 
 TOOL = 'tools/analysis_tools/gpu_proof_models.py'
+# the tests that share the module's fixture run on one worker: it runs once, no worker waits for it
+pytestmark = pytest.mark.xdist_group('gpu_proof_models')
 
 
 @pytest.fixture(scope='module')
@@ -25,7 +27,8 @@ def run_smoke(out):
 
 @pytest.fixture(scope='module')
 def smoke(tmp_path_factory):
-    out = shared_folder(tmp_path_factory, 'gpu_proof_models_smoke', run_smoke)
+    out = tmp_path_factory.mktemp('gpu_proof_models_smoke')
+    run_smoke(out)
     return out, json.loads((out / 'models.json').read_text())
 
 

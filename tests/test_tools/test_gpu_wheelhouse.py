@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, run_command, shared_folder, tool_env
+from ..conftest import REPO, run_command, tool_env
 
 WHEELHOUSE = 'tools/misc/gpu_wheelhouse.py'
 SETUP = 'tools/misc/gpu_setup.py'
+# the tests that share the module's fixture run on one worker: it runs once, no worker waits for it
+pytestmark = pytest.mark.xdist_group('gpu_wheelhouse')
 
 
 @pytest.fixture(scope='module')
@@ -32,7 +34,9 @@ def build():
 
 @pytest.fixture(scope='module')
 def wheelhouse(tmp_path_factory) -> Path:
-    return shared_folder(tmp_path_factory, 'gpu_wheelhouse', make_wheelhouse) / 'wheelhouse'
+    folder = tmp_path_factory.mktemp('gpu_wheelhouse')
+    make_wheelhouse(folder)
+    return folder / 'wheelhouse'
 
 
 def make_wheelhouse(folder: Path) -> None:
