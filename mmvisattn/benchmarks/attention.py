@@ -7,10 +7,10 @@ A type is ``NAME`` or ``NAME:key=value,key=value`` (values are Python literals),
 ``ATTENTIONS.build`` with ``embed_dims`` and ``num_heads``. A dotted ``NAME`` is imported instead, to
 time a stock module with the same ``forward(x, hw_shape)`` beside ours, e.g.
 ``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8`` (SegFormer's attention, which
-adds its residual inside). Every (type, grid) runs in a fresh
-process, so its peak memory is its own: on CPU the growth of the peak resident set
+adds its residual inside). Every (type, grid) runs in a process
+of its own, so its peak memory is its own: on CPU the growth of the peak resident set
 (``ru_maxrss``) from after the module and input exist to the end of the runs (as
-the peer timings in the config folders' READMEs were measured), on CUDA ``torch.cuda.max_memory_allocated``
+the peer timings on the families' pages were measured), on CUDA ``torch.cuda.max_memory_allocated``
 above the memory held before the first forward. Times are medians over ``--repeats`` after
 ``--warmup`` runs: forward under ``no_grad``, and forward + backward of ``out.sum()``.
 
