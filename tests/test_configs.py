@@ -19,18 +19,22 @@ CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in 
 BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 
-def detection_batch(size=(96, 128), num_classes=3, with_mask=False):
+# the test batch: the smallest images every config's strides and windows take (64 = 2 tokens at stride 32)
+DETECTION_SIZE, SEGMENTATION_SIZE = (64, 96), (64, 64)
+
+
+def detection_batch(size=DETECTION_SIZE, num_classes=3, with_mask=False):
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
     samples = []
     for i in range(2):
-        instances = InstanceData(bboxes=torch.tensor([[8.0, 10.0, 50.0, 60.0], [60.0, 20.0, 90.0, 70.0]]),
+        instances = InstanceData(bboxes=torch.tensor([[5.0, 7.0, 33.0, 40.0], [40.0, 13.0, 60.0, 47.0]]),
                                  labels=torch.tensor([i % num_classes, (i + 1) % num_classes]))
         if with_mask:
             masks = torch.zeros(2, *size, dtype=torch.uint8)
-            masks[0, 10:60, 8:50] = 1
-            masks[1, 20:70, 60:90] = 1
+            masks[0, 7:40, 5:33] = 1
+            masks[1, 13:47, 40:60] = 1
             instances.masks = BitmapMasks(masks.numpy(), *size)
         samples.append(DetDataSample(gt_instances=instances, metainfo=dict(
             img_shape=size, ori_shape=size, pad_shape=size, batch_input_shape=size, scale_factor=(1.0, 1.0))))
@@ -38,7 +42,7 @@ def detection_batch(size=(96, 128), num_classes=3, with_mask=False):
                 data_samples=samples)
 
 
-def segmentation_batch(size=(128, 128), num_classes=4):
+def segmentation_batch(size=SEGMENTATION_SIZE, num_classes=4):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
     samples = [SegDataSample(gt_sem_seg=PixelData(data=torch.randint(0, num_classes, (1, *size))),
@@ -64,8 +68,8 @@ def model_and_batch(path: Path):
     cfg = without_unavailable_weights(Config.fromfile(path))
     assert cfg.default_scope in ('mmdet', 'mmseg')
     init_default_scope(cfg.default_scope)
-    if cfg.model.get('data_preprocessor', {}).get('size'):
-        cfg.model.data_preprocessor.size = (128, 128)  # pad the small test batch, not to the crop size
+    if cfg.model.get('data_preprocessor', {}).get('size'):  # pad the small test batch, not to the crop size
+        cfg.model.data_preprocessor.size = DETECTION_SIZE if cfg.default_scope == 'mmdet' else SEGMENTATION_SIZE
     if cfg.model.get('data_preprocessor', {}).get('batch_augments'):
         cfg.model.data_preprocessor.batch_augments = None  # no multi-scale resize of the small test batch
     if cfg.default_scope == 'mmdet':
