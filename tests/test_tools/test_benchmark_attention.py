@@ -8,7 +8,7 @@ from ..conftest import run_tool
 def test_benchmark_writes_table_json_and_plot(tmp_path):
     done = run_tool(['tools/analysis_tools/benchmark_attention.py', '--types', 'SoftmaxAttention',
                      'SpatialReductionAttention:sr_ratio=2', '--grids', 4, 8, '--dims', 16, '--heads', 2,
-                     '--batch', 1, '--repeats', 2, '--out-dir', tmp_path], cwd=tmp_path)
+                     '--batch', 1, '--repeats', 2, '--threads', 1, '--out-dir', tmp_path], cwd=tmp_path)
     assert 'time exponent of SoftmaxAttention' in done.stdout
     assert 'SpatialReductionAttention:sr_ratio=2' in done.stdout
     result = json.loads((tmp_path / 'results.json').read_text())

@@ -9,13 +9,14 @@ import pytest
 from ..conftest import run_tool
 
 TOOL = 'tools/analysis_tools/benchmark_models.py'
+# one thread: the suite's other worker runs beside it on the two cores (two threads would spin-wait)
+SMALLEST = ['--pairs', 'picodet-s-castling', '--sizes', '64x64', '96x96', '128x128', '--rounds', 1, '--threads', 1]
 
 
 def test_smallest_pair_writes_tables_json_plot_and_readme_section(tmp_path):
     readme = tmp_path / 'README.md'
     readme.write_text('kept above\n<!-- benchmark_models.py: begin -->\nold\n<!-- benchmark_models.py: end -->\n')
-    done = run_tool([TOOL, '--pairs', 'picodet-s-castling', '--sizes', '64x64', '96x96', '128x128', '--rounds', 1,
-                     '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
+    done = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
     entry = json.loads((tmp_path / 'out' / 'results.json').read_text())['picodet-s-castling']
     for side in ('project', 'stock'):
         rows = entry['memory'][side]
@@ -31,8 +32,7 @@ def test_smallest_pair_writes_tables_json_plot_and_readme_section(tmp_path):
     assert '| picodet-s-castling vs PicoDet-S ESNet | 128x128 |' in tables and tables in done.stdout
     assert readme.read_text() == f'kept above\n<!-- benchmark_models.py: begin -->\n{tables}' \
                                  '<!-- benchmark_models.py: end -->\n'
-    resumed = run_tool([TOOL, '--pairs', 'picodet-s-castling', '--sizes', '64x64', '96x96', '128x128', '--rounds', 1,
-                        '--out-dir', tmp_path / 'out', '--resume'], cwd=tmp_path)
+    resumed = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--resume'], cwd=tmp_path)
     assert 'picodet-s-castling: kept from' in resumed.stdout  # same settings: nothing measured again
     assert (tmp_path / 'out' / 'tables.md').read_text() == tables
 

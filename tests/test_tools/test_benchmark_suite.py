@@ -16,7 +16,7 @@ def test_suite_writes_tables_json_plot_and_readme_section(tmp_path):
     readme.write_text('# Title\n\nkept above\n<!-- benchmark_suite.py: begin -->\nold tables\n'
                       '<!-- benchmark_suite.py: end -->\nkept below\n')
     done = run_tool([TOOL, '--cases', 'rwgka', 'segformer', '--grids', 8, '--shape', 64, 64, '--rounds', 3,
-                     '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
+                     '--threads', 1, '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
     result = json.loads((tmp_path / 'out' / 'results.json').read_text())
     timing = result['ops']['2']['time']['8']
     assert timing['rounds'] >= 3 and timing['ms']['RWGKA'] > 0 and timing['ratio']['RWGKA / SDPA'] > 0
