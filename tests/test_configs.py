@@ -2,6 +2,7 @@
 on a small synthetic batch (configs whose models differ only in what a step here does not see, the
 schedule's drop-path rate or the input size, share one step); the base configs point at the stock
 dataset layouts."""
+import functools
 import json
 from pathlib import Path
 from typing import Dict, List
@@ -89,6 +90,7 @@ UNSEEN_BY_A_STEP = ('drop_path_rate', 'init_cfg')
 REPLACED_BY_THE_TEST = ('size', 'batch_augments')
 
 
+@functools.lru_cache(maxsize=None)  # each config parsed once: at collection, for the grouping
 def model_structure(path: Path) -> str:
     """The config's model without :data:`UNSEEN_BY_A_STEP` and :data:`REPLACED_BY_THE_TEST`, as
     canonical JSON."""

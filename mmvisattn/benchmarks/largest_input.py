@@ -74,5 +74,6 @@ def largest_worker(payload: Dict) -> Dict:
         cap_memory(payload['memory_cap_mb'])
     return largest_side(model, payload['stride'], payload['start'], payload['ceiling'], device)
 
+
 if __name__ == '__main__':
     print(json.dumps(largest_worker(json.loads(sys.argv[1]))))

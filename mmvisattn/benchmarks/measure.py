@@ -215,9 +215,9 @@ def child_train_pair(payload: dict) -> dict:
     training step each (the order reversed at every other size), with ``macs`` the multiply-accumulates
     of one image, then ``rounds`` more paired rounds of steps (the order reversed every other round)."""
     import torch
+
     from mmvisattn.analysis.flops import tensor_forward
     from mmvisattn.benchmarks.model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
-
     from mmvisattn.utils import count_flops, count_parameters
     torch.manual_seed(0)
     pair = PAIRS[payload['pair']]
@@ -257,6 +257,10 @@ def in_child(kind: str, **payload) -> dict:
     return json.loads(lines[-1])
 
 
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+MMAP_THRESHOLD = 128 * 1024
+
+
 def fixed_mmap_threshold() -> None:
     """glibc's allocator maps every block of 128 KiB or more on its own and unmaps it when freed (a
     fixed threshold instead of its adaptive one, ``mallopt(M_MMAP_THRESHOLD)``), so that the peak
@@ -264,10 +268,6 @@ def fixed_mmap_threshold() -> None:
     which is faster)."""
     import ctypes
     ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
-M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-MMAP_THRESHOLD = 128 * 1024
 
 
 def main(payload: str) -> None:

@@ -232,7 +232,8 @@ def prediction_table(results: Dict[str, dict]) -> List[str]:
                 lines.append(f'| {label} | {sizes} | {fit["error"]} |')
                 continue
             sides = ' | '.join(_num(fit['largest_side'][str(gb)]) for gb in GPU_GB)
-            lines.append(f"| {label} | {sizes} | {sides} | {_num(round(100 * fit.get('extrapolation_error', 0), 1) + 0.0, 1, ' %')} |")
+            extrapolation = _num(round(100 * fit.get('extrapolation_error', 0), 1) + 0.0, 1, ' %')
+            lines.append(f'| {label} | {sizes} | {sides} | {extrapolation} |')
     return lines
 
 

@@ -94,8 +94,8 @@ def supervise(connection: socket.socket) -> None:
 
 def run(request: dict) -> None:
     """Become the run: a new session (the client kills its group on a time-out), the request's
-    directory, environment, streams and arguments, then the script (or ``-m`` module) as ``__main__``. The
-    interpreter's own shutdown ends the process (threads joined, atexit, streams flushed)."""
+    directory, environment, streams and arguments, then the script (or ``-m`` module) as ``__main__``.
+    The interpreter's own shutdown ends the process (threads joined, atexit, streams flushed)."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request['cwd'])
@@ -198,9 +198,9 @@ class ToolServer:
 
     def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str],
             output: Optional[Path] = None) -> subprocess.CompletedProcess:
-        """``command`` (``python script args`` or ``python -m module args``) forked from the server, as ``subprocess.run`` would
-        report it (``output``: both streams written to that file instead, and reported as None);
-        past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
+        """``command`` (``python script args`` or ``python -m module args``) forked from the server, as
+        ``subprocess.run`` would report it (``output``: both streams written to that file instead, and
+        reported as None); past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
         self.started()
         streams = Path(tempfile.mkdtemp(dir=self.folder))
         stdout, stderr = (output, output) if output else (streams / 'stdout', streams / 'stderr')

@@ -215,8 +215,8 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
 
 
 def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with ``impl='triton'`` (and its ``extra_impls``) at :data:`GRIDS`, per dtype: float32;
-    half under autocast (float32 weights) and as a half model."""
+    """Forward and backward of ``attn`` with ``impl='triton'`` (and its ``extra_impls``) at :data:`GRIDS`,
+    per dtype: float32; half under autocast (float32 weights) and as a half model."""
     import torch
     for name in ('impl', *attn.extra_impls):
         setattr(attn, name, 'triton')

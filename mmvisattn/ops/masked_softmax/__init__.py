@@ -12,11 +12,12 @@ outlives its block; ``dense`` (:mod:`.dense`), the whole weights under autograd,
 for dropout on the weights (a recomputed block would draw another mask) and under ``torch.compile``;
 ``reference`` (:mod:`.reference`), the literal form in float32, for tests.
 
-Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as operands (float16/bfloat16 under AMP, on the
-tensor cores) and give float32 (:func:`.pytorch.product`): half logits of large inputs would overflow before the
-softmax. Logits, softmax, mask and the softmax's backward are float32; the weights and their gradient
-enter the next products in the inputs' dtype, as in FlashAttention. Autocast is off in both passes; the
-output comes back in ``v``'s dtype, each gradient in its input's.
+Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as
+operands (float16/bfloat16 under AMP, on the tensor cores) and give float32 (:func:`.pytorch.product`):
+half logits of large inputs would overflow before the softmax. Logits, softmax, mask and the softmax's
+backward are float32; the weights and their gradient enter the next products in the inputs' dtype, as in
+FlashAttention. Autocast is off in both passes; the output comes back in ``v``'s dtype, each gradient in
+its input's.
 """
 from typing import Optional
 

@@ -5,8 +5,8 @@ dropout on the kept weights (a block recomputed in the backward would draw anoth
 
 Mixed precision: autocast off; half ``q`` and ``k`` upcast to float32 for the logits (a product of two
 halves is exact in float32, and half logits of large inputs would overflow), softmax, mask and dropout
-in float32 (float64 stays float64), the weights cast to ``v``'s dtype for the product with ``v`` (on the tensor cores under AMP),
-the output in ``v``'s dtype.
+in float32 (float64 stays float64), the weights cast to ``v``'s dtype for the product with ``v`` (on
+the tensor cores under AMP), the output in ``v``'s dtype.
 """
 from typing import Optional
 

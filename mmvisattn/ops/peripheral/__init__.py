@@ -88,6 +88,6 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
     return _position_logits_torch(params, hw_shape, eps)
 
 
-__all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_weights', 'mixed_attention_reference',
-           'peripheral_attention_reference', 'position_logits_reference', 'key_distances', 'grid_step',
-           'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP', 'POSITION_OP']
+__all__ = ['peripheral_attention', 'position_logits', 'PositionParams', 'mixed_attention_weights',
+           'mixed_attention_reference', 'peripheral_attention_reference', 'position_logits_reference',
+           'key_distances', 'grid_step', 'peripheral_padding', 'IMPLS', 'POSITION_IMPLS', 'OP', 'POSITION_OP']
