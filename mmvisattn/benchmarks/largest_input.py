@@ -14,10 +14,19 @@ import sys
 from typing import Dict
 
 OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'MemoryError', 'OutOfMemoryError')
+# oneDNN reports a buffer the capped address space refused (a convolution's scratchpad or JIT code) as a
+# failed primitive creation with no word of memory: a sign only where a CPU run is capped
+CAPPED_CPU_OOM_SIGNS = (*OOM_SIGNS, 'could not create a primitive')
 
 
-def fits(model, side: int, device: str) -> bool:
-    """One float32 training step (loss, backward, AdamW) at batch 2 and ``side`` fits the device."""
+def out_of_memory(text: str, capped_cpu: bool) -> bool:
+    """The error text is the allocator's refusal; ``capped_cpu``: the run's address space was capped."""
+    return any(sign in text for sign in (CAPPED_CPU_OOM_SIGNS if capped_cpu else OOM_SIGNS))
+
+
+def fits(model, side: int, device: str, capped: bool = False) -> bool:
+    """One float32 training step (loss, backward, AdamW) at batch 2 and ``side`` fits the device
+    (``capped``: under :func:`mmvisattn.proof.model_probe.cap_memory`)."""
     import torch
     from mmvisattn.benchmarks.model_pairs import TrainingStep
     step = None
@@ -32,7 +41,7 @@ def fits(model, side: int, device: str) -> bool:
     except (torch.cuda.OutOfMemoryError, MemoryError):
         return False
     except RuntimeError as error:  # the CPU allocator's refusal under a capped address space
-        if any(sign in str(error) for sign in OOM_SIGNS):
+        if out_of_memory(str(error), capped and device == 'cpu'):
             return False
         raise
     finally:
@@ -42,11 +51,12 @@ def fits(model, side: int, device: str) -> bool:
             torch.cuda.empty_cache()
 
 
-def largest_side(model, stride: int, start: int, ceiling: int, device: str) -> Dict[str, object]:
+def largest_side(model, stride: int, start: int, ceiling: int, device: str,
+                 capped: bool = False) -> Dict[str, object]:
     """Doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride."""
     tried: Dict[int, bool] = {}
     side = start
-    while side <= ceiling and tried.setdefault(side, fits(model, side, device)):
+    while side <= ceiling and tried.setdefault(side, fits(model, side, device, capped)):
         side *= 2
     good = max([s for s, ok in tried.items() if ok], default=0)
     bad = min([s for s, ok in tried.items() if not ok], default=None)
@@ -54,7 +64,7 @@ def largest_side(model, stride: int, start: int, ceiling: int, device: str) -> D
         middle = (good + bad) // 2 // stride * stride
         if middle <= good:
             break
-        if tried.setdefault(middle, fits(model, middle, device)):
+        if tried.setdefault(middle, fits(model, middle, device, capped)):
             good = middle
         else:
             bad = middle
@@ -70,9 +80,10 @@ def largest_worker(payload: Dict) -> Dict:
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     torch.manual_seed(0)
     model = build_training_model(payload['config'], payload.get('deploy', False)).to(device)
-    if payload.get('memory_cap_mb'):
+    capped = bool(payload.get('memory_cap_mb'))
+    if capped:
         cap_memory(payload['memory_cap_mb'])
-    return largest_side(model, payload['stride'], payload['start'], payload['ceiling'], device)
+    return largest_side(model, payload['stride'], payload['start'], payload['ceiling'], device, capped)
 
 
 if __name__ == '__main__':

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from mmvisattn.benchmarks.largest_input import OOM_SIGNS
+from mmvisattn.benchmarks.largest_input import out_of_memory
 from mmvisattn.benchmarks.model_pairs import FAMILIES, PAIRS, ModelPair
 from mmvisattn.benchmarks.models import write_json
 from mmvisattn.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, load_config, write_data
@@ -182,8 +182,9 @@ def run_python(command: Sequence[str], timeout: float, threads: Optional[int], s
 
 
 def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optional[int] = None,
-             server: Optional['ToolServer'] = None) -> Tuple[Optional[str], float]:
-    """Runs a tool with its output in ``log``; returns (its failure in one line or None, seconds)."""
+             server: Optional['ToolServer'] = None, capped_cpu: bool = False) -> Tuple[Optional[str], float]:
+    """Runs a tool with its output in ``log``; returns (its failure in one line or None, seconds);
+    ``capped_cpu``: the tool caps its address space (:func:`.largest_input.out_of_memory`)."""
     start = time.perf_counter()
     try:
         result = run_python(command, max(timeout, 1), threads, server, log)
@@ -193,7 +194,7 @@ def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optiona
     if result.returncode == 0:
         return None, seconds
     text = log.read_text()
-    if any(sign in text for sign in OOM_SIGNS):
+    if out_of_memory(text, capped_cpu):
         return 'out of memory', seconds
     return failure_line(text), seconds
 
@@ -236,9 +237,11 @@ def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
     work = work_dir(job, args)
     config = str(work / 'config.py')
     threads = threads_per_run(args)
+    capped_cpu = job.get('memory_cap_mb') is not None and args.device == 'CPU'
 
     def tool(name: str, *command: str) -> Tuple[Optional[str], float]:
-        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads, args.server)
+        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads, args.server,
+                        capped_cpu)
     row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'], amp=job['amp'],
                config=job['config'], stage=job['stage'])
     error, row['train_s'] = tool('train', 'tools/train.py', config, '--work-dir', str(work),
@@ -327,7 +330,7 @@ def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    gpu = preflight(args.smoke)
+    gpu = args.device = preflight(args.smoke)
     start = time.perf_counter()
     deadline = start + args.budget
     args.out_dir = args.out_dir.resolve()

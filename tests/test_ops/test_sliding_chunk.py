@@ -9,11 +9,16 @@ and a failed kernel build are named; a drawn neighbour (random shifting, a tenso
 its mode in every fast path. The torch path runs on every device of the suite; Triton compiled on a
 GPU, else under TRITON_INTERPRET=1 on CPU."""
 import itertools
+import os
+import shutil
+import sys
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from mmvisattn.ops.utils import cpu_extension
 from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
 from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk.cpu import sliding_chunk_local_cpu
@@ -300,6 +305,23 @@ def test_failed_kernel_build_is_one_line(monkeypatch):
     message, source = str(error.value), OPS_DIR / 'sliding_chunk' / 'cpu.cpp'
     assert '\n' not in message and message.startswith(f'{source}: the CPU kernels did not compile (')
     assert "Error building extension 'mmvisattn_sliding_chunk_cpu'" in message and "impl='torch'" in message
+
+
+def test_every_process_builds_with_the_pip_ninja(monkeypatch, tmp_path):
+    """Whatever ninja comes first on a process's PATH (a machine's own, another version), the build runs
+    pip's: two versions hash a command differently and would each rebuild what the other built."""
+    folders = {name: tmp_path / name for name in ('machine', 'pip')}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / 'ninja').write_text('#!/bin/sh\n')
+        (folder / 'ninja').chmod(0o755)
+    monkeypatch.setitem(sys.modules, 'ninja', types.SimpleNamespace(BIN_DIR=str(folders['pip'])))
+    monkeypatch.setenv('PATH', os.pathsep.join([str(folders['machine']), os.environ['PATH']]))
+    cpu_extension._put_ninja_on_path()
+    assert shutil.which('ninja') == str(folders['pip'] / 'ninja')
+    path = os.environ['PATH']
+    cpu_extension._put_ninja_on_path()
+    assert os.environ['PATH'] == path  # already first: PATH does not grow with every build
 
 
 @pytest.mark.parametrize('kwargs,message', [

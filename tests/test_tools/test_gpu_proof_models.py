@@ -75,6 +75,25 @@ def test_largest_input_under_a_cap(smoke):
     assert all(fits == (side <= row['largest_input']) for side, fits in tried.items())
 
 
+@pytest.mark.parametrize('message', ['could not create a primitive', "DefaultCPUAllocator: can't allocate memory"])
+def test_a_capped_cpu_refusal_does_not_fit(message, monkeypatch):
+    """oneDNN names a buffer the capped address space refused only as a failed primitive (some CPUs'
+    convolutions, not others'): under a cap that is running out of memory, without one an error."""
+    import torch
+    from mmvisattn.benchmarks import largest_input, model_pairs
+
+    def refused(*args, **kwargs):
+        raise RuntimeError(message)
+    monkeypatch.setattr(model_pairs, 'TrainingStep', refused)
+    model = torch.nn.Linear(2, 2)
+    assert not largest_input.fits(model, 64, 'cpu', capped=True)
+    if 'primitive' in message:
+        with pytest.raises(RuntimeError, match='primitive'):
+            largest_input.fits(model, 64, 'cpu')
+    else:
+        assert not largest_input.fits(model, 64, 'cpu')
+
+
 def test_plan_proves_one_model_of_each_family_first(tool):
     jobs = tool.plan(tool.parse_args([]))
     first = [job for job in jobs if job['stage'] == 'project']

@@ -72,13 +72,16 @@ def kernels_hidden() -> bool:
 
 
 def _put_ninja_on_path() -> None:
-    """torch builds with the ``ninja`` on ``PATH``; a virtual environment run without activating it
-    has the pip ``ninja`` (installed by ``make install``) only beside its Python."""
-    if shutil.which('ninja') is None:
-        try:
-            import ninja
-        except ImportError:
-            return  # the build then fails and says so
+    """torch builds with the ``ninja`` first on ``PATH``; this puts the pip ``ninja`` (``make install``
+    installs it) there whenever it is installed. One ninja for every process, whatever its ``PATH``: two
+    versions hash a build command differently (1.13 changed its log's hash), so each would rebuild what
+    the other built last, and a machine's own ninja is often another version than pip's."""
+    try:
+        import ninja
+    except ImportError:
+        return  # the machine's ninja builds, or the build fails and says so
+    found = shutil.which('ninja')
+    if found is None or Path(found).resolve().parent != Path(ninja.BIN_DIR).resolve():
         os.environ['PATH'] = os.pathsep.join([ninja.BIN_DIR, os.environ.get('PATH', '')])
 
 
