@@ -4,7 +4,9 @@ bad input (the fault cases a user meets are in tests/test_launch)."""
 import math
 import re
 import socket
+import subprocess
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 import torch
@@ -16,6 +18,8 @@ DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
 SHORT = ['train_cfg.max_iters=2', 'train_dataloader.batch_size=2']
 STOCK_TOOLS = Path(__import__('mmseg').__file__).parent / '.mim/tools/analysis_tools'
+# the tests of the trained demos (module fixtures) on one worker: each demo trains once
+pytestmark = pytest.mark.xdist_group('train_test')
 
 
 def train(config, work_dir, cwd, *options, extra=()):
@@ -32,27 +36,42 @@ def warnings_of_ours(done) -> list:
             if Path(path).resolve().is_relative_to(REPO) and '.venv' not in Path(path).parts]
 
 
-def test_train_then_test_prints_coco_map(workspace, tmp_path):
-    train(DET_DEMO, tmp_path, workspace)
-    assert (tmp_path / 'iter_2.pth').is_file()
+@pytest.fixture(scope='module')
+def det_run(workspace, tmp_path_factory) -> Path:
+    """The detection demo trained for 2 iterations with ``--auto-scale-lr``; its work dir."""
+    work_dir = tmp_path_factory.mktemp('det')
+    trained = train(DET_DEMO, work_dir, workspace, extra=['--auto-scale-lr'])
+    assert 'LR is set based on batch size of 8 and the current batch size is 2' in trained.stdout + trained.stderr
+    return work_dir
+
+
+@pytest.fixture(scope='module')
+def seg_run(workspace, tmp_path_factory) -> Tuple[Path, subprocess.CompletedProcess]:
+    """The segmentation demo trained for 2 iterations under ``--amp``; its work dir and its run."""
+    work_dir = tmp_path_factory.mktemp('seg')
+    return work_dir, train(SEG_DEMO, work_dir, workspace, 'default_hooks.logger.interval=1', extra=['--amp'])
+
+
+def test_train_then_test_prints_coco_map(workspace, det_run, tmp_path):
+    assert (det_run / 'iter_2.pth').is_file()
     # after 2 iterations every score is near the 0.01 prior: keep them all so that COCO has results
-    done = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path,
+    done = run_tool(['tools/test.py', DET_DEMO, det_run / 'iter_2.pth', '--work-dir', tmp_path,
                      '--show-dir', 'shown', '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=workspace)
     assert 'coco/bbox_mAP:' in done.stdout + done.stderr and warnings_of_ours(done) == []
     assert len(list(tmp_path.glob('*/shown/*.jpg'))) == 50
 
 
-def test_amp_train_then_test_prints_miou(workspace, tmp_path):
+def test_amp_train_then_test_prints_miou(workspace, seg_run, tmp_path):
     """``--amp`` on a CPU-only machine trains under bfloat16 autocast (no CUDA loss scaler)."""
-    trained = train(SEG_DEMO, tmp_path, workspace, 'default_hooks.logger.interval=1', extra=['--amp'])
+    work_dir, trained = seg_run
     assert "type='CPUAmpOptimWrapper'" in trained.stdout + trained.stderr
     losses = [float(x) for x in re.findall(r' loss: ([-0-9.naninf]+)', trained.stdout + trained.stderr)]
     assert losses and all(math.isfinite(x) for x in losses)
     # mmseg's own log analysis tool plots the run's loss (seaborn, which make install adds)
-    log = next(tmp_path.glob('*/vis_data/scalars.json'))
+    log = next(work_dir.glob('*/vis_data/scalars.json'))
     run_tool([STOCK_TOOLS / 'analyze_logs.py', log, '--keys', 'loss', '--out', tmp_path / 'loss.png'], cwd=workspace)
     assert (tmp_path / 'loss.png').stat().st_size > 0
-    done = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'iter_2.pth', '--work-dir', tmp_path], cwd=workspace)
+    done = run_tool(['tools/test.py', SEG_DEMO, work_dir / 'iter_2.pth', '--work-dir', tmp_path], cwd=workspace)
     assert 'mIoU:' in done.stdout + done.stderr
 
 
@@ -136,29 +155,22 @@ def small_shapes(root):
               '--size', 64], cwd=root)
 
 
-def test_stock_test_flags_dump_augment_and_refuse_in_one_line(tmp_path):
-    """``--out`` and ``--tta`` with their stock meaning per scope: mmdet dumps a pickle and takes
-    mmdet's flip default, mmseg writes label maps and needs the config's TTA; ``--auto-scale-lr``
-    scales by the config's base batch."""
+def test_stock_test_flags_dump_augment_and_refuse_in_one_line(det_run, seg_run, tmp_path):
+    """``--out`` and ``--tta`` with their stock meaning per scope (the trained demos tested on 3 small
+    images): mmdet dumps a pickle and takes mmdet's flip default, mmseg writes label maps and needs the
+    config's TTA; ``--auto-scale-lr`` (the detection run) scales by the config's base batch."""
     small_shapes(tmp_path)
-    one = ['--cfg-options', 'train_cfg.max_iters=1', 'train_dataloader.batch_size=2',
-           'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
-    trained = run_tool(['tools/train.py', DET_DEMO, '--work-dir', tmp_path / 'det', '--auto-scale-lr', *one],
-                       cwd=tmp_path)
-    assert 'LR is set based on batch size of 8 and the current batch size is 2' in trained.stdout + trained.stderr
-    run_tool(['tools/test.py', DET_DEMO, tmp_path / 'det' / 'iter_1.pth', '--work-dir', tmp_path / 'det', '--tta',
-              '--out', tmp_path / 'det.pkl', '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=tmp_path)
+    det, seg = det_run / 'iter_2.pth', seg_run[0] / 'iter_2.pth'
+    run_tool(['tools/test.py', DET_DEMO, det, '--work-dir', tmp_path / 'det', '--tta', '--out', tmp_path / 'det.pkl',
+              '--cfg-options', 'model.test_cfg.score_thr=0.0'], cwd=tmp_path)
     from mmengine.fileio import load
     assert len(load(tmp_path / 'det.pkl')) == 3
-    refused = run_tool(['tools/test.py', DET_DEMO, tmp_path / 'det' / 'iter_1.pth', '--out', 'det.txt'],
-                       cwd=tmp_path, check=False)
+    refused = run_tool(['tools/test.py', DET_DEMO, det, '--out', 'det.txt'], cwd=tmp_path, check=False)
     assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
         "error: --out 'det.txt': expected a file ending in .pkl or .pickle (mmdet configs dump their predictions "
         'with pickle)')
-    run_tool(['tools/train.py', SEG_DEMO, '--work-dir', tmp_path / 'seg', *one], cwd=tmp_path)
-    run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'seg' / 'iter_1.pth', '--work-dir', tmp_path / 'seg', '--out',
-              tmp_path / 'labels'], cwd=tmp_path)
+    run_tool(['tools/test.py', SEG_DEMO, seg, '--work-dir', tmp_path / 'seg', '--out', tmp_path / 'labels'],
+             cwd=tmp_path)
     assert len(list((tmp_path / 'labels').rglob('*.png'))) == 3
-    refused = run_tool(['tools/test.py', SEG_DEMO, tmp_path / 'seg' / 'iter_1.pth', '--tta'], cwd=tmp_path,
-                       check=False)
+    refused = run_tool(['tools/test.py', SEG_DEMO, seg, '--tta'], cwd=tmp_path, check=False)
     assert refused.stderr.strip().splitlines()[-1].startswith('error: --tta needs tta_pipeline in the config')
