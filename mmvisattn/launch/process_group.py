@@ -13,6 +13,11 @@
   after ``env_cfg.dist_cfg.timeout`` seconds (mmengine's key; torch's default, 30 minutes, when
   unset) with one line naming it, where torch only counts the clients that came.
 - A rendezvous port another program holds ends in one line naming it.
+- **An orderly end** (:func:`leave_process_group`): a finished run leaves the group together, and
+  rank 0, the store's host, closes it only after every other rank has let go of it. Left to the
+  interpreter's exit, the store's server thread and the group's were torn down in no order: now
+  and then rank 0 aborted (``terminate called without an active exception``) after a run that
+  had trained and checkpointed, and Slurm reported the job failed.
 """
 import os
 import socket
@@ -36,6 +41,7 @@ RESTARTS_PER_JOB = 16
 # start keeps the store and the ranks its own)
 DIST_CFG_KEYS = ('backend', 'timeout')
 ROLL_CALL_KEY = 'mmvisattn/joined/{}'
+LEFT_KEY = 'mmvisattn/left'
 ROLL_CALL_POLL = 0.1  # seconds
 
 
@@ -93,6 +99,31 @@ def join_process_group(cfg: Config) -> None:
         return
     roll_call(store, rank, world_size, timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    _JOINED.update(store=store, timeout=timeout)
+
+
+# the store this process started its group with, kept to close it in order (leave_process_group)
+_JOINED: dict = {}
+
+
+def leave_process_group() -> None:
+    """End the group a finished run joined: a barrier, the group destroyed, then the store let go,
+    rank 0 (its host) last, once every other rank has said it left (or after the group's timeout).
+    Nothing when no group was started."""
+    if not dist.is_initialized():
+        return
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    dist.destroy_process_group()
+    store, timeout = _JOINED.pop('store', None), _JOINED.pop('timeout', None)
+    if store is None:  # torchrun's agent hosts the store
+        return
+    if rank != 0:
+        store.add(LEFT_KEY, 1)
+        return
+    deadline = time.monotonic() + timeout.total_seconds()
+    while store.add(LEFT_KEY, 0) < world_size - 1 and time.monotonic() < deadline:
+        time.sleep(ROLL_CALL_POLL)
 
 
 def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> Optional[dist.Store]:

@@ -16,7 +16,7 @@ from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
 from .config_checks import check_config
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
-from .process_group import LAUNCHERS, join_process_group
+from .process_group import LAUNCHERS, join_process_group, leave_process_group
 
 SCOPES = ('mmdet', 'mmseg')
 
@@ -100,6 +100,8 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
     ``runner.<action>()``. Bad input, a non-finite loss and data faults found while the run goes
     (a corrupted annotation file, an empty dataset, an undecodable image) exit in one line.
 
+    A distributed run that finished leaves its process group in order.
+
     ``tools/test.py`` evaluates only a checkpoint that sets every weight of the model, unless
     ``allow_partial_checkpoint``."""
     from mmengine.registry import RUNNERS
@@ -127,3 +129,4 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
         if message:
             raise SystemExit(message) from None
         raise
+    leave_process_group()

@@ -147,3 +147,32 @@ def test_a_dist_cfg_key_the_start_does_not_read_is_one_line(monkeypatch):
     cfg = Config(dict(launcher='pytorch', env_cfg=dict(dist_cfg=dict(backend='gloo', init_method='tcp://x:1'))))
     with pytest.raises(SystemExit, match=r'^error: env_cfg.dist_cfg sets init_method; expected only backend, timeout$'):
         join_process_group(cfg)
+
+
+LEAVING_RANK = '''
+import os, sys, time
+import torch.distributed as dist
+from mmengine.config import Config
+from mmvisattn.launch.process_group import join_process_group, leave_process_group
+join_process_group(Config(dict(launcher='pytorch', env_cfg=dict(dist_cfg=dict(timeout=30)))))
+if dist.get_rank() == 1:  # rank 1 lingers after the group's end: rank 0 must not close the store under it
+    destroy = dist.destroy_process_group
+    dist.destroy_process_group = lambda: (destroy(), time.sleep(1.5))
+leave_process_group()
+print(f'{time.time():.3f} {dist.is_initialized()}')
+'''
+
+
+def test_a_finished_run_leaves_the_group_rank_0_last():
+    """Both ranks destroy the group; rank 0, the store's host, lets go of the store only after the
+    other rank has (an exit that left both to the interpreter aborted rank 0 now and then)."""
+    port = str(free_port())
+    ranks = [subprocess.Popen([sys.executable, '-c', LEAVING_RANK], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE,
+                              env=dict(tool_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
+                                       MASTER_ADDR='127.0.0.1', MASTER_PORT=port))
+             for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=time_limit(120)) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], [err[-2000:] for _, err in outputs]
+    (left_0, initialized_0), (left_1, initialized_1) = (out.split() for out, _ in outputs)
+    assert initialized_0 == initialized_1 == 'False' and float(left_0) >= float(left_1) > 0
