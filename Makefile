@@ -7,6 +7,7 @@ PYTEST_ARGS  ?=
 TEST_WORKERS ?= 2
 TEST_RECORD  ?= work_dirs/tests/durations.json
 PEERS_DIR    ?=
+BENCH_MODELS_ARGS ?=
 # the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
 # has torch and triton but no venv and no network; those targets need nothing else)
 GPU_PYTHON   ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
@@ -71,18 +72,18 @@ gpu-proof-models-smoke: install
 kernels: install
 	$(PYTHON) tools/analysis_tools/compile_kernels.py --arch sm_80 sm_90 --out-dir work_dirs/compile_kernels
 
-# the side-by-side tables of docs/records/benchmarks.md (about 20 minutes on 2 cores); PEERS_DIR=... adds the
-# official modules
+# the side-by-side benchmark (about 20 minutes on 2 cores), its record into docs/records/bench/ (the docs render
+# docs/records/benchmarks.md's tables from it); PEERS_DIR=... adds the official modules
 bench: install
 	$(PYTHON) tools/analysis_tools/benchmark_suite.py $(if $(PEERS_DIR),--peers $(PEERS_DIR)) \
-		--out-dir work_dirs/bench --readme docs/records/benchmarks.md
+		--out-dir work_dirs/bench --record-dir docs/records/bench
 
 # every project model beside the stock model it replaces, in training, and the largest input each trains at
-# (tools/analysis_tools/benchmark_models.py; the tables of docs/records/models.md and of each family's
-# page, docs/families/<family>.md)
+# (tools/analysis_tools/benchmark_models.py), its record into docs/records/bench_models/ (the docs render the
+# tables of docs/records/models.md and of each family's page from it); BENCH_MODELS_ARGS=--pairs ... runs some
 bench-models: install
-	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models --readme docs/records/models.md \
-		--family-pages
+	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models \
+		--record-dir docs/records/bench_models $(BENCH_MODELS_ARGS)
 
 demo: install
 	@start=$$(date +%s); \

@@ -1,5 +1,12 @@
 """The documentation site builds as ``make docs`` builds it: every warning an error (a broken link
-between pages, a page outside the table of contents, a docstring that is not valid reST)."""
+between pages, a page outside the table of contents, a docstring that is not valid reST), and the
+records rendered from committed JSON."""
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import pytest
+
 from .conftest import REPO, run_command, tool_env
 
 
@@ -20,3 +27,44 @@ def test_config_readmes_hold_results_and_how_to_run_and_the_family_pages_the_res
         assert len(lines) <= 100 and any(line.startswith('| ') for line in lines), (family, len(lines))
         page = (REPO / 'docs' / 'families' / f'{family}.md').read_text()
         assert page.startswith(f'```{{include}} ../../configs/{family}/README.md'), family
+
+
+def records_extension():
+    """``docs/_ext/records.py``, the extension that renders the records (a file of the docs, not a module)."""
+    spec = importlib.util.spec_from_file_location('records_extension', REPO / 'docs' / '_ext' / 'records.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_models_record(tmp_path, name: str, when: str, pairs: dict) -> None:
+    record = dict(name=name, kind='bench_models', date=when[:10], time=when[11:], commit=name[:7], dirty=False,
+                  machine=dict(cpu='CPU', cores=2, python='3.11', torch='2.13'),
+                  results=dict(pairs=pairs, batch=2, threads=2))
+    (tmp_path / 'bench_models' / f'{name}.json').write_text(json.dumps(record))
+
+
+def test_each_pair_is_rendered_from_the_newest_record_that_measured_it(tmp_path, monkeypatch):
+    """A run of some pairs (``--pairs``) updates theirs alone; a pair no record holds is named; a mark
+    naming no records fails the build in one line."""
+    from mmvisattn.benchmarks import models
+    extension = records_extension()
+    monkeypatch.setattr(extension, 'RECORDS', tmp_path)
+    monkeypatch.setattr(models, 'tables', lambda pairs, batch, threads: ''.join(
+        f'{key}: {entry["measured"]}\n' for key, entry in pairs.items()))
+    (tmp_path / 'bench_models').mkdir()
+    assert extension.bench_models_tables('picodet') == (
+        'Not measured in any record yet: picodet-s-castling, picodet-l-castling.\n')  # no record at all
+    bench_models_record(tmp_path, 'aaaaaaa_all', '2026-11-26T10:00:00Z', {
+        'upernet-pervit-t': dict(family='pervit', measured='old'), 'upernet-pervit-s': dict(family='pervit',
+                                                                                            measured='old')})
+    bench_models_record(tmp_path, 'bbbbbbb_some', '2026-11-27T09:00:00Z', {
+        'upernet-pervit-s': dict(family='pervit', measured='new')})
+    page = ['# PerViT\n\n<!-- records: bench_models pervit -->\n']
+    extension.render(SimpleNamespace(env=SimpleNamespace()), 'families/pervit', page)
+    text = page[0]
+    assert text.index('commit `bbbbbbb`') < text.index('upernet-pervit-s: new') < text.index('commit `aaaaaaa`')
+    assert 'upernet-pervit-t: old' in text and 'upernet-pervit-s: old' not in text
+    assert text.rstrip().endswith('Not measured in any record yet: mask-rcnn-pervit-t, mask-rcnn-pervit-s.')
+    with pytest.raises(ValueError, match=r"^families/pervit: '<!-- records: benches -->' names no records; "):
+        extension.render(SimpleNamespace(env=SimpleNamespace()), 'families/pervit', ['<!-- records: benches -->'])

@@ -2,11 +2,15 @@
 ``<!-- records: tests -->`` gets, in its place, the tables of the newest record under
 ``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped with
 its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of each
-GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`). Nothing generated is
-committed as text."""
+GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`); ``<!-- records: bench -->``
+the side-by-side benchmark's tables of the newest record under ``docs/records/bench/`` (``make
+bench``), ``<!-- records: bench_models -->`` the model pairs' of the newest under
+``docs/records/bench_models/`` (``make bench-models``; each pair from the newest record that holds it)
+and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs. Nothing generated is committed as text."""
 import json
+import re
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 RECORDS = Path(__file__).resolve().parents[1] / 'records'
 
@@ -47,17 +51,56 @@ def gpu_tables() -> str:
     return tables(RECORDS / 'gpu')
 
 
-MARKS: Dict[str, Callable[[], str]] = {
-    '<!-- records: tests -->': lambda: tests_tables(newest('tests')),
-    '<!-- records: gpu -->': gpu_tables,
+def bench_tables(_: Optional[str]) -> str:
+    from mmvisattn.benchmarks.suite import tables
+    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    records = cpu_records(RECORDS / 'bench')
+    if not records:
+        raise FileNotFoundError(f'no record under {RECORDS / "bench"}: make bench writes one')
+    record = records[0]
+    return f'{cpu_stamp(record)}\n\n{tables(record["results"])}'
+
+
+def bench_models_tables(family: Optional[str]) -> str:
+    """The model pairs' tables, each pair from the newest record that measured it (a run may measure
+    some pairs only: ``--pairs``), of one family's pairs where ``family`` is given."""
+    from mmvisattn.benchmarks.model_pairs import PAIRS
+    from mmvisattn.benchmarks.models import tables
+    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    wanted = [key for key, pair in PAIRS.items() if family in (None, pair.family)]
+    records = cpu_records(RECORDS / 'bench_models')  # the newest first
+    owner = {key: next((i for i, record in enumerate(records) if key in record['results']['pairs']), None)
+             for key in wanted}
+    lines = []
+    for index in sorted({i for i in owner.values() if i is not None}):
+        results = records[index]['results']
+        pairs = {key: results['pairs'][key] for key in wanted if owner[key] == index}
+        lines += [cpu_stamp(records[index]), '', tables(pairs, results['batch'], results['threads'])]
+    missing = [key for key in wanted if owner[key] is None]
+    if missing:
+        lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
+    return '\n'.join(lines)
+
+
+MARKS: Dict[str, Callable[[Optional[str]], str]] = {
+    'tests': lambda _: tests_tables(newest('tests')),
+    'gpu': lambda _: gpu_tables(),
+    'bench': bench_tables,
+    'bench_models': bench_models_tables,
 }
+MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 
 
 def render(app, docname: str, source: List[str]) -> None:
-    for mark, tables in MARKS.items():
-        if mark in source[0]:
-            source[0] = source[0].replace(mark, tables())
-            app.env.record_pages = getattr(app.env, 'record_pages', set()) | {docname}
+    def tables(match: re.Match) -> str:
+        if match.group(1) not in MARKS:
+            raise ValueError(f'{docname}: {match.group(0)!r} names no records; expected one of {sorted(MARKS)}')
+        return MARKS[match.group(1)](match.group(2))
+
+    text = MARK.sub(tables, source[0])
+    if text != source[0]:
+        source[0] = text
+        app.env.record_pages = getattr(app.env, 'record_pages', set()) | {docname}
 
 
 def reread_record_pages(app, env, added, changed, removed) -> List[str]:

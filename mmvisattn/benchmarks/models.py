@@ -3,7 +3,7 @@ bench-models``): what a user pays at model level, and the largest input each tra
 
     python tools/analysis_tools/benchmark_models.py [--families F ...] [--pairs KEY ...]
         [--scales 0.5 0.75 1 1.25 | --sizes HxW ...] [--batch 2] [--rounds 1] [--threads 2]
-        [--out-dir work_dirs/bench_models] [--resume] [--readme docs/records/models.md] [--family-pages]
+        [--out-dir work_dirs/bench_models] [--resume] [--record-dir docs/records/bench_models]
 
 Every model is built from its config with random weights and trained one step at a time on
 synthetic targets (:mod:`.model_pairs`: batch 2, boxes with masks, or a label map), the real loss of
@@ -26,9 +26,11 @@ predicting the largest.
 
 Writes ``results.json`` (after every pair; ``--resume`` keeps the pairs it holds that were measured
 with the same settings, and those not selected, so a run may be split by ``--pairs``),
-``tables.md`` and ``saved_bytes.png`` (saved MB against pixels per pair)
-into ``--out-dir``; ``--readme`` replaces the page's tables between this tool's marker comments,
-``--family-pages`` each family's table in ``docs/families/<family>.md`` the same way.
+``tables.md``, ``saved_bytes.png`` (saved MB against pixels per pair) and the run's record
+(``record_bench_models.json``: the pairs this run measured, batch and threads, stamped with the
+machine, date and commit) into ``--out-dir``, and the record under its name into ``--record-dir`` where given (``make
+bench-models``: ``docs/records/bench_models``, from which the docs build renders the tables of
+``docs/records/models.md`` and of each family's page).
 """
 import argparse
 import json
@@ -38,13 +40,11 @@ from typing import Dict, List, Sequence, Tuple
 
 from mmvisattn.benchmarks.measure import in_child
 from mmvisattn.benchmarks.model_pairs import FAMILIES, PAIRS, ModelPair
-from mmvisattn.benchmarks.report import check_markers, update_readme
+from mmvisattn.proof.records import cpu_record, write_cpu_record
 
-TOOL = 'benchmark_models.py'
 GPU_GB = (24, 40, 80)
 BYTES_PER_PARAMETER = 16  # float32 weights and gradients, AdamW's two moments
 SATURATED_SIDE = 16384  # predictions stop here
-REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_size(text: str) -> Tuple[int, int]:
@@ -70,9 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench_models'))
     parser.add_argument('--resume', action='store_true', help="keep the pairs of --out-dir's results.json that were "
                         'measured with the same sizes, batch, rounds and threads')
-    parser.add_argument('--readme', type=Path, help=f"also replace the tables between {TOOL}'s markers there")
-    parser.add_argument('--family-pages', action='store_true', help='also each family\'s table in '
-                        'docs/families/<family>.md')
+    parser.add_argument('--record-dir', type=Path, help='also write the record there, under its name')
     args = parser.parse_args(argv)
     for flag, given, known in (('--families', args.families, FAMILIES), ('--pairs', args.pairs, PAIRS)):
         unknown = sorted(set(given or ()) - set(known))
@@ -90,11 +88,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.scales) <= 0 or args.batch < 1 or args.rounds < 0:
         parser.error(f'--scales {args.scales}, --batch {args.batch}, --rounds {args.rounds}: expected positive '
                      'scales and batch, and rounds >= 0')
-    if args.readme is not None:
-        check_markers(args.readme, parser.error, TOOL)
-    if args.family_pages:
-        for family in {pair.family for pair in args.selected}:
-            check_markers(REPO / 'docs' / 'families' / f'{family}.md', parser.error, TOOL)
     return args
 
 
@@ -290,12 +283,14 @@ def main(argv=None) -> None:
     path = args.out_dir / 'results.json'
     previous = json.loads(path.read_text()) if args.resume and path.is_file() else {}
     results = dict(previous)  # in PAIRS order below; a resumed run keeps the pairs it does not select
+    measured = []
     for pair in args.selected:
         if previous.get(pair.key, {}).get('settings') == settings(pair, args):
             print(f'{pair.key}: kept from {path}', flush=True)
             continue
         print(f'{pair.key}: {pair.project} vs {pair.stock}', flush=True)
         results[pair.key] = measure_pair(pair, args)
+        measured.append(pair.key)
         write_json(path, {key: results[key] for key in PAIRS if key in results})
     results = {key: results[key] for key in PAIRS if key in results}
     text = tables(results, args.batch, args.threads)
@@ -303,13 +298,11 @@ def main(argv=None) -> None:
     write_json(path, results)
     (args.out_dir / 'tables.md').write_text(text)
     plot(results, args.out_dir / 'saved_bytes.png')
-    if args.readme is not None:
-        update_readme(args.readme, text, TOOL)
-    if args.family_pages:
-        for family in dict.fromkeys(entry['family'] for entry in results.values()):
-            chosen = {key: entry for key, entry in results.items() if entry['family'] == family}
-            update_readme(REPO / 'docs' / 'families' / f'{family}.md', tables(chosen, args.batch, args.threads), TOOL)
     print(f'wrote results.json, tables.md and saved_bytes.png into {args.out_dir}')
+    if measured:  # the record holds what this run measured (a pair kept by --resume is in an earlier one)
+        record = cpu_record('bench_models', dict(pairs={key: results[key] for key in measured}, batch=args.batch,
+                                                 threads=args.threads))
+        print(f'wrote the record {", ".join(map(str, write_cpu_record(record, args.out_dir, args.record_dir)))}')
     errors = [key for key, entry in results.items() if 'error' in entry['time']
               or any('error' in row for rows in entry['memory'].values() for row in rows)]
     if errors:

@@ -1,9 +1,7 @@
 """The report of the side-by-side benchmark (``benchmark_suite.py``): Markdown tables as the docs
-carry them, a PNG of time against tokens per op, and a page's tables replaced between two
-marker comments (nothing else of the file)."""
-import sys
+render them from a record, and a PNG of time against tokens per op."""
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
 
@@ -88,33 +86,3 @@ def plot(results: dict, path: Path) -> None:
         log_axes(axis, 'forward + backward, ms', title=case.title.split(' (')[0])
         axis.legend(fontsize=7)
     save_figure(figure, path)
-
-
-def markers(tool: str) -> Tuple[str, str]:
-    """The comments between which ``tool`` writes its tables into a Markdown page."""
-    return f'<!-- {tool}: begin -->', f'<!-- {tool}: end -->'
-
-
-BEGIN, END = markers('benchmark_suite.py')
-
-
-def check_markers(readme: Path, error: Callable[[str], None], tool: str = 'benchmark_suite.py') -> str:
-    """The text of ``readme``, which must hold ``tool``'s begin marker and, after it, its end marker
-    once each."""
-    begin, end = markers(tool)
-    text = readme.read_text() if readme.is_file() else None
-    if text is None or text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        error(f'{readme}: expected a file holding the lines {begin!r} and {end!r}, once each and in order')
-    return text
-
-
-def update_readme(readme: Path, tables: str, tool: str = 'benchmark_suite.py') -> None:
-    """Replace what lies between ``tool``'s markers in ``readme`` by ``tables`` (written to a temporary
-    file beside it, then renamed over it, so an interrupted run leaves the old page whole)."""
-    text = check_markers(readme, lambda message: sys.exit(f'{tool}: {message}'), tool)
-    begin, end = markers(tool)
-    head, rest = text.split(begin)
-    tail = rest.split(end)[1]
-    scratch = readme.with_name(f'.{readme.name}.{tool}')
-    scratch.write_text(f'{head}{begin}\n{tables}{end}{tail}')
-    scratch.replace(readme)

@@ -1,9 +1,9 @@
-"""The side-by-side benchmark of docs/records/benchmarks.md (``make bench``): every attention of the project beside
+"""The side-by-side benchmark of the docs' records (``make bench``): every attention of the project beside
 torch SDPA, mmseg's spatial-reduction attention (SRA) and, given ``--peers``, the official modules;
 then whole models end to end.
 
     python tools/analysis_tools/benchmark_suite.py [--peers PEERS_DIR] [--out-dir work_dirs/bench]
-        [--only ops memory models] [--rounds 25]
+        [--only ops memory models] [--rounds 25] [--record-dir docs/records/bench]
 
 ``PEERS_DIR`` holds checkouts of the official repositories named ``owner+name``
 (``microsoft+vision-longformer``, ``GATECH-EIC+Castling-ViT``, ``juhongm999+pervit``), imported at
@@ -19,10 +19,11 @@ run time only; without it the official columns are left out.
 * **Models**: one image, inference (``model._forward``, the raw head outputs; the backbone alone
   beside it), paired in rounds the same way against the first model of the group.
 
-Prints the tables (Markdown, as the page carries them), writes ``results.json``, ``tables.md``
-and ``bench.png`` into ``--out-dir``; with ``--readme docs/records/benchmarks.md`` (``make bench``) it also replaces
-the page's tables between the two marker comments, and nothing else of the file. About 20
-minutes on two cores.
+Prints the tables (Markdown), writes ``results.json``, ``tables.md``, ``bench.png`` and the run's
+record (``record_bench.json``: the results stamped with the machine, date and commit,
+:func:`mmvisattn.proof.records.cpu_record`) into ``--out-dir``, and the record under its name into
+``--record-dir`` where given (``make bench``: ``docs/records/bench``, from which the docs build renders
+the tables of ``docs/records/benchmarks.md``). About 20 minutes on two cores.
 """
 import argparse
 import importlib.util
@@ -34,7 +35,8 @@ from typing import Dict
 
 from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
 from mmvisattn.benchmarks.measure import OFFICIAL_REPOS, in_child, runnable
-from mmvisattn.benchmarks.report import BEGIN, END, check_markers, model_tables, op_tables, plot, update_readme
+from mmvisattn.benchmarks.report import model_tables, op_tables, plot
+from mmvisattn.proof.records import cpu_record, write_cpu_record
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,15 +52,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--grids', type=int, nargs='+', help='one list of grid sides for every op (a quick run)')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help='one input size for every model')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench'))
-    parser.add_argument('--readme', type=Path, help=f'also replace the tables between {BEGIN!r} and {END!r} '
-                        'in this Markdown file, nothing else of it')
+    parser.add_argument('--record-dir', type=Path, help='also write the record there, under its name')
     args = parser.parse_args(argv)
     unknown = set(args.cases or ()) - {c.key for c in OP_CASES + MODEL_GROUPS}
     if unknown:
         parser.error(f'--cases {sorted(unknown)}: expected keys among '
                      f'{[c.key for c in OP_CASES + MODEL_GROUPS]}')
-    if args.readme is not None:
-        check_markers(args.readme, parser.error)
     if args.peers is not None and not args.peers.is_dir():
         parser.error(f'--peers {args.peers}: not a folder')
     needing_einops = [key for key in ('vil', 'pervit') if key in (args.cases or OFFICIAL_REPOS)]
@@ -103,16 +102,20 @@ def main(argv=None) -> None:
             print(f'[{time.perf_counter() - started:6.0f} s] {group.title} at {shape[0]}x{shape[1]}', file=sys.stderr,
                   flush=True)
     results['seconds'] = time.perf_counter() - started
-    text = '\n'.join(op_tables(results['ops']) + model_tables(results['models'])).strip() + '\n'
+    text = tables(results)
     print(text)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / 'results.json').write_text(json.dumps(results, indent=2))
     (args.out_dir / 'tables.md').write_text(text)
     plot(results, args.out_dir / 'bench.png')
-    print(f'wrote {args.out_dir}/results.json, tables.md and bench.png in {results["seconds"]:.0f} s')
-    if args.readme is not None:
-        update_readme(args.readme, text)
-        print(f'replaced the tables of {args.readme}')
+    written = write_cpu_record(cpu_record('bench', results), args.out_dir, args.record_dir)
+    print(f'wrote {args.out_dir}/results.json, tables.md, bench.png and {", ".join(map(str, written))} in '
+          f'{results["seconds"]:.0f} s')
+
+
+def tables(results: Dict) -> str:
+    """The Markdown of a run's ``results.json`` (the docs build renders a record's with it)."""
+    return '\n'.join(op_tables(results['ops']) + model_tables(results['models'])).strip() + '\n'
 
 
 if __name__ == '__main__':

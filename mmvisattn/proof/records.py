@@ -1,5 +1,7 @@
-"""The records of GPU runs as data: one JSON file per run under ``docs/records/gpu/``, and the
-GPU tables generated from the newest record of each GPU, never written by hand.
+"""The records of runs as data: one JSON file per run under ``docs/records/<kind>/``, and the tables
+generated from them by the docs build, never written by hand. GPU runs under ``docs/records/gpu/``;
+the CPU benchmarks (``make bench``, ``make bench-models``) under ``docs/records/bench/`` and
+``docs/records/bench_models/`` (:func:`cpu_record`).
 
     python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
 
@@ -27,7 +29,7 @@ import platform
 import re
 import subprocess
 import sys
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -81,6 +83,55 @@ def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
     return dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
                 software=software(openmmlab), commit=commit, dirty=dirty,
                 rows=list(rows))
+
+
+def cpu_name() -> str:
+    """The processor's name as ``/proc/cpuinfo`` gives it (``platform.processor()`` where it does not)."""
+    try:
+        return next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
+                    if line.startswith('model name'))
+    except (OSError, StopIteration):
+        return platform.processor() or 'unknown CPU'
+
+
+def cpu_record(kind: str, results: Dict) -> Dict:
+    """A record of this tree's CPU benchmark: ``results`` as the tool wrote them, stamped with the machine
+    (processor, the cores this process may use, Python, torch), the date, the UTC time and the commit;
+    ``name`` is the file name it is committed under in ``docs/records/<kind>/``."""
+    import torch
+    commit, dirty = tree_state()
+    now = datetime.now(timezone.utc)
+    machine = dict(cpu=cpu_name(), cores=len(os.sched_getaffinity(0)), python=platform.python_version(),
+                   torch=torch.__version__)
+    return dict(name=f'{now.date().isoformat()}_{slug(machine["cpu"])}-{machine["cores"]}-cores_{commit}_{kind}.json',
+                kind=kind, date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), commit=commit, dirty=dirty,
+                machine=machine, results=results)
+
+
+def write_cpu_record(record: Dict, out_dir: Path, record_dir: Optional[Path]) -> List[Path]:
+    """``record`` as ``record_<kind>.json`` in ``out_dir`` and, given ``record_dir``, under its ``name``
+    there too (``make bench`` names ``docs/records/<kind>``); the paths written."""
+    text = json.dumps(record, indent=1) + '\n'
+    paths = [out_dir / f'record_{record["kind"]}.json'] + ([record_dir / record['name']] if record_dir else [])
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return paths
+
+
+def cpu_stamp(record: Dict) -> str:
+    """The line above a CPU record's tables: what ran it, when, on which commit."""
+    machine = record['machine']
+    return (f'Newest record: {record["date"]}, commit `{record["commit"]}`'
+            f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with {machine["cores"]} '
+            f'cores, Python {machine["python"]}, torch {machine["torch"]}.')
+
+
+def cpu_records(records_dir: Path) -> List[Dict]:
+    """The records under ``records_dir`` (none where it does not exist), the newest first (by date and UTC
+    time, then name)."""
+    records = [json.loads(path.read_text()) for path in records_dir.glob('*.json')]
+    return sorted(records, key=lambda record: (record['date'], record['time'], record['name']), reverse=True)
 
 
 def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:

@@ -1,6 +1,6 @@
 """``make bench-models``' tool: a project model and its stock counterpart trained one step on
 synthetic targets, saved bytes and time per size, the largest-input predictions, tables, JSON, a
-plot and the marked README section; bad names and sizes refused in one line."""
+plot and its record, which the docs render; bad names and sizes refused in one line."""
 import json
 from importlib import import_module
 
@@ -13,10 +13,9 @@ TOOL = 'tools/analysis_tools/benchmark_models.py'
 SMALLEST = ['--pairs', 'picodet-s-castling', '--sizes', '64x64', '96x96', '128x128', '--rounds', 1, '--threads', 1]
 
 
-def test_smallest_pair_writes_tables_json_plot_and_readme_section(tmp_path):
-    readme = tmp_path / 'README.md'
-    readme.write_text('kept above\n<!-- benchmark_models.py: begin -->\nold\n<!-- benchmark_models.py: end -->\n')
-    done = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
+def test_smallest_pair_writes_tables_json_plot_and_record(tmp_path):
+    done = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--record-dir', tmp_path / 'records'],
+                    cwd=tmp_path)
     entry = json.loads((tmp_path / 'out' / 'results.json').read_text())['picodet-s-castling']
     for side in ('project', 'stock'):
         rows = entry['memory'][side]
@@ -30,10 +29,14 @@ def test_smallest_pair_writes_tables_json_plot_and_readme_section(tmp_path):
     assert (tmp_path / 'out' / 'saved_bytes.png').stat().st_size > 1000
     tables = (tmp_path / 'out' / 'tables.md').read_text()
     assert '| picodet-s-castling vs PicoDet-S ESNet | 128x128 |' in tables and tables in done.stdout
-    assert readme.read_text() == f'kept above\n<!-- benchmark_models.py: begin -->\n{tables}' \
-                                 '<!-- benchmark_models.py: end -->\n'
-    resumed = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--resume'], cwd=tmp_path)
+    (committed,) = (tmp_path / 'records').iterdir()
+    record = json.loads(committed.read_text())
+    assert committed.name == record['name'] and record['kind'] == 'bench_models'
+    assert record['results'] == dict(pairs={'picodet-s-castling': entry}, batch=2, threads=1)
+    resumed = run_tool([TOOL, *SMALLEST, '--out-dir', tmp_path / 'out', '--resume', '--record-dir',
+                        tmp_path / 'records'], cwd=tmp_path)
     assert 'picodet-s-castling: kept from' in resumed.stdout  # same settings: nothing measured again
+    assert list((tmp_path / 'records').iterdir()) == [committed]  # nor recorded again
     assert (tmp_path / 'out' / 'tables.md').read_text() == tables
 
 

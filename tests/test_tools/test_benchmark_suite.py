@@ -1,6 +1,6 @@
 """``make bench``'s tool: paired rounds in one process per op and grid, memory in fresh processes,
-the models end to end; it writes a table, JSON and a plot, and replaces only the marked tables of
-a README."""
+the models end to end; it writes a table, JSON, a plot and its record (results stamped with machine,
+date and commit), which the docs render."""
 import json
 from importlib import import_module
 
@@ -11,12 +11,9 @@ from ..conftest import run_tool
 TOOL = 'tools/analysis_tools/benchmark_suite.py'
 
 
-def test_suite_writes_tables_json_plot_and_readme_section(tmp_path):
-    readme = tmp_path / 'README.md'
-    readme.write_text('# Title\n\nkept above\n<!-- benchmark_suite.py: begin -->\nold tables\n'
-                      '<!-- benchmark_suite.py: end -->\nkept below\n')
+def test_suite_writes_tables_json_plot_and_record(tmp_path):
     done = run_tool([TOOL, '--cases', 'rwgka', 'segformer', '--grids', 8, '--shape', 64, 64, '--rounds', 3,
-                     '--threads', 1, '--out-dir', tmp_path / 'out', '--readme', readme], cwd=tmp_path)
+                     '--threads', 1, '--out-dir', tmp_path / 'out', '--record-dir', tmp_path / 'records'], cwd=tmp_path)
     result = json.loads((tmp_path / 'out' / 'results.json').read_text())
     timing = result['ops']['2']['time']['8']
     assert timing['rounds'] >= 3 and timing['ms']['RWGKA'] > 0 and timing['ratio']['RWGKA / SDPA'] > 0
@@ -27,20 +24,19 @@ def test_suite_writes_tables_json_plot_and_readme_section(tmp_path):
     assert (tmp_path / 'out' / 'bench.png').stat().st_size > 1000
     tables = (tmp_path / 'out' / 'tables.md').read_text()
     assert '| 8x8 |' in tables and '| SegFormer-B0-RWGKA |' in tables and tables in done.stdout
-    text = readme.read_text()
-    assert text.startswith('# Title\n\nkept above\n') and text.endswith('kept below\n')
-    assert 'old tables' not in text and tables in text
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['README.md', 'out']
+    (committed,) = (tmp_path / 'records').iterdir()
+    record = json.loads(committed.read_text())
+    assert record == json.loads((tmp_path / 'out' / 'record_bench.json').read_text())
+    assert committed.name == record['name'] and record['name'].endswith(f'-cores_{record["commit"]}_bench.json')
+    assert record['kind'] == 'bench' and record['results'] == result and record['machine']['cores'] >= 1
+    suite = import_module('mmvisattn.benchmarks.suite')
+    assert suite.tables(record['results']) == tables  # what the docs render from the record
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out', 'records']
 
 
 def test_bad_arguments_fail_in_one_line(tmp_path):
     done = run_tool([TOOL, '--cases', 'nothing'], cwd=tmp_path, check=False)
     assert done.returncode == 2 and "--cases ['nothing']: expected keys among ['vil'," in done.stderr
-    readme = tmp_path / 'README.md'
-    readme.write_text('no markers\n')
-    done = run_tool([TOOL, '--readme', readme], cwd=tmp_path, check=False)
-    assert done.returncode == 2 and 'expected a file holding the lines' in done.stderr
-    assert readme.read_text() == 'no markers\n'
     assert 'Traceback' not in done.stderr
 
 
