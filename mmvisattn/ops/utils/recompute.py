@@ -50,8 +50,7 @@ class ChunkedRecompute(torch.autograd.Function):
         ctx.autocast = autocast_state(tensors[0].device.type)
         ctx.save_for_backward(*inputs)
         with torch.no_grad():
-            outputs = [fn(span, *(t[..., span, :] for t in inputs)) for span in spans]
-        return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
+            return _by_spans(fn, spans, inputs)
 
     @staticmethod
     def backward(ctx, *grads: Tensor):
@@ -84,5 +83,14 @@ def checkpointed_chunks(fn: Callable, length: int, chunk: int, tensors: Sequence
         out = fn(span, *parts, *args)
         return out if isinstance(out, tuple) else (out,)
 
-    outputs = apply_function(ChunkedRecompute, call, runs(length, chunk), len(tensors), *tensors, *params)
+    if any(t.requires_grad for t in (*tensors, *params)):
+        outputs = apply_function(ChunkedRecompute, call, runs(length, chunk), len(tensors), *tensors, *params)
+    else:  # no gradient wanted (frozen weights): no graph to spare, and nothing for the Function to run on
+        outputs = _by_spans(call, runs(length, chunk), tensors)
     return outputs if len(outputs) > 1 else outputs[0]
+
+
+def _by_spans(fn: Callable, spans: Sequence[slice], inputs: Sequence[Tensor]) -> Tuple[Tensor, ...]:
+    """``fn`` over ``spans`` of the ``inputs`` (dim -2), its outputs concatenated."""
+    outputs = [fn(span, *(t[..., span, :] for t in inputs)) for span in spans]
+    return tuple(torch.cat(parts, dim=-2) for parts in zip(*outputs))
