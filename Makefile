@@ -7,6 +7,7 @@ PYTEST_ARGS  ?=
 TEST_WORKERS ?= 2
 TEST_RECORD  ?= work_dirs/tests/durations.json
 PEERS_DIR    ?=
+BENCH_ARGS   ?=
 BENCH_MODELS_ARGS ?=
 # the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
 # has torch and triton but no venv and no network; those targets need nothing else)
@@ -73,10 +74,11 @@ kernels: install
 	$(PYTHON) tools/analysis_tools/compile_kernels.py --arch sm_80 sm_90 --out-dir work_dirs/compile_kernels
 
 # the side-by-side benchmark (about 20 minutes on 2 cores), its record into docs/records/bench/ (the docs render
-# docs/records/benchmarks.md's tables from it); PEERS_DIR=... adds the official modules
+# docs/records/benchmarks.md's tables from it); PEERS_DIR=... adds the official modules, BENCH_ARGS=--cases ...
+# runs some
 bench: install
 	$(PYTHON) tools/analysis_tools/benchmark_suite.py $(if $(PEERS_DIR),--peers $(PEERS_DIR)) \
-		--out-dir work_dirs/bench --record-dir docs/records/bench
+		--out-dir work_dirs/bench --record-dir docs/records/bench $(BENCH_ARGS)
 
 # every project model beside the stock model it replaces, in training, and the largest input each trains at
 # (tools/analysis_tools/benchmark_models.py), its record into docs/records/bench_models/ (the docs render the

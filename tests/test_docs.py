@@ -68,3 +68,21 @@ def test_each_pair_is_rendered_from_the_newest_record_that_measured_it(tmp_path,
     assert text.rstrip().endswith('Not measured in any record yet: mask-rcnn-pervit-t, mask-rcnn-pervit-s.')
     with pytest.raises(ValueError, match=r"^families/pervit: '<!-- records: benches -->' names no records; "):
         extension.render(SimpleNamespace(env=SimpleNamespace()), 'families/pervit', ['<!-- records: benches -->'])
+
+
+def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it(tmp_path, monkeypatch):
+    from mmvisattn.benchmarks import suite
+    extension = records_extension()
+    monkeypatch.setattr(extension, 'RECORDS', tmp_path)
+    monkeypatch.setattr(suite, 'tables', lambda results: ''.join(
+        f'{part} {index}: {entry}\n' for part in ('ops', 'models') for index, entry in results[part].items()))
+    (tmp_path / 'bench').mkdir()
+    for name, when, ops in (('aaaaaaa_all', '2026-11-27T10:00:00Z', {'0': 'old', '5': 'old'}),
+                            ('bbbbbbb_pervit', '2026-11-27T11:00:00Z', {'5': 'new'})):
+        record = dict(name=name, kind='bench', date=when[:10], time=when[11:], commit=name[:7], dirty=False,
+                      machine=dict(cpu='CPU', cores=2, python='3.11', torch='2.13'),
+                      results=dict(ops=ops, models={'0': 'old'} if name.startswith('a') else {}))
+        (tmp_path / 'bench' / f'{name}.json').write_text(json.dumps(record))
+    text = extension.bench_tables(None)
+    assert text.index('commit `bbbbbbb`') < text.index('ops 5: new') < text.index('commit `aaaaaaa`')
+    assert 'ops 0: old' in text and 'models 0: old' in text and 'ops 5: old' not in text

@@ -3,10 +3,11 @@
 ``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped with
 its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of each
 GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`); ``<!-- records: bench -->``
-the side-by-side benchmark's tables of the newest record under ``docs/records/bench/`` (``make
-bench``), ``<!-- records: bench_models -->`` the model pairs' of the newest under
-``docs/records/bench_models/`` (``make bench-models``; each pair from the newest record that holds it)
-and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs. Nothing generated is committed as text."""
+the side-by-side benchmark's tables from the records under ``docs/records/bench/`` (``make bench``),
+``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
+(``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs.
+Each op, model group or pair comes from the newest record that measured it (a run may measure some:
+``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
 import re
 from pathlib import Path
@@ -51,14 +52,31 @@ def gpu_tables() -> str:
     return tables(RECORDS / 'gpu')
 
 
+def newest_holders(records: List[dict], keys: List[str], held) -> Dict[str, Optional[int]]:
+    """For each key, the index in ``records`` (the newest first) of the newest record that holds it
+    (``held(record)``: the keys a record measured), or None."""
+    return {key: next((i for i, record in enumerate(records) if key in held(record)), None) for key in keys}
+
+
 def bench_tables(_: Optional[str]) -> str:
+    """The side-by-side tables, each op and model group from the newest record that measured it (a run
+    may measure some: ``--cases``)."""
+    from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
     from mmvisattn.benchmarks.suite import tables
     from mmvisattn.proof.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench')
     if not records:
         raise FileNotFoundError(f'no record under {RECORDS / "bench"}: make bench writes one')
-    record = records[0]
-    return f'{cpu_stamp(record)}\n\n{tables(record["results"])}'
+    keys = [f'ops/{i}' for i in range(len(OP_CASES))] + [f'models/{i}' for i in range(len(MODEL_GROUPS))]
+    owner = newest_holders(records, keys, lambda record: {f'{part}/{index}' for part in ('ops', 'models')
+                                                          for index in record['results'][part]})
+    lines = []
+    for index in sorted({i for i in owner.values() if i is not None}):
+        results = records[index]['results']
+        mine = {part: {i: entry for i, entry in results[part].items() if owner[f'{part}/{i}'] == index}
+                for part in ('ops', 'models')}
+        lines += [cpu_stamp(records[index]), '', tables(mine), '']
+    return '\n'.join(lines)
 
 
 def bench_models_tables(family: Optional[str]) -> str:
@@ -69,8 +87,7 @@ def bench_models_tables(family: Optional[str]) -> str:
     from mmvisattn.proof.records import cpu_records, cpu_stamp
     wanted = [key for key, pair in PAIRS.items() if family in (None, pair.family)]
     records = cpu_records(RECORDS / 'bench_models')  # the newest first
-    owner = {key: next((i for i, record in enumerate(records) if key in record['results']['pairs']), None)
-             for key in wanted}
+    owner = newest_holders(records, wanted, lambda record: record['results']['pairs'])
     lines = []
     for index in sorted({i for i in owner.values() if i is not None}):
         results = records[index]['results']
