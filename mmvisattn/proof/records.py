@@ -122,7 +122,7 @@ def write_cpu_record(record: Dict, out_dir: Path, record_dir: Optional[Path]) ->
 def cpu_stamp(record: Dict) -> str:
     """The line above a CPU record's tables: what ran it, when, on which commit."""
     machine = record['machine']
-    return (f'Newest record: {record["date"]}, commit `{record["commit"]}`'
+    return (f'Measured {record["date"]} at {record["time"]}, commit `{record["commit"]}`'
             f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with {machine["cores"]} '
             f'cores, Python {machine["python"]}, torch {machine["torch"]}.')
 
