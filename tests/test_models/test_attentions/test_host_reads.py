@@ -10,8 +10,6 @@ stream, every layer, every step. Measured before the tables were cached on the d
 (one per chunk of the position network), ripple 12 (the tile geometry rebuilt), RWGK 2 (the solve's
 error check).
 """
-from typing import Tuple
-
 import pytest
 import torch
 
@@ -38,19 +36,15 @@ TRITON_SIZE = dict(embed_dims=32, num_heads=2)
 TRITON_MAP = (6, 7)
 
 
-def host_reads_of_a_step(cfg: dict, hw_shape, batch: int = 1) -> Tuple[HostReadCounter, LaunchCounter]:
-    """The host reads of the second of two training steps (forward + backward) of the attention. The
-    Triton kernels are counted, not run (``dry_kernels``): a kernel runs outside the dispatch modes, so
-    what the counter audits is the glue around it, whatever the kernel computes. Returns the reads and
-    the launches of that step."""
+def host_reads_of_a_step(cfg: dict, hw_shape, batch: int = 1) -> HostReadCounter:
+    """The host reads of the second of two training steps (forward + backward) of the attention."""
     torch.manual_seed(0)
     attn = build_attention(cfg).train()
     x = torch.randn(batch, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'], requires_grad=True)
-    with LaunchCounter(dry_kernels=True):
+    attn(x, hw_shape).sum().backward()
+    with HostReadCounter() as reads:
         attn(x, hw_shape).sum().backward()
-    with LaunchCounter(dry_kernels=True) as launches, HostReadCounter() as reads:
-        attn(x, hw_shape).sum().backward()
-    return reads, launches
+    return reads
 
 
 def test_every_registered_attention_is_audited():
@@ -63,15 +57,18 @@ def test_training_step_at_the_shipped_size_reads_nothing_back(name):
     cfg = dict(cfg, type=name)
     if 'torch' in getattr(ATTENTIONS.get(name), 'impls', ()):
         cfg['impl'] = 'torch'  # the path CUDA runs where the kernels refuse (auto would take C++ here)
-    reads, _ = host_reads_of_a_step(cfg, hw_shape)
+    reads = host_reads_of_a_step(cfg, hw_shape)
     assert reads.total == 0, f'{name}: {reads.summary()}'
 
 
 @pytest.mark.parametrize('name', sorted(name for name in SHIPPED
                                         if 'triton' in getattr(ATTENTIONS.get(name), 'impls', ())))
 def test_triton_training_step_reads_nothing_back(name):
+    """The kernels counted, not run (``dry_kernels``): a kernel runs outside the dispatch modes, so what
+    the counter audits is the glue around it, whatever the kernel computes."""
     cfg = dict(SHIPPED[name][0], **TRITON_SIZE, type=name, impl='triton')
-    reads, launches = host_reads_of_a_step(cfg, TRITON_MAP, batch=2)
+    with LaunchCounter(dry_kernels=True) as launches:
+        reads = host_reads_of_a_step(cfg, TRITON_MAP, batch=2)
     assert reads.total == 0, f'{name}: {reads.summary()}'
     assert sum(launches.triton.values()) > 0, f'{name}: no Triton kernel launched'
 
