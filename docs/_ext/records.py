@@ -11,7 +11,7 @@ Each op, model group or pair comes from the newest record that measured it (a ru
 import json
 import re
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 RECORDS = Path(__file__).resolve().parents[1] / 'records'
 
@@ -52,10 +52,14 @@ def gpu_tables() -> str:
     return tables(RECORDS / 'gpu')
 
 
-def newest_holders(records: List[dict], keys: List[str], held) -> Dict[str, Optional[int]]:
-    """For each key, the index in ``records`` (the newest first) of the newest record that holds it
-    (``held(record)``: the keys a record measured), or None."""
-    return {key: next((i for i, record in enumerate(records) if key in held(record)), None) for key in keys}
+def by_newest_record(records: List[dict], keys: List, held) -> Tuple[List[Tuple[dict, List]], List]:
+    """``keys`` shared out to the newest record that holds each (``records`` the newest first,
+    ``held(record)`` the keys it measured): each record with its keys, the newest first, and the keys
+    no record holds."""
+    owner = {key: next((i for i, record in enumerate(records) if key in held(record)), None) for key in keys}
+    groups = [(records[i], [key for key in keys if owner[key] == i])
+              for i in sorted({i for i in owner.values() if i is not None})]
+    return groups, [key for key in keys if owner[key] is None]
 
 
 def bench_tables(_: Optional[str]) -> str:
@@ -67,15 +71,14 @@ def bench_tables(_: Optional[str]) -> str:
     records = cpu_records(RECORDS / 'bench')
     if not records:
         raise FileNotFoundError(f'no record under {RECORDS / "bench"}: make bench writes one')
-    keys = [f'ops/{i}' for i in range(len(OP_CASES))] + [f'models/{i}' for i in range(len(MODEL_GROUPS))]
-    owner = newest_holders(records, keys, lambda record: {f'{part}/{index}' for part in ('ops', 'models')
-                                                          for index in record['results'][part]})
+    keys = [('ops', str(i)) for i in range(len(OP_CASES))] + [('models', str(i)) for i in range(len(MODEL_GROUPS))]
+    groups, _ = by_newest_record(records, keys, lambda record: {
+        (part, index) for part in ('ops', 'models') for index in record['results'][part]})
     lines = []
-    for index in sorted({i for i in owner.values() if i is not None}):
-        results = records[index]['results']
-        mine = {part: {i: entry for i, entry in results[part].items() if owner[f'{part}/{i}'] == index}
+    for record, held in groups:
+        mine = {part: {index: record['results'][part][index] for kind, index in held if kind == part}
                 for part in ('ops', 'models')}
-        lines += [cpu_stamp(records[index]), '', tables(mine), '']
+        lines += [cpu_stamp(record), '', tables(mine), '']
     return '\n'.join(lines)
 
 
@@ -86,14 +89,13 @@ def bench_models_tables(family: Optional[str]) -> str:
     from mmvisattn.benchmarks.models import tables
     from mmvisattn.proof.records import cpu_records, cpu_stamp
     wanted = [key for key, pair in PAIRS.items() if family in (None, pair.family)]
-    records = cpu_records(RECORDS / 'bench_models')  # the newest first
-    owner = newest_holders(records, wanted, lambda record: record['results']['pairs'])
+    groups, missing = by_newest_record(cpu_records(RECORDS / 'bench_models'), wanted,
+                                       lambda record: record['results']['pairs'])
     lines = []
-    for index in sorted({i for i in owner.values() if i is not None}):
-        results = records[index]['results']
-        pairs = {key: results['pairs'][key] for key in wanted if owner[key] == index}
-        lines += [cpu_stamp(records[index]), '', tables(pairs, results['batch'], results['threads'])]
-    missing = [key for key in wanted if owner[key] is None]
+    for record, keys in groups:
+        results = record['results']
+        lines += [cpu_stamp(record), '', tables({key: results['pairs'][key] for key in keys}, results['batch'],
+                                                results['threads'])]
     if missing:
         lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
     return '\n'.join(lines)
