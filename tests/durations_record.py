@@ -4,17 +4,18 @@ together, as ``--durations`` counts them). ``make test`` writes ``work_dirs/test
 a copy committed under ``docs/records/tests/`` is the suite's record.
 
 Under pytest-xdist the workers' reports reach the controlling process, which alone writes the file.
-This plugin needs pytest alone (the op tests run on machines without OpenMMLab)."""
+This plugin needs pytest and the package's records module (the standard library only: the op tests
+run on machines without OpenMMLab)."""
 import datetime
 import json
-import os
-import platform
 import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from mmvisattn.proof.records import cpu_machine
 
 SLOWEST = 15
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ class DurationsRecord:
         slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
         now = datetime.datetime.now(datetime.timezone.utc)
         record = dict(kind='tests', date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), **git_state(),
-                      machine=machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
+                      machine=cpu_machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
                       tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
                       test_seconds=round(sum(self.seconds.values()), 1),
                       slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest],
@@ -69,17 +70,6 @@ def git_state() -> dict:
         return dict(commit=git('rev-parse', '--short', 'HEAD'), dirty=bool(git('status', '--porcelain')))
     except (OSError, subprocess.CalledProcessError):
         return dict(commit=None, dirty=None)
-
-
-def machine() -> dict:
-    """The processor's name and the cores the suite may use."""
-    name = platform.processor()
-    try:
-        name = next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
-                    if line.startswith('model name'))
-    except (OSError, StopIteration):
-        pass
-    return dict(cpu=name, cores=len(os.sched_getaffinity(0)), python=platform.python_version())
 
 
 @pytest.hookimpl(trylast=True)

@@ -85,13 +85,16 @@ def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
                 rows=list(rows))
 
 
-def cpu_name() -> str:
-    """The processor's name as ``/proc/cpuinfo`` gives it (``platform.processor()`` where it does not)."""
+def cpu_machine() -> Dict:
+    """The processor's name (``/proc/cpuinfo``'s, else ``platform.processor()``), the cores this process
+    may use and the Python version: what a CPU record (and the suite's, ``tests/durations_record.py``)
+    says it ran on."""
     try:
-        return next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
+        name = next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
                     if line.startswith('model name'))
     except (OSError, StopIteration):
-        return platform.processor() or 'unknown CPU'
+        name = platform.processor() or 'unknown CPU'
+    return dict(cpu=name, cores=len(os.sched_getaffinity(0)), python=platform.python_version())
 
 
 def cpu_record(kind: str, results: Dict) -> Dict:
@@ -101,8 +104,7 @@ def cpu_record(kind: str, results: Dict) -> Dict:
     import torch
     commit, dirty = tree_state()
     now = datetime.now(timezone.utc)
-    machine = dict(cpu=cpu_name(), cores=len(os.sched_getaffinity(0)), python=platform.python_version(),
-                   torch=torch.__version__)
+    machine = dict(cpu_machine(), torch=torch.__version__)
     return dict(name=f'{now.date().isoformat()}_{slug(machine["cpu"])}-{machine["cores"]}-cores_{commit}_{kind}.json',
                 kind=kind, date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), commit=commit, dirty=dirty,
                 machine=machine, results=results)
