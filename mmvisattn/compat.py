@@ -59,6 +59,12 @@ mmengine's test metrics file. ``LoggerHook.after_test_epoch`` dumps the metrics 
 writers truncating and writing one file leave it unreadable now and then (``{...}}`` where one
 rank's line was a character longer). Ranks other than 0 log the metrics without writing the file.
 
+mmengine's config formatting. ``Config.pretty_text`` formats the whole config with yapf, whose line
+splitting searches (about a second for a detector's config on a CPU core), and a training run reads
+it four times before its first iteration (its log, the message hub, the dumped config, the
+visualiser's copy) and once more for every checkpoint it saves. yapf's answer for a text is
+remembered, so each distinct config text is formatted once per process (the text is the same).
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
@@ -244,6 +250,29 @@ def remember_package_config_lookups() -> None:
         config_module.is_installed = found_once_installed(config_module.is_installed)
 
 
+def formatted_once(format_code: Callable) -> Callable:
+    """yapf's ``FormatCode`` as mmengine's config module calls it (a text and a style dict), each
+    (text, style) formatted once; any other call goes to yapf as it is."""
+    @functools.lru_cache(maxsize=32)
+    def formatted(text: str, style: Tuple) -> Tuple[str, bool]:
+        return format_code(text, style_config=dict(style))
+
+    @functools.wraps(format_code)
+    def wrapped(text: str, *args: Any, style_config: Any = None, **kwargs: Any) -> Tuple[str, bool]:
+        if args or kwargs or not isinstance(style_config, dict):
+            return format_code(text, *args, style_config=style_config, **kwargs)
+        return formatted(text, tuple(sorted(style_config.items())))
+    wrapped.remembered = True
+    return wrapped
+
+
+def format_each_config_once() -> None:
+    """``Config.pretty_text`` formats a config text once per process (see the module docstring)."""
+    from mmengine.config import config as config_module
+    if not getattr(config_module.FormatCode, 'remembered', False):
+        config_module.FormatCode = formatted_once(config_module.FormatCode)
+
+
 def write_checkpoints_atomically() -> None:
     """Runner checkpoints written through a partial file, and the expired one removed after the new
     one (see the module docstring)."""
@@ -285,7 +314,7 @@ def dump_test_metrics_once() -> None:
 
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
            count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically,
-           remember_package_config_lookups, dump_test_metrics_once)
+           remember_package_config_lookups, format_each_config_once, dump_test_metrics_once)
 
 
 SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'

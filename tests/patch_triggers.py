@@ -152,6 +152,27 @@ def metafiles_parsed_once(folder: Path) -> str:
     return 'ok' if not parsed else f'{len(parsed)} YAML files parsed again'
 
 
+def config_formatted_once(folder: Path) -> str:
+    """A config's text read twice, as a Runner reads it before its first iteration (its log, then the
+    message hub): does yapf format it twice?"""
+    from mmengine.config import Config
+    from yapf.yapflib import yapf_api
+    config = Config(dict(model=dict(type='RetinaNet', name=str(folder))))  # a text no earlier call formatted
+    format_tree, formatted = yapf_api.FormatTree, []
+
+    def counted(*args, **kwargs):
+        formatted.append(1)
+        return format_tree(*args, **kwargs)
+    yapf_api.FormatTree = counted
+    try:
+        first, second = config.pretty_text, config.pretty_text
+    finally:
+        yapf_api.FormatTree = format_tree
+    if first != second:
+        return 'the config read twice gave two texts'
+    return 'ok' if len(formatted) == 1 else f'the config formatted {len(formatted)} times'
+
+
 def test_metrics_file_of_rank_1(folder: Path) -> str:
     """LoggerHook at the end of a distributed test, on rank 1: does it write the shared metrics file?"""
     from types import SimpleNamespace
@@ -171,7 +192,7 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
-    dump_test_metrics_once=test_metrics_file_of_rank_1)
+    format_each_config_once=config_formatted_once, dump_test_metrics_once=test_metrics_file_of_rank_1)
 
 
 def outcomes(folder: Path) -> Dict[str, str]:

@@ -263,6 +263,7 @@ FAILURES_WITHOUT = dict(
     name_undecodable_label_maps='UnidentifiedImageError without the path',
     write_checkpoints_atomically='a truncated file of',
     remember_package_config_lookups='YAML files parsed again',
+    format_each_config_once='the config formatted 2 times',
     dump_test_metrics_once='rank 1 wrote the metrics file')
 
 

@@ -324,6 +324,19 @@ def test_every_process_builds_with_the_pip_ninja(monkeypatch, tmp_path):
     assert os.environ['PATH'] == path  # already first: PATH does not grow with every build
 
 
+def test_a_relative_path_to_the_pip_ninja_is_made_absolute(monkeypatch, tmp_path):
+    """``PATH=.venv/bin:...`` finds pip's ninja here, but torch runs ninja in the build folder, where the
+    relative entry names nothing: the pip ninja goes first by its absolute path."""
+    (tmp_path / 'bin').mkdir()
+    (tmp_path / 'bin' / 'ninja').write_text('#!/bin/sh\n')
+    (tmp_path / 'bin' / 'ninja').chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, 'ninja', types.SimpleNamespace(BIN_DIR=str(tmp_path / 'bin')))
+    monkeypatch.setenv('PATH', os.pathsep.join(['bin', os.environ['PATH']]))
+    cpu_extension._put_ninja_on_path()
+    assert os.environ['PATH'].split(os.pathsep)[0] == str(tmp_path / 'bin')
+
+
 @pytest.mark.parametrize('kwargs,message', [
     (dict(window=0), 'window=0; expected a positive integer'),
     (dict(window=2.5), 'window=2.5; expected a positive integer'),

@@ -17,11 +17,12 @@ randomness = dict(seed=0)
 
 
 def test_vil_retinanet_demo_learns(workspace, tmp_path, monkeypatch):
-    """60 iterations of batch 8 at 96x96 from scratch: the Vision Longformer RetinaNet finds the
+    """150 iterations of batch 8 at 96x96 from scratch: the Vision Longformer RetinaNet finds the
     shapes better than its untrained initialisation (which detects nothing above the score
-    threshold)."""
+    threshold). The classifier's loss breaks through between iterations 100 and 120; at 60 the
+    scores stay below the threshold on some CPUs (no detection at all), so the check runs past it."""
     monkeypatch.setenv('OMP_NUM_THREADS', '1')  # two threads on shared cores spin in OpenMP (see test_smca_learning)
     untrained, trained = before_and_after(workspace, tmp_path, DET_SMALL,
-                                          'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py', 60,
+                                          'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py', 150,
                                           'bbox_mAP')
     assert trained > untrained, (untrained, trained)

@@ -75,13 +75,15 @@ def _put_ninja_on_path() -> None:
     """torch builds with the ``ninja`` first on ``PATH``; this puts the pip ``ninja`` (``make install``
     installs it) there whenever it is installed. One ninja for every process, whatever its ``PATH``: two
     versions hash a build command differently (1.13 changed its log's hash), so each would rebuild what
-    the other built last, and a machine's own ninja is often another version than pip's."""
+    the other built last, and a machine's own ninja is often another version than pip's. A pip ninja found
+    through a relative ``PATH`` entry (``PATH=.venv/bin:...``) does not count: torch runs ninja in the build
+    folder, where that entry names nothing and the machine's ninja answers."""
     try:
         import ninja
     except ImportError:
         return  # the machine's ninja builds, or the build fails and says so
     found = shutil.which('ninja')
-    if found is None or Path(found).resolve().parent != Path(ninja.BIN_DIR).resolve():
+    if found is None or not os.path.isabs(found) or Path(found).resolve().parent != Path(ninja.BIN_DIR).resolve():
         os.environ['PATH'] = os.pathsep.join([ninja.BIN_DIR, os.environ.get('PATH', '')])
 
 
