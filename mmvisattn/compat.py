@@ -65,10 +65,18 @@ it four times before its first iteration (its log, the message hub, the dumped c
 visualiser's copy) and once more for every checkpoint it saves. yapf's answer for a text is
 remembered, so each distinct config text is formatted once per process (the text is the same).
 
+mmcv's ``MultiheadAttention`` defaults. Given the deprecated ``dropout=`` (every DETR-family config of
+mmdet, SMCA's), ``MultiheadAttention.__init__`` writes it into ``dropout_layer``, which is its
+default dict when the caller gave none: every ``MultiheadAttention`` built later in the process
+without a ``dropout_layer`` (mmseg's ViT layers, Castling-ViT's, DeiT-Ripple's) got that dropout on
+its residual instead of none. Such a call gets a copy of the dict to write into.
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
+import copy
 import functools
+import inspect
 import logging
 import os
 from collections import Counter
@@ -273,6 +281,31 @@ def format_each_config_once() -> None:
         config_module.FormatCode = formatted_once(config_module.FormatCode)
 
 
+def dropout_written_into_a_copy(init: Callable) -> Callable:
+    """mmcv's ``MultiheadAttention.__init__`` whose deprecated ``dropout=`` is written into a copy of
+    ``dropout_layer`` (its default dict, or the caller's), never into the dict it was given."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def wrapped(self, *args: Any, **kwargs: Any) -> None:
+        if 'dropout' not in kwargs:
+            return init(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        if isinstance(bound.arguments['dropout_layer'], dict):
+            bound.arguments['dropout_layer'] = copy.deepcopy(bound.arguments['dropout_layer'])
+        return init(*bound.args, **bound.kwargs)
+    wrapped.copies_dropout_layer = True
+    return wrapped
+
+
+def keep_attention_dropout_defaults() -> None:
+    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is (see the module docstring)."""
+    from mmcv.cnn.bricks.transformer import MultiheadAttention
+    if not getattr(MultiheadAttention.__init__, 'copies_dropout_layer', False):
+        MultiheadAttention.__init__ = dropout_written_into_a_copy(MultiheadAttention.__init__)
+
+
 def write_checkpoints_atomically() -> None:
     """Runner checkpoints written through a partial file, and the expired one removed after the new
     one (see the module docstring)."""
@@ -314,7 +347,8 @@ def dump_test_metrics_once() -> None:
 
 PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
            count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically,
-           remember_package_config_lookups, format_each_config_once, dump_test_metrics_once)
+           remember_package_config_lookups, format_each_config_once, keep_attention_dropout_defaults,
+           dump_test_metrics_once)
 
 
 SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'

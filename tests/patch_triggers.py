@@ -173,6 +173,15 @@ def config_formatted_once(folder: Path) -> str:
     return 'ok' if len(formatted) == 1 else f'the config formatted {len(formatted)} times'
 
 
+def attention_dropout_after_a_detr_config(folder: Path) -> str:
+    """mmcv's MultiheadAttention built as the DETR-family configs build it (``dropout=0.1``), then one
+    with its defaults, as mmseg's ViT layers build theirs: does the second drop its residual?"""
+    from mmcv.cnn.bricks.transformer import MultiheadAttention
+    MultiheadAttention(8, 2, dropout=0.1)
+    residual = MultiheadAttention(8, 2).dropout_layer
+    return 'ok' if residual.p == 0.0 else f'a default MultiheadAttention built with {residual}'
+
+
 def test_metrics_file_of_rank_1(folder: Path) -> str:
     """LoggerHook at the end of a distributed test, on rank 1: does it write the shared metrics file?"""
     from types import SimpleNamespace
@@ -192,7 +201,8 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
-    format_each_config_once=config_formatted_once, dump_test_metrics_once=test_metrics_file_of_rank_1)
+    format_each_config_once=config_formatted_once,
+    keep_attention_dropout_defaults=attention_dropout_after_a_detr_config, dump_test_metrics_once=test_metrics_file_of_rank_1)
 
 
 def outcomes(folder: Path) -> Dict[str, str]:
