@@ -202,7 +202,8 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
     format_each_config_once=config_formatted_once,
-    keep_attention_dropout_defaults=attention_dropout_after_a_detr_config, dump_test_metrics_once=test_metrics_file_of_rank_1)
+    keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
+    dump_test_metrics_once=test_metrics_file_of_rank_1)
 
 
 def outcomes(folder: Path) -> Dict[str, str]:
