@@ -1,8 +1,8 @@
 """mmvisattn: efficient vision attention for the OpenMMLab detection and segmentation stack.
 
 Importing the package (directly or through ``custom_imports=dict(imports=['mmvisattn'])`` in a
-config) registers its attentions into ``ATTENTIONS`` and its models into the mmdet and mmseg
-``MODELS`` registries, and applies the patches of :mod:`mmvisattn.compat` (the only place that
+config) registers its attentions into ``ATTENTIONS`` and its models into the mmdet, mmseg and
+mmpretrain ``MODELS`` registries, and applies the patches of :mod:`mmvisattn.compat` (the only place that
 changes another library's code).
 
 The ops layer, :mod:`mmvisattn.ops`, stands alone: it needs torch (and triton for its kernels), as
@@ -17,9 +17,9 @@ from .version import __version__
 __all__ = ['__version__']
 
 if find_spec('mmengine') is not None:
-    from . import engine, models  # noqa: F401  (registration happens on import)
     from .compat import apply_patches
-    from .registry import ATTENTIONS, build_attention, register_model
 
-    apply_patches()
+    apply_patches()  # first: mmdet's models import mmpretrain, which imports torchvision (see compat)
+    from . import engine, models  # noqa: F401,E402  (registration happens on import)
+    from .registry import ATTENTIONS, build_attention, register_model  # noqa: E402
     __all__ += ['ATTENTIONS', 'build_attention', 'register_model']

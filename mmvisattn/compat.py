@@ -71,17 +71,30 @@ default dict when the caller gave none: every ``MultiheadAttention`` built later
 without a ``dropout_layer`` (mmseg's ViT layers, Castling-ViT's, DeiT-Ripple's) got that dropout on
 its residual instead of none. Such a call gets a copy of the dict to write into.
 
+torchvision without its compiled ops. mmpretrain imports torchvision, whose PyPI wheels for x86_64 are
+CUDA builds: beside a CPU torch (this project's 2.13.0) their ``_C`` library does not load, and
+torchvision 0.28 then fails to import at all ("operator torchvision::nms does not exist"), because its
+``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without checking that the ops
+exist (its other registrations check). mmdet imports mmpretrain when it is installed, so nothing of
+the stack imported. Where the library does not load, the two schemas are defined (no kernel behind
+them): torchvision imports, its transforms (pure PyTorch, all mmpretrain's pipelines use) work, and a
+call of a compiled op still fails with torchvision's own "Couldn't load custom C++ ops". Applied
+before anything imports torchvision (``import mmvisattn`` applies the patches first).
+
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
 """
 import copy
 import functools
+import importlib.machinery
+import importlib.util
 import inspect
 import logging
 import os
+import sys
 from collections import Counter
 from pickle import UnpicklingError
-from typing import Any, Callable, List, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
@@ -345,9 +358,46 @@ def dump_test_metrics_once() -> None:
         LoggerHook.after_test_epoch = metrics_dumped_by_rank_0(LoggerHook.after_test_epoch)
 
 
-PATCHES = (allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu, register_torch_hardsigmoid, register_flop_handles,
-           count_dropped_annotations, name_undecodable_label_maps, write_checkpoints_atomically,
-           remember_package_config_lookups, format_each_config_once, keep_attention_dropout_defaults,
+# the ops whose fake kernels torchvision 0.28 registers whether or not its library loaded
+TORCHVISION_UNCHECKED_OPS = ('nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor',
+                             'qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
+_TORCHVISION_SCHEMAS: List[torch.library.Library] = []  # kept alive: a dropped Library removes its ops
+
+
+def torchvision_library() -> Optional[str]:
+    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or without one)."""
+    spec = importlib.util.find_spec('torchvision')
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(spec.submodule_search_locations[0], '_C' + suffix)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def import_torchvision_without_its_ops() -> None:
+    """Define the ops torchvision registers unchecked where its library does not load (see the
+    module docstring); nothing where it loads or torchvision is already imported."""
+    if 'torchvision' in sys.modules or _TORCHVISION_SCHEMAS:
+        return
+    path = torchvision_library()
+    if path is None:
+        return
+    try:
+        torch.ops.load_library(path)  # what torchvision's import does first; it loads once per process
+        return
+    except (OSError, RuntimeError):
+        pass
+    library = torch.library.Library('torchvision', 'FRAGMENT')
+    for schema in TORCHVISION_UNCHECKED_OPS:
+        library.define(schema)
+    _TORCHVISION_SCHEMAS.append(library)
+
+
+PATCHES = (import_torchvision_without_its_ops, allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu,
+           register_torch_hardsigmoid, register_flop_handles, count_dropped_annotations, name_undecodable_label_maps,
+           write_checkpoints_atomically, remember_package_config_lookups, format_each_config_once, keep_attention_dropout_defaults,
            dump_test_metrics_once)
 
 

@@ -2,8 +2,9 @@
 
 ``ATTENTIONS`` holds every token-mixing module of the project (one interface, see
 :class:`mmvisattn.models.attentions.BaseAttention`). Backbones, necks, heads and detectors are
-registered straight into the stock ``mmdet`` and ``mmseg`` ``MODELS`` registries by
-:func:`register_model`, so that configs of either scope build them by ``type=`` name.
+registered straight into the stock ``mmdet``, ``mmseg`` and ``mmpretrain`` ``MODELS`` registries by
+:func:`register_model`, so that configs of any of the three scopes build them by ``type=`` name (a
+backbone pretrained on ImageNet through mmpretrain is the same class as in detection).
 """
 import inspect
 from typing import Optional, TypeVar
@@ -12,6 +13,7 @@ import torch.nn as nn
 from mmdet.registry import MODELS as MMDET_MODELS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import Registry
+from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmseg.registry import MODELS as MMSEG_MODELS
 
 ATTENTIONS = Registry(
@@ -21,11 +23,11 @@ ATTENTIONS = Registry(
 ModelClass = TypeVar('ModelClass', bound=type)
 
 
-SCOPE_MODELS = {'mmdet': MMDET_MODELS, 'mmseg': MMSEG_MODELS}
+SCOPE_MODELS = {'mmdet': MMDET_MODELS, 'mmseg': MMSEG_MODELS, 'mmpretrain': MMPRETRAIN_MODELS}
 
 
 def models_of_scope(scope: str) -> Registry:
-    """The ``MODELS`` registry of a config's ``default_scope`` (``'mmdet'`` or ``'mmseg'``)."""
+    """The ``MODELS`` registry of a config's ``default_scope`` (``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``)."""
     if scope not in SCOPE_MODELS:
         raise KeyError(f'default_scope={scope!r}; expected one of {sorted(SCOPE_MODELS)}')
     return SCOPE_MODELS[scope]
@@ -40,11 +42,13 @@ def build_from_config(config, part: Optional[str] = None) -> nn.Module:
     cfg = Config.fromfile(config) if not isinstance(config, Config) else config
     init_default_scope(cfg.default_scope)
     cfg.model.get('backbone', {}).pop('init_cfg', None)
+    if cfg.get('data_preprocessor'):  # beside the model (mmpretrain's configs), as the Runner takes it
+        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
     return models_of_scope(cfg.default_scope).build(cfg.model if part is None else cfg.model[part])
 
 
 def register_model(cls: ModelClass) -> ModelClass:
-    """Class decorator: register ``cls`` in the mmdet and mmseg ``MODELS`` registries."""
+    """Class decorator: register ``cls`` in the mmdet, mmseg and mmpretrain ``MODELS`` registries."""
     for registry in SCOPE_MODELS.values():
         registry.register_module(module=cls)
     return cls

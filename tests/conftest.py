@@ -32,6 +32,10 @@ pytest_plugins = ['tests.durations_record']
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
+# before any test module imports mmdet's or mmseg's models: they import mmpretrain, hence torchvision, which
+# imports beside a CPU torch only after mmvisattn's patch (compat.import_torchvision_without_its_ops)
+import mmvisattn  # noqa: E402,F401
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Every test of an op or attention that takes the `device` fixture runs on each of these.

@@ -4,19 +4,34 @@
 (``MMVISATTN_SKIP_PATCHES``) and in its own, patched: each must go wrong without its patch and not
 with it, so each patch shows it is still needed.
 
+``import_torchvision_without_its_ops`` is needed before anything of the stack imports (mmdet's models
+import mmpretrain, which imports torchvision): its trigger is a process of its own with the environment
+as given, and the script's own process keeps that patch to import mmvisattn for the other triggers.
+
     MMVISATTN_SKIP_PATCHES=... python tests/patch_triggers.py FOLDER   # prints {name: outcome} as JSON
 """
 import builtins
 import errno
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 
-import mmvisattn  # noqa: F401  (applies the patches the environment leaves in)
+TORCHVISION_PATCH = 'import_torchvision_without_its_ops'
+SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'
+
+
+def stack_imports(folder: Path) -> str:
+    """``import mmvisattn`` (mmdet's models, hence mmpretrain and torchvision) and torchvision's transforms, in
+    a fresh process with this process's environment."""
+    done = subprocess.run([sys.executable, '-c', 'import mmvisattn, torchvision.transforms'], capture_output=True,
+                          text=True, timeout=300, cwd=folder)
+    return 'ok' if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
 
 
 def runner_checkpoint_loads(folder: Path) -> str:
@@ -197,7 +212,7 @@ def test_metrics_file_of_rank_1(folder: Path) -> str:
 
 
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
-    allow_runner_checkpoints=runner_checkpoint_loads, allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
+    import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads, allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
@@ -206,14 +221,29 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     dump_test_metrics_once=test_metrics_file_of_rank_1)
 
 
-def outcomes(folder: Path) -> Dict[str, str]:
-    """Every trigger's outcome, each in a folder of its own under ``folder``."""
+def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:
+    """Every trigger's outcome but those of ``skip``, each in a folder of its own under ``folder``."""
     results = {}
     for name, trigger in TRIGGERS.items():
+        if name in skip:
+            continue
         (folder / name).mkdir()
         results[name] = trigger(folder / name)
     return results
 
 
+def keep_torchvision_patch() -> None:
+    """This process imports mmvisattn with the torchvision patch whatever the environment leaves out (the
+    trigger of that patch, a child process, sees the environment as given)."""
+    skipped = [name for name in os.environ.get(SKIP_VARIABLE, '').split(',') if name.strip() != TORCHVISION_PATCH]
+    os.environ[SKIP_VARIABLE] = ','.join(skipped)
+
+
 if __name__ == '__main__':
-    print(json.dumps(outcomes(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))))
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
+    (folder / TORCHVISION_PATCH).mkdir()
+    results = {TORCHVISION_PATCH: stack_imports(folder / TORCHVISION_PATCH)}
+    keep_torchvision_patch()
+    import mmvisattn  # noqa: F401,E402  (applies the patches the environment leaves in)
+    results.update(outcomes(folder, skip=(TORCHVISION_PATCH,)))
+    print(json.dumps(results))

@@ -34,10 +34,12 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start.
+# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start. Not their
+# models: mmdet's and mmseg's import mmpretrain, which imports torchvision, and where torchvision's compiled
+# ops do not load (a CPU torch) it imports only after mmvisattn's patch (compat.import_torchvision_without_its_ops),
+# which the server never imports; each run imports them after mmvisattn (about a second).
 PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine', 'mmdet.evaluation',
-           'mmdet.models', 'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine', 'mmseg.evaluation',
-           'mmseg.models', 'mmseg.visualization')
+           'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine', 'mmseg.evaluation', 'mmseg.visualization')
 
 
 # where a run forked from a server finds it (:func:`run_python`)
