@@ -21,7 +21,7 @@ BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 
 # the test batch: the smallest images every config's strides and windows take (64 = 2 tokens at stride 32)
-DETECTION_SIZE, SEGMENTATION_SIZE = (64, 96), (64, 64)
+DETECTION_SIZE, SEGMENTATION_SIZE, CLASSIFICATION_SIZE = (64, 96), (64, 64), (64, 64)
 
 
 def detection_batch(size=DETECTION_SIZE, num_classes=3, with_mask=False):
@@ -52,6 +52,13 @@ def segmentation_batch(size=SEGMENTATION_SIZE, num_classes=4):
                 data_samples=samples)
 
 
+def classification_batch(size=CLASSIFICATION_SIZE, num_classes=1000):
+    from mmpretrain.structures import DataSample
+    samples = [DataSample(metainfo=dict(img_shape=size)).set_gt_label(7 * i % num_classes) for i in range(2)]
+    return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
+                data_samples=samples)
+
+
 def without_unavailable_weights(cfg: Config) -> Config:
     """Pretrained weights cannot be downloaded here: a backbone whose checkpoint is absent starts
     from its own initialisation (tests/test_tools/test_model_converters.py loads converted ones)."""
@@ -67,8 +74,10 @@ def without_unavailable_weights(cfg: Config) -> Config:
 def model_and_batch(path: Path):
     """The config's model (initialised, in training mode) and a small synthetic batch for it."""
     cfg = without_unavailable_weights(Config.fromfile(path))
-    assert cfg.default_scope in ('mmdet', 'mmseg')
+    assert cfg.default_scope in ('mmdet', 'mmseg', 'mmpretrain')
     init_default_scope(cfg.default_scope)
+    if cfg.get('data_preprocessor'):  # mmpretrain's configs keep it beside the model, as the Runner reads it
+        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
     if cfg.model.get('data_preprocessor', {}).get('size'):  # pad the small test batch, not to the crop size
         cfg.model.data_preprocessor.size = DETECTION_SIZE if cfg.default_scope == 'mmdet' else SEGMENTATION_SIZE
     if cfg.model.get('data_preprocessor', {}).get('batch_augments'):
@@ -76,6 +85,8 @@ def model_and_batch(path: Path):
     if cfg.default_scope == 'mmdet':
         batch = detection_batch(num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
                                 with_mask=bool(cfg.model.get('roi_head', {}).get('mask_head')))
+    elif cfg.default_scope == 'mmpretrain':
+        batch = classification_batch(num_classes=cfg.model.head.num_classes)
     else:
         batch = segmentation_batch(num_classes=cfg.model.decode_head.num_classes)
     model = models_of_scope(cfg.default_scope).build(cfg.model)

@@ -1,10 +1,12 @@
-"""Train a detector (mmdet scope) or a segmentor (mmseg scope) from a config, as the stock
-``tools/train.py`` of mmdet and mmseg do; the scope comes from the config's ``default_scope``.
+"""Train a detector (mmdet scope), a segmentor (mmseg scope) or an image classifier (mmpretrain
+scope) from a config, as the stock ``tools/train.py`` of mmdet, mmseg and mmpretrain do; the scope
+comes from the config's ``default_scope``.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr] [--requeue]
+                          [--no-validate] [--no-pin-memory] [--no-persistent-workers]
                           [--cfg-options k=v ...] [--cfg-new-keys] [--launcher none|pytorch|slurm]
 
-Every flag of mmdet's and mmseg's own ``tools/train.py`` is taken, with their meaning.
+Every flag of mmdet's, mmseg's and mmpretrain's own ``tools/train.py`` is taken, with their meaning.
 """
 import argparse
 
@@ -12,13 +14,14 @@ import torch
 
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
-from mmvisattn.launch.options import enable_auto_scale_lr, enable_requeue, resume_of_requeued_job
+from mmvisattn.launch.options import (enable_auto_scale_lr, enable_requeue, loader_options, resume_of_requeued_job,
+                                      skip_validation)
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Train a model of mmvisattn (or any mmdet/mmseg config)')
+    parser = argparse.ArgumentParser(description='Train a model of mmvisattn (or any mmdet/mmseg/mmpretrain config)')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--amp', action='store_true',
@@ -33,6 +36,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help="scale the learning rate by the total batch over the config's "
                              'auto_scale_lr.base_batch_size (as mmdet does)')
+    parser.add_argument('--no-validate', action='store_true', help='train without validating (as mmpretrain does)')
+    parser.add_argument('--no-pin-memory', action='store_true', help='no pinned memory in the dataloaders')
+    parser.add_argument('--no-persistent-workers', action='store_true',
+                        help='dataloader workers restarted every epoch')
     add_config_arguments(parser)
     return parse_tool_args(parser)
 
@@ -54,6 +61,9 @@ def main() -> None:
         enable_auto_scale_lr(cfg)
     if args.requeue:
         enable_requeue(cfg)
+    if args.no_validate:
+        skip_validation(cfg)
+    loader_options(cfg, TRAIN_LOADERS, not args.no_pin_memory, not args.no_persistent_workers)
     args.resume = resume_of_requeued_job(args.resume)
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None

@@ -52,7 +52,9 @@ def check_data_files(cfg: Config, dataloaders: Sequence[str]) -> None:
         ann_file = dataset.get('ann_file')
         if ann_file and not osp.isfile(osp.join(root, ann_file)):
             raise SystemExit(f'error: {name}.dataset.ann_file {osp.join(root, ann_file)!r} does not exist')
-        for key, folder in (dataset.get('data_prefix') or {}).items():
+        prefix = dataset.get('data_prefix') or {}
+        # mmpretrain's datasets also take the image folder as a string
+        for key, folder in (dict(img_path=prefix) if isinstance(prefix, str) else prefix).items():
             if key in DATA_PREFIX_FOLDERS and folder and not osp.isdir(osp.join(root, folder)):
                 raise SystemExit(f'error: {name}.dataset.data_prefix.{key} folder {osp.join(root, folder)!r} '
                                  'does not exist')

@@ -1,11 +1,12 @@
-"""The stock tools' flags, with the meaning mmdet's and mmseg's own ``tools/train.py`` and
+"""The stock tools' flags, with the meaning mmdet's, mmseg's and mmpretrain's own ``tools/train.py`` and
 ``tools/test.py`` give them for the config's scope, as changes to the config (so the Runner built
 from it needs nothing more): ``--auto-scale-lr``, ``--show`` / ``--show-dir`` / ``--wait-time``,
-``--out`` and ``--tta``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises an
+``--out`` / ``--out-item``, ``--tta``, ``--no-validate``, ``--no-pin-memory`` and
+``--no-persistent-workers``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises an
 assertion or a traceback, these exit in one line."""
 import os
 from copy import deepcopy
-from typing import Optional
+from typing import Optional, Sequence
 
 from mmengine.config import Config, ConfigDict
 
@@ -37,34 +38,67 @@ def resume_of_requeued_job(resume: Optional[str]) -> Optional[str]:
     return 'auto' if resume is None and restarts.isdigit() and int(restarts) > 0 else resume
 
 
-def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float) -> None:
-    """``--show-dir`` / ``--show``: the visualisation hook of either scope draws every test image
-    into ``show_dir`` (under the work dir) and, with ``show``, in a window for ``wait_time`` s."""
+def skip_validation(cfg: Config) -> None:
+    """``--no-validate``: train without the validation loop."""
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+
+
+def loader_options(cfg: Config, loaders: Sequence[str], pin_memory: bool = True,
+                   persistent_workers: bool = True) -> None:
+    """``--no-pin-memory`` / ``--no-persistent-workers``: switched off in every dataloader of ``loaders``."""
+    for name in loaders:
+        if cfg.get(name):
+            if not pin_memory:
+                cfg[name]['pin_memory'] = False
+            if not persistent_workers:
+                cfg[name]['persistent_workers'] = False
+
+
+def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float, interval: int = 1) -> None:
+    """``--show-dir`` / ``--show``: the visualisation hook of the config's scope draws every ``interval``-th
+    test image into ``show_dir`` (under the work dir) and, with ``show``, in a window for ``wait_time`` s."""
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
         raise SystemExit('error: --show and --show-dir need default_hooks.visualization in the config')
-    hook.update(draw=True, interval=1)
+    hook.update(interval=interval)
+    if cfg.default_scope == 'mmpretrain':  # its hook is switched by ``enable``
+        hook.update(enable=True)
+    else:
+        hook.update(draw=True)
     if show:
         hook.update(show=True, wait_time=wait_time)
     if show_dir is None:
         return
     if cfg.default_scope == 'mmdet':
         hook['test_out_dir'] = show_dir
+    elif cfg.default_scope == 'mmpretrain':
+        hook['out_dir'] = f'{cfg.work_dir}/{show_dir}'
     else:
         cfg.visualizer['save_dir'] = f'{cfg.work_dir}/{show_dir}'
 
 
 def dump_predictions(cfg: Config, out: str) -> None:
     """``--out``: mmdet configs dump the raw predictions to a ``.pkl`` file (``DumpDetResults``),
-    mmseg configs write the predicted label maps into the folder ``out``."""
+    mmpretrain configs theirs (mmengine's ``DumpResults``), mmseg configs write the predicted label
+    maps into the folder ``out``."""
     if cfg.default_scope == 'mmseg':
         cfg.test_evaluator.update(output_dir=out, keep_results=True)
         return
     if not out.endswith(DUMP_SUFFIXES):
         raise SystemExit(f'error: --out {out!r}: expected a file ending in {" or ".join(DUMP_SUFFIXES)} (mmdet '
-                         'configs dump their predictions with pickle)')
+                         'and mmpretrain configs dump their predictions with pickle)')
     evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
-    cfg.test_evaluator = [*evaluators, dict(type='DumpDetResults', out_file_path=out)]
+    dump = 'DumpDetResults' if cfg.default_scope == 'mmdet' else 'DumpResults'
+    cfg.test_evaluator = [*evaluators, dict(type=dump, out_file_path=out)]
+
+
+def dump_metrics(metrics: dict, out: str) -> None:
+    """``--out FILE --out-item metrics``: the test metrics into ``FILE`` (JSON, YAML or pickle by its suffix)."""
+    import mmengine
+    try:
+        mmengine.dump(metrics, out)
+    except TypeError:  # mmengine names the suffixes it knows
+        raise SystemExit(f'error: --out {out!r}: expected a .json, .yaml or .pkl file for the metrics') from None
 
 
 def _default_detection_tta(cfg: Config) -> None:
@@ -82,11 +116,28 @@ def _default_detection_tta(cfg: Config) -> None:
     cfg.tta_pipeline = [*deepcopy(dataset.pipeline)[:-1], dict(type='TestTimeAug', transforms=[flips, [pack]])]
 
 
-def test_time_augmentation(cfg: Config) -> None:
+def _default_classification_tta(cfg: Config) -> None:
+    """mmpretrain's ``tools/test.py`` defaults: the class scores of the image and its flip, averaged."""
+    cfg.setdefault('tta_model', dict(type='mmpretrain.AverageClsScoreTTA'))
+    if 'tta_pipeline' in cfg:
+        return
+    pipeline = deepcopy(cfg.test_dataloader.dataset.pipeline)
+    flips = [dict(type='RandomFlip', prob=1.0), dict(type='RandomFlip', prob=0.0)]
+    cfg.tta_pipeline = [*pipeline[:-1], dict(type='TestTimeAug', transforms=[flips, [pipeline[-1]]])]
+
+
+def test_time_augmentation(cfg: Config, drawn: bool = False) -> None:
     """``--tta``: the config's ``tta_model`` around its model and ``tta_pipeline`` for the test set
-    (mmdet configs without them take mmdet's flip default, mmseg configs must name them)."""
+    (mmdet and mmpretrain configs without them take their flip defaults, mmseg configs must name them).
+    ``drawn``: with ``--show`` / ``--show-dir``, which mmpretrain's visualisation hook cannot do on
+    augmented batches (its stock tool ends in a traceback)."""
+    if drawn and cfg.default_scope == 'mmpretrain':
+        raise SystemExit("error: --tta with --show / --show-dir: mmpretrain's VisualizationHook cannot draw "
+                         'test-time-augmented batches; draw in a run without --tta')
     if cfg.default_scope == 'mmdet':
         _default_detection_tta(cfg)
+    elif cfg.default_scope == 'mmpretrain':
+        _default_classification_tta(cfg)
     missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
     if missing:
         raise SystemExit(f'error: --tta needs {" and ".join(missing)} in the config (mmseg configs name their '

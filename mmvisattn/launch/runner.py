@@ -7,7 +7,7 @@ machines). The tools add nothing to the config: the safeguard hooks come from
 import argparse
 import os
 import os.path as osp
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from mmengine.config import Config, DictAction
 
@@ -18,7 +18,7 @@ from .config_checks import check_config
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
 from .process_group import LAUNCHERS, join_process_group, leave_process_group
 
-SCOPES = ('mmdet', 'mmseg')
+SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 
 
 def parse_tool_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
@@ -95,10 +95,12 @@ def collect_in_log_dir(runner, loop_name: str) -> None:
             metric.collect_dir = osp.join(runner.log_dir, 'collect')
 
 
-def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_checkpoint: bool = False) -> None:
+def run(cfg: Config, action: str, dataloaders: Sequence[str],
+        allow_partial_checkpoint: bool = False) -> Any:
     """Check the data and the checkpoint, join the process group, build the Runner and call
-    ``runner.<action>()``. Bad input, a non-finite loss and data faults found while the run goes
-    (a corrupted annotation file, an empty dataset, an undecodable image) exit in one line.
+    ``runner.<action>()``; returns what it returns (the model trained, the test metrics). Bad input, a
+    non-finite loss and data faults found while the run goes (a corrupted annotation file, an empty
+    dataset, an undecodable image) exit in one line.
 
     A distributed run that finished leaves its process group in order.
 
@@ -121,7 +123,7 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
         check_model_fits_checkpoint(runner.model, checkpoint, path)
     del checkpoint  # the Runner reads the file itself
     try:
-        getattr(runner, action)()
+        result = getattr(runner, action)()
     except (NonFiniteLoss, CheckpointError) as exc:  # a non-finite loss; pretrained weights that do not load
         raise SystemExit(f'error: {exc}') from None
     except Exception as exc:
@@ -130,3 +132,4 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str], allow_partial_chec
             raise SystemExit(message) from None
         raise
     leave_process_group()
+    return result

@@ -5,6 +5,7 @@ import math
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Tuple
 
@@ -16,6 +17,7 @@ from ..conftest import REPO, run_command, run_tool, tool_env
 
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 SEG_DEMO = REPO / 'configs/demo/segformer_mit-b0_1xb8-600i_shapes-cityscapes-128.py'
+CLS_DEMO = REPO / 'configs/picodet/castling-levit-s-demo_1xb32-300i_shapes-imagenet-64.py'
 SHORT = ['train_cfg.max_iters=2', 'train_dataloader.batch_size=2']
 STOCK_TOOLS = Path(__import__('mmseg').__file__).parent / '.mim/tools/analysis_tools'
 # the tests of the trained demos (module fixtures) on one worker: each demo trains once
@@ -141,11 +143,12 @@ def stock_flags(script) -> set:
 
 @pytest.mark.parametrize('tool', ['train.py', 'test.py'])
 def test_the_tools_take_every_flag_of_the_stock_tools(tool):
-    """mmdet's and mmseg's own scripts, as installed with them (mim runs these)."""
+    """mmdet's, mmseg's and mmpretrain's own scripts, as installed with them (mim runs these)."""
     import mmdet
+    import mmpretrain
     import mmseg
     ours = stock_flags(REPO / 'tools' / tool) | stock_flags(REPO / 'mmvisattn' / 'launch' / 'runner.py')  # launcher
-    for package in (mmdet, mmseg):
+    for package in (mmdet, mmseg, mmpretrain):
         stock = stock_flags(Path(package.__file__).parent / '.mim' / 'tools' / tool)
         assert stock and stock <= ours, (package.__name__, sorted(stock - ours))
 
@@ -167,10 +170,46 @@ def test_stock_test_flags_dump_augment_and_refuse_in_one_line(det_run, seg_run, 
     assert len(load(tmp_path / 'det.pkl')) == 3
     refused = run_tool(['tools/test.py', DET_DEMO, det, '--out', 'det.txt'], cwd=tmp_path, check=False)
     assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
-        "error: --out 'det.txt': expected a file ending in .pkl or .pickle (mmdet configs dump their predictions "
-        'with pickle)')
+        "error: --out 'det.txt': expected a file ending in .pkl or .pickle (mmdet and mmpretrain configs dump their "
+        'predictions with pickle)')
     run_tool(['tools/test.py', SEG_DEMO, seg, '--work-dir', tmp_path / 'seg', '--out', tmp_path / 'labels'],
              cwd=tmp_path)
     assert len(list((tmp_path / 'labels').rglob('*.png'))) == 3
     refused = run_tool(['tools/test.py', SEG_DEMO, seg, '--tta'], cwd=tmp_path, check=False)
     assert refused.stderr.strip().splitlines()[-1].startswith('error: --tta needs tta_pipeline in the config')
+
+
+def test_mmpretrain_configs_train_and_test_with_mmpretrains_flags(workspace, tmp_path):
+    """An ImageNet-layout classification config (mmpretrain scope) through the same tools: trained without
+    validation, pinned memory or persistent workers, then tested with mmpretrain's flip TTA, its predictions
+    dumped (``--out``), or its metrics (``--out-item metrics``) with every 100th image drawn."""
+    trained = train(CLS_DEMO, tmp_path / 'cls', workspace, 'train_cfg.val_interval=1',
+                    extra=['--no-validate', '--no-pin-memory', '--no-persistent-workers'])
+    assert 'accuracy/top1' not in trained.stdout + trained.stderr  # --no-validate: no validation at iteration 1
+    checkpoint = tmp_path / 'cls' / 'iter_2.pth'
+    done = run_tool(['tools/test.py', CLS_DEMO, checkpoint, '--work-dir', tmp_path / 'test', '--tta', '--out',
+                     tmp_path / 'pred.pkl'], cwd=workspace)
+    assert 'accuracy/top1:' in done.stdout + done.stderr and warnings_of_ours(done) == []
+    from mmengine.fileio import load
+    predictions = load(tmp_path / 'pred.pkl')
+    assert len(predictions) == 200 and predictions[0]['pred_score'].shape == (3,)
+    run_tool(['tools/test.py', CLS_DEMO, checkpoint, '--work-dir', tmp_path / 'metrics', '--out',
+              tmp_path / 'metrics.json', '--out-item', 'metrics', '--show-dir', 'shown', '--interval', 100],
+             cwd=workspace)
+    assert set(load(tmp_path / 'metrics.json')) == {'accuracy/top1'}
+    # every 100th of the 200 images, as mmpretrain's hook counts them (its last, shorter batch counts again)
+    assert 2 <= len(list((tmp_path / 'metrics' / 'shown').rglob('*.png'))) <= 3
+    for flags, message in ((['--out-item', 'metrics'], 'error: --out-item says what --out holds; give --out FILE too'),
+                           (['--tta', '--show-dir', 'shown'], "error: --tta with --show / --show-dir: mmpretrain's")):
+        refused = run_tool(['tools/test.py', CLS_DEMO, checkpoint, *flags], cwd=workspace, check=False)
+        assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(message)
+
+
+def test_mim_trains_an_mmpretrain_config(workspace, tmp_path):
+    """``mim train mmpretrain CONFIG`` runs mmpretrain's own ``tools/train.py`` on a project config."""
+    mim = Path(sys.executable).with_name('mim')
+    done = run_command([str(mim), 'train', 'mmpretrain', str(CLS_DEMO), '--work-dir', str(tmp_path), '--gpus', '0',
+                        '--cfg-options', 'train_cfg.max_iters=2', 'train_cfg.val_interval=2'],
+                       cwd=workspace, env=tool_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert 'accuracy/top1:' in done.stdout + done.stderr and (tmp_path / 'iter_2.pth').is_file()

@@ -1,4 +1,4 @@
-"""Write the embedded synthetic "shapes" dataset in the on-disk layouts of COCO, Cityscapes and ADE20K.
+"""Write the embedded synthetic "shapes" dataset in the on-disk layouts of COCO, Cityscapes, ADE20K and ImageNet.
 
 Every image is a textured background with one to three non-overlapping circles, rectangles and
 triangles. Each shape is a polygon: the same polygon paints the image, the instance mask, the
@@ -9,6 +9,12 @@ semantic maps and the COCO ``segmentation`` entry, so masks are exact. Output (`
     DIR/cityscapes/gtFine/{train,val}/shapes/*_gtFine_labelTrainIds.png   (0 background, 1-3 shapes)
     DIR/ade20k/ADEChallengeData2016/{images,annotations}/{training,validation}/*   (1 background, 2-4 shapes;
                                                                            0 is ADE's "other")
+    DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg   (classification: one shape an image, the
+                                                                 classes in turn, so balanced)
+
+The classification split has CLASSIFICATION_SCALE times as many images as the others, at half their side (a
+classifier from scratch needs more images than a detector, which sees several shapes in each), drawn from a
+random stream of its own, so the other layouts are the same with or without it.
 
 The output is a pure function of the arguments. Writing is transactional: the data is written
 into the sibling folder ``.NAME.partial`` and renamed into place when complete, so a run that is
@@ -33,7 +39,9 @@ from PIL import Image, ImageDraw
 CLASSES = ('circle', 'rectangle', 'triangle')
 MARKER = '.mmvisattn-demo-data'
 PARTIAL_MARKER = '.mmvisattn-demo-data-partial'
-LAYOUTS = ('coco', 'cityscapes', 'ade20k')
+LAYOUTS = ('coco', 'cityscapes', 'ade20k', 'imagenet')
+CLASSIFICATION_SCALE = 4
+CLASSIFICATION_NOISE = 4  # the background's fine noise (12 in the other layouts): shapes, not noise, to learn
 Polygon = List[Tuple[float, float]]
 
 
@@ -56,11 +64,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def textured_background(rng: np.random.RandomState, height: int, width: int) -> np.ndarray:
+def textured_background(rng: np.random.RandomState, height: int, width: int, noise_std: float = 12) -> np.ndarray:
     """A smooth random colour field plus fine noise, so that shapes are not found by colour alone."""
     coarse = rng.uniform(40, 215, size=(4, 4, 3)).astype(np.uint8)
     smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.float32)
-    noise = rng.normal(0, 12, size=(height, width, 3))
+    noise = rng.normal(0, noise_std, size=(height, width, 3))
     return np.clip(smooth + noise, 0, 255).astype(np.uint8)
 
 
@@ -95,10 +103,10 @@ def sample_scene(rng: np.random.RandomState, height: int, width: int) -> List[Tu
     return shapes
 
 
-def render(rng: np.random.RandomState, height: int, width: int,
-           shapes) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
+def render(rng: np.random.RandomState, height: int, width: int, shapes,
+           noise_std: float = 12) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
     """Image, semantic map (0 background, 1.. shapes) and one binary mask per shape."""
-    image = Image.fromarray(textured_background(rng, height, width))
+    image = Image.fromarray(textured_background(rng, height, width, noise_std))
     semantic = Image.new('L', (width, height), 0)
     masks = []
     draw_image, draw_semantic = ImageDraw.Draw(image), ImageDraw.Draw(semantic)
@@ -158,8 +166,26 @@ def write_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng
         json.dumps(dict(images=coco_images, annotations=coco_anns, categories=categories)))
 
 
-SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training'),
-          dict(coco='val2017', cityscapes='val', ade20k='validation'))
+SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training', imagenet='train'),
+          dict(coco='val2017', cityscapes='val', ade20k='validation', imagenet='val'))
+
+
+def classification_file(split: Dict[str, str], image_id: int) -> str:
+    """Where one classification image goes: its class (the ids take the classes in turn) is its folder."""
+    return f'imagenet/{split["imagenet"]}/{CLASSES[image_id % len(CLASSES)]}/{sample_name(image_id)}.jpg'
+
+
+def write_classification_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, height: int,
+                               width: int) -> None:
+    """One large shape of the image's class, of a random size, place and colour, on a background of finer
+    noise than the other layouts'."""
+    for image_id in range(first_id, first_id + count):
+        label = image_id % len(CLASSES)
+        radius = rng.uniform(0.25, 0.45) * min(height, width)
+        cx, cy = rng.uniform(radius + 1, np.array([width, height]) - radius - 1)
+        image, _, _ = render(rng, height, width, [(label, shape_polygon(rng, label, cx, cy, radius))],
+                             noise_std=CLASSIFICATION_NOISE)
+        Image.fromarray(image).save(out / classification_file(split, image_id), quality=95)
 
 
 def planned_files(settings: Dict) -> List[str]:
@@ -171,6 +197,9 @@ def planned_files(settings: Dict) -> List[str]:
         files.append(annotation_file(split))
         for image_id in range(first_id, first_id + count):
             files += sample_files(split, sample_name(image_id)).values()
+    counts = [CLASSIFICATION_SCALE * settings[name] for name in ('num_train', 'num_val')]
+    for split, first_id, count in zip(SPLITS, (1, counts[0] + 1), counts):
+        files += [classification_file(split, image_id) for image_id in range(first_id, first_id + count)]
     return files
 
 
@@ -280,6 +309,11 @@ def generate(staging: Path, args: argparse.Namespace, settings: Dict, files: Lis
     width = args.width or args.size
     write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size, width)
     write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size, width)
+    rng = np.random.RandomState([args.seed, 1])  # a stream of its own: the layouts above stay as they were
+    num_train, num_val = CLASSIFICATION_SCALE * args.num_train, CLASSIFICATION_SCALE * args.num_val
+    height, width = args.size // 2, width // 2
+    write_classification_split(staging, SPLITS[0], num_train, 1, rng, height, width)
+    write_classification_split(staging, SPLITS[1], num_val, num_train + 1, rng, height, width)
     (staging / MARKER).write_text(json.dumps(dict(settings=settings, files=files)))
     (staging / PARTIAL_MARKER).unlink()
 
@@ -315,7 +349,7 @@ def main(argv=None) -> None:
     generate(staging, args, settings, files)
     install(staging, out, replaces_earlier_run=earlier is not None)
     print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({args.width or args.size}x{args.size}) '
-          f'in COCO, Cityscapes and ADE20K layouts under {args.out}')
+          f'in COCO, Cityscapes, ADE20K and ImageNet layouts under {args.out}')
 
 
 if __name__ == '__main__':

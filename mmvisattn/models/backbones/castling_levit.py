@@ -26,6 +26,7 @@ from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from .contract import BackboneContract, checkpointed, resolve_arch
+from .pretrained import LoadsPretrained
 
 HSWISH = dict(type='HSwish')
 STAGE_STRIDES = (8, 16, 32)  # the stem's three stride-2 convolutions, then one per stage
@@ -53,7 +54,7 @@ class CastlingBlock(BaseModule):
 
 
 @register_model
-class CastlingLeViT(BackboneContract, BaseModule):
+class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
     """Three stages of castling blocks at strides 8, 16 and 32 (see the module docstring).
 
     Args:
@@ -66,7 +67,8 @@ class CastlingLeViT(BackboneContract, BaseModule):
         mlp_ratio: Hidden width of the MLPs over the block width (LeViT: 2).
         drop_path_rate: Stochastic depth, rising linearly over the blocks.
         attn_cfg: The attention of every block; any type of ``ATTENTIONS`` serves.
-        init_cfg: mmengine initialisation config.
+        init_cfg: mmengine initialisation config; ``dict(type='Pretrained', checkpoint=...)`` reads this
+            class's weights, bare or as the backbone of an mmpretrain classifier (:mod:`.pretrained`).
     """
 
     arch_zoo = {

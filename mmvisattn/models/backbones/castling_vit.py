@@ -49,6 +49,10 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     """
 
     pretrained_formats = (
+        # its own weights, as an mmpretrain classifier's backbone too, at whatever input size they were trained
+        CheckpointFormat('CastlingViT (this project, position embedding resized)',
+                         any_key(r'^layers\.\d+\.attn\.attn\.(qkv|dconv)\.'),
+                         lambda state_dict, backbone: backbone.fit_pos_embed(state_dict)),
         CheckpointFormat('timm / DeiT / MAE ViT (blocks.0.attn.qkv ...)', any_key(r'^blocks\.\d+\.attn\.qkv\.'),
                          lambda state_dict, backbone: backbone.fit_pos_embed(convert_vit_state_dict(state_dict)[0])),
         CheckpointFormat('mmseg ViT (layers.0.attn.attn.in_proj_weight ...)',

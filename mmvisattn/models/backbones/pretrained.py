@@ -4,12 +4,16 @@ in, and converts while loading with the functions the offline converters of
 ``tools/model_converters/`` use, as mmdet's Swin converts official Swin keys on load.
 
 Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout (keys
-of its ``state_dict``) is always read. Loading logs one line: the format found, how many tensors
-were loaded and which parameters stay newly initialised (the RWGK anchors, for instance). A
-checkpoint in no known layout, or one whose tensors do not fit (another width), fails in one line
-naming the file and what was expected. URLs go through torch's hub cache, and a file name that
-carries a hash (``name-<sha256 prefix>.pth``, as OpenMMLab's and torchvision's do) is checked
-against it; reading is always ``weights_only``.
+of its ``state_dict``) is always read. A checkpoint that mmpretrain wrote for an ``ImageClassifier``
+(``backbone.`` prefix) hands its backbone on; of one that mmengine's ``EMAHook`` wrote, the raw
+weights are taken, or the averaged ones with ``use_ema=True`` in the ``init_cfg``. Loading logs one
+line: the format found, how many tensors were loaded, which parameters stay newly initialised (the
+RWGK anchors, for instance) and which tensors of the checkpoint were dropped (a classifier's head, and
+what detection does not build, such as ViL's last-stage class token). A checkpoint in no known layout,
+of another model, or whose tensors do not fit (another width) fails in one line naming the file and
+how many of its keys do not fit. URLs go through torch's hub cache, and a file name that carries a
+hash (``name-<sha256 prefix>.pth``, as OpenMMLab's and torchvision's do) is checked against it;
+reading is always ``weights_only``.
 """
 import os.path as osp
 import re
@@ -56,11 +60,12 @@ def split_pretrained(init_cfg) -> Tuple[Optional[dict], Optional[list]]:
     return pretrained, [cfg for cfg in cfgs if cfg is not pretrained and cfg is not None] or None
 
 
-def read_pretrained(path: str) -> StateDict:
+def read_pretrained(path: str, use_ema: bool = False) -> Tuple[StateDict, str]:
     """The state dict of a local file or a URL (through torch's hub cache, its hash checked where the
-    file name carries one), read ``weights_only``; one-line :class:`CheckpointError` otherwise."""
+    file name carries one), read ``weights_only``, and a note on which weights of an EMA checkpoint
+    were taken; one-line :class:`CheckpointError` otherwise."""
     if not path.startswith(('http://', 'https://')):
-        return state_dict_of(read_checkpoint(path, WRAPPERS), path, WRAPPERS)
+        return raw_or_ema_weights(read_checkpoint(path, WRAPPERS), path, use_ema)
     check_hash = HASHED_NAME.search(osp.basename(path)) is not None
     # the hub cache is keyed by file name: a name without a hash (ViL's are all model_best.pth) takes
     # its folder along
@@ -72,25 +77,71 @@ def read_pretrained(path: str) -> StateDict:
         raise CheckpointError(f'checkpoint {path!r} could not be used: {str(exc).splitlines()[0]}') from None
     except OSError as exc:  # URLError and HTTPError included
         raise CheckpointError(f'checkpoint {path!r} could not be downloaded ({exc})') from None
-    return state_dict_of(checkpoint, path, WRAPPERS)
+    return raw_or_ema_weights(checkpoint, path, use_ema)
+
+
+def raw_or_ema_weights(checkpoint: object, path: str, use_ema: bool) -> Tuple[StateDict, str]:
+    """The weights to hand on from a checkpoint that mmengine's ``EMAHook`` wrote (its ``state_dict``
+    holds the averaged weights, ``ema_state_dict`` the raw ones under ``module.``, swapped so): the raw
+    ones unless ``use_ema``. Any other checkpoint's state dict as it is (``use_ema`` refused)."""
+    ema = checkpoint.get('ema_state_dict') if isinstance(checkpoint, dict) else None
+    if ema is None:
+        if use_ema:
+            raise CheckpointError(f'checkpoint {path!r} holds no EMA weights (no ema_state_dict) for use_ema=True')
+        return state_dict_of(checkpoint, path, WRAPPERS), ''
+    averaged = state_dict_of(checkpoint, path, WRAPPERS)
+    raw = {key[len('module.'):]: value for key, value in ema.items() if key.startswith('module.')}
+    if use_ema:
+        return averaged, f'the EMA weights (the raw ones, {len(raw)} tensors, left)'
+    return raw, f'the raw weights (the EMA copy, {len(averaged)} tensors, left; use_ema=True takes it)'
+
+
+# what an mmpretrain ImageClassifier checkpoint holds besides its backbone
+CLASSIFIER_PARTS = ('neck.', 'head.', 'data_preprocessor.')
+
+
+def backbone_of_classifier(state_dict: StateDict) -> Tuple[StateDict, List[str]]:
+    """The ``backbone.`` weights of an mmpretrain ``ImageClassifier`` checkpoint without the prefix, and
+    the keys of its other parts (head, neck); a checkpoint of anything else comes back as it is."""
+    is_classifier = (any(key.startswith('head.') for key in state_dict)
+                     and all(key.startswith(('backbone.',) + CLASSIFIER_PARTS) for key in state_dict))
+    if not is_classifier:
+        return state_dict, []
+    return strip_prefix(state_dict, 'backbone.'), sorted(key for key in state_dict if key.startswith(CLASSIFIER_PARTS))
 
 
 def _check_fit(owner: str, path: str, converted: StateDict, target: StateDict) -> None:
     misshapen = [f'{key} {tuple(value.shape)} (expected {tuple(target[key].shape)})'
                  for key, value in converted.items() if key in target and value.shape != target[key].shape]
     if misshapen:
-        raise CheckpointError(f'{owner}: checkpoint {path!r} does not fit this {owner}: {"; ".join(misshapen[:3])}'
-                              ' (weights of another size?)')
+        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(misshapen)} of its {len(converted)} tensors do not '
+                              f'fit this {owner}: {"; ".join(misshapen[:3])} (weights of another size?)')
+
+
+def _check_own_layout(owner: str, path: str, state_dict: StateDict, target: StateDict) -> None:
+    """A checkpoint read as this class's own layout must set most of its weights: one that shares a few
+    names (``norm.weight``...) is another model's."""
+    unknown = [key for key in state_dict if key not in target]
+    if len(state_dict) - len(unknown) < len(target) / 2:
+        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(unknown)} of its {len(state_dict)} keys do not fit '
+                              f'this {owner} (first: {", ".join(unknown[:3])}), which has {len(target)}: the '
+                              'weights of another model?')
+
+
+def _names(keys: Sequence[str]) -> str:
+    return ', '.join(keys[:8]) + (' ...' if len(keys) > 8 else '') if keys else 'none'
 
 
 def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[CheckpointFormat]) -> List[str]:
-    """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it) into
-    ``backbone`` in whichever of its own layout and ``formats`` it is; returns the parameters that
-    stay newly initialised."""
+    """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it; ``use_ema`` for
+    the averaged weights of an EMA checkpoint) into ``backbone`` in whichever of its own layout and
+    ``formats`` it is, an mmpretrain classifier's backbone included; returns the parameters that stay
+    newly initialised."""
     owner, path = type(backbone).__name__, str(cfg['checkpoint'])
-    state_dict = read_pretrained(path)
+    state_dict, ema_note = read_pretrained(path, cfg.get('use_ema', False))
     if cfg.get('prefix'):
         state_dict = strip_prefix(state_dict, cfg['prefix'])
+    state_dict, classifier_parts = backbone_of_classifier(state_dict)
     target = backbone.state_dict()
     own = CheckpointFormat(f'{owner} (this project)', lambda keys: bool(set(keys) & set(target)),
                            lambda keys, _: keys)
@@ -98,19 +149,24 @@ def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[Checkpoint
     if found is None:
         expected = ', '.join([fmt.name for fmt in formats] + [own.name])
         raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads (expected {expected}; '
-                              f'its first keys: {list(state_dict)[:3]})')
+                              f'none of its {len(state_dict)} keys fits; its first keys: {list(state_dict)[:3]})')
+    if found is own:
+        _check_own_layout(owner, path, state_dict, target)
     try:
-        converted = {key: value for key, value in found.convert(state_dict, backbone).items() if key in target}
+        converted = found.convert(state_dict, backbone)
     except (KeyError, ValueError) as exc:  # the converters' one-line refusals
         raise CheckpointError(f'{owner}: checkpoint {path!r} ({found.name}): {exc.args[0]}') from None
+    dropped = classifier_parts + sorted(key for key in converted if key not in target)
+    converted = {key: value for key, value in converted.items() if key in target}
     if not converted:
         raise CheckpointError(f'{owner}: checkpoint {path!r} ({found.name}) sets none of this {owner}\'s weights')
     _check_fit(owner, path, converted, target)
     backbone.load_state_dict(converted, strict=False)
     new = sorted(set(target) - set(converted))
-    print_log(f'{owner}: loaded {path} as {found.name}: {len(converted)} of {len(target)} tensors; newly '
-              f'initialised ({len(new)}): {", ".join(new[:8]) + (" ..." if len(new) > 8 else "") or "none"}',
-              logger='current')
+    layout = found.name + (', from an mmpretrain classifier' if classifier_parts else '')
+    print_log(f'{owner}: loaded {path} as {layout}{", " + ema_note if ema_note else ""}: {len(converted)} of '
+              f'{len(target)} tensors; newly initialised ({len(new)}): {_names(new)}; dropped ({len(dropped)}): '
+              f'{_names(dropped)}', logger='current')
     return new
 
 

@@ -23,14 +23,18 @@ from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
 _DETECTION = dict(patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
-# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
-# whose last stage has no global token.
-ARCH_ZOO = {
-    'tiny': dict(embed_dims=(48, 96, 192, 384), depths=(1, 1, 9, 1), num_heads=(1, 3, 3, 6), **_DETECTION),
-    'small': dict(embed_dims=(96, 192, 384, 768), depths=(1, 2, 8, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
-    'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
-    'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12), **_DETECTION),
+_SIZES = {
+    'tiny': dict(embed_dims=(48, 96, 192, 384), depths=(1, 1, 9, 1), num_heads=(1, 3, 3, 6)),
+    'small': dict(embed_dims=(96, 192, 384, 768), depths=(1, 2, 8, 1), num_heads=(3, 3, 6, 12)),
+    'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12)),
+    'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12)),
 }
+# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts, whose
+# last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12, 13), whose last
+# stage keeps one as the class token the linear head reads (Table 10, "CLS").
+ARCH_ZOO = {**{name: dict(size, **_DETECTION) for name, size in _SIZES.items()},
+            **{f'{name}-cls': dict(size, **dict(_DETECTION, num_global=(1, 1, 1, 1))) for name, size in _SIZES.items()}}
+OUT_TYPES = ('featmap', 'cls_token')
 
 
 def stage_settings(arch: Union[str, Dict]) -> Dict[str, Tuple[int, ...]]:
@@ -70,7 +74,7 @@ class ViLBlock(BaseModule):
 class ViLStage(BaseModule):
     """Patch embedding (conv + LayerNorm, any input size through adaptive padding), global tokens,
     optional 2-D absolute position embedding (half the channels along each axis, resized to the
-    map), then the blocks; returns the map without the global tokens."""
+    map), then the blocks; returns the tokens, the global ones first."""
 
     def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int, abs_pos: bool,
                  blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
@@ -118,7 +122,7 @@ class ViLStage(BaseModule):
             x = self._position(x, hw_shape)
         for block in self.blocks:
             x = block(x, hw_shape)
-        return x[:, self.num_global:], hw_shape
+        return x, hw_shape
 
 
 @register_model
@@ -149,6 +153,10 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
+        out_type: ``'featmap'`` (the maps, for dense heads) or ``'cls_token'`` (classification: the
+            last stage's first global token after the final LayerNorm ``norm``, ``(B, C)``, for a
+            linear head; needs ``out_indices`` of the last stage alone and a global token there, as
+            the ``-cls`` layouts have).
         init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an official
             MsViT or detectron2 checkpoint (converted while loading, :mod:`.pretrained`) or of one
             converted by ``tools/model_converters/vil2mmvisattn.py``.
@@ -163,7 +171,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
     def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
                  attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
                  norm_eval: bool = False, with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
-                 init_cfg: Optional[Dict] = None) -> None:
+                 out_type: str = 'featmap', init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch = stage_settings(arch)
         num_stages = len(self.arch['depths'])
@@ -192,6 +200,19 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
         self.in_channels = in_channels
         self.set_contract(range(num_stages) if out_indices is None else out_indices, frozen_stages, norm_eval,
                           self.arch['embed_dims'], strides)
+        self.out_type = self._check_out_type(out_type)
+        if out_type == 'cls_token':
+            self.norm = build_norm_layer(norm_cfg, self.arch['embed_dims'][-1])[1]
+
+    def _check_out_type(self, out_type: str) -> str:
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'ViL: out_type={out_type!r}; expected one of {OUT_TYPES}')
+        last = len(self.stages) - 1
+        if out_type == 'cls_token' and (tuple(self.out_indices) != (last,) or not self.stages[last].num_global):
+            raise ValueError(f"ViL: out_type='cls_token' reads the last stage's global token; expected "
+                             f'out_indices=({last},) and a global token there (the -cls archs), got '
+                             f'out_indices={tuple(self.out_indices)}, num_global={self.stages[last].num_global}')
+        return out_type
 
     def stem_parts(self) -> List[Union[nn.Module, nn.Parameter]]:
         return [self.stages[0].patch_embed, *self.stages[0].embeddings()]
@@ -207,7 +228,9 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
         outs = []
         for index, stage in enumerate(self.stages):
             tokens, (height, width) = stage(x)
-            x = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, height, width)
+            if self.out_type == 'cls_token' and index == len(self.stages) - 1:
+                return (self.norm(tokens[:, 0]),)
+            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height, width)
             if index in self.out_indices:
                 outs.append(x)
         return tuple(outs)
@@ -318,7 +341,7 @@ def convert_vil_state_dict(state_dict: Dict[str, Tensor],
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key
         short = short[len('backbone.bottom_up.'):] if short.startswith('backbone.bottom_up.') else short
-        name = _official_name(short)
+        name = _official_name(short) or (short if short.startswith('norm.') else None)  # the final norm
         if name is None:
             unmapped.append(key)
             continue
