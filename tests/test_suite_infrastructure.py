@@ -17,7 +17,7 @@ PROBE = """\
 import json, os, sys
 print(json.dumps(dict(argv=sys.argv[1:], cwd=os.getcwd(), marker=os.environ.get('PROBE_MARKER'),
                       path0=sys.path[0], main=__name__, project='mmvisattn' in sys.modules,
-                      stock='mmdet.models' in sys.modules, pid=os.getpid())))
+                      stock='mmdet.datasets' in sys.modules, pid=os.getpid())))
 print('to stderr', file=sys.stderr)
 sys.exit(int(sys.argv[1]))
 """

@@ -238,3 +238,18 @@ def test_a_checkpoint_of_another_family_or_size_fails_in_one_line(classifier_che
     with pytest.raises(CheckpointError, match='holds no EMA weights'):
         pretrained_backbone(vil, classifier_checkpoints(REPO / 'configs/vil/vil-tiny_8xb128_in1k.py'), monkeypatch,
                             use_ema=True)
+
+
+def test_the_imagenet_pipelines_run_on_this_stack(workspace):
+    """mmpretrain's DeiT pipelines (RandAugment's operations, random erasing, bicubic resizing) on torch
+    2.13 and numpy 2, over the shapes data's classification split in ImageNet's folder layout."""
+    from mmpretrain.registry import DATASETS
+    cfg = Config.fromfile(REPO / 'configs/vil/vil-small_8xb128_in1k.py')
+    init_default_scope('mmpretrain')
+    for loader, samples in (('train_dataloader', 120), ('val_dataloader', 4)):
+        dataset = DATASETS.build(dict(type='CustomDataset', data_root=str(workspace / 'data/shapes/imagenet'),
+                                      data_prefix='train', pipeline=cfg[loader].dataset.pipeline))
+        for index in range(samples):
+            packed = dataset[index * 10]
+            assert packed['inputs'].shape == (3, 224, 224) and packed['inputs'].dtype == torch.uint8
+            assert packed['data_samples'].gt_label.item() == dataset.get_gt_labels()[index * 10]

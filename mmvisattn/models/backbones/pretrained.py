@@ -132,6 +132,22 @@ def _names(keys: Sequence[str]) -> str:
     return ', '.join(keys[:8]) + (' ...' if len(keys) > 8 else '') if keys else 'none'
 
 
+def find_layout(owner: str, path: str, state_dict: StateDict, target: StateDict,
+                formats: Sequence[CheckpointFormat]) -> CheckpointFormat:
+    """The first of ``formats`` that the checkpoint's keys match, else this class's own layout, which must set
+    most of its weights; one-line :class:`CheckpointError` when neither fits."""
+    own = CheckpointFormat(f'{owner} (this project)', lambda keys: bool(set(keys) & set(target)),
+                           lambda keys, _: keys)
+    found = next((fmt for fmt in (*formats, own) if fmt.matches(state_dict)), None)
+    if found is None:
+        expected = ', '.join([fmt.name for fmt in formats] + [own.name])
+        raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads (expected {expected}; '
+                              f'none of its {len(state_dict)} keys fits; its first keys: {list(state_dict)[:3]})')
+    if found is own:
+        _check_own_layout(owner, path, state_dict, target)
+    return found
+
+
 def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[CheckpointFormat]) -> List[str]:
     """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it; ``use_ema`` for
     the averaged weights of an EMA checkpoint) into ``backbone`` in whichever of its own layout and
@@ -143,15 +159,7 @@ def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[Checkpoint
         state_dict = strip_prefix(state_dict, cfg['prefix'])
     state_dict, classifier_parts = backbone_of_classifier(state_dict)
     target = backbone.state_dict()
-    own = CheckpointFormat(f'{owner} (this project)', lambda keys: bool(set(keys) & set(target)),
-                           lambda keys, _: keys)
-    found = next((fmt for fmt in (*formats, own) if fmt.matches(state_dict)), None)
-    if found is None:
-        expected = ', '.join([fmt.name for fmt in formats] + [own.name])
-        raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads (expected {expected}; '
-                              f'none of its {len(state_dict)} keys fits; its first keys: {list(state_dict)[:3]})')
-    if found is own:
-        _check_own_layout(owner, path, state_dict, target)
+    found = find_layout(owner, path, state_dict, target, formats)
     try:
         converted = found.convert(state_dict, backbone)
     except (KeyError, ValueError) as exc:  # the converters' one-line refusals
