@@ -335,8 +335,9 @@ def convert_vil_state_dict(state_dict: Dict[str, Tensor],
                            target: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``)
     -> the ViL backbone whose state dict is ``target``; returns the converted dict and the
-    official keys without a place (head, final norm, FPN, ``relative_position_index``, and
-    ``*_global`` copies when the target shares the global projections)."""
+    official keys without a place (head, FPN, ``relative_position_index``, the final norm unless the
+    target has one (``out_type='cls_token'``), and ``*_global`` copies when the target shares the global
+    projections)."""
     converted, unmapped = OrderedDict(), []
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key

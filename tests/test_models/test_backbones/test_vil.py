@@ -194,3 +194,35 @@ def test_absolute_position_stages_drop_relative_biases_as_the_official_model():
                  if 'relative_position' in name and not name.startswith('stages.1.'))
     assert extra == tables > 0
     assert model(torch.randn(1, 3, 64, 48))[-1].shape == both(torch.randn(1, 3, 64, 48))[-1].shape
+
+
+def test_classification_reads_the_last_stage_class_token_after_the_final_norm():
+    """``out_type='cls_token'``: the first global token of the last stage, LayerNorm-ed (official MsViT's CLS)."""
+    arch = dict(SMALL_ARCH, num_global=(1, 1, 1))
+    model = ViL(arch=arch, out_indices=(2,), out_type='cls_token', drop_path_rate=0.0).eval()
+    image = torch.randn(2, 3, 64, 64)
+    (token,) = model(image)
+    tokens = []
+    model.stages[2].register_forward_hook(lambda module, args, out: tokens.append(out[0]))
+    model(image)
+    torch.testing.assert_close(token, model.norm(tokens[0][:, 0]))
+    assert token.shape == (2, 24)
+
+
+def test_classification_outputs_that_cannot_be_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^ViL: out_type='pooled'; expected one of \('featmap', 'cls_token'\)$"):
+        ViL(arch=SMALL_ARCH, out_type='pooled')
+    with pytest.raises(ValueError, match=r"out_indices=\(2,\) and a global token there \(the -cls archs\), got "
+                                         r"out_indices=\(2,\), num_global=0$"):
+        ViL(arch=dict(SMALL_ARCH, num_global=(1, 1, 0)), out_indices=(2,), out_type='cls_token')
+    with pytest.raises(ValueError, match=r"got out_indices=\(1, 2\), num_global=1$"):
+        ViL(arch=dict(SMALL_ARCH, num_global=(1, 1, 1)), out_indices=(1, 2), out_type='cls_token')
+
+
+def test_the_official_final_norm_reaches_a_classification_target():
+    from mmvisattn.models.backbones.vil import convert_vil_state_dict
+    target = ViL(arch='tiny-cls', out_indices=(3,), out_type='cls_token').state_dict()
+    weight = torch.randn(384)
+    converted, unmapped = convert_vil_state_dict({'module.norm.weight': weight, 'module.head.weight': weight},
+                                                 target)
+    assert torch.equal(converted['norm.weight'], weight) and unmapped == ['module.head.weight']
