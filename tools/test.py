@@ -14,9 +14,11 @@ model, or of another width) is refused in one line instead of scoring a partly r
 """
 import argparse
 
+import mmengine
+
 import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
-from mmvisattn.launch.options import (dump_metrics, dump_predictions, loader_options, show_predictions,
+from mmvisattn.launch.options import (dump_predictions, loader_options, metrics_file, show_predictions,
                                       test_time_augmentation)
 
 TEST_LOADERS = ('test_dataloader',)
@@ -59,11 +61,12 @@ def main() -> None:
     if args.amp:
         cfg.test_cfg.fp16 = True
     loader_options(cfg, TEST_LOADERS, pin_memory=not args.no_pin_memory)
-    if args.out and args.out_item != 'metrics':
+    metrics_out = metrics_file(args.out) if args.out_item == 'metrics' else None
+    if args.out and not metrics_out:
         dump_predictions(cfg, args.out)
     metrics = run(cfg, 'test', TEST_LOADERS, allow_partial_checkpoint=args.allow_partial_checkpoint)
-    if args.out and args.out_item == 'metrics':
-        dump_metrics(metrics, args.out)
+    if metrics_out:
+        mmengine.dump(metrics, metrics_out)
 
 
 if __name__ == '__main__':

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from mmengine.config import Config, ConfigDict
 
 DUMP_SUFFIXES = ('.pkl', '.pickle')
+METRICS_SUFFIXES = ('.json', '.yaml', '.yml', '.pkl', '.pickle')
 
 
 def enable_auto_scale_lr(cfg: Config) -> None:
@@ -92,13 +93,13 @@ def dump_predictions(cfg: Config, out: str) -> None:
     cfg.test_evaluator = [*evaluators, dict(type=dump, out_file_path=out)]
 
 
-def dump_metrics(metrics: dict, out: str) -> None:
-    """``--out FILE --out-item metrics``: the test metrics into ``FILE`` (JSON, YAML or pickle by its suffix)."""
-    import mmengine
-    try:
-        mmengine.dump(metrics, out)
-    except TypeError:  # mmengine names the suffixes it knows
-        raise SystemExit(f'error: --out {out!r}: expected a .json, .yaml or .pkl file for the metrics') from None
+def metrics_file(out: str) -> str:
+    """``--out FILE --out-item metrics``: ``FILE``, refused in one line before the test runs unless mmengine
+    writes its suffix (JSON, YAML or pickle)."""
+    if not out.endswith(METRICS_SUFFIXES):
+        raise SystemExit(f'error: --out {out!r}: expected a file ending in {", ".join(METRICS_SUFFIXES)} for the '
+                         'metrics (--out-item metrics)')
+    return out
 
 
 def _default_detection_tta(cfg: Config) -> None:

@@ -200,7 +200,9 @@ def test_mmpretrain_configs_train_and_test_with_mmpretrains_flags(workspace, tmp
     # every 100th of the 200 images, as mmpretrain's hook counts them (its last, shorter batch counts again)
     assert 2 <= len(list((tmp_path / 'metrics' / 'shown').rglob('*.png'))) <= 3
     for flags, message in ((['--out-item', 'metrics'], 'error: --out-item says what --out holds; give --out FILE too'),
-                           (['--tta', '--show-dir', 'shown'], "error: --tta with --show / --show-dir: mmpretrain's")):
+                           (['--tta', '--show-dir', 'shown'], "error: --tta with --show / --show-dir: mmpretrain's"),
+                           (['--out', 'metrics.txt', '--out-item', 'metrics'],
+                            "error: --out 'metrics.txt': expected a file ending in .json, .yaml, .yml, .pkl, .pickle")):
         refused = run_tool(['tools/test.py', CLS_DEMO, checkpoint, *flags], cwd=workspace, check=False)
         assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(message)
 
