@@ -71,15 +71,16 @@ default dict when the caller gave none: every ``MultiheadAttention`` built later
 without a ``dropout_layer`` (mmseg's ViT layers, Castling-ViT's, DeiT-Ripple's) got that dropout on
 its residual instead of none. Such a call gets a copy of the dict to write into.
 
-torchvision without its compiled ops. mmpretrain imports torchvision, whose PyPI wheels for x86_64 are
-CUDA builds: beside a CPU torch (this project's 2.13.0) their ``_C`` library does not load, and
-torchvision 0.28 then fails to import at all ("operator torchvision::nms does not exist"), because its
-``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without checking that the ops
-exist (its other registrations check). mmdet imports mmpretrain when it is installed, so nothing of
-the stack imported. Where the library does not load, the two schemas are defined (no kernel behind
-them): torchvision imports, its transforms (pure PyTorch, all mmpretrain's pipelines use) work, and a
-call of a compiled op still fails with torchvision's own "Couldn't load custom C++ ops". Applied
-before anything imports torchvision (``import mmvisattn`` applies the patches first).
+torchvision without its compiled ops. mmpretrain imports torchvision, whose PyPI wheels for x86_64
+are CUDA builds: beside a CPU torch (this project's 2.13.0) their ``_C`` library does not load, and
+torchvision 0.28 then fails to import at all ("operator torchvision::nms does not exist"), because
+its ``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without checking that
+the ops exist (its other registrations check). mmdet's and mmseg's models import mmpretrain when it
+is installed, so nothing of the stack imported. Where the library does not load, the two schemas are
+defined (no kernel behind them): torchvision imports, its transforms (pure PyTorch, all mmpretrain's
+pipelines use) work, and a call of a compiled op still fails with torchvision's own "Couldn't load
+custom C++ ops". Applied before anything imports torchvision (``import mmvisattn`` applies the
+patches first).
 
 mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
 <_io.BytesIO ...>" without the path; it is wrapped to name the file.
@@ -397,8 +398,8 @@ def import_torchvision_without_its_ops() -> None:
 
 PATCHES = (import_torchvision_without_its_ops, allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu,
            register_torch_hardsigmoid, register_flop_handles, count_dropped_annotations, name_undecodable_label_maps,
-           write_checkpoints_atomically, remember_package_config_lookups, format_each_config_once, keep_attention_dropout_defaults,
-           dump_test_metrics_once)
+           write_checkpoints_atomically, remember_package_config_lookups, format_each_config_once,
+           keep_attention_dropout_defaults, dump_test_metrics_once)
 
 
 SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'

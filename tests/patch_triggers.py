@@ -212,7 +212,8 @@ def test_metrics_file_of_rank_1(folder: Path) -> str:
 
 
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
-    import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads, allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
+    import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads,
+    allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,

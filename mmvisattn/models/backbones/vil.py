@@ -32,8 +32,8 @@ _SIZES = {
 # Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts, whose
 # last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12, 13), whose last
 # stage keeps one as the class token the linear head reads (Table 10, "CLS").
-ARCH_ZOO = {**{name: dict(size, **_DETECTION) for name, size in _SIZES.items()},
-            **{f'{name}-cls': dict(size, **dict(_DETECTION, num_global=(1, 1, 1, 1))) for name, size in _SIZES.items()}}
+ARCH_ZOO = {**{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
+            **{f'{name}-cls': {**size, **_DETECTION, 'num_global': (1, 1, 1, 1)} for name, size in _SIZES.items()}}
 OUT_TYPES = ('featmap', 'cls_token')
 
 
