@@ -33,6 +33,13 @@ def models_of_scope(scope: str) -> Registry:
     return SCOPE_MODELS[scope]
 
 
+def with_data_preprocessor(cfg) -> None:
+    """Give ``cfg.model`` the config's top-level ``data_preprocessor`` (where mmpretrain's configs keep it)
+    unless the model names its own, as mmengine's Runner does."""
+    if cfg.get('data_preprocessor'):
+        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
+
+
 def build_from_config(config, part: Optional[str] = None) -> nn.Module:
     """Build ``model`` of a config (a path or an mmengine ``Config``), or its sub-dict ``part`` such as
     ``'backbone'``, in the config's ``default_scope``. The backbone's ``init_cfg`` is dropped: no
@@ -42,8 +49,7 @@ def build_from_config(config, part: Optional[str] = None) -> nn.Module:
     cfg = Config.fromfile(config) if not isinstance(config, Config) else config
     init_default_scope(cfg.default_scope)
     cfg.model.get('backbone', {}).pop('init_cfg', None)
-    if cfg.get('data_preprocessor'):  # beside the model (mmpretrain's configs), as the Runner takes it
-        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
+    with_data_preprocessor(cfg)
     return models_of_scope(cfg.default_scope).build(cfg.model if part is None else cfg.model[part])
 
 

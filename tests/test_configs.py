@@ -12,7 +12,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from mmvisattn.registry import models_of_scope
+from mmvisattn.registry import models_of_scope, with_data_preprocessor
 
 from .conftest import REPO
 
@@ -76,8 +76,7 @@ def model_and_batch(path: Path):
     cfg = without_unavailable_weights(Config.fromfile(path))
     assert cfg.default_scope in ('mmdet', 'mmseg', 'mmpretrain')
     init_default_scope(cfg.default_scope)
-    if cfg.get('data_preprocessor'):  # mmpretrain's configs keep it beside the model, as the Runner reads it
-        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
+    with_data_preprocessor(cfg)
     if cfg.model.get('data_preprocessor', {}).get('size'):  # pad the small test batch, not to the crop size
         cfg.model.data_preprocessor.size = DETECTION_SIZE if cfg.default_scope == 'mmdet' else SEGMENTATION_SIZE
     if cfg.model.get('data_preprocessor', {}).get('batch_augments'):

@@ -41,7 +41,8 @@ MARKER = '.mmvisattn-demo-data'
 PARTIAL_MARKER = '.mmvisattn-demo-data-partial'
 LAYOUTS = ('coco', 'cityscapes', 'ade20k', 'imagenet')
 CLASSIFICATION_SCALE = 4
-CLASSIFICATION_NOISE = 4  # the background's fine noise (12 in the other layouts): shapes, not noise, to learn
+BACKGROUND_NOISE = 12  # the standard deviation of the backgrounds' fine noise, in grey levels
+CLASSIFICATION_NOISE = 4  # the classification images': shapes, not noise, to learn
 Polygon = List[Tuple[float, float]]
 
 
@@ -64,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def textured_background(rng: np.random.RandomState, height: int, width: int, noise_std: float = 12) -> np.ndarray:
+def textured_background(rng: np.random.RandomState, height: int, width: int,
+                        noise_std: float = BACKGROUND_NOISE) -> np.ndarray:
     """A smooth random colour field plus fine noise, so that shapes are not found by colour alone."""
     coarse = rng.uniform(40, 215, size=(4, 4, 3)).astype(np.uint8)
     smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.float32)
@@ -104,7 +106,7 @@ def sample_scene(rng: np.random.RandomState, height: int, width: int) -> List[Tu
 
 
 def render(rng: np.random.RandomState, height: int, width: int, shapes,
-           noise_std: float = 12) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
+           noise_std: float = BACKGROUND_NOISE) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
     """Image, semantic map (0 background, 1.. shapes) and one binary mask per shape."""
     image = Image.fromarray(textured_background(rng, height, width, noise_std))
     semantic = Image.new('L', (width, height), 0)
@@ -170,9 +172,14 @@ SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training', imagenet
           dict(coco='val2017', cityscapes='val', ade20k='validation', imagenet='val'))
 
 
+def classification_label(image_id: int) -> int:
+    """The class of a classification image: the ids take the classes in turn."""
+    return image_id % len(CLASSES)
+
+
 def classification_file(split: Dict[str, str], image_id: int) -> str:
-    """Where one classification image goes: its class (the ids take the classes in turn) is its folder."""
-    return f'imagenet/{split["imagenet"]}/{CLASSES[image_id % len(CLASSES)]}/{sample_name(image_id)}.jpg'
+    """Where one classification image goes: its class is its folder."""
+    return f'imagenet/{split["imagenet"]}/{CLASSES[classification_label(image_id)]}/{sample_name(image_id)}.jpg'
 
 
 def write_classification_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, height: int,
@@ -180,7 +187,7 @@ def write_classification_split(out: Path, split: Dict[str, str], count: int, fir
     """One large shape of the image's class, of a random size, place and colour, on a background of finer
     noise than the other layouts'."""
     for image_id in range(first_id, first_id + count):
-        label = image_id % len(CLASSES)
+        label = classification_label(image_id)
         radius = rng.uniform(0.25, 0.45) * min(height, width)
         cx, cy = rng.uniform(radius + 1, np.array([width, height]) - radius - 1)
         image, _, _ = render(rng, height, width, [(label, shape_polygon(rng, label, cx, cy, radius))],
