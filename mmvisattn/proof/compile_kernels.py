@@ -258,7 +258,7 @@ def compile_launch(launch: Launch, target) -> dict:
             compiled = triton.compile(ASTSource(launch.kernel, launch.signature, launch.constexprs, launch.attrs),
                                       target=target, options=launch.options)
     except Exception as exc:  # a compile error of any kind is this tool's finding, reported per launch
-        row.update(error=f'{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ""}')
+        row.update(error=f'{type(exc).__name__}: {error_lines(exc)}')
         return row
     row['compile_s'] = round(time.perf_counter() - start, 2)
     registers, spills = PTXAS_REGISTERS.search(log.getvalue()), PTXAS_SPILLS.search(log.getvalue())
@@ -267,6 +267,13 @@ def compile_launch(launch: Launch, target) -> dict:
                called=sorted(set(re.findall(r'tt\.call @([\w.]+?)__', compiled.asm['source']))),
                dot_operands=sorted({kind for pair in TTIR_DOT.findall(compiled.asm['ttir']) for kind in pair}))
     return row
+
+
+def error_lines(exc: Exception) -> str:
+    """An exception in one line: Triton's compile errors give the place first (``at 22:8:``), then the
+    source line, then the message; the place and the message are kept."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return ' '.join(dict.fromkeys(lines[:1] + lines[-1:]))
 
 
 def problems(row: dict) -> List[str]:

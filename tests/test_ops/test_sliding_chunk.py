@@ -366,8 +366,30 @@ def test_triton_takes_a_drawn_neighbour():
                              tol=kernel_tolerance(KERNEL_DEVICE), batch=1, device=KERNEL_DEVICE, drawn=True)
 
 
-def test_triton_bias_gradient_copies_add_up(monkeypatch):
-    """Twelve chunks adding their bias gradients to two copies, summed after the kernel."""
-    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.triton.BIAS_COPIES', 2)
+def test_triton_bias_gradient_shares_add_up(monkeypatch):
+    """Two programs per (head, neighbour) summing the bias gradient of 12 chunks in registers, their
+    tables summed after the kernel."""
+    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.triton.BIAS_SHARES', 2)
     assert_matches_reference('triton', (5, 7), 2, 1, 'chunk', 0, dtype=torch.float32,
                              tol=kernel_tolerance(KERNEL_DEVICE), batch=1, device=KERNEL_DEVICE)
+
+
+@pytest.mark.parametrize('hw,window,masking', [((9, 5), 4, 'chunk'), ((5, 6), 8, 'exact'), ((8, 9), 7, 'chunk')])
+def test_triton_odd_grids_and_key_blocks(hw, window, masking):
+    """Chunks cut by the map's border, a window larger than the map, and ViL's window 7 (49 keys a chunk
+    in blocks of KEY_BLOCK, the last one partly past the chunk), two images."""
+    assert_matches_reference('triton', hw, window, 1, masking, 0, dtype=torch.float32,
+                             tol=kernel_tolerance(KERNEL_DEVICE), batch=2, device=KERNEL_DEVICE)
+
+
+def test_triton_gradcheck_float64():
+    """The kernels' hand-written backward in float64 (which the op refuses: only this test passes it, to the
+    kernels' function), gradcheck's fast mode (random projections of the Jacobian: the interpreter is slow),
+    every bias table, a global token and the exact window."""
+    from mmvisattn.ops.sliding_chunk.triton import sliding_chunk_attention_triton
+    q, k, v, tables = make_inputs(batch=1, heads=1, num_global=1, hw=(3, 4), dims=2, window=2, device=KERNEL_DEVICE)
+
+    def fn(q, k, v, table, g2l, g2g):
+        return sliding_chunk_attention_triton(q, k, v, (3, 4), 2, 1, 'exact', 0, (table, g2l, g2g), 0.7)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, *tables), fast_mode=True)

@@ -18,12 +18,13 @@ local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 Implementations (:data:`OP` says which runs where and why): ``reference`` (masked full
 attention, tests only), ``dense`` (one SDPA call with the pattern as an additive bias,
 :mod:`.dense`), ``torch`` (sliding chunks, hand-written backward), ``cpu`` (the same fused per chunk
-in C++, :mod:`.cpu`), ``triton`` (fused kernels, CUDA) and ``flex`` (PyTorch's FlexAttention with a
-block mask of the chunks, :mod:`.flex`; trains on CUDA, forward only on CPU); ``auto`` takes Triton on
-CUDA where its kernels take the heads and window (else torch) and, on CPU, ``dense`` on maps no larger
-than a query's window (the crossover measured in :mod:`.dense`), ``cpu`` on larger ones. ``auto``
-leaves ``flex`` to be asked for: the GPU proof times it beside the Triton kernels at the shipped sizes
-and found them faster (the GPU records: docs/records/gpu.md, docs/records/gpu_runs.md).
+in C++, :mod:`.cpu`), ``triton`` (block-sparse flash attention over whole chunks, CUDA, :mod:`.triton`)
+and ``flex`` (PyTorch's FlexAttention with a block mask of the chunks, :mod:`.flex`; trains on CUDA,
+forward only on CPU); ``auto`` takes Triton on CUDA where its kernels take the heads and window (else
+torch) and, on CPU, ``dense`` on maps no larger than a query's window (the crossover measured in
+:mod:`.dense`), ``cpu`` on larger ones. ``auto`` leaves ``flex`` to be asked for: the GPU proof times
+it beside the Triton kernels at the shipped sizes and found them faster (the GPU records:
+docs/records/gpu.md, docs/records/gpu_runs.md).
 
 Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
 inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.
@@ -175,8 +176,9 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
         return sliding_chunk_attention_flex(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
     if impl == 'triton':
         check_triton_inputs(q, k, v, window)
-        from .triton import sliding_chunk_local_triton as local_attention
-    elif impl == 'cpu':
+        from .triton import sliding_chunk_attention_triton
+        return sliding_chunk_attention_triton(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
+    if impl == 'cpu':
         from .cpu import sliding_chunk_local_cpu as local_attention
     else:
         local_attention = sliding_chunk_local_torch
