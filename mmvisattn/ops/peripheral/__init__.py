@@ -7,10 +7,11 @@ normalised over the keys::
 Two ops, each with a reference twin:
 
 * :func:`peripheral_attention` mixes and normalises: ``reference`` (explicit ``N x N`` Eq. 5),
-  ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (online softmax with the
-  bias, backward through the SDPA form); ``auto`` (:data:`OP`) takes torch everywhere: on a GPU,
-  SDPA's fused kernels beat the Triton forward in forward and in forward + backward at PerViT's
-  sizes (the GPU proof's benchmark rows; figures in docs/records/gpu_runs.md), so Triton runs only when asked for.
+  ``torch`` (SDPA with ``log Phi_p`` as additive bias) and ``triton`` (flash attention with the bias,
+  forward and backward, the bias gradient summed over the images inside the kernel, :mod:`.triton`);
+  ``auto`` (:data:`OP`) takes torch everywhere: on a GPU, SDPA's fused kernels beat the earlier Triton
+  forward (backward through SDPA) at PerViT's sizes (the GPU proof's benchmark rows; figures in
+  docs/records/gpu_runs.md), and the order changes when a proof measures the kernels faster.
 * :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8): ``torch`` runs the
   first peripheral projection on the map of relative offsets and the rest on each query's window of
   it by chunks of queries (:mod:`.position`), ``triton`` the same with the windows in registers, one

@@ -43,7 +43,7 @@ from ..utils.triton_launch import UnsupportedInput, dot_operands, head_block, la
 # An H200 sweep at PerViT-T's size alone timed larger settings (docs/records/gpu_runs.md).
 BLOCK_KEYS = 128  # keys (output positions) a tile of the second projection
 FORWARD_WARPS = 8
-BACKWARD_KEYS = 64  # the same in its backward, whose three passes hold more
+BACKWARD_KEYS = 32  # the same in its backward, whose three passes hold more (64 spilled on sm_90 at 2 heads)
 BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
 # numbers (channels x window cells) a tile of the statistics and the window-gradient sums holds: 128
 # cells of 16 channels (PerViT-T's), fewer cells for more channels, so the registers hold at every size
