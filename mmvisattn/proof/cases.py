@@ -171,7 +171,7 @@ CASES = [
          {'SMCA-Ripple encoder at 800x1344': Size(2, 8, 32, (25, 42))}),
     Case(linear_angular.OP, _plain_inputs,
          lambda impl, size, q, k, v: linear_angular_attention(q, k, v, impl=impl),
-         lambda size, q, k, v: linear_angular_attention_reference(q, k, v), ('torch', 'triton'),
+         lambda size, q, k, v: linear_angular_attention_reference(q, k, v), ('torch', 'triton', 'dense'),
          Size(2, 3, 16, TEST_MAP), {'Castling ViT-B at 512x512': Size(2, 12, 64, (32, 32))}),
     Case(masked_softmax.OP, _plain_inputs,
          lambda impl, size, q, k, v: masked_softmax_attention(q, k, v, AUX_THRESHOLD, impl=impl),
@@ -198,8 +198,10 @@ CASES = [
 
 
 # The op's fastest implementation at each shipped size, forward + backward in bfloat16, as the proof
-# measured it (its benchmark rows' ``fastest_impl``; NVIDIA H200, 2026-11-26). auto's CUDA order takes
-# it there (tests/test_tools/test_gpu_proof.py); where a GPU measures another, both change together.
+# measured it (its benchmark rows' ``fastest_impl``; NVIDIA H200, 2026-11-26, before the block-sparse
+# sliding-chunk kernels and the peripheral flash backward). auto's CUDA order takes it there
+# (tests/test_tools/test_gpu_proof.py) and a test holds it to the newest proof record of each GPU
+# (tests/test_tools/test_gpu_records.py); where a GPU measures another, both change together.
 FASTEST_ON_CUDA = {
     ('sliding_chunk_attention', 'ViL-S stage 1 at 800x1344'): 'triton',
     ('sliding_chunk_attention', 'ViL-S stage 2'): 'triton',

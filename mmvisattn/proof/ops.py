@@ -8,8 +8,8 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
 * ``correctness``: every op x implementation that runs on CUDA x dtype (float32, float16, bfloat16)
   against the float64 reference of the same inputs, the output and every gradient, on odd maps with
   batch 2: largest error over largest reference value, within the dtype's bound;
-* ``races``: three backward passes on the same inputs agree to float32 rounding (the Triton
-  backwards add key, value and bias gradients atomically);
+* ``races``: three backward passes on the same inputs agree to float32 rounding (some Triton
+  backwards add gradients atomically; the sliding-chunk and peripheral ones write each once);
 * ``autocast``: float16 inputs under autocast, the gradient of a mean loss scaled by 2^16
   (``GradScaler``'s start): every gradient finite, and unscaled within the bound of the float32 run's;
 * ``syncs``: a training step (after a warm-up step) of each implementation ``auto`` may choose on
@@ -22,7 +22,13 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   implementation that runs on CUDA (``auto``'s choice marked), beside ``F.scaled_dot_product_attention``
   (flash backend) over the same tokens: forward and forward + backward, CUDA-event medians and
   ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked, and the
-  op's own fastest (``fastest_impl``, printed where it is not :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`).
+  op's own fastest (``fastest_impl``, printed where it is not :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`);
+* ``crossovers``: each op with a dense form that ``auto`` takes on CUDA up to a crossover measured per
+  GPU (:mod:`mmvisattn.ops.utils.crossover`), the dense form beside the O(N) implementation ``auto``
+  takes without it, forward + backward in bfloat16 on square maps of :data:`CROSSOVER_SIDES` (the first
+  shipped layer's batch, heads and width); the largest token count up to which the dense form was faster
+  at every size goes into the record (``crossovers``), and is printed where it is not
+  :data:`~mmvisattn.ops.utils.crossover.CUDA_DENSE_CROSSOVERS`'.
 
 Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
 :mod:`.records`) into ``--out-dir``; exits 1 when a check fails (the benchmarks only measure).
@@ -46,10 +52,10 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from mmvisattn.proof.records import proof_rows, record
+from mmvisattn.proof.records import crossover_rows, proof_rows, record, unrecorded_crossovers
 from mmvisattn.proof.report import describe, first_line, mark_fastest, markdown, row_label, unrecorded_fastest
 
-SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks')
+SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')
 DTYPES = ('float32', 'float16', 'bfloat16')
 # largest error over largest reference value, by the inputs' dtype: TF32 products (10-bit mantissa)
 # for float32 kernels, 11 and 8 bits for float16 and bfloat16 inputs
@@ -57,6 +63,7 @@ BOUNDS = dict(float32=5e-3, float16=1e-2, bfloat16=5e-2)
 RACE_BOUND = 1e-5  # three float32 backward passes differ only by the order of atomic additions
 GRAD_SCALE = 2.0 ** 16
 SDPA_ROW = 'SDPA (flash)'  # the baseline of every benchmark layer
+CROSSOVER_SIDES = (16, 24, 32, 48, 64, 100, 128)  # the square maps of the crossover sweep
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -147,8 +154,12 @@ class Proof:
             print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} failed, '
                   f'{self.sections[name]["seconds"]} s', flush=True)
         if not self.smoke:
+            from mmvisattn.ops.utils.crossover import CUDA_DENSE_CROSSOVERS
             print(*unrecorded_fastest(self.sections.get('benchmarks', {}).get('rows', []),
                                       self.cases.FASTEST_ON_CUDA), sep='\n', flush=True)
+            print(*unrecorded_crossovers(crossover_rows(self.sections), CUDA_DENSE_CROSSOVERS,
+                                        device_name(self.device)),
+                  sep='\n', flush=True)
         return 1 if self.failures() else 0
 
     def failures(self) -> List[str]:
@@ -308,6 +319,25 @@ class Proof:
                 rows += mark_fastest(layer_rows, SDPA_ROW)
         return rows
 
+    def crossovers(self) -> List[Dict]:
+        from mmvisattn.ops.utils.crossover import SWEPT_OPS
+        rows = []
+        for case in self.cases.CASES:
+            if case.dispatch.name not in SWEPT_OPS:
+                continue
+            linear = next(impl for impl in case.dispatch.order('cuda') if impl != 'dense' and impl in self.impls(case))
+            layer, size = next(iter(self.shipped_sizes(case).items()))
+            for side in (3, 4) if self.smoke else CROSSOVER_SIDES:
+                sized = size._replace(hw=(side, side))
+                for impl in ('dense', linear):
+                    row = dict(op=case.dispatch.name, layer=layer, size=describe(sized), tokens=side * side, impl=impl)
+                    if self.out_of_time():
+                        rows.append(dict(row, skipped=f'out of time (--budget {self.args.budget:g} s)'))
+                        continue
+                    leaves = self.leaves(case.inputs, sized, 'bfloat16')
+                    rows.append(dict(row, **self.timed(lambda: case.call(impl, sized, *leaves), leaves)))
+        return rows
+
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:
         """Median forward and forward + backward times (ms) and the peak memory above the inputs (MB)."""
         torch = self.torch
@@ -373,13 +403,18 @@ def relative_error(got, want) -> float:
     return float((got - want).abs().max().item() / scale) if scale > 0 else float(got.abs().max().item())
 
 
+def device_name(device: str) -> str:
+    import torch
+    return torch.cuda.get_device_name() if device == 'cuda' else f'CPU ({platform.machine()})'
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = preflight(args.cpu_smoke)
     import torch
     proof = Proof(device, args)
     status = proof.run()
-    meta = dict(device_name=torch.cuda.get_device_name() if device == 'cuda' else f'CPU ({platform.machine()})',
+    meta = dict(device_name=device_name(device),
                 date=date.today().isoformat(), torch=torch.__version__, cuda=torch.version.cuda,
                 triton='.'.join(map(str, __import__('mmvisattn.ops.utils.dispatch', fromlist=['x']).triton_version())),
                 python=platform.python_version(), cpu_smoke=args.cpu_smoke,
@@ -388,7 +423,8 @@ def main(argv=None) -> int:
     (args.out_dir / 'gpu_proof.json').write_text(json.dumps(dict(meta=meta, sections=proof.sections), indent=1))
     (args.out_dir / 'gpu_proof.md').write_text(markdown(meta, proof.sections))
     rows = proof_rows(proof.sections, SDPA_ROW)
-    (args.out_dir / 'record_proof.json').write_text(json.dumps(record('proof', meta['device_name'], rows, False)))
+    data = record('proof', meta['device_name'], rows, False, crossovers=crossover_rows(proof.sections))
+    (args.out_dir / 'record_proof.json').write_text(json.dumps(data))
     print(f'wrote {args.out_dir / "gpu_proof.md"} and gpu_proof.json; {len(meta["failures"])} failed checks')
     for failure in meta['failures']:
         print(f'FAILED {failure}', file=sys.stderr)

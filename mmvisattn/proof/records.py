@@ -11,7 +11,8 @@ A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu`
 
 * ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
   :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
-  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``;
+  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its crossover
+  sweep): ``op``, ``tokens``, ``impl``, ``forward_backward_ms``;
 * ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
   ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
@@ -72,17 +73,19 @@ def tree_state() -> Tuple[str, bool]:
     return commit, bool(git('status', '--porcelain')) if head else True
 
 
-def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool) -> Dict:
-    """A record of this tree's run: ``name`` is the file name it is committed under."""
+def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool,
+           crossovers: Optional[Sequence[Dict]] = None) -> Dict:
+    """A record of this tree's run: ``name`` is the file name it is committed under; a proof's
+    ``crossovers`` (:func:`crossover_rows`) are kept beside its rows."""
     commit, dirty = tree_state()
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
     missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
     if missing:
         raise ValueError(f'{kind} record rows lack {missing[0]}')
-    return dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
-                software=software(openmmlab), commit=commit, dirty=dirty,
-                rows=list(rows))
+    data = dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
+                software=software(openmmlab), commit=commit, dirty=dirty, rows=list(rows))
+    return dict(data, crossovers=list(crossovers)) if crossovers is not None else data
 
 
 def cpu_machine() -> Dict:
@@ -159,6 +162,69 @@ def newest(records_dir: Path, kind: str) -> List[Dict]:
                                                                        by_gpu[data['gpu']]['_file']):
             by_gpu[data['gpu']] = dict(data, _file=path.name)
     return [by_gpu[gpu] for gpu in sorted(by_gpu)]
+
+
+def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
+    """``(op, layer) -> {impl, gpu, date}``: each op's own fastest implementation at each layer
+    (least forward + backward time, SDPA left out) in the newest of ``records`` that times the layer
+    (:func:`newest`'s records; where GPUs disagree, the newest record wins)."""
+    fastest: Dict[Tuple[str, str], Dict] = {}
+    for data in sorted(records, key=lambda data: (data['date'], data.get('_file', ''))):
+        if 'forward_backward_ms' in data.get('invalid', ()):
+            continue
+        timed: Dict[Tuple[str, str], Dict] = {}
+        for row in data['rows']:
+            key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
+            if row['impl'] != SDPA and time is not None and (key not in timed or time < timed[key]['time']):
+                timed[key] = dict(impl=row['impl'], gpu=data['gpu'], date=data['date'], time=time)
+        fastest.update(timed)
+    return fastest
+
+
+def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
+    """The crossover sweep of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out)."""
+    return [dict(op=row['op'], tokens=row['tokens'], impl=row['impl'], forward_backward_ms=row['forward_backward_ms'])
+            for row in sections.get('crossovers', {}).get('rows', []) if 'forward_backward_ms' in row]
+
+
+def measured_crossovers(rows: Sequence[Dict]) -> Dict[str, int]:
+    """``{op: tokens}``: the largest swept size up to which the dense form was faster than the other
+    implementation at every size (0 where it lost at the smallest; ops swept at no size left out)."""
+    times: Dict[str, Dict[int, Dict[str, float]]] = {}
+    for row in rows:
+        times.setdefault(row['op'], {}).setdefault(row['tokens'], {})[row['impl']] = row['forward_backward_ms']
+    found = {}
+    for op, sizes in times.items():
+        found[op] = 0
+        for tokens in sorted(sizes):
+            dense, others = sizes[tokens].get('dense'), [t for impl, t in sizes[tokens].items() if impl != 'dense']
+            if dense is None or not others or dense >= min(others):
+                break
+            found[op] = tokens
+    return found
+
+
+def unrecorded_crossovers(rows: Sequence[Dict], table: Dict[str, Dict[str, int]], gpu: str) -> List[str]:
+    """A line per op whose crossover measured on ``gpu`` differs from ``table``'s
+    (:data:`~mmvisattn.ops.utils.crossover.CUDA_DENSE_CROSSOVERS`, which auto follows)."""
+    return [f'{op} on {gpu}: the dense form faster up to {tokens} tokens; CUDA_DENSE_CROSSOVERS says '
+            f'{table.get(op, {}).get(gpu)}' for op, tokens in sorted(measured_crossovers(rows).items())
+            if table.get(op, {}).get(gpu) != (tokens or None)]
+
+
+def crossover_disagreements(records_dir: Path, table: Dict[str, Dict[str, int]]) -> List[str]:
+    """:func:`unrecorded_crossovers` of the newest proof record of each GPU that swept them."""
+    return [line for data in newest(records_dir, 'proof') if data.get('crossovers')
+            for line in unrecorded_crossovers(data['crossovers'], table, data['gpu'])]
+
+
+def auto_disagreements(records_dir: Path, fastest_on_cuda: Dict[Tuple[str, str], str]) -> List[str]:
+    """A line per layer where the newest proof records measured another fastest implementation than
+    ``fastest_on_cuda`` (:data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`, which auto's CUDA order follows)."""
+    return [f'{op} at {layer}: {found["impl"]} measured fastest on {found["gpu"]} ({found["date"]}); '
+            f'FASTEST_ON_CUDA says {fastest_on_cuda.get((op, layer))}'
+            for (op, layer), found in sorted(measured_fastest(newest(records_dir, 'proof')).items())
+            if fastest_on_cuda.get((op, layer)) != found['impl']]
 
 
 def _num(value, digits: int = 2) -> str:

@@ -1,4 +1,4 @@
-"""Linear-angular op: the torch and Triton forms equal the explicit N x N angular kernel, in value
+"""Linear-angular op: the torch, dense and Triton forms equal the explicit N x N angular kernel, in value
 and gradient, for odd sizes and batch > 1, on every device of the suite; the kernel is positive and
 its rows normalise. The Triton kernels run compiled on a GPU, else on CPU under TRITON_INTERPRET=1
 (set by `make test` and tests/conftest.py)."""
@@ -29,13 +29,35 @@ def test_linear_form_equals_explicit_kernel(tokens, dims, value_dims, device):
                                linear_angular_attention_reference(q, k, v))
 
 
-def test_gradients_equal_explicit_kernel(device):
+@pytest.mark.parametrize('impl', ['torch', 'dense'])
+def test_gradients_equal_explicit_kernel(impl, device):
     q, k, v = inputs(device=device)
     weights = torch.randn(2, 3, 17, 8, dtype=torch.float64, device=device)
-    fast = torch.autograd.grad((linear_angular_attention(q, k, v, impl='torch') * weights).sum(), (q, k, v))
+    fast = torch.autograd.grad((linear_angular_attention(q, k, v, impl=impl) * weights).sum(), (q, k, v))
     slow = torch.autograd.grad((linear_angular_attention_reference(q, k, v) * weights).sum(), (q, k, v))
     for a, b in zip(fast, slow):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
+def test_dense_form_equals_explicit_kernel(tokens, dims, value_dims, device):
+    q, k, v = inputs(tokens=tokens, dims=dims, value_dims=value_dims, device=device)
+    torch.testing.assert_close(linear_angular_attention(q, k, v, impl='dense'),
+                               linear_angular_attention_reference(q, k, v))
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_dense_form_in_half_precision(dtype, device):
+    """Half products (tensor cores on a GPU) within the dtype's bound of the float64 kernel; a zero query
+    row (the float16 norm clamp) stays finite in value and gradient."""
+    q, k, v = (t.detach().to(dtype) for t in inputs(tokens=64, dims=16, value_dims=16, device=device))
+    q[0, 0, 0] = 0
+    q.requires_grad_()
+    out = linear_angular_attention(q, k, v, impl='dense')
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), linear_angular_attention_reference(q.double(), k.double(), v.double()),
+                               atol=2e-2, rtol=2e-2)
+    assert torch.isfinite(torch.autograd.grad(out.float().sum(), q)[0]).all()
 
 
 @pytest.mark.parametrize('tokens,dims,value_dims', SIZES)

@@ -27,13 +27,15 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     assert summary['kernels_found'] == jit_functions_in_source() >= 15
     assert summary['kernels_unreached'] == [] and summary['failed'] == 0 and summary['spilling'] == 0
     launched = {row['kernel'].replace('mmvisattn.ops.', '') for row in rows}
-    assert {'sliding_chunk.triton._backward_kernel', 'ripple.triton._backward_keys', 'linear_angular.triton._summarise',
-            'peripheral.triton._forward_kernel'} <= launched
+    assert {'sliding_chunk.triton._grad_bias', 'ripple.triton._backward_keys', 'linear_angular.triton._summarise',
+            'peripheral.triton._grad_bias'} <= launched
     # float scalars typed fp64, as torch.compile passes them: a kernel that lets them promote a block failed there
     assert {row['kernel'].replace('mmvisattn.ops.', '') for row in rows if row['source'] == 'torch.compile'} == {
-        'linear_angular.triton._summarise', 'linear_angular.triton._mix', 'peripheral.triton._forward_kernel',
-        'ripple.triton._ring_weights_forward', 'ripple.triton._ring_weights_backward',
-        'peripheral.position_triton._window_stats', 'peripheral.position_triton._logits_forward'}
+        'linear_angular.triton._summarise', 'linear_angular.triton._mix', 'ripple.triton._ring_weights_forward',
+        'ripple.triton._ring_weights_backward', 'peripheral.position_triton._window_stats',
+        'peripheral.position_triton._logits_forward',
+        *(f'{op}.triton.{kernel}' for op in ('sliding_chunk', 'peripheral')
+          for kernel in ('_forward', '_grad_queries', '_grad_keys', '_grad_bias'))}
     for row in rows:
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0
@@ -41,12 +43,15 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     # half inputs reach the kernels that take them (ripple upcasts to float32 first, by design), and every
     # product of theirs takes half operands: the tensor cores' half-precision rate, not TF32
     assert any('*fp16' in row['signature'].values() for row in rows
-               if row['kernel'].endswith('sliding_chunk.triton._forward_kernel'))
+               if row['kernel'].endswith('sliding_chunk.triton._forward'))
     with_dots = {row['kernel'].replace('mmvisattn.ops.', ''): row['dot_operands']
                  for row in rows if row['dot_operands']}
-    assert set(with_dots) == {'sliding_chunk.triton._forward_kernel', 'sliding_chunk.triton._backward_kernel',
+    assert set(with_dots) == {'sliding_chunk.triton._forward', 'sliding_chunk.triton._grad_queries',
+                              'sliding_chunk.triton._grad_keys', 'sliding_chunk.triton._grad_bias',
                               'linear_angular.triton._summarise', 'linear_angular.triton._mix',
-                              'peripheral.triton._forward_kernel', 'peripheral.position_triton._logits_forward',
+                              'peripheral.triton._forward', 'peripheral.triton._grad_queries',
+                              'peripheral.triton._grad_keys', 'peripheral.triton._grad_bias',
+                              'peripheral.position_triton._logits_forward',
                               'peripheral.position_triton._logits_backward',
                               'peripheral.position_triton._window_grad_sums', 'peripheral.position_triton._window_grad'}
     assert all(row['dot_operands'] == ['f16'] for row in rows if row['dot_operands'] and row['dtype'] == 'float16')

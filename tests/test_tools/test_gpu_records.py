@@ -77,3 +77,58 @@ def test_invalid_fields_and_notes_are_shown(tool, tmp_path):
     (tmp_path / '2026-11-27_H100_abc_models.json').write_text(json.dumps(data))
     text = tool.tables(tmp_path)
     assert '| m |  | 5.0 | - | 5.0 | 1024 |' in text and '- peak read after a reset' in text
+
+
+def proof_record(path, gpu: str, day: str, times: dict) -> None:
+    """A proof record of one layer: ``times`` ``{impl: forward + backward ms}``."""
+    rows = [dict(op='ripple_attention', layer='L', impl=impl, auto=impl == 'triton', forward_ms=time / 3,
+                 forward_backward_ms=time, peak_mb=1.0) for impl, time in times.items()]
+    data = dict(kind='proof', gpu=gpu, date=day, commit='abc', dirty=False, software=dict(torch='2.11'), rows=rows)
+    (path / f'{day}_{gpu}_abc_proof.json').write_text(json.dumps(data))
+
+
+def test_auto_follows_the_newest_records_of_the_gpus():
+    """The newest proof record of each GPU measured the fastest implementation that FASTEST_ON_CUDA names
+    (and test_gpu_proof.py holds auto's CUDA order to that table), for every layer a record times."""
+    from mmvisattn.proof.cases import FASTEST_ON_CUDA
+    from mmvisattn.proof.records import auto_disagreements
+    assert auto_disagreements(REPO / 'docs' / 'records' / 'gpu', FASTEST_ON_CUDA) == []
+
+
+def test_a_disagreement_is_named_and_the_newest_record_wins(tool, tmp_path):
+    proof_record(tmp_path, 'H100', '2026-11-20', dict(triton=2.0, torch=3.0, sdpa=0.5))
+    proof_record(tmp_path, 'H200', '2026-11-25', dict(triton=4.0, torch=3.0, sdpa=0.4))
+    proof_record(tmp_path, 'H200', '2026-11-10', dict(triton=1.0, torch=3.0))  # older: not H200's newest
+    assert tool.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'torch'}) == []
+    assert tool.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'triton'}) == [
+        'ripple_attention at L: torch measured fastest on H200 (2026-11-25); FASTEST_ON_CUDA says triton']
+    assert tool.auto_disagreements(tmp_path, {}) == [
+        'ripple_attention at L: torch measured fastest on H200 (2026-11-25); FASTEST_ON_CUDA says None']
+
+
+def sweep(times: dict) -> list:
+    """Crossover rows of one op: ``{tokens: (dense ms, triton ms)}``."""
+    return [dict(op='ripple_attention', tokens=tokens, impl=impl, forward_backward_ms=ms)
+            for tokens, pair in times.items() for impl, ms in zip(('dense', 'triton'), pair)]
+
+
+def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size(tool):
+    assert tool.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
+        'ripple_attention': 576}
+    assert tool.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
+    assert tool.unrecorded_crossovers(sweep({256: (3, 2)}), {}, 'H200') == []  # never faster: no entry
+    assert tool.unrecorded_crossovers(sweep({256: (1, 2)}), {}, 'H200') == [
+        'ripple_attention on H200: the dense form faster up to 256 tokens; CUDA_DENSE_CROSSOVERS says None']
+
+
+def test_the_crossovers_follow_the_newest_records_of_the_gpus(tool, tmp_path):
+    """The committed records and CUDA_DENSE_CROSSOVERS (which auto follows) agree; a record that measured
+    another crossover is named."""
+    from mmvisattn.ops.utils.crossover import CUDA_DENSE_CROSSOVERS
+    assert tool.crossover_disagreements(REPO / 'docs' / 'records' / 'gpu', CUDA_DENSE_CROSSOVERS) == []
+    proof_record(tmp_path, 'H200', '2026-11-25', dict(triton=4.0))
+    path = tmp_path / '2026-11-25_H200_abc_proof.json'
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), crossovers=sweep({1024: (1, 2), 4096: (3, 2)}))))
+    assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H200': 1024}}) == []
+    assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H100': 1024}}) == [
+        'ripple_attention on H200: the dense form faster up to 1024 tokens; CUDA_DENSE_CROSSOVERS says None']

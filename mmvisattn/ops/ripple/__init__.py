@@ -20,8 +20,10 @@ Implementations (``impl=``):
 * ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
 * ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
 
-``auto`` (:data:`OP`) takes ``triton`` on CUDA where its kernels take the heads (else ``torch``): the
-fastest of the four there at SMCA's size (the GPU proof's benchmark rows, recorded beside its cases);
+``auto`` (:data:`OP`) takes, on CUDA, ``dense`` up to the crossover measured on the GPU
+(:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then ``triton`` where its kernels
+take the heads (else ``torch``): the fastest of the four there at SMCA's size (the GPU proof's
+benchmark rows, recorded beside its cases);
 on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.dense_is_faster`) and
 ``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
 the tables and far less memory.
@@ -30,6 +32,7 @@ from typing import Callable, Optional, Sequence
 
 from torch import Tensor
 
+from ..utils.crossover import dense_on_cuda
 from ..utils.dispatch import (DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere,
                               triton_kernels)
 from .dense import dense_is_faster, ripple_attention_dense
@@ -44,7 +47,12 @@ def _sat_refusal(request: Request) -> str:
             'lighter at R_max 2-16')
 
 
+_dense_on_cuda = dense_on_cuda('ripple_attention')
+
+
 def _dense_refusal(request: Request) -> Optional[str]:
+    if request.device == 'cuda':
+        return _dense_on_cuda(request)
     hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
     if dense_is_faster(hw_shape, r_max):
         return None
@@ -54,7 +62,7 @@ def _dense_refusal(request: Request) -> Optional[str]:
 OP = Op('ripple_attention',
         dict(reference=reference_only, sat=_sat_refusal, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
              triton=triton_kernels()),
-        dict(cpu=('dense', 'cpu', 'torch'), cuda=('triton', 'torch')))
+        dict(cpu=('dense', 'cpu', 'torch'), cuda=('dense', 'triton', 'torch')))
 IMPLS = OP.impls
 
 
@@ -96,7 +104,8 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
         ``(..., N, E)``.
     """
     _check_inputs(q, k, v, logits, hw_shape, tau)
-    impl = OP.choose(impl, Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1]))
+    impl = OP.choose(impl, Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1],
+                                      tokens=q.shape[-2]))
     if impl == DRY_RUN:
         return dry_output(q, v)
     return _implementation(impl)(q, k, v, logits, hw_shape, tau, eps)
