@@ -1,8 +1,9 @@
 """Linear-angular attention in dense form, for small maps (arXiv:2211.10526, Eq. 3): the ``N x N``
 angular kernel ``1/2 + q^ k^T / pi`` formed by one batched product in the inputs' precision (tensor
-cores for half inputs), times ``v`` by a second, over its row sums. Quadratic, and on a GPU faster
-than the summaries of :mod:`.pytorch` / :mod:`.triton` while ``N`` is small (the crossover per GPU:
-:mod:`mmvisattn.ops.utils.crossover`). Autograd through torch; no hand-written backward.
+cores for half inputs), times ``v`` by a second, over its row sums. Quadratic: meant for small maps,
+where the two products may beat the summaries of :mod:`.pytorch` / :mod:`.triton` and their launches;
+up to where it does is measured per GPU (:mod:`mmvisattn.ops.utils.crossover`). Autograd through
+torch; no hand-written backward.
 
 Mixed precision (:mod:`mmvisattn.ops.utils.amp`): queries and keys are normalised in float32 (the norm
 clamp of :func:`~mmvisattn.ops.utils.amp.norm_eps`) and cast back for the products, which accumulate in

@@ -3,7 +3,7 @@
 
 Some ops have a form whose cost is a few batched ``N x N`` products on tensor cores (ripple's
 spatial weights as one ``N x N`` factor, Castling's deploy kernel ``phi(Q) phi(K)^T V``): on small maps
-it beats their O(N) kernels, which pay for their recurrences or summaries in launches and latency.
+it can beat their O(N) kernels, which pay for their recurrences or summaries in launches and latency.
 Where the two cross depends on the GPU. :data:`CUDA_DENSE_CROSSOVERS` holds, per op and GPU name
 (``torch.cuda.get_device_name()``), the largest token count at which the GPU proof's crossover sweep
 (``tools/analysis_tools/gpu_proof.py``, its record under ``docs/records/gpu/``) measured the dense form
