@@ -28,7 +28,7 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   takes without it, forward + backward in bfloat16 on square maps of :data:`CROSSOVER_SIDES` (the first
   shipped layer's batch, heads and width); the largest token count up to which the dense form was faster
   at every size goes into the record (``crossovers``), and is printed where it is not
-  :data:`~mmvisattn.ops.utils.crossover.CUDA_DENSE_CROSSOVERS`'.
+  :data:`~mmvisattn.ops.utils.crossover.CUDA_DENSE_CROSSOVERS`.
 
 Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
 :mod:`.records`) into ``--out-dir``; exits 1 when a check fails (the benchmarks only measure).
@@ -63,7 +63,7 @@ BOUNDS = dict(float32=5e-3, float16=1e-2, bfloat16=5e-2)
 RACE_BOUND = 1e-5  # three float32 backward passes differ only by the order of atomic additions
 GRAD_SCALE = 2.0 ** 16
 SDPA_ROW = 'SDPA (flash)'  # the baseline of every benchmark layer
-CROSSOVER_SIDES = (16, 24, 32, 48, 64, 100, 128)  # the square maps of the crossover sweep
+CROSSOVER_SIDES = (16, 24, 32, 48, 64, 100)  # square maps of the crossover sweep (ripple's dense index: 8 N^2 bytes)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
