@@ -21,7 +21,7 @@ from ..utils.amp import autocast_off, no_autocast, norm_eps, upcast
 from ..utils.tracing import apply_function
 
 
-def _normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
+def normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
     """``x / max(||x||, eps)`` in float32 (float64 stays float64) and the clamped norm."""
     wide = upcast(x)[0]
     norm = wide.norm(dim=-1, keepdim=True).clamp_min(norm_eps(x.dtype))
@@ -51,7 +51,7 @@ class LinearAngularFunction(torch.autograd.Function):
     @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         ctx.save_for_backward(q, k, v)
-        return _mix(_normalise(q)[0], _normalise(k)[0], *upcast(v))[2].to(v.dtype)
+        return _mix(normalise(q)[0], normalise(k)[0], *upcast(v))[2].to(v.dtype)
 
     @staticmethod
     @autocast_off
@@ -63,7 +63,7 @@ class LinearAngularFunction(torch.autograd.Function):
 def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients of the row-normalised linear-angular attention from its inputs (recomputed in float32),
     each in its input's dtype."""
-    (q_hat, q_norm), (k_hat, k_norm) = _normalise(q), _normalise(k)
+    (q_hat, q_norm), (k_hat, k_norm) = normalise(q), normalise(k)
     dtypes = (q.dtype, k.dtype, v.dtype)
     v, grad_out = upcast(v, grad_out)
     summary, normaliser, out = _mix(q_hat, k_hat, v)
@@ -83,7 +83,7 @@ def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's row
     sums (its caller normalises each output token), in float32 with autocast off; ``v``'s dtype."""
     with no_autocast(q.device.type):
-        (q_hat, _), (k_hat, _), (values,) = _normalise(q), _normalise(k), upcast(v)
+        (q_hat, _), (k_hat, _), (values,) = normalise(q), normalise(k), upcast(v)
         return (0.5 * values + q_hat @ (k_hat.transpose(-1, -2) @ values) / math.pi).to(v.dtype)
 
 

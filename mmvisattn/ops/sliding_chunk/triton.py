@@ -297,9 +297,14 @@ class Layout(NamedTuple):
     num_global: int
     masking: str
 
+    @property
+    def grid(self) -> Tuple[int, int]:
+        """Rows and columns of the chunk grid."""
+        return window_grid(self.hw_shape, self.window)
+
     def args(self) -> Tuple[int, ...]:
         """``height, width, rows, cols, num_global`` as the kernels take them."""
-        return (*self.hw_shape, *window_grid(self.hw_shape, self.window), self.num_global)
+        return (*self.hw_shape, *self.grid, self.num_global)
 
 
 def _meta(layout: Layout, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
@@ -322,9 +327,9 @@ def _warps(kernel, meta: dict, dtype: torch.dtype) -> int:
     return 8
 
 
-def _key_parts(window: int) -> int:
-    """Key blocks of :data:`KEY_BLOCK` per chunk (the programs of a chunk in the key-side kernels)."""
-    return -(-window ** 2 // min(head_block(window ** 2), KEY_BLOCK))
+def _key_parts(meta: dict) -> int:
+    """Key blocks of a chunk (the programs of a chunk in the key-side kernels)."""
+    return -(-meta['WINDOW'] ** 2 // meta['BLOCK_K'])
 
 
 def _tiles(visited: Tensor, bias: Optional[Tensor]) -> dict:
@@ -352,8 +357,9 @@ class SlidingChunkTriton(torch.autograd.Function):
         out = q.new_empty(batch, heads, local, value_dims)
         lse = q.new_empty(batch, heads, local, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         slots = bias_arg.shape[-1] if bias is not None else 0
-        chunks, meta = window_grid(layout.hw_shape, layout.window), _meta(layout, dims, value_dims, q.dtype)
-        launch(_forward, (batch * heads, chunks[0] * chunks[1]), q, k, v, bias_arg, visited, out, lse, scale, heads,
+        rows, cols = layout.grid
+        meta = _meta(layout, dims, value_dims, q.dtype)
+        launch(_forward, (batch * heads, rows * cols), q, k, v, bias_arg, visited, out, lse, scale, heads,
                tokens, *layout.args(), dims, value_dims, slots, **_tiles(visited, bias), **_global_tile_args(layout),
                num_warps=_warps(_forward, meta, q.dtype), **meta)
         ctx.save_for_backward(q, k, v, bias_arg, visited, out, lse)
@@ -371,7 +377,7 @@ class SlidingChunkTriton(torch.autograd.Function):
         slots = bias_arg.shape[-1] if ctx.has_bias else 0
         grad_out = grad_out.contiguous()
         delta = (grad_out.to(lse.dtype) * out.to(lse.dtype)).sum(dim=-1)  # sum_j p_ij dp_ij
-        rows, cols = window_grid(layout.hw_shape, layout.window)
+        rows, cols = layout.grid
         grid = (batch * heads, rows * cols)
         tiles, meta = _tiles(visited, bias), _meta(layout, dims, value_dims, q.dtype)
         reads = (q, k, v, bias_arg, visited, grad_out, lse, delta)
@@ -381,7 +387,7 @@ class SlidingChunkTriton(torch.autograd.Function):
         global_grads = torch.empty_like(global_probs)
         launch(_grad_queries, grid, *reads, grad_q, global_probs, global_grads, scale, *sizes, **tiles,
                **_global_tile_args(layout), num_warps=_warps(_grad_queries, meta, q.dtype), **meta)
-        launch(_grad_keys, (*grid, _key_parts(layout.window)), *reads, grad_k, grad_v, scale, *sizes, **tiles,
+        launch(_grad_keys, (*grid, _key_parts(meta)), *reads, grad_k, grad_v, scale, *sizes, **tiles,
                num_warps=_warps(_grad_keys, meta, q.dtype), **meta)
         grad_q[:, :, :num_global] = 0
         local_q = q[:, :, num_global:].to(lse.dtype) * scale
@@ -399,10 +405,10 @@ def _bias_grad(reads: Tuple[Tensor, ...], global_grads: Tensor, layout: Layout, 
     position, the neighbours' tiles by :func:`_grad_bias` in shares."""
     q, visited, heads = reads[0], reads[4], sizes[0]
     batch, num_global, window = q.shape[0], layout.num_global, layout.window
-    rows, cols = window_grid(layout.hw_shape, window)
+    rows, cols = layout.grid
     shares = min(BIAS_SHARES, batch * rows * cols)
     partial = global_grads.new_empty(shares, heads, window ** 2, visited.shape[0] * window ** 2)
-    launch(_grad_bias, (heads, visited.shape[0] * _key_parts(window), shares), *reads, partial, scale, batch, *sizes,
+    launch(_grad_bias, (heads, visited.shape[0] * _key_parts(meta), shares), *reads, partial, scale, batch, *sizes,
            shares, num_warps=_warps(_grad_bias, meta, q.dtype), **meta)
     local = partial.sum(dim=0)
     if num_global == 0:
