@@ -13,7 +13,9 @@ import json
 import sys
 from typing import Dict
 
-OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'MemoryError', 'OutOfMemoryError')
+# std::bad_alloc: a C++ allocation (a kernel's scratch, not torch's allocator) the host refused
+OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'MemoryError', 'OutOfMemoryError',
+             'std::bad_alloc')
 # oneDNN reports a buffer the capped address space refused (a convolution's scratchpad or JIT code) as a
 # failed primitive creation with no word of memory: a sign only where a CPU run is capped
 CAPPED_CPU_OOM_SIGNS = (*OOM_SIGNS, 'could not create a primitive')
