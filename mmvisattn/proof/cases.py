@@ -175,7 +175,7 @@ CASES = [
          Size(2, 3, 16, TEST_MAP), {'Castling ViT-B at 512x512': Size(2, 12, 64, (32, 32))}),
     Case(masked_softmax.OP, _plain_inputs,
          lambda impl, size, q, k, v: masked_softmax_attention(q, k, v, AUX_THRESHOLD, impl=impl),
-         lambda size, q, k, v: masked_softmax_attention_reference(q, k, v, AUX_THRESHOLD), ('torch',),
+         lambda size, q, k, v: masked_softmax_attention_reference(q, k, v, AUX_THRESHOLD), ('torch', 'triton'),
          Size(2, 3, 16, TEST_MAP), {'Castling ViT-B auxiliary branch at 512x512': Size(2, 12, 64, (32, 32))}),
     Case(peripheral.OP, _peripheral_inputs,
          lambda impl, size, q, k, v, bias: peripheral_attention(q, k, v, bias, PERIPHERAL_SCALE, impl=impl),
@@ -199,7 +199,7 @@ CASES = [
 
 # The op's fastest implementation at each shipped size, forward + backward in bfloat16, as the proof
 # measured it (its benchmark rows' ``fastest_impl``; NVIDIA H200, 2026-11-26, before the block-sparse
-# sliding-chunk kernels and the peripheral flash backward). auto's CUDA order takes it there
+# sliding-chunk kernels, the peripheral and masked-softmax flash kernels and Castling's dense kernel). auto's CUDA order takes it there
 # (tests/test_tools/test_gpu_proof.py) and a test holds it to the newest proof record of each GPU
 # (tests/test_tools/test_gpu_records.py); where a GPU measures another, both change together.
 FASTEST_ON_CUDA = {
@@ -208,7 +208,7 @@ FASTEST_ON_CUDA = {
     ('sliding_chunk_attention', 'ViL-S stage 3'): 'triton',
     ('ripple_attention', 'SMCA-Ripple encoder at 800x1344'): 'triton',
     ('linear_angular_attention', 'Castling ViT-B at 512x512'): 'triton',
-    ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512'): 'torch',  # its one implementation
+    ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512'): 'torch',  # the kernels: not timed yet
     ('peripheral_attention', 'PerViT-T stage 3 at 800x1344'): 'torch',
     ('position_logits', 'PerViT-T stage 3 at 800x1344'): 'triton',  # by the tiles' sweep (GPU records); its row not yet
     ('rwgk_attention', 'MiT-B0-RWGKA stage 1 at 1024x1024'): 'torch',

@@ -9,7 +9,8 @@ machine without a GPU, at every configuration the shipped models launch.
 * **Launches** are recorded from the models themselves: each config's model is built (by default
   every config under ``configs/`` and the backbones that the papers' tables size without a config:
   DeiT-Ripple and PerViT-M), and each distinct attention module whose op has a Triton implementation
-  runs forward and backward with ``impl='triton'`` on CPU tensors at two grids, once per dtype
+  runs forward and backward with each ``impl`` that launches kernels (``kernel_impls``: ``'triton'``,
+  and Castling's ``'dense'``) on CPU tensors at two grids, once per dtype
   (float16 and bfloat16 both under autocast on float32 weights, as AMP training, and as a half
   model). ``JITFunction.run`` is replaced by a recorder, so nothing launches: Triton's own binder
   turns each call into the signature, constexprs (block sizes) and specialisation (alignment,
@@ -215,22 +216,25 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
 
 
 def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with ``impl='triton'`` (and its ``extra_impls``) at :data:`GRIDS`,
-    per dtype: float32; half under autocast (float32 weights) and as a half model."""
+    """Forward and backward of ``attn`` with each of its ``kernel_impls`` (its ``extra_impls`` set to
+    ``'triton'``) at :data:`GRIDS`, per dtype: float32; half under autocast (float32 weights) and as a
+    half model."""
     import torch
-    for name in ('impl', *attn.extra_impls):
+    for name in attn.extra_impls:
         setattr(attn, name, 'triton')
     attn.train()
-    for dtype_name in dtypes:
-        dtype = getattr(torch, dtype_name)
-        variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True), (dtype, False)]
-        for weights_dtype, autocast in variants:
-            model.to(weights_dtype)
-            for grid in GRIDS:
-                x = torch.randn(2, attn.num_extra_tokens + grid[0] * grid[1], attn.embed_dims, dtype=weights_dtype,
-                                requires_grad=True)
-                with recorder.recording(source, dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
-                    attn(x, grid).float().sum().backward()
+    for impl in attn.kernel_impls:
+        attn.impl = impl
+        for dtype_name in dtypes:
+            dtype = getattr(torch, dtype_name)
+            variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True), (dtype, False)]
+            for weights_dtype, autocast in variants:
+                model.to(weights_dtype)
+                for grid in GRIDS:
+                    x = torch.randn(2, attn.num_extra_tokens + grid[0] * grid[1], attn.embed_dims,
+                                    dtype=weights_dtype, requires_grad=True)
+                    with recorder.recording(source, dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
+                        attn(x, grid).float().sum().backward()
     model.to(torch.float32)
 
 

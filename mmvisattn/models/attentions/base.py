@@ -25,7 +25,8 @@ class BaseAttention(BaseModule):
     several implementations takes ``impl=`` and lists the values in the class attribute ``impls``;
     attributes choosing the implementation of a further op the module calls map to that op's name in
     ``extra_impls`` (PerViT's ``position_impl``: ``position_logits``), so that tools running every
-    kernel, or replaying ``auto``'s choice for another device, can set them too.
+    kernel, or replaying ``auto``'s choice for another device, can set them too; ``kernel_impls`` names
+    the values of ``impl`` that launch Triton kernels (each of which those tools run).
     A module that cannot drop attention weights says why in ``attn_drop_unsupported``: it then
     refuses a non-zero ``attn_drop`` when it is built (:meth:`check_attn_drop`) instead of ignoring it.
 
@@ -38,6 +39,7 @@ class BaseAttention(BaseModule):
     complexity: str = ''
     impls: Tuple[str, ...] = ()
     extra_impls: Dict[str, str] = {}  # read, never written
+    kernel_impls: Tuple[str, ...] = ('triton',)
     attn_drop_unsupported: str = ''
 
     def __init_subclass__(cls, **kwargs):

@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.utils.amp import norm_eps, upcast
+from mmvisattn.ops.utils.dispatch import check_impl
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
+from mmvisattn.ops.masked_softmax import OP as AUX_OP
 from mmvisattn.ops.masked_softmax import masked_softmax_attention
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -53,6 +55,8 @@ class LinearAngularAttention(QKVAttention):
             (official: 0.02).
         impl: Implementation of the linear-angular op (``normalisation='kernel'``), one of
             :data:`mmvisattn.ops.linear_angular.IMPLS`.
+        aux_impl: Implementation of the auxiliary branch's op, one of
+            :data:`mmvisattn.ops.masked_softmax.IMPLS`.
         init_cfg: mmengine initialisation config.
 
     Mixed precision: the attention terms are computed in float32 whatever the inputs' dtype (the
@@ -61,10 +65,12 @@ class LinearAngularAttention(QKVAttention):
 
     complexity = 'linear'
     impls = IMPLS
+    extra_impls = {'aux_impl': AUX_OP.name}
+    kernel_impls = ('triton', 'dense')  # the O(N) passes and the one-program dense form
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',
-                 aux_branch: bool = True, mask_threshold: float = 0.02, impl: str = 'auto',
+                 aux_branch: bool = True, mask_threshold: float = 0.02, impl: str = 'auto', aux_impl: str = 'auto',
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
                          init_cfg=init_cfg)
@@ -76,6 +82,7 @@ class LinearAngularAttention(QKVAttention):
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
         self.impl = self.check_impl(impl)
+        self.aux_impl = check_impl(type(self).__name__, aux_impl, AUX_OP.impls, 'aux_impl')
         self.conv = conv
         self.normalisation = normalisation
         self.mask_threshold = mask_threshold
@@ -101,7 +108,8 @@ class LinearAngularAttention(QKVAttention):
         at or below ``mask_threshold`` dropped, ``attn_drop`` on the kept ones while training; dispatch
         picks the blocks recomputed in the backward (no ``N x N`` matrix kept) or, with dropout or under
         ``torch.compile``, the whole matrix under autograd."""
-        return masked_softmax_attention(q, k, v, self.mask_threshold, dropout=self.attn_drop if self.training else 0.0)
+        return masked_softmax_attention(q, k, v, self.mask_threshold, dropout=self.attn_drop if self.training else 0.0,
+                                        impl=self.aux_impl)
 
     def conv_residual(self, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         """Depthwise conv of the values; over the map, extra tokens (a class token) get none."""

@@ -10,24 +10,23 @@ never needed::
     out_i = (1/2 sum_j v_j + 1/pi q^_i (K^T V)) / (N/2 + 1/pi q^_i . sum_j k^_j)
 
 Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (the form above),
-``triton`` (two fused passes) and ``dense`` (the ``N x N`` kernel by two batched products on tensor
-cores, :mod:`.dense`); ``auto`` (:data:`OP`) takes, on CUDA, ``dense`` up to the crossover measured on
-the GPU (:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then Triton where its
-kernels take the inputs (measured faster than torch there by the GPU proof, forward and forward +
-backward), and torch otherwise.
+``triton`` (two fused passes) and ``dense`` (the ``N x N`` kernel tile by tile in one Triton program,
+flash-attention style, :mod:`.dense`); ``auto`` (:data:`OP`) takes, on CUDA, ``dense`` up to the
+crossover measured on the GPU (:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then
+``triton`` where its kernels take the inputs (measured faster than torch there by the GPU proof,
+forward and forward + backward), and torch otherwise.
 :func:`linear_angular_unnormalised` is the official module's form without the row-sum division.
 """
 from torch import Tensor
 
 from ..utils.crossover import dense_on_cuda
 from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
-from .dense import linear_angular_attention_dense
 from .pytorch import linear_angular_attention_torch, linear_angular_unnormalised
 from .reference import angular_kernel_reference, linear_angular_attention_reference
 
 OP = Op('linear_angular_attention',
         dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels(),
-             dense=dense_on_cuda('linear_angular_attention')),
+             dense=dense_on_cuda('linear_angular_attention', triton_kernels())),
         dict(cuda=('dense', 'triton', 'torch')))
 IMPLS = OP.impls
 
@@ -52,6 +51,7 @@ def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto'
         from .triton import linear_angular_attention_triton
         return linear_angular_attention_triton(q, k, v)
     if impl == 'dense':
+        from .dense import linear_angular_attention_dense
         return linear_angular_attention_dense(q, k, v)
     return linear_angular_attention_torch(q, k, v)
 

@@ -38,7 +38,7 @@ def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tenso
     return summary, normaliser, numerator / normaliser
 
 
-def _normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor:
+def normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor:
     """Gradient through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over ``||x||``."""
     return (grad_hat - x_hat * (x_hat * grad_hat).sum(dim=-1, keepdim=True)) / norm
 
@@ -75,7 +75,7 @@ def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -
     value_dims = v.shape[-1]
     grad_k_hat = v @ grad_summary[..., :value_dims].transpose(-1, -2) + grad_summary[..., value_dims:].transpose(-1, -2)
     grad_v = k_hat @ grad_summary[..., :value_dims] + 0.5 * grad_numerator.sum(dim=-2, keepdim=True)
-    grads = (_normalise_backward(grad_q_hat, q_hat, q_norm), _normalise_backward(grad_k_hat, k_hat, k_norm), grad_v)
+    grads = (normalise_backward(grad_q_hat, q_hat, q_norm), normalise_backward(grad_k_hat, k_hat, k_norm), grad_v)
     return tuple(grad.to(dtype) for grad, dtype in zip(grads, dtypes))
 
 

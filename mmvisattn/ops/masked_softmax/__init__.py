@@ -8,9 +8,12 @@ It trains beside the linear-angular branch and is removed for inference.
 
 Implementations (``impl=``): ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written
 out: it saves only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix
-outlives its block; ``dense`` (:mod:`.dense`), the whole weights under autograd, which ``auto`` takes
-for dropout on the weights (a recomputed block would draw another mask) and under ``torch.compile``;
-``reference`` (:mod:`.reference`), the literal form in float32, for tests.
+outlives its block; ``triton`` (:mod:`.triton`), flash-attention kernels (tiles of weights in registers,
+the output and one log-sum-exp per query saved), which ``auto`` takes on CUDA once a GPU proof has
+measured them faster than ``torch`` (``FASTEST_ON_CUDA`` in :mod:`mmvisattn.proof.cases`; not yet);
+``dense`` (:mod:`.dense`), the whole weights under autograd, which ``auto`` takes for dropout on the
+weights (a recomputed block would draw another mask) and under ``torch.compile``; ``reference``
+(:mod:`.reference`), the literal form in float32, for tests.
 
 Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as
 operands (float16/bfloat16 under AMP, on the tensor cores) and give float32 (:func:`.pytorch.product`):
@@ -24,7 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
+from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
 from .dense import masked_softmax_attention_dense
 from .pytorch import masked_softmax_attention_torch, query_block
 from .reference import masked_softmax_attention_reference
@@ -37,7 +40,8 @@ def _dense_refusal(request: Request) -> Optional[str]:
 
 
 _ORDER = ('dense', 'torch')
-OP = Op('masked_softmax_attention', dict(reference=reference_only, dense=_dense_refusal, torch=runs_anywhere),
+OP = Op('masked_softmax_attention',
+        dict(reference=reference_only, dense=_dense_refusal, triton=triton_kernels(), torch=runs_anywhere),
         dict(cpu=_ORDER, cuda=_ORDER, meta=_ORDER))
 IMPLS = OP.impls
 
@@ -67,6 +71,9 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
                          "(or 'auto') draws a dropout mask")
     if impl == 'reference':
         return masked_softmax_attention_reference(q, k, v, threshold, scale)
+    if impl == 'triton':
+        from .triton import masked_softmax_attention_triton
+        return masked_softmax_attention_triton(q, k, v, threshold, scale)
     return masked_softmax_attention_torch(q, k, v, threshold, scale)
 
 

@@ -31,18 +31,11 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.flash import log_sum_exp, online_softmax, precision, score_grads
+from ..utils.flash import log_sum_exp, online_softmax, precision, query_block, rows, score_grads
 from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
 
 BLOCK = 32  # queries and keys per block (PerViT's maps have thousands of tokens; a 32 x 32 tile keeps registers)
 HEAD_SLICE = 32  # head columns per product in _grad_bias, which reads four blocks of every image a step
-
-
-@triton.jit
-def _rows(base, offs, count, offs_c, columns):
-    """Rows ``offs`` (of ``count``) of a ``(count, columns)`` table, zero outside it."""
-    return tl.load(base + offs[:, None] * columns + offs_c[None, :],
-                   mask=(offs[:, None] < count) & (offs_c[None, :] < columns), other=0.0)
 
 
 @triton.jit
@@ -69,8 +62,8 @@ def _products(a_base, b_base, offs_a, count_a, offs_b, count_b, width, DOT: tl.c
     products = tl.zeros((BLOCK_A, BLOCK_B), ACC)
     for start in range(0, BLOCK_W, BLOCK_C):
         offs_c = start + tl.arange(0, BLOCK_C)
-        a = _rows(a_base, offs_a, count_a, offs_c, width).to(DOT)
-        b = _rows(b_base, offs_b, count_b, offs_c, width).to(DOT)
+        a = rows(a_base, offs_a, count_a, offs_c, width).to(DOT)
+        b = rows(b_base, offs_b, count_b, offs_c, width).to(DOT)
         products += tl.dot(a, tl.trans(b), out_dtype=ACC)
     return products
 
@@ -80,20 +73,9 @@ def _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, offs_k, queries, ke
                value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr):
     """The scores of a block of queries against the keys ``offs_k`` of image x head ``bh``, and those keys
     and values."""
-    keys = _rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
-    values = _rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+    keys = rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
+    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
     return _scores(q, keys, bias_ptr, bh % heads, offs_q, offs_k, queries, keys_count, scale, ACC), keys, values
-
-
-@triton.jit
-def _query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d, offs_dv, dims, value_dims,
-                 DOT: tl.constexpr):
-    """What the backward reads of a block of queries: the queries, output gradients, log-sum-exp and delta."""
-    q = _rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(DOT)
-    grad_out = _rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(DOT)
-    lse = tl.load(lse_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
-    delta = tl.load(delta_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
-    return q, grad_out, lse, delta
 
 
 @triton.jit
@@ -104,7 +86,7 @@ def _forward(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, lse_ptr, heads, queries, ke
     scale = tl.cast(scale, ACC)  # compiled: a float64 scalar
     offs_q = block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q = _rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(DOT)
+    q = rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(DOT)
     row_max = tl.full((BLOCK_M,), float('-inf'), ACC)
     row_sum = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), ACC)
@@ -128,7 +110,7 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_pt
     scale = tl.cast(scale, ACC)
     offs_q = block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q, grad_out, lse, delta = _query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
+    q, grad_out, lse, delta = query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
                                            offs_dv, dims, value_dims, DOT)
     grad_q = tl.zeros((BLOCK_M, BLOCK_D), ACC)
     for start in range(0, keys_count, BLOCK_N):
@@ -149,13 +131,13 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr, 
     scale = tl.cast(scale, ACC)
     offs_k = block * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    keys = _rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
-    values = _rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+    keys = rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
+    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
     grad_k = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     grad_v = tl.zeros((BLOCK_N, BLOCK_DV), ACC)
     for start in range(0, queries, BLOCK_M):
         offs_q = start + tl.arange(0, BLOCK_M)
-        q, grad_out, lse, delta = _query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
+        q, grad_out, lse, delta = query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
                                                offs_dv, dims, value_dims, DOT)
         scores = _scores(q, keys, bias_ptr, bh % heads, offs_q, offs_k, queries, keys_count, scale, ACC)
         probs, grad_scores = score_grads(scores, values, grad_out, lse, delta, ACC)

@@ -37,14 +37,18 @@ def current_gpu() -> Optional[str]:
     return _device_name(torch.cuda.current_device())
 
 
-def dense_on_cuda(op: str) -> Refusal:
+def dense_on_cuda(op: str, kernels: Optional[Refusal] = None) -> Refusal:
     """The refusal of ``op``'s dense form on CUDA: taken up to the crossover measured on this GPU
-    (the request's ``tokens`` fact), refused on a GPU without one."""
+    (the request's ``tokens`` fact), refused on a GPU without one; ``kernels``: the refusal of the
+    dense form's own kernels, asked first."""
     SWEPT_OPS.add(op)
 
     def refusal(request: Request) -> Optional[str]:
         if request.device != 'cuda':
             return f'taken on CUDA below a crossover measured on the GPU; these are on {request.device}'
+        reason = kernels and kernels(request)
+        if reason:
+            return reason
         gpu = current_gpu()
         crossover = CUDA_DENSE_CROSSOVERS.get(op, {}).get(gpu)
         if crossover is None:

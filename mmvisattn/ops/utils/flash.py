@@ -22,6 +22,26 @@ def precision(dtype: torch.dtype) -> dict:
 
 
 @triton.jit
+def rows(base, offs, count, offs_c, columns):
+    """Rows ``offs`` (of ``count``) and columns ``offs_c`` of a row-major ``(count, columns)`` table, zero
+    outside it."""
+    return tl.load(base + offs[:, None] * columns + offs_c[None, :],
+                   mask=(offs[:, None] < count) & (offs_c[None, :] < columns), other=0.0)
+
+
+@triton.jit
+def query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d, offs_dv, dims, value_dims,
+                DOT: tl.constexpr):
+    """What a backward reads of a block of queries of image x head ``bh``: the queries, output gradients,
+    log-sum-exp and delta (``(B * heads, N, ...)`` row-major tables)."""
+    q = rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(DOT)
+    grad_out = rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(DOT)
+    lse = tl.load(lse_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
+    delta = tl.load(delta_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
+    return q, grad_out, lse, delta
+
+
+@triton.jit
 def online_softmax(scores, values, row_max, row_sum, acc, DOT: tl.constexpr, ACC: tl.constexpr):
     """One key block folded into the running maximum, sum and weighted values of each query row
     (``-inf`` scores are masked keys; a row with none seen yet keeps a zero sum)."""

@@ -37,14 +37,15 @@ def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: 
     return None
 
 
-def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int = MAX_HEAD_DIMS) -> None:
+def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int = MAX_HEAD_DIMS,
+                        impl: str = 'triton') -> None:
     """One-line :class:`UnsupportedInput` naming the value when a tensor's dtype or last dimension
-    (the head width) is outside what the kernels of ``op`` support."""
+    (the head width) is outside what the kernels of ``op`` (its implementation ``impl``) support."""
     for tensor in tensors:
         reason = unsupported_kernel_input(tensor.dtype, tensor.shape[-1], max_head_dims)
         if reason is not None:
             takes = 'any floating dtype' if tensor.dtype not in KERNEL_DTYPES else 'any width'
-            raise UnsupportedInput(f"{op}(impl='triton'): {reason} (impl='torch' takes {takes})")
+            raise UnsupportedInput(f"{op}(impl={impl!r}): {reason} (impl='torch' takes {takes})")
 
 
 def head_block(width: int) -> int:

@@ -63,6 +63,7 @@ def test_switch_to_deploy_twice_is_named():
     (dict(conv='3x3'), "conv='3x3'; expected one of"),
     (dict(normalisation='softmax'), "normalisation='softmax'; expected one of"),
     (dict(kernel_size=4), 'kernel_size=4 must be a positive odd integer'),
+    (dict(aux_impl='flash'), "LinearAngularAttention: aux_impl='flash'; expected one of"),
 ])
 def test_bad_settings_name_the_value(options, message):
     with pytest.raises(ValueError, match=message):
@@ -118,6 +119,24 @@ def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
         assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
         torch.testing.assert_close(dropped.eval().auxiliary(q, k, v), literal)
     assert [record.chosen for record in log.records] == ['dense', 'torch']
+
+
+def test_both_branches_on_their_kernels_equal_the_torch_paths():
+    """impl='dense' (the one-program deploy kernel) and aux_impl='triton' (the masked softmax's flash
+    kernels), under the interpreter on CPU, against the torch paths: value and every parameter's gradient."""
+    x = torch.randn(2, 5 * 7, 24, requires_grad=True)
+    outputs, grads = [], []
+    for options in (dict(impl='torch', aux_impl='torch'), dict(impl='dense', aux_impl='triton')):
+        attn = castling(**options).float().train()
+        with record_dispatch() as log:
+            out = attn(x, (5, 7))
+        assert {record.op.name: record.chosen for record in log.records} == {
+            'linear_angular_attention': options['impl'], 'masked_softmax_attention': options['aux_impl']}
+        outputs.append(out)
+        grads.append(torch.autograd.grad(out.square().sum(), (x, *attn.parameters())))
+    torch.testing.assert_close(*outputs, rtol=1e-4, atol=1e-5)
+    for fast, slow in zip(*grads):
+        torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
 
 
 def test_training_form_saves_memory_linear_in_the_tokens():
