@@ -31,7 +31,8 @@ Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands
   :data:`~mmvisattn.ops.utils.crossover.CUDA_DENSE_CROSSOVERS`.
 
 Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
-:mod:`.records`) into ``--out-dir``; exits 1 when a check fails (the benchmarks only measure).
+:mod:`.records`) into ``--out-dir`` and prints the record's judgement of the goals against SDPA
+(:data:`.records.GOALS`); exits 1 when a check fails (the benchmarks only measure).
 Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
 
 ``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter in
@@ -52,7 +53,7 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from mmvisattn.proof.records import crossover_rows, proof_rows, record, unrecorded_crossovers
+from mmvisattn.proof.records import crossover_rows, goals_table, proof_rows, record, unrecorded_crossovers
 from mmvisattn.proof.report import describe, first_line, mark_fastest, markdown, row_label, unrecorded_fastest
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')
@@ -425,6 +426,7 @@ def main(argv=None) -> int:
     rows = proof_rows(proof.sections, SDPA_ROW)
     data = record('proof', meta['device_name'], rows, False, crossovers=crossover_rows(proof.sections))
     (args.out_dir / 'record_proof.json').write_text(json.dumps(data))
+    print(*goals_table(data), sep='\n')
     print(f'wrote {args.out_dir / "gpu_proof.md"} and gpu_proof.json; {len(meta["failures"])} failed checks')
     for failure in meta['failures']:
         print(f'FAILED {failure}', file=sys.stderr)

@@ -32,13 +32,44 @@ import subprocess
 import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ('proof', 'models')
 PROOF_FIELDS = ('op', 'layer', 'impl', 'auto', 'forward_ms', 'forward_backward_ms', 'peak_mb')
 MODEL_FIELDS = ('model', 'stock', 'step_ms', 'peak_mb', 'test_images_s', 'largest_input')
 SDPA = 'sdpa'
+
+
+class Goal(NamedTuple):
+    """A goal against SDPA over the same tokens: at the ``layers`` (``(op, layer)`` as
+    :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA` names them), the implementations measured fastest in
+    forward + backward (those ``auto`` follows), their ``field`` summed, at most ``at_most`` times the
+    SDPA row of the first layer."""
+    name: str
+    layers: Tuple[Tuple[str, str], ...]
+    field: str
+    at_most: float
+
+
+_VIL = 'sliding_chunk_attention'
+_CASTLING = (('linear_angular_attention', 'Castling ViT-B at 512x512'),)
+_PERVIT = (('peripheral_attention', 'PerViT-T stage 3 at 800x1344'),)
+# At or ahead of FlashAttention at the shipped sizes (bfloat16; SDPA's flash backend is the baseline)
+GOALS = (
+    Goal('ViL-S stage 1: 30x faster than SDPA', ((_VIL, 'ViL-S stage 1 at 800x1344'),), 'forward_backward_ms', 1 / 30),
+    Goal('ViL-S stage 2: no slower than SDPA', ((_VIL, 'ViL-S stage 2'),), 'forward_backward_ms', 1.0),
+    Goal('ViL-S stage 3: no slower than SDPA', ((_VIL, 'ViL-S stage 3'),), 'forward_backward_ms', 1.0),
+    Goal('SMCA-Ripple 25x42: within 1.5x of SDPA', (('ripple_attention', 'SMCA-Ripple encoder at 800x1344'),),
+         'forward_backward_ms', 1.5),
+    Goal('Castling 32x32, deploy: forward no slower than SDPA', _CASTLING, 'forward_ms', 1.0),
+    Goal('Castling 32x32: within 2x of SDPA', _CASTLING, 'forward_backward_ms', 2.0),
+    Goal('Castling 32x32, training form (both branches): within 3x of SDPA',
+         (*_CASTLING, ('masked_softmax_attention', 'Castling ViT-B auxiliary branch at 512x512')),
+         'forward_backward_ms', 3.0),
+    Goal('PerViT-T 50x84: within 1.3x of SDPA', _PERVIT, 'forward_backward_ms', 1.3),
+    Goal("PerViT-T 50x84: peak memory at most 2x SDPA's", _PERVIT, 'peak_mb', 2.0),
+)
 
 
 def git(*command: str) -> str:
@@ -164,6 +195,17 @@ def newest(records_dir: Path, kind: str) -> List[Dict]:
     return [by_gpu[gpu] for gpu in sorted(by_gpu)]
 
 
+def _fastest_rows(data: Dict) -> Dict[Tuple[str, str], Dict]:
+    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out)."""
+    fastest: Dict[Tuple[str, str], Dict] = {}
+    for row in data['rows']:
+        key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
+        if row['impl'] != SDPA and time is not None and (key not in fastest or
+                                                         time < fastest[key]['forward_backward_ms']):
+            fastest[key] = row
+    return fastest
+
+
 def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
     """``(op, layer) -> {impl, gpu, date}``: each op's own fastest implementation at each layer
     (least forward + backward time, SDPA left out) in the newest of ``records`` that times the layer
@@ -172,12 +214,8 @@ def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
     for data in sorted(records, key=lambda data: (data['date'], data.get('_file', ''))):
         if 'forward_backward_ms' in data.get('invalid', ()):
             continue
-        timed: Dict[Tuple[str, str], Dict] = {}
-        for row in data['rows']:
-            key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
-            if row['impl'] != SDPA and time is not None and (key not in timed or time < timed[key]['time']):
-                timed[key] = dict(impl=row['impl'], gpu=data['gpu'], date=data['date'], time=time)
-        fastest.update(timed)
+        fastest.update({key: dict(impl=row['impl'], gpu=data['gpu'], date=data['date'])
+                        for key, row in _fastest_rows(data).items()})
     return fastest
 
 
@@ -227,6 +265,35 @@ def auto_disagreements(records_dir: Path, fastest_on_cuda: Dict[Tuple[str, str],
             if fastest_on_cuda.get((op, layer)) != found['impl']]
 
 
+def goal_rows(data: Dict, goals: Sequence[Goal] = GOALS) -> List[Dict]:
+    """Each goal judged on a proof record: ``goal``, ``impls``, ``ratio`` (ours over SDPA) and ``met``
+    (``None`` for both where the record lacks a row or field the goal needs)."""
+    fastest = _fastest_rows(data)
+    sdpa = {(row['op'], row['layer']): row for row in data['rows'] if row['impl'] == SDPA}
+    judged = []
+    for goal in goals:
+        ours, baseline = [fastest.get(layer) for layer in goal.layers], sdpa.get(goal.layers[0])
+        row = dict(goal=goal.name, impls=[None if r is None else r['impl'] for r in ours], at_most=goal.at_most,
+                   ratio=None, met=None)
+        values = [None if r is None else shown(data, r, goal.field) for r in ours]
+        base = None if baseline is None else shown(data, baseline, goal.field)
+        if None not in values and base:
+            row['ratio'] = sum(values) / base
+            row['met'] = row['ratio'] <= goal.at_most
+        judged.append(row)
+    return judged
+
+
+def goals_table(data: Dict) -> List[str]:
+    lines = ['', 'Goals against SDPA (the implementations measured fastest in forward + backward):', '',
+             '| goal | implementation | ours / SDPA | at most | met |', '|---|---|---|---|---|']
+    for row in goal_rows(data):
+        met = '-' if row['met'] is None else ('yes' if row['met'] else 'no')
+        lines.append(f'| {row["goal"]} | {" + ".join(impl or "-" for impl in row["impls"])} | '
+                     f'{_num(row["ratio"], 3)} | {row["at_most"]:.3g} | {met} |')
+    return lines
+
+
 def _num(value, digits: int = 2) -> str:
     return '-' if value is None else f'{value:,.{digits}f}'
 
@@ -249,7 +316,7 @@ def proof_table(data: Dict) -> List[str]:
         impl = row['impl'] + (' *' if row['auto'] else '')
         lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {_num(shown(data, row, "forward_ms"))} | '
                      f'{_num(shown(data, row, "forward_backward_ms"))} | {_num(shown(data, row, "peak_mb"), 0)} |')
-    return lines + notes(data)
+    return lines + goals_table(data) + notes(data)
 
 
 def models_table(data: Dict) -> List[str]:

@@ -132,3 +132,35 @@ def test_the_crossovers_follow_the_newest_records_of_the_gpus(tool, tmp_path):
     assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H200': 1024}}) == []
     assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H100': 1024}}) == [
         'ripple_attention on H200: the dense form faster up to 1024 tokens; CUDA_DENSE_CROSSOVERS says None']
+
+
+def test_goals_judge_the_fastest_implementations_against_sdpa(tool):
+    """Each goal takes the implementation measured fastest in forward + backward at its layers (the one
+    auto follows), sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
+    goal without the rows it needs is not judged. The goals name layers the proof times."""
+    from mmvisattn.proof.cases import FASTEST_ON_CUDA
+    assert {layer for goal in tool.GOALS for layer in goal.layers} <= set(FASTEST_ON_CUDA)
+    castling, aux = 'Castling ViT-B at 512x512', 'Castling ViT-B auxiliary branch at 512x512'
+    pervit = 'PerViT-T stage 3 at 800x1344'
+
+    def row(op, layer, impl, forward, both, peak=10.0):
+        return dict(op=op, layer=layer, impl=impl, auto=False, forward_ms=forward, forward_backward_ms=both,
+                    peak_mb=peak)
+    data = dict(rows=[row('linear_angular_attention', castling, 'triton', 0.2, 1.0),
+                      row('linear_angular_attention', castling, 'dense', 0.1, 0.5),
+                      row('linear_angular_attention', castling, 'sdpa', 0.1, 0.4),
+                      row('masked_softmax_attention', aux, 'triton', 0.2, 0.6),
+                      row('peripheral_attention', pervit, 'torch', 0.5, 2.5, peak=419.0),
+                      row('peripheral_attention', pervit, 'sdpa', 0.2, 0.5, peak=30.0)])
+    judged = {row['goal']: row for row in tool.goal_rows(data)}
+    deploy = judged['Castling 32x32, deploy: forward no slower than SDPA']
+    assert deploy['impls'] == ['dense'] and deploy['ratio'] == pytest.approx(1.0) and deploy['met']
+    assert judged['Castling 32x32: within 2x of SDPA']['ratio'] == pytest.approx(1.25)
+    assert judged['PerViT-T 50x84: within 1.3x of SDPA']['met'] is False
+    assert judged["PerViT-T 50x84: peak memory at most 2x SDPA's"]['ratio'] == pytest.approx(419 / 30)
+    training = judged['Castling 32x32, training form (both branches): within 3x of SDPA']
+    assert training['impls'] == ['dense', 'triton'] and training['ratio'] == pytest.approx(2.75) and training['met']
+    vil = judged['ViL-S stage 1: 30x faster than SDPA']
+    assert vil['impls'] == [None] and vil['ratio'] is None and vil['met'] is None
+    text = '\n'.join(tool.goals_table(data))
+    assert '| Castling 32x32, training form (both branches): within 3x of SDPA | dense + triton | 2.750 | 3 | yes |' in text
