@@ -35,7 +35,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off, norm_eps
-from ..utils.flash import precision, rows
+from ..utils.flash import block_offsets, precision, rows, store_rows
 from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
 from .pytorch import normalise, normalise_backward
 from .triton import unit_rows
@@ -53,8 +53,7 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, 
              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
-    offs_q = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
     q = unit_rows(rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(ACC), eps).to(DOT)
     row_sum = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), ACC)
@@ -66,11 +65,8 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, 
         kernel = tl.where(offs_k[None, :] < keys_count, kernel, 0.0)
         acc += tl.dot(kernel.to(DOT), values, out_dtype=ACC)
         row_sum += tl.sum(kernel, axis=1)
-    in_q = offs_q < queries
-    tl.store(out_ptr + (bh * queries + offs_q[:, None]) * value_dims + offs_dv[None, :],
-             (acc / row_sum[:, None]).to(out_ptr.dtype.element_ty),
-             mask=in_q[:, None] & (offs_dv[None, :] < value_dims))
-    tl.store(sums_ptr + bh * queries + offs_q, row_sum, mask=in_q)
+    store_rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims, acc / row_sum[:, None])
+    tl.store(sums_ptr + bh * queries + offs_q, row_sum, mask=offs_q < queries)
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, sums: Tensor,

@@ -8,8 +8,8 @@ log-sum-exp; neither the scores nor the mixed attention is stored. The backward 
 probabilities from them in three kernels, each of which owns what it writes (nothing is added
 atomically):
 
-* ``_grad_queries``, one program per block of queries of an image, over the key blocks;
-* ``_grad_keys``, one program per block of keys of an image, over the query blocks;
+* the flash backward's :func:`~mmvisattn.ops.utils.flash.grad_queries` and
+  :func:`~mmvisattn.ops.utils.flash.grad_keys` with the bias (``BIASED``), per block of queries and of keys;
 * ``_grad_bias``, one program per tile of the ``(heads, N, M)`` bias: its gradient summed over the
   images inside the program and written once, so no ``N x M`` gradient is formed per image (autograd
   through SDPA with a bias that takes a gradient writes one per image, then sums them).
@@ -31,7 +31,8 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.flash import log_sum_exp, online_softmax, precision, query_block, rows, score_grads
+from ..utils.flash import (biased, block_offsets, grad_keys, grad_queries, key_rows, log_sum_exp, online_softmax,
+                           precision, rows, store_rows)
 from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
 
 BLOCK = 32  # queries and keys per block (PerViT's maps have thousands of tokens; a 32 x 32 tile keeps registers)
@@ -39,19 +40,10 @@ HEAD_SLICE = 32  # head columns per product in _grad_bias, which reads four bloc
 
 
 @triton.jit
-def _biased(products, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC: tl.constexpr):
-    """``tau q k^T + log Phi_p`` of a tile from its products ``q k^T``, ``-inf`` outside the keys (and in
-    zero-query rows past the queries)."""
-    inside = (offs_q[:, None] < queries) & (offs_k[None, :] < keys_count)
-    bias = tl.load(bias_ptr + head * queries * keys_count + offs_q[:, None] * keys_count + offs_k[None, :],
-                   mask=inside, other=0.0).to(ACC)
-    return tl.where(inside, products * scale + bias, float('-inf'))
-
-
-@triton.jit
 def _scores(q, keys, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC: tl.constexpr):
-    return _biased(tl.dot(q, tl.trans(keys), out_dtype=ACC), bias_ptr, head, offs_q, offs_k, queries, keys_count,
-                   scale, ACC)
+    """``tau q k^T + log Phi_p`` of a tile, ``-inf`` outside the keys (and in zero-query rows past the queries)."""
+    return biased(tl.dot(q, tl.trans(keys), out_dtype=ACC), bias_ptr, head, offs_q, offs_k, queries, keys_count,
+                  scale, ACC, True)
 
 
 @triton.jit
@@ -73,8 +65,7 @@ def _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, offs_k, queries, ke
                value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr):
     """The scores of a block of queries against the keys ``offs_k`` of image x head ``bh``, and those keys
     and values."""
-    keys = rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
-    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+    keys, values = key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_dims, DOT)
     return _scores(q, keys, bias_ptr, bh % heads, offs_q, offs_k, queries, keys_count, scale, ACC), keys, values
 
 
@@ -84,8 +75,7 @@ def _forward(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, lse_ptr, heads, queries, ke
              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
     scale = tl.cast(scale, ACC)  # compiled: a float64 scalar
-    offs_q = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
+    offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
     q = rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(DOT)
     row_max = tl.full((BLOCK_M,), float('-inf'), ACC)
     row_sum = tl.zeros((BLOCK_M,), ACC)
@@ -95,59 +85,8 @@ def _forward(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, lse_ptr, heads, queries, ke
                                        queries, keys_count, offs_d, offs_dv, dims, value_dims, scale, DOT, ACC)
         row_max, row_sum, acc = online_softmax(scores, values, row_max, row_sum, acc, DOT, ACC)
     lse, safe_sum = log_sum_exp(row_max, row_sum)
-    in_q = offs_q < queries
-    tl.store(out_ptr + (bh * queries + offs_q[:, None]) * value_dims + offs_dv[None, :],
-             (acc / safe_sum[:, None]).to(out_ptr.dtype.element_ty),
-             mask=in_q[:, None] & (offs_dv[None, :] < value_dims))
-    tl.store(lse_ptr + bh * queries + offs_q, lse, mask=in_q)
-
-
-@triton.jit
-def _grad_queries(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr, grad_q_ptr, heads, queries,
-                  keys_count, dims, value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    bh, block = tl.program_id(0), tl.program_id(1)
-    scale = tl.cast(scale, ACC)
-    offs_q = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q, grad_out, lse, delta = query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
-                                           offs_dv, dims, value_dims, DOT)
-    grad_q = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    for start in range(0, keys_count, BLOCK_N):
-        scores, keys, values = _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, start + tl.arange(0, BLOCK_N),
-                                          queries, keys_count, offs_d, offs_dv, dims, value_dims, scale, DOT, ACC)
-        grad_scores = score_grads(scores, values, grad_out, lse, delta, ACC)[1]
-        grad_q += tl.dot(grad_scores.to(DOT), keys, out_dtype=ACC)
-    tl.store(grad_q_ptr + (bh * queries + offs_q[:, None]) * dims + offs_d[None, :],
-             (grad_q * scale).to(grad_q_ptr.dtype.element_ty),
-             mask=(offs_q[:, None] < queries) & (offs_d[None, :] < dims))
-
-
-@triton.jit
-def _grad_keys(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr, grad_k_ptr, grad_v_ptr, heads,
-               queries, keys_count, dims, value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    bh, block = tl.program_id(0), tl.program_id(1)
-    scale = tl.cast(scale, ACC)
-    offs_k = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d, offs_dv = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    keys = rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
-    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
-    grad_k = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    grad_v = tl.zeros((BLOCK_N, BLOCK_DV), ACC)
-    for start in range(0, queries, BLOCK_M):
-        offs_q = start + tl.arange(0, BLOCK_M)
-        q, grad_out, lse, delta = query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d,
-                                               offs_dv, dims, value_dims, DOT)
-        scores = _scores(q, keys, bias_ptr, bh % heads, offs_q, offs_k, queries, keys_count, scale, ACC)
-        probs, grad_scores = score_grads(scores, values, grad_out, lse, delta, ACC)
-        grad_v += tl.dot(tl.trans(probs.to(DOT)), grad_out, out_dtype=ACC)
-        grad_k += tl.dot(tl.trans(grad_scores.to(DOT)), q, out_dtype=ACC)
-    in_k = offs_k[:, None] < keys_count
-    tl.store(grad_k_ptr + (bh * keys_count + offs_k[:, None]) * dims + offs_d[None, :],
-             (grad_k * scale).to(grad_k_ptr.dtype.element_ty), mask=in_k & (offs_d[None, :] < dims))
-    tl.store(grad_v_ptr + (bh * keys_count + offs_k[:, None]) * value_dims + offs_dv[None, :],
-             grad_v.to(grad_v_ptr.dtype.element_ty), mask=in_k & (offs_dv[None, :] < value_dims))
+    store_rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims, acc / safe_sum[:, None])
+    tl.store(lse_ptr + bh * queries + offs_q, lse, mask=offs_q < queries)
 
 
 @triton.jit
@@ -164,22 +103,20 @@ def _grad_bias(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr, 
         bh = image * heads + head
         products = _products(q_ptr + bh * queries * dims, k_ptr + bh * keys_count * dims, offs_q, queries, offs_k,
                              keys_count, dims, DOT, ACC, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_C)
-        scores = _biased(products, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC)
+        scores = biased(products, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC, True)
         grad_probs = _products(grad_out_ptr + bh * queries * value_dims, v_ptr + bh * keys_count * value_dims, offs_q,
                                queries, offs_k, keys_count, value_dims, DOT, ACC, BLOCK_M, BLOCK_N, BLOCK_DV, BLOCK_C)
         lse = tl.load(lse_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
         delta = tl.load(delta_ptr + bh * queries + offs_q, mask=offs_q < queries, other=0.0)
         total += tl.exp(scores - lse[:, None]) * (grad_probs - delta[:, None])
-    tl.store(grad_bias_ptr + head * queries * keys_count + offs_q[:, None] * keys_count + offs_k[None, :],
-             total.to(grad_bias_ptr.dtype.element_ty),
-             mask=(offs_q[:, None] < queries) & (offs_k[None, :] < keys_count))
+    store_rows(grad_bias_ptr + head * queries * keys_count, offs_q, queries, offs_k, keys_count, total)
 
 
 # Warps and software-pipelining stages of the backward kernels: settings with which none spilled
 # registers on sm_80 or sm_90, at heads 34 to 128 wide (70: rows not 16-byte aligned), float32 and half
 # inputs, token counts divisible by 16 and not (compile_kernels.py). 8 warps with 2 stages spilled in
-# _grad_queries and _grad_bias, 4 warps with 2 stages in _grad_keys and _grad_bias.
-BACKWARD_LAUNCH = {_grad_queries: dict(num_warps=4, num_stages=2), _grad_keys: dict(num_warps=8, num_stages=1),
+# grad_queries and _grad_bias, 4 warps with 2 stages in grad_keys and _grad_bias.
+BACKWARD_LAUNCH = {grad_queries: dict(num_warps=4, num_stages=2), grad_keys: dict(num_warps=8, num_stages=1),
                    _grad_bias: dict(num_warps=4, num_stages=1)}
 
 
@@ -224,8 +161,10 @@ class PeripheralAttentionTriton(torch.autograd.Function):
         sizes = (heads, queries, keys, dims, value_dims, ctx.scale)
         meta = _meta(dims, value_dims, q.dtype)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _backward(_grad_queries, (batch * heads, triton.cdiv(queries, BLOCK)), *reads, grad_q, *sizes, meta=meta)
-        _backward(_grad_keys, (batch * heads, triton.cdiv(keys, BLOCK)), *reads, grad_k, grad_v, *sizes, meta=meta)
+        flash = dict(meta, BIASED=True, MASKED=False)  # threshold (0.0) unused
+        _backward(grad_queries, (batch * heads, triton.cdiv(queries, BLOCK)), *reads, grad_q, *sizes, 0.0, meta=flash)
+        _backward(grad_keys, (batch * heads, triton.cdiv(keys, BLOCK)), *reads, grad_k, grad_v, *sizes, 0.0,
+                  meta=flash)
         grad_bias = None
         if ctx.needs_input_grad[3]:
             grad_bias = torch.empty_like(bias)
