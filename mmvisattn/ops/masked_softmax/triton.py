@@ -107,12 +107,12 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, threshold: float) -> Tensor:
         *lead, queries, dims = q.shape
         keys, value_dims = k.shape[-2], v.shape[-1]
-        heads = q.numel() // (queries * dims)  # images x heads
+        slices = q.numel() // (queries * dims)  # images x heads
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = v.new_empty(*lead, queries, value_dims)
         lse = q.new_empty(*lead, queries, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         meta = _meta(_forward, dims, value_dims, q.dtype)
-        launch(_forward, (heads, triton.cdiv(queries, meta['BLOCK_M'])), q, k, v, out, lse, queries, keys, dims,
+        launch(_forward, (slices, triton.cdiv(queries, meta['BLOCK_M'])), q, k, v, out, lse, queries, keys, dims,
                value_dims, scale, threshold, **meta)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.threshold = scale, threshold
@@ -124,16 +124,16 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         queries, dims = q.shape[-2:]
         keys, value_dims = k.shape[-2], v.shape[-1]
-        heads = q.numel() // (queries * dims)
+        slices = q.numel() // (queries * dims)
         grad_out = grad_out.contiguous()
         delta = (grad_out.to(lse.dtype) * out.to(lse.dtype)).sum(dim=-1)  # sum_j p_ij dp_ij over the kept weights
         reads = (q, k, v, q, grad_out, lse, delta)  # no bias: q stands in for its pointer, never read
-        sizes = (1, queries, keys, dims, value_dims, ctx.scale, ctx.threshold)
+        sizes = (1, queries, keys, dims, value_dims, ctx.scale, ctx.threshold)  # 1: the bias's heads, unused
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         meta = _meta(grad_queries, dims, value_dims, q.dtype)
-        launch(grad_queries, (heads, triton.cdiv(queries, meta['BLOCK_M'])), *reads, grad_q, *sizes, **meta)
+        launch(grad_queries, (slices, triton.cdiv(queries, meta['BLOCK_M'])), *reads, grad_q, *sizes, **meta)
         meta = _meta(grad_keys, dims, value_dims, q.dtype)
-        launch(grad_keys, (heads, triton.cdiv(keys, meta['BLOCK_N'])), *reads, grad_k, grad_v, *sizes, **meta)
+        launch(grad_keys, (slices, triton.cdiv(keys, meta['BLOCK_N'])), *reads, grad_k, grad_v, *sizes, **meta)
         return grad_q, grad_k, grad_v, None, None
 
 
