@@ -199,9 +199,10 @@ CASES = [
 
 # The op's fastest implementation at each shipped size, forward + backward in bfloat16, as the proof
 # measured it (its benchmark rows' ``fastest_impl``; NVIDIA H200, 2026-11-26, before the block-sparse
-# sliding-chunk kernels, the peripheral and masked-softmax flash kernels and Castling's dense kernel). auto's CUDA order takes it there
-# (tests/test_tools/test_gpu_proof.py) and a test holds it to the newest proof record of each GPU
-# (tests/test_tools/test_gpu_records.py); where a GPU measures another, both change together.
+# sliding-chunk kernels, the peripheral and masked-softmax flash kernels and Castling's dense kernel).
+# auto's CUDA order takes it there (tests/test_tools/test_gpu_proof.py) and a test holds it to the
+# newest proof record of each GPU (tests/test_tools/test_gpu_records.py); where a GPU measures another,
+# both change together.
 FASTEST_ON_CUDA = {
     ('sliding_chunk_attention', 'ViL-S stage 1 at 800x1344'): 'triton',
     ('sliding_chunk_attention', 'ViL-S stage 2'): 'triton',

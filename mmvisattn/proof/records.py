@@ -196,8 +196,11 @@ def newest(records_dir: Path, kind: str) -> List[Dict]:
 
 
 def _fastest_rows(data: Dict) -> Dict[Tuple[str, str], Dict]:
-    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out)."""
+    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out); none
+    where the record marks that time invalid."""
     fastest: Dict[Tuple[str, str], Dict] = {}
+    if 'forward_backward_ms' in data.get('invalid', ()):
+        return fastest
     for row in data['rows']:
         key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
         if row['impl'] != SDPA and time is not None and (key not in fastest or
@@ -212,8 +215,6 @@ def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
     (:func:`newest`'s records; where GPUs disagree, the newest record wins)."""
     fastest: Dict[Tuple[str, str], Dict] = {}
     for data in sorted(records, key=lambda data: (data['date'], data.get('_file', ''))):
-        if 'forward_backward_ms' in data.get('invalid', ()):
-            continue
         fastest.update({key: dict(impl=row['impl'], gpu=data['gpu'], date=data['date'])
                         for key, row in _fastest_rows(data).items()})
     return fastest

@@ -163,4 +163,5 @@ def test_goals_judge_the_fastest_implementations_against_sdpa(tool):
     vil = judged['ViL-S stage 1: 30x faster than SDPA']
     assert vil['impls'] == [None] and vil['ratio'] is None and vil['met'] is None
     text = '\n'.join(tool.goals_table(data))
-    assert '| Castling 32x32, training form (both branches): within 3x of SDPA | dense + triton | 2.750 | 3 | yes |' in text
+    assert ('| Castling 32x32, training form (both branches): within 3x of SDPA | dense + triton | 2.750 | 3 | yes |'
+            in text)

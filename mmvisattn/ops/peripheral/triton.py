@@ -40,13 +40,6 @@ HEAD_SLICE = 32  # head columns per product in _grad_bias, which reads four bloc
 
 
 @triton.jit
-def _scores(q, keys, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC: tl.constexpr):
-    """``tau q k^T + log Phi_p`` of a tile, ``-inf`` outside the keys (and in zero-query rows past the queries)."""
-    return biased(tl.dot(q, tl.trans(keys), out_dtype=ACC), bias_ptr, head, offs_q, offs_k, queries, keys_count,
-                  scale, ACC, True)
-
-
-@triton.jit
 def _products(a_base, b_base, offs_a, count_a, offs_b, count_b, width, DOT: tl.constexpr, ACC: tl.constexpr,
               BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """``A B^T`` of rows ``offs_a`` of ``(count_a, width)`` A and ``offs_b`` of B, over the width in slices
@@ -63,10 +56,12 @@ def _products(a_base, b_base, offs_a, count_a, offs_b, count_b, width, DOT: tl.c
 @triton.jit
 def _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, offs_k, queries, keys_count, offs_d, offs_dv, dims,
                value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr):
-    """The scores of a block of queries against the keys ``offs_k`` of image x head ``bh``, and those keys
-    and values."""
+    """``tau q k^T + log Phi_p`` of a block of queries against the keys ``offs_k`` of image x head ``bh``
+    (``-inf`` outside the keys, and in zero-query rows past the queries), and those keys' values."""
     keys, values = key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_dims, DOT)
-    return _scores(q, keys, bias_ptr, bh % heads, offs_q, offs_k, queries, keys_count, scale, ACC), keys, values
+    scores = biased(tl.dot(q, tl.trans(keys), out_dtype=ACC), bias_ptr, bh % heads, offs_q, offs_k, queries,
+                    keys_count, scale, ACC, True)
+    return scores, values
 
 
 @triton.jit
@@ -81,7 +76,7 @@ def _forward(q_ptr, k_ptr, v_ptr, bias_ptr, out_ptr, lse_ptr, heads, queries, ke
     row_sum = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), ACC)
     for start in range(0, keys_count, BLOCK_N):
-        scores, _, values = _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, start + tl.arange(0, BLOCK_N),
+        scores, values = _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, start + tl.arange(0, BLOCK_N),
                                        queries, keys_count, offs_d, offs_dv, dims, value_dims, scale, DOT, ACC)
         row_max, row_sum, acc = online_softmax(scores, values, row_max, row_sum, acc, DOT, ACC)
     lse, safe_sum = log_sum_exp(row_max, row_sum)
