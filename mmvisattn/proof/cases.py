@@ -167,7 +167,7 @@ CASES = [
     Case(ripple.OP, _ripple_inputs,
          lambda impl, size, q, k, v, logits: ripple_attention(q, k, v, logits, size.hw, impl=impl),
          lambda size, q, k, v, logits: ripple_attention_reference(q, k, v, logits, size.hw),
-         ('sat', 'dense', 'torch', 'triton'), Size(2, 2, 16, TEST_MAP),
+         ('sat', 'dense', 'torch', 'triton', 'fused'), Size(2, 2, 16, TEST_MAP),
          {'SMCA-Ripple encoder at 800x1344': Size(2, 8, 32, (25, 42))}),
     Case(linear_angular.OP, _plain_inputs,
          lambda impl, size, q, k, v: linear_angular_attention(q, k, v, impl=impl),

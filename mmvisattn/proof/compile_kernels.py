@@ -10,7 +10,7 @@ machine without a GPU, at every configuration the shipped models launch.
   every config under ``configs/`` and the backbones that the papers' tables size without a config:
   DeiT-Ripple and PerViT-M), and each distinct attention module whose op has a Triton implementation
   runs forward and backward with each ``impl`` that launches kernels (``kernel_impls``: ``'triton'``,
-  and Castling's ``'dense'``) on CPU tensors at two grids, once per dtype
+  Castling's ``'dense'``, ripple's ``'fused'``) on CPU tensors at two grids, once per dtype
   (float16 and bfloat16 both under autocast on float32 weights, as AMP training, and as a half
   model). ``JITFunction.run`` is replaced by a recorder, so nothing launches: Triton's own binder
   turns each call into the signature, constexprs (block sizes) and specialisation (alignment,

@@ -324,14 +324,16 @@ class Proof:
         from mmvisattn.ops.utils.crossover import SWEPT_OPS
         rows = []
         for case in self.cases.CASES:
-            if case.dispatch.name not in SWEPT_OPS:
+            dense = SWEPT_OPS.get(case.dispatch.name)
+            if dense is None:
                 continue
-            linear = next(impl for impl in case.dispatch.order('cuda') if impl != 'dense' and impl in self.impls(case))
+            linear = next(impl for impl in case.dispatch.order('cuda') if impl != dense and impl in self.impls(case))
             layer, size = next(iter(self.shipped_sizes(case).items()))
             for side in (3, 4) if self.smoke else CROSSOVER_SIDES:
                 sized = size._replace(hw=(side, side))
-                for impl in ('dense', linear):
-                    row = dict(op=case.dispatch.name, layer=layer, size=describe(sized), tokens=side * side, impl=impl)
+                for impl in (dense, linear):
+                    row = dict(op=case.dispatch.name, layer=layer, size=describe(sized), tokens=side * side, impl=impl,
+                               dense=impl == dense)
                     if self.out_of_time():
                         rows.append(dict(row, skipped=f'out of time (--budget {self.args.budget:g} s)'))
                         continue

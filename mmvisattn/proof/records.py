@@ -12,7 +12,7 @@ A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu`
 * ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
   :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
   auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its crossover
-  sweep): ``op``, ``tokens``, ``impl``, ``forward_backward_ms``;
+  sweep): ``op``, ``tokens``, ``impl``, ``dense`` (true on the dense form), ``forward_backward_ms``;
 * ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
   ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
@@ -222,22 +222,23 @@ def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
 
 def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
     """The crossover sweep of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out)."""
-    return [dict(op=row['op'], tokens=row['tokens'], impl=row['impl'], forward_backward_ms=row['forward_backward_ms'])
+    return [dict(op=row['op'], tokens=row['tokens'], impl=row['impl'], dense=row['dense'],
+                 forward_backward_ms=row['forward_backward_ms'])
             for row in sections.get('crossovers', {}).get('rows', []) if 'forward_backward_ms' in row]
 
 
 def measured_crossovers(rows: Sequence[Dict]) -> Dict[str, int]:
     """``{op: tokens}``: the largest swept size up to which the dense form was faster than the other
     implementation at every size (0 where it lost at the smallest; ops swept at no size left out)."""
-    times: Dict[str, Dict[int, Dict[str, float]]] = {}
+    times: Dict[str, Dict[int, Dict[bool, float]]] = {}
     for row in rows:
-        times.setdefault(row['op'], {}).setdefault(row['tokens'], {})[row['impl']] = row['forward_backward_ms']
+        times.setdefault(row['op'], {}).setdefault(row['tokens'], {})[row['dense']] = row['forward_backward_ms']
     found = {}
     for op, sizes in times.items():
         found[op] = 0
         for tokens in sorted(sizes):
-            dense, others = sizes[tokens].get('dense'), [t for impl, t in sizes[tokens].items() if impl != 'dense']
-            if dense is None or not others or dense >= min(others):
+            dense, other = sizes[tokens].get(True), sizes[tokens].get(False)
+            if dense is None or other is None or dense >= other:
                 break
             found[op] = tokens
     return found

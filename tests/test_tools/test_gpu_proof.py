@@ -67,8 +67,9 @@ def test_cpu_smoke_passes_every_section_without_openmmlab(without_openmmlab, tmp
         fastest = next(row for row in rows if row['fastest'])
         assert fastest['forward_backward_ms'] == min(row['forward_backward_ms'] for row in rows)
     swept = report['sections']['crossovers']['rows']  # each op with a dense form auto may take on CUDA
-    assert {(row['op'], row['impl']) for row in swept} == {
-        (op, impl) for op in ('ripple_attention', 'linear_angular_attention') for impl in ('dense', 'triton')}
+    assert {(row['op'], row['impl'], row['dense']) for row in swept} == {
+        (op, impl, impl == dense) for op, dense in (('ripple_attention', 'fused'), ('linear_angular_attention', 'dense'))
+        for impl in (dense, 'triton')}
     assert all('forward_backward_ms' in row for row in swept)
     assert len(json.loads((tmp_path / 'record_proof.json').read_text())['crossovers']) == len(swept)
     assert (tmp_path / 'gpu_proof.md').read_text().startswith('# GPU proof: CPU')

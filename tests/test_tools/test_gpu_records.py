@@ -107,9 +107,9 @@ def test_a_disagreement_is_named_and_the_newest_record_wins(tool, tmp_path):
 
 
 def sweep(times: dict) -> list:
-    """Crossover rows of one op: ``{tokens: (dense ms, triton ms)}``."""
-    return [dict(op='ripple_attention', tokens=tokens, impl=impl, forward_backward_ms=ms)
-            for tokens, pair in times.items() for impl, ms in zip(('dense', 'triton'), pair)]
+    """Crossover rows of one op: ``{tokens: (fused ms, triton ms)}`` (its dense form first)."""
+    return [dict(op='ripple_attention', tokens=tokens, impl=impl, dense=impl == 'fused', forward_backward_ms=ms)
+            for tokens, pair in times.items() for impl, ms in zip(('fused', 'triton'), pair)]
 
 
 def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size(tool):

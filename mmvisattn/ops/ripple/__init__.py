@@ -18,12 +18,14 @@ Implementations (``impl=``):
   (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) saved memory plus a cached index of
   ``8 H^2 W^2`` bytes: faster where the window ``(2 R_max - 1)^2`` covers much of the map;
 * ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
-* ``triton``: the same local/global split with the local part in Triton kernels (forward and backward).
+* ``triton``: the same local/global split with the local part in Triton kernels (forward and backward);
+* ``fused``: both parts as one ``N x N`` weighting of every pair in one Triton program per block of
+  queries (:mod:`.fused`, forward and backward): for small maps on a GPU.
 
-``auto`` (:data:`OP`) takes, on CUDA, ``dense`` up to the crossover measured on the GPU
+``auto`` (:data:`OP`) takes, on CUDA, ``fused`` up to the crossover measured on the GPU
 (:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then ``triton`` where its kernels
-take the heads (else ``torch``): the fastest of the four there at SMCA's size (the GPU proof's
-benchmark rows, recorded beside its cases);
+take the heads (else ``torch``): the fastest of the local/global forms there at SMCA's size (the GPU
+proof's benchmark rows, recorded beside its cases);
 on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.dense_is_faster`) and
 ``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
 the tables and far less memory.
@@ -47,12 +49,9 @@ def _sat_refusal(request: Request) -> str:
             'lighter at R_max 2-16')
 
 
-_dense_on_cuda = dense_on_cuda('ripple_attention')
-
-
 def _dense_refusal(request: Request) -> Optional[str]:
     if request.device == 'cuda':
-        return _dense_on_cuda(request)
+        return "the dense blocks' crossover is measured on CPU; on CUDA impl='fused' takes small maps"
     hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
     if dense_is_faster(hw_shape, r_max):
         return None
@@ -61,8 +60,8 @@ def _dense_refusal(request: Request) -> Optional[str]:
 
 OP = Op('ripple_attention',
         dict(reference=reference_only, sat=_sat_refusal, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
-             triton=triton_kernels()),
-        dict(cpu=('dense', 'cpu', 'torch'), cuda=('dense', 'triton', 'torch')))
+             triton=triton_kernels(), fused=dense_on_cuda('ripple_attention', triton_kernels(), impl='fused')),
+        dict(cpu=('dense', 'cpu', 'torch'), cuda=('fused', 'triton', 'torch')))
 IMPLS = OP.impls
 
 
@@ -119,6 +118,9 @@ def _implementation(impl: str) -> Callable[..., Tensor]:
     if impl == 'triton':
         from .triton import ripple_attention_triton
         return ripple_attention_triton
+    if impl == 'fused':
+        from .fused import ripple_attention_fused
+        return ripple_attention_fused
     return dict(reference=ripple_attention_reference, sat=ripple_attention_sat, dense=ripple_attention_dense,
                 torch=ripple_attention_torch)[impl]
 

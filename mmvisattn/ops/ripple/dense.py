@@ -14,22 +14,24 @@ RippleAttention:r_max=8,impl=cpu RippleAttention:r_max=8,impl=dense``), the tile
 of about 0.8 at ``R_max = 8`` and 1.0 at 4, dense stays a little faster further out at ``R_max = 2``:
 one line for every ``R_max``, :data:`DENSE_CROSSOVER` is 0.8 (``cost`` = :func:`~.pytorch.tiled_cost`).
 Memory: the saved tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
-:data:`SCORE_BUDGET` entries, and the cached pair index takes ``8 N^2`` bytes (0.8 MB at the
+:data:`SCORE_BUDGET` entries on CPU and the device's step budget elsewhere
+(:func:`~mmvisattn.ops.utils.recompute.step_budget`: on a GPU a block costs launches, so a small map runs in
+one), and the cached pair index takes ``8 N^2`` bytes (0.8 MB at the
 crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).
 """
 from functools import lru_cache
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.recompute import runs
+from ..utils.recompute import runs, step_budget
 from .local_global import LocalKernels, local_plus_global
 from .pytorch import tiled_cost
 from .weights import chebyshev_distances
 
-SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call)
+SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call) on CPU
 DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
 
 
@@ -48,8 +50,10 @@ def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) 
     return group.view(-1)
 
 
-def _blocks(slices: int, tokens: int):
-    return runs(tokens, max(1, SCORE_BUDGET // (slices * tokens)))
+def _blocks(q: Tensor) -> List[slice]:
+    """Blocks of the queries of ``(S, N, D)`` ``q`` whose scores (all slices) fit the step budget."""
+    slices, tokens = q.shape[:2]
+    return runs(tokens, max(1, step_budget(SCORE_BUDGET, q.device) // (slices * tokens)))
 
 
 def _block_positions(positions: Tensor, rows: slice, tokens: int) -> Tensor:
@@ -73,7 +77,7 @@ def dense_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seque
     positions = pair_positions(tuple(hw_shape), beta.shape[-1], q.device)
     table = _weights_table(beta)
     num, den = q.new_empty(*v.shape), q.new_empty(slices, tokens, 1)
-    for rows in _blocks(slices, tokens):
+    for rows in _blocks(q):
         weights = _pair_weights(table, _block_positions(positions, rows, tokens), tokens)
         weighted = (q[:, rows] @ k.transpose(1, 2)).mul_(weights)
         num[:, rows] = weighted @ v
@@ -90,7 +94,7 @@ def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
     table = _weights_table(beta)
     grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grad_table = torch.zeros_like(table)
-    for rows in _blocks(slices, tokens):
+    for rows in _blocks(q):
         index = _block_positions(positions, rows, tokens)
         weights = _pair_weights(table, index, tokens)
         q_part, num_part = q[:, rows], grad_num[:, rows]

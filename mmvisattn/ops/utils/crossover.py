@@ -12,7 +12,7 @@ faster in forward + backward; ``auto`` takes the dense form up to it. On a GPU w
 table to the newest records.
 """
 from functools import lru_cache
-from typing import Dict, Optional, Set
+from typing import Dict, Optional
 
 import torch
 
@@ -20,8 +20,9 @@ from .dispatch import Refusal, Request
 
 # {op: {GPU name: the largest token count where the dense form was measured faster}}; none measured yet
 CUDA_DENSE_CROSSOVERS: Dict[str, Dict[str, int]] = {}
-# the ops whose dense form auto takes below a crossover (their dense_on_cuda refusals): the proof sweeps them
-SWEPT_OPS: Set[str] = set()
+# {op: its dense form's impl} for the ops whose dense form auto takes below a crossover (their dense_on_cuda
+# refusals): the proof sweeps them
+SWEPT_OPS: Dict[str, str] = {}
 
 
 @lru_cache(maxsize=8)
@@ -37,11 +38,11 @@ def current_gpu() -> Optional[str]:
     return _device_name(torch.cuda.current_device())
 
 
-def dense_on_cuda(op: str, kernels: Optional[Refusal] = None) -> Refusal:
-    """The refusal of ``op``'s dense form on CUDA: taken up to the crossover measured on this GPU
-    (the request's ``tokens`` fact), refused on a GPU without one; ``kernels``: the refusal of the
-    dense form's own kernels, asked first."""
-    SWEPT_OPS.add(op)
+def dense_on_cuda(op: str, kernels: Optional[Refusal] = None, impl: str = 'dense') -> Refusal:
+    """The refusal of ``op``'s dense form (its implementation ``impl``) on CUDA: taken up to the crossover
+    measured on this GPU (the request's ``tokens`` fact), refused on a GPU without one; ``kernels``: the
+    refusal of the dense form's own kernels, asked first."""
+    SWEPT_OPS[op] = impl
 
     def refusal(request: Request) -> Optional[str]:
         if request.device != 'cuda':

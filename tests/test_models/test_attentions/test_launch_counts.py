@@ -20,7 +20,8 @@ from mmvisattn.registry import build_attention
 
 LAUNCH_BUDGET = 300
 
-# the layer of each shipped model at the size of its training input (800x1344, 512x512, 1024x1024)
+# the layer of each shipped model at the size of its training input (800x1344, 512x512, 1024x1024); on the small
+# maps also with the dense forms auto takes below a crossover measured on the GPU (and the kernels beside them)
 SHIPPED = {
     'ViL-S stage 1': (dict(type='LongformerAttention', embed_dims=96, num_heads=3), (200, 336)),
     'ViL-S stage 2': (dict(type='LongformerAttention', embed_dims=192, num_heads=3), (100, 168)),
@@ -28,7 +29,10 @@ SHIPPED = {
     'ViL-S stage 3, random shifting': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, mode=1),
                                        (50, 84)),
     'SMCA-Ripple encoder': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (25, 42)),
+    'SMCA-Ripple encoder, fused': (dict(type='RippleAttention', embed_dims=256, num_heads=8, impl='fused'), (25, 42)),
     'Castling ViT-B, both branches': (dict(type='LinearAngularAttention', embed_dims=768, num_heads=12), (32, 32)),
+    'Castling ViT-B, both branches, dense': (dict(type='LinearAngularAttention', embed_dims=768, num_heads=12,
+                                                  impl='dense', aux_impl='triton'), (32, 32)),
     'PerViT-T stage 3': (dict(type='PeripheralAttention', embed_dims=224, num_heads=4), (50, 84)),
     'MiT-B0-RWGKA stage 1': (dict(type='RWGKAttention', embed_dims=32, num_heads=1, num_anchors=64, lam=0.5),
                              (256, 256)),
@@ -37,7 +41,8 @@ SHIPPED = {
 
 def cuda_choices(cfg: dict, hw_shape) -> dict:
     """The implementations ``auto`` picks on a CUDA request in bfloat16: ``impl`` for the layer's own op (a
-    feature map's op, or Castling's auxiliary softmax, are others) and each of its ``extra_impls``."""
+    feature map's op, or Castling's auxiliary softmax, are others) and each of its ``extra_impls``; those
+    ``cfg`` names (the dense forms ``auto`` takes below a crossover measured on a GPU) as given."""
     attn = build_attention(dict(cfg)).train()
     x = torch.zeros(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'])
     with record_dispatch(dry_run=True) as log, torch.no_grad():
@@ -47,7 +52,7 @@ def cuda_choices(cfg: dict, hw_shape) -> dict:
     for record in log.records:
         argument = arguments.get(record.op.name, 'impl' if record.op.impls == attn.impls else None)
         if argument is not None:
-            choices[argument] = record.op.auto(record.request.on('cuda', torch.bfloat16))
+            choices[argument] = cfg.get(argument) or record.op.auto(record.request.on('cuda', torch.bfloat16))
     return choices
 
 
