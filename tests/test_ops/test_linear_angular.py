@@ -38,10 +38,10 @@ def test_gradients_equal_explicit_kernel(device):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize('tokens,dims,value_dims', SIZES)
+@pytest.mark.parametrize('tokens,dims,value_dims', SIZES + [(40, 70, 66)])
 def test_dense_form_equals_explicit_kernel(tokens, dims, value_dims):
-    """The one-program kernel over whole and partial blocks (130 tokens: three blocks of 64 queries and
-    five of 32 keys), heads 3 to 33 wide, in value and gradient."""
+    """The kernels over whole and partial blocks (130 tokens: three blocks of 64 queries and five of 32
+    keys), heads 3 to 33 wide and 70 (the wide launches' smaller blocks), in value and gradient."""
     q, k, v = (t.detach().float().requires_grad_()
                for t in inputs(tokens=tokens, dims=dims, value_dims=value_dims, device=KERNEL_DEVICE))
     fast, slow = linear_angular_attention(q, k, v, impl='dense'), linear_angular_attention_reference(q, k, v)

@@ -9,21 +9,23 @@ Quadratic: meant for small maps, where one launch of tensor-core products may be
 :mod:`.pytorch` / :mod:`.triton`; up to where it does is measured per GPU
 (:mod:`mmvisattn.ops.utils.crossover`).
 
-The backward recomputes the kernel from the inputs by batched products (cuBLAS on a GPU): with
-``r_i`` the forward's row sums and ``delta_i = dO_i . O_i``,
+The backward is two programs that recompute the kernel's tiles from the inputs, the output and the
+row sums ``r_i``, each owning what it writes (no atomics): with ``delta_i = dO_i . O_i``,
+``dA_ij = (dO_i . v_j - delta_i) / r_i``,
 
-    dV = (A / r)^T dO,    dA_ij = (dO_i . v_j - delta_i) / r_i,    dq^ = dA k^ / pi,    dk^ = dA^T q^ / pi,
+* :func:`_grad_queries`, per block of queries over the keys: ``dq^ = dA k^ / pi``;
+* :func:`_grad_keys`, per block of keys over the queries: ``dk^ = dA^T q^ / pi`` and ``dV = (A / r)^T dO``;
 
-then through the normalisation (:func:`.pytorch.normalise_backward`); it holds the kernel and its
-gradient for the step, as autograd through the products would.
+each then through its rows' normalisation (:func:`_unit_backward`, as
+:func:`.pytorch.normalise_backward`), so nothing ``N x M`` is held in the backward either.
 
-Used for CUDA tensors; the tests run the kernel on CPU under ``TRITON_INTERPRET=1``, float64 there too
+Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there too
 (``gradcheck``).
 
-Mixed precision (:mod:`mmvisattn.ops.utils.flash`): the kernel normalises in float32 and takes its
+Mixed precision (:mod:`mmvisattn.ops.utils.flash`): the kernels normalise in float32 and take their
 products' operands in the inputs' precision (half-precision tensor cores, TF32 for float32),
-accumulating in float32; the backward's products take the kernel, its gradient and the normalised
-rows in ``v``'s dtype, their row scalings and the normalisation in float32. The output comes back in
+accumulating in float32; the row scalings (``1 / r``, ``delta``) and the normalisation's backward are
+float32. The output comes back in
 ``v``'s dtype, each gradient in its input's. Autocast is off in the Function.
 """
 import math
@@ -35,10 +37,8 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off, norm_eps
-from ..utils.flash import block_offsets, precision, rows, store_rows
-from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
-from .pytorch import normalise, normalise_backward
-from .triton import unit_rows
+from ..utils.flash import block_offsets, launch_meta, rows, store_rows
+from ..utils.triton_launch import check_kernel_inputs, launch
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 32  # keys per tile
@@ -48,18 +48,34 @@ STAGES = {4: 2, 8: 1}
 
 
 @triton.jit
+def _unit(x_ptr, bh, offs, count, offs_d, dims, eps, ACC: tl.constexpr):
+    """Rows ``offs`` of image x head ``bh`` of a ``(B * heads, count, dims)`` table divided by their clamped
+    norms ``max(||x||, eps)``, and those norms."""
+    x = rows(x_ptr + bh * count * dims, offs, count, offs_d, dims).to(ACC)
+    norm = tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tl.cast(eps, ACC))
+    return x / norm[:, None], norm
+
+
+@triton.jit
+def _unit_backward(grad_hat, x_hat, norm):
+    """Through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over ``||x||`` (as
+    :func:`.pytorch.normalise_backward`)."""
+    return (grad_hat - x_hat * tl.sum(x_hat * grad_hat, axis=1)[:, None]) / norm[:, None]
+
+
+@triton.jit
 def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, value_dims, inv_pi, eps,
              DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
-    q = unit_rows(rows(q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims).to(ACC), eps).to(DOT)
+    q = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)[0].to(DOT)
     row_sum = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), ACC)
     for start in range(0, keys_count, BLOCK_N):
         offs_k = start + tl.arange(0, BLOCK_N)
-        keys = unit_rows(rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(ACC), eps)
+        keys = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)[0]
         values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
         kernel = 0.5 + tl.dot(q, tl.trans(keys.to(DOT)), out_dtype=ACC) * inv_pi
         kernel = tl.where(offs_k[None, :] < keys_count, kernel, 0.0)
@@ -69,22 +85,86 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, 
     tl.store(sums_ptr + bh * queries + offs_q, row_sum, mask=offs_q < queries)
 
 
-def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, sums: Tensor,
-              grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """The gradients above, each in its input's dtype."""
-    (q_hat, q_norm), (k_hat, k_norm) = normalise(q), normalise(k)
-    wide, operands = sums.dtype, v.dtype
-    sums = sums.unsqueeze(-1)
-    grad_out = grad_out.to(wide)
-    kernel = (q_hat.to(operands) @ k_hat.to(operands).transpose(-1, -2)).to(wide).mul_(1 / math.pi).add_(0.5)
-    grad_v = kernel.div_(sums).to(operands).transpose(-1, -2) @ grad_out.to(operands)
-    delta = (grad_out * out.to(wide)).sum(dim=-1, keepdim=True)
-    grad_kernel = (grad_out.to(operands) @ v.transpose(-1, -2)).to(wide).sub_(delta).div_(sums * math.pi)
-    grad_kernel = grad_kernel.to(operands)
-    grad_q_hat = (grad_kernel @ k_hat.to(operands)).to(wide)
-    grad_k_hat = (grad_kernel.transpose(-1, -2) @ q_hat.to(operands)).to(wide)
-    return (normalise_backward(grad_q_hat, q_hat, q_norm).to(q.dtype),
-            normalise_backward(grad_k_hat, k_hat, k_norm).to(k.dtype), grad_v.to(v.dtype))
+@triton.jit
+def _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv, value_dims, ACC: tl.constexpr):
+    """A block of queries' output gradients, ``delta_i = dO_i . O_i`` and row sums (1 past the queries)."""
+    grad_out = rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
+    out = rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
+    sums = tl.load(sums_ptr + bh * queries + offs_q, mask=offs_q < queries, other=1.0)
+    return grad_out, tl.sum(grad_out * out, axis=1), sums
+
+
+@triton.jit
+def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_ptr, queries, keys_count, dims,
+                  value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``dq`` of a block of queries over the key blocks: ``dq^ = dA k^ / pi``, then through the norm."""
+    bh, block = tl.program_id(0), tl.program_id(1)
+    inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
+    offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
+    grad_out, delta, sums = _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv, value_dims,
+                                          ACC)
+    grad_out = grad_out.to(DOT)
+    grad_hat = tl.zeros((BLOCK_M, BLOCK_D), ACC)
+    for start in range(0, keys_count, BLOCK_N):
+        offs_k = start + tl.arange(0, BLOCK_N)
+        k_hat, _ = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)  # zero past the keys
+        values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC) - delta[:, None]) / sums[:, None]
+        grad_hat += tl.dot(grad_kernel.to(DOT), k_hat.to(DOT), out_dtype=ACC)
+    q_hat, q_norm = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)  # loaded here: fewer live registers
+    store_rows(grad_q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims,
+               _unit_backward(grad_hat * inv_pi, q_hat, q_norm))
+
+
+@triton.jit
+def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr, grad_v_ptr, queries, keys_count,
+               dims, value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """``dk`` and ``dv`` of a block of ``BLOCK_N`` keys over blocks of ``BLOCK_M`` queries:
+    ``dk^ = dA^T q^ / pi`` (then through the norm) and ``dv = (A / r)^T dO``."""
+    bh, block = tl.program_id(0), tl.program_id(1)
+    inv_pi = tl.cast(inv_pi, ACC)
+    offs_k, offs_d, offs_dv = block_offsets(block, BLOCK_N, BLOCK_D, BLOCK_DV)
+    keys = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)[0].to(DOT)
+    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+    grad_hat = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    grad_v = tl.zeros((BLOCK_N, BLOCK_DV), ACC)
+    for start in range(0, queries, BLOCK_M):
+        offs_q = start + tl.arange(0, BLOCK_M)
+        q_hat, _ = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)
+        q_hat = q_hat.to(DOT)
+        # rows past the queries: zero output gradients and delta, so they add nothing
+        grad_out, delta, sums = _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv,
+                                              value_dims, ACC)
+        grad_out = grad_out.to(DOT)
+        kernel = 0.5 + tl.dot(q_hat, tl.trans(keys), out_dtype=ACC) * inv_pi
+        grad_v += tl.dot(tl.trans((kernel / sums[:, None]).to(DOT)), grad_out, out_dtype=ACC)
+        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC) - delta[:, None]) / sums[:, None]
+        grad_hat += tl.dot(tl.trans(grad_kernel.to(DOT)), q_hat, out_dtype=ACC)
+    k_hat, k_norm = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)  # in float32 again, as above
+    store_rows(grad_k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims,
+               _unit_backward(grad_hat * inv_pi, k_hat, k_norm))
+    store_rows(grad_v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims, grad_v)
+
+
+# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared memory a
+# block): _grad_keys over tiles of 32 queries spilled on sm_90 in float32 (at 64-wide heads with 4 warps, at 128
+# with 8), takes them 16 at a time, and heads over 64 wide for blocks of 16 keys (over 32, 8 warps spilled in
+# float32 and 4 in half precision); heads over 64 wide, _grad_queries over 32 queries.
+LAUNCH = {_grad_keys: dict(BLOCK_M=16, BLOCK_N=32)}
+WIDE_LAUNCH = {_grad_keys: dict(BLOCK_N=16), _grad_queries: dict(BLOCK_M=32)}
+
+
+def _launch(kernel, grid_block: str, q: Tensor, k: Tensor, v: Tensor, *tensors: Tensor) -> None:
+    """``kernel`` on ``(..., N, d)`` queries, ``(..., M, d)`` keys and ``(..., M, e)`` values, one program per
+    image x head and block of the tokens named by ``grid_block`` (``'BLOCK_M'`` queries, ``'BLOCK_N'`` keys)."""
+    queries, dims = q.shape[-2:]
+    keys, value_dims = k.shape[-2], v.shape[-1]
+    meta = launch_meta(kernel, dims, value_dims, q.dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH, STAGES)
+    count = queries if grid_block == 'BLOCK_M' else keys
+    launch(kernel, (q.numel() // (queries * dims), triton.cdiv(count, meta[grid_block])), q, k, v, *tensors,
+           queries, keys, dims, value_dims, 1 / math.pi, norm_eps(q.dtype), **meta)
 
 
 class DenseAngular(torch.autograd.Function):
@@ -94,23 +174,22 @@ class DenseAngular(torch.autograd.Function):
     @staticmethod
     @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        *lead, queries, dims = q.shape
-        keys, value_dims = k.shape[-2], v.shape[-1]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out = v.new_empty(*lead, queries, value_dims)
-        sums = q.new_empty(*lead, queries, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-        block_d, block_dv = head_block(dims), head_block(value_dims)
-        warps = num_warps(max(block_d, block_dv))
-        launch(_forward, (q.numel() // (queries * dims), triton.cdiv(queries, BLOCK_M)), q, k, v, out, sums, queries,
-               keys, dims, value_dims, 1 / math.pi, norm_eps(q.dtype), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-               BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=warps, num_stages=STAGES[warps], **precision(q.dtype))
+        out = v.new_empty(*q.shape[:-1], v.shape[-1])
+        sums = q.new_empty(q.shape[:-1], dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+        _launch(_forward, 'BLOCK_M', q, k, v, out, sums)
         ctx.save_for_backward(q, k, v, out, sums)
         return out
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        return _backward(*ctx.saved_tensors, grad_out)
+        q, k, v, out, sums = saved = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        _launch(_grad_queries, 'BLOCK_M', *saved, grad_out, grad_q)
+        _launch(_grad_keys, 'BLOCK_N', *saved, grad_out, grad_k, grad_v)
+        return grad_q, grad_k, grad_v
 
 
 def linear_angular_attention_dense(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -30,7 +30,7 @@ from .pytorch import linear_angular_backward
 
 
 @triton.jit
-def unit_rows(x, eps):
+def _unit_rows(x, eps):
     """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block).
 
     ``eps`` is cast because ``torch.compile`` passes a Python float as a float64 scalar, which would
@@ -53,7 +53,7 @@ def _summarise(k_ptr, v_ptr, kv_ptr, kmean_ptr, vmean_ptr, tokens, dims, value_d
     value_sum = tl.zeros((BLOCK_DV,), dtype=tl.float32)
     for start in range(0, tokens, BLOCK_N):
         in_rows = (start + rows) < tokens
-        k = unit_rows(tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
+        k = _unit_rows(tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
                                mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
         v = tl.load(v_base + (start + rows)[:, None] * value_dims + cols_v[None, :],
                     mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0)
@@ -73,7 +73,7 @@ def _mix(q_ptr, kv_ptr, kmean_ptr, vmean_ptr, out_ptr, tokens, dims, value_dims,
     cols_k = tl.arange(0, BLOCK_D)
     cols_v = tl.arange(0, BLOCK_DV)
     in_rows = rows < tokens
-    q = unit_rows(tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
+    q = _unit_rows(tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
                            mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
     key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
     key_mean = tl.load(kmean_ptr + head * BLOCK_D + cols_k)

@@ -32,9 +32,9 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.flash import (block_offsets, grad_keys, grad_queries, key_rows, log_sum_exp, precision, rows,
+from ..utils.flash import (block_offsets, grad_keys, grad_queries, key_rows, launch_meta, log_sum_exp, rows,
                            store_rows)
-from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
+from ..utils.triton_launch import check_kernel_inputs, launch
 
 BLOCK_M = 64  # queries per block
 BLOCK_N = 32  # keys per block: a 64 x 32 tile of scores, its weights and their gradient stay in registers
@@ -87,14 +87,9 @@ WIDE_LAUNCH = {_forward: dict(num_stages=2), grad_queries: dict(BLOCK_M=32, num_
 
 def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
     """Blocks, dtypes, warps and stages of ``kernel``'s launch."""
-    block_d, block_dv = head_block(dims), head_block(value_dims)
-    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, BLOCK_DV=block_dv,
-                num_warps=num_warps(max(block_d, block_dv)), **precision(dtype))
+    meta = launch_meta(kernel, dims, value_dims, dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH)
     if kernel is not _forward:
         meta.update(BIASED=False, MASKED=True)
-    meta.update(LAUNCH.get(kernel, {}))
-    if max(block_d, block_dv) > 64:
-        meta.update(WIDE_LAUNCH.get(kernel, {}))
     return meta
 
 

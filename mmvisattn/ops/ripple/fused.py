@@ -43,9 +43,9 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.flash import block_offsets, precision, rows, store_rows
+from ..utils.flash import block_offsets, launch_meta, rows, store_rows
 from ..utils.tracing import apply_function
-from ..utils.triton_launch import check_kernel_inputs, head_block, launch, num_warps
+from ..utils.triton_launch import check_kernel_inputs, launch
 from .triton import TRITON_WEIGHTS
 from .weights import ring_weights
 
@@ -166,14 +166,8 @@ WIDE_LAUNCH = {_grad_keys: dict(BLOCK_M=16), _grad_queries: dict(BLOCK_M=32)}
 def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
     """Blocks, dtypes (``VALUES``: the dtype the weighted scores and their gradients meet the values, keys
     and queries in, see the module docstring), warps and stages of ``kernel``'s launch."""
-    block_d, block_dv = head_block(dims), head_block(value_dims)
-    warps = num_warps(max(block_d, block_dv))
-    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=warps,
-                num_stages=STAGES[warps], **precision(dtype))
+    meta = launch_meta(kernel, dims, value_dims, dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH, STAGES)
     meta['VALUES'] = tl.float32 if dtype == torch.float16 else meta['DOT']
-    meta.update(LAUNCH.get(kernel, {}))
-    if max(block_d, block_dv) > 64:
-        meta.update(WIDE_LAUNCH.get(kernel, {}))
     return meta
 
 

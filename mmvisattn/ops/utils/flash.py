@@ -16,11 +16,13 @@ Mixed precision: products take their operands in the inputs' precision (``DOT``,
 inputs, which the ops refuse for their kernels and only the tests' ``gradcheck`` passes under
 ``TRITON_INTERPRET=1``, keep float64 throughout.
 """
+from typing import Dict, Optional
+
 import torch
 import triton
 import triton.language as tl
 
-from .triton_launch import dot_operands
+from .triton_launch import dot_operands, head_block, num_warps
 
 
 def precision(dtype: torch.dtype) -> dict:
@@ -28,6 +30,26 @@ def precision(dtype: torch.dtype) -> dict:
     if dtype == torch.float64:
         return dict(DOT=tl.float64, ACC=tl.float64)
     return dict(DOT=dot_operands(dtype), ACC=tl.float32)
+
+
+def launch_meta(kernel, dims: int, value_dims: int, dtype: torch.dtype, block_m: int, block_n: int,
+                launch: Optional[Dict] = None, wide_launch: Optional[Dict] = None,
+                stages: Optional[Dict[int, int]] = None) -> dict:
+    """The meta-parameters of a launch of ``kernel`` over heads ``dims`` and values ``value_dims`` wide:
+    ``block_m`` queries and ``block_n`` keys, the head's blocks, its warps (:func:`num_warps`), software-
+    pipelining ``stages`` by warps where given, the product dtypes (:func:`precision`), then ``kernel``'s
+    entry of ``launch`` and, for heads over 64 wide, of ``wide_launch``: the tables of settings each op
+    keeps from ptxas's reports (``compile_kernels.py``)."""
+    block_d, block_dv = head_block(dims), head_block(value_dims)
+    warps = num_warps(max(block_d, block_dv))
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv, num_warps=warps,
+                **precision(dtype))
+    if stages:
+        meta['num_stages'] = stages[warps]
+    meta.update((launch or {}).get(kernel, {}))
+    if max(block_d, block_dv) > 64:
+        meta.update((wide_launch or {}).get(kernel, {}))
+    return meta
 
 
 @triton.jit
