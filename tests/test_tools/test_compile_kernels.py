@@ -18,7 +18,10 @@ def jit_functions_in_source() -> int:
 
 # the flash backward's kernels, which peripheral attention and the masked softmax launch
 FLASH_BACKWARD = ('utils.flash.grad_queries', 'utils.flash.grad_keys')
-NEW_KERNELS = (*FLASH_BACKWARD, 'masked_softmax.triton._forward', 'linear_angular.dense._forward')
+NEW_KERNELS = (*FLASH_BACKWARD, 'masked_softmax.triton._forward', 'linear_angular.dense._forward',
+               'linear_angular.dense._grad_queries', 'linear_angular.dense._grad_keys')
+# ripple's one-program form: float16 inputs' weighted scores meet the values in float32 (float16's range)
+FUSED_RIPPLE = ('ripple.fused._forward', 'ripple.fused._grad_queries', 'ripple.fused._grad_keys')
 
 
 def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
@@ -40,13 +43,13 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
         'ripple.triton._ring_weights_backward', 'peripheral.position_triton._window_stats',
         'peripheral.position_triton._logits_forward',
         *(f'sliding_chunk.triton.{kernel}' for kernel in ('_forward', '_grad_queries', '_grad_keys', '_grad_bias')),
-        'peripheral.triton._forward', 'peripheral.triton._grad_bias', *NEW_KERNELS}
+        'peripheral.triton._forward', 'peripheral.triton._grad_bias', 'ripple.fused._forward', *NEW_KERNELS}
     for row in rows:
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0
         assert row['shared_bytes'] <= 232448
-    # half inputs reach the kernels that take them (ripple upcasts to float32 first, by design), and every
-    # product of theirs takes half operands: the tensor cores' half-precision rate, not TF32
+    # half inputs reach the kernels that take them (ripple's local/global split upcasts to float32 first, by design),
+    # and every product of theirs takes half operands: the tensor cores' half-precision rate, not TF32
     assert any('*fp16' in row['signature'].values() for row in rows
                if row['kernel'].endswith('sliding_chunk.triton._forward'))
     with_dots = {row['kernel'].replace('mmvisattn.ops.', ''): row['dot_operands']
@@ -58,8 +61,11 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
                               'peripheral.position_triton._logits_forward',
                               'peripheral.position_triton._logits_backward',
                               'peripheral.position_triton._window_grad_sums', 'peripheral.position_triton._window_grad',
-                              *NEW_KERNELS}
-    assert all(row['dot_operands'] == ['f16'] for row in rows if row['dot_operands'] and row['dtype'] == 'float16')
+                              *NEW_KERNELS, *FUSED_RIPPLE}
+    for row in rows:
+        if row['dot_operands'] and row['dtype'] == 'float16':
+            fused = row['kernel'].replace('mmvisattn.ops.', '') in FUSED_RIPPLE
+            assert row['dot_operands'] == (['f16', 'f32'] if fused else ['f16']), row['kernel']
     assert 'linear_angular.triton._summarise' in done.stdout and 'sm_90' in done.stdout
 
 

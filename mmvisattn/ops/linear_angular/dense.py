@@ -25,8 +25,8 @@ Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET
 Mixed precision (:mod:`mmvisattn.ops.utils.flash`): the kernels normalise in float32 and take their
 products' operands in the inputs' precision (half-precision tensor cores, TF32 for float32),
 accumulating in float32; the row scalings (``1 / r``, ``delta``) and the normalisation's backward are
-float32. The output comes back in
-``v``'s dtype, each gradient in its input's. Autocast is off in the Function.
+float32. The output comes back in ``v``'s dtype, each gradient in its input's. Autocast is off in the
+Function.
 """
 import math
 from typing import Tuple

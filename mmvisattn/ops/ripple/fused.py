@@ -133,7 +133,7 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr
 def _grad_keys(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, grad_k_ptr, grad_v_ptr,
                tokens, width, dims, value_dims, groups, DOT: tl.constexpr, ACC: tl.constexpr, VALUES: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``dk = (dA * W)^T q`` and ``dv = (A)^T dnum`` of a block of ``BLOCK_N`` keys, over blocks of
+    """``dk = (dA * W)^T q`` and ``dv = A^T dnum`` of a block of ``BLOCK_N`` keys, over blocks of
     ``BLOCK_M`` queries."""
     bh, block = tl.program_id(0), tl.program_id(1)
     offs_k, offs_d, offs_dv = block_offsets(block, BLOCK_N, BLOCK_D, BLOCK_DV)
