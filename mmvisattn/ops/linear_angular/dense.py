@@ -37,7 +37,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off, norm_eps
-from ..utils.flash import block_offsets, launch_meta, rows, store_rows
+from ..utils.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
 from ..utils.triton_launch import check_kernel_inputs, launch
 
 BLOCK_M = 64  # queries per program
@@ -86,15 +86,6 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, 
 
 
 @triton.jit
-def _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv, value_dims, ACC: tl.constexpr):
-    """A block of queries' output gradients, ``delta_i = dO_i . O_i`` and row sums (1 past the queries)."""
-    grad_out = rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
-    out = rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
-    sums = tl.load(sums_ptr + bh * queries + offs_q, mask=offs_q < queries, other=1.0)
-    return grad_out, tl.sum(grad_out * out, axis=1), sums
-
-
-@triton.jit
 def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_ptr, queries, keys_count, dims,
                   value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
@@ -102,8 +93,8 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_p
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
-    grad_out, delta, sums = _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv, value_dims,
-                                          ACC)
+    grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv,
+                                                    value_dims, ACC)
     grad_out = grad_out.to(DOT)
     grad_hat = tl.zeros((BLOCK_M, BLOCK_D), ACC)
     for start in range(0, keys_count, BLOCK_N):
@@ -135,8 +126,8 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr,
         q_hat, _ = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)
         q_hat = q_hat.to(DOT)
         # rows past the queries: zero output gradients and delta, so they add nothing
-        grad_out, delta, sums = _output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv,
-                                              value_dims, ACC)
+        grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries,
+                                                        offs_dv, value_dims, ACC)
         grad_out = grad_out.to(DOT)
         kernel = 0.5 + tl.dot(q_hat, tl.trans(keys), out_dtype=ACC) * inv_pi
         grad_v += tl.dot(tl.trans((kernel / sums[:, None]).to(DOT)), grad_out, out_dtype=ACC)
@@ -156,14 +147,14 @@ LAUNCH = {_grad_keys: dict(BLOCK_M=16, BLOCK_N=32)}
 WIDE_LAUNCH = {_grad_keys: dict(BLOCK_N=16), _grad_queries: dict(BLOCK_M=32)}
 
 
-def _launch(kernel, grid_block: str, q: Tensor, k: Tensor, v: Tensor, *tensors: Tensor) -> None:
+def _launch(kernel, q: Tensor, k: Tensor, v: Tensor, *tensors: Tensor) -> None:
     """``kernel`` on ``(..., N, d)`` queries, ``(..., M, d)`` keys and ``(..., M, e)`` values, one program per
-    image x head and block of the tokens named by ``grid_block`` (``'BLOCK_M'`` queries, ``'BLOCK_N'`` keys)."""
+    image x head and block of tokens (keys for :func:`_grad_keys`, else queries)."""
     queries, dims = q.shape[-2:]
     keys, value_dims = k.shape[-2], v.shape[-1]
     meta = launch_meta(kernel, dims, value_dims, q.dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH, STAGES)
-    count = queries if grid_block == 'BLOCK_M' else keys
-    launch(kernel, (q.numel() // (queries * dims), triton.cdiv(count, meta[grid_block])), q, k, v, *tensors,
+    blocks = triton.cdiv(keys, meta['BLOCK_N']) if kernel is _grad_keys else triton.cdiv(queries, meta['BLOCK_M'])
+    launch(kernel, (q.numel() // (queries * dims), blocks), q, k, v, *tensors,
            queries, keys, dims, value_dims, 1 / math.pi, norm_eps(q.dtype), **meta)
 
 
@@ -177,7 +168,7 @@ class DenseAngular(torch.autograd.Function):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = v.new_empty(*q.shape[:-1], v.shape[-1])
         sums = q.new_empty(q.shape[:-1], dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-        _launch(_forward, 'BLOCK_M', q, k, v, out, sums)
+        _launch(_forward, q, k, v, out, sums)
         ctx.save_for_backward(q, k, v, out, sums)
         return out
 
@@ -187,8 +178,8 @@ class DenseAngular(torch.autograd.Function):
         q, k, v, out, sums = saved = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _launch(_grad_queries, 'BLOCK_M', *saved, grad_out, grad_q)
-        _launch(_grad_keys, 'BLOCK_N', *saved, grad_out, grad_k, grad_v)
+        _launch(_grad_queries, *saved, grad_out, grad_q)
+        _launch(_grad_keys, *saved, grad_out, grad_k, grad_v)
         return grad_q, grad_k, grad_v
 
 

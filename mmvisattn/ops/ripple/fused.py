@@ -43,7 +43,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.flash import block_offsets, launch_meta, rows, store_rows
+from ..utils.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
 from ..utils.tracing import apply_function
 from ..utils.triton_launch import check_kernel_inputs, launch
 from .triton import TRITON_WEIGHTS
@@ -91,11 +91,9 @@ def _forward(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, tokens, width, di
 @triton.jit
 def _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims, ACC: tl.constexpr):
     """What the loss sends a block of queries' sums: ``dnum = dO / den`` and ``dden = -dnum . out``."""
-    den = tl.load(den_ptr + bh * tokens + offs_q, mask=offs_q < tokens, other=1.0).to(ACC)
-    grad_num = rows(grad_out_ptr + bh * tokens * value_dims, offs_q, tokens, offs_dv, value_dims).to(ACC)
-    grad_num = grad_num / den[:, None]
-    out = rows(out_ptr + bh * tokens * value_dims, offs_q, tokens, offs_dv, value_dims).to(ACC)
-    return grad_num, -tl.sum(grad_num * out, axis=1)
+    grad_out, delta, den = normalised_output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv,
+                                                   value_dims, ACC)
+    return grad_out / den[:, None], -delta / den
 
 
 @triton.jit

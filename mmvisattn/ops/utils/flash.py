@@ -83,6 +83,18 @@ def key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_
 
 
 @triton.jit
+def normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv, value_dims,
+                            ACC: tl.constexpr):
+    """What the backward of a row-normalised ``out = (A V) / r`` (no softmax: Castling's dense form,
+    ripple's fused form) reads of a block of queries: ``dO``, ``delta_i = dO_i . O_i`` and the row sums
+    ``r`` (1 past the queries)."""
+    grad_out = rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
+    out = rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
+    sums = tl.load(sums_ptr + bh * queries + offs_q, mask=offs_q < queries, other=1.0).to(ACC)
+    return grad_out, tl.sum(grad_out * out, axis=1), sums
+
+
+@triton.jit
 def query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, offs_d, offs_dv, dims, value_dims,
                 DOT: tl.constexpr):
     """What a backward reads of a block of queries of image x head ``bh``: the queries, output gradients,
