@@ -2,8 +2,10 @@
 
 Importing the package (directly or through ``custom_imports=dict(imports=['mmvisattn'])`` in a
 config) registers its attentions into ``ATTENTIONS`` and its models into the mmdet, mmseg and
-mmpretrain ``MODELS`` registries, and applies the patches of :mod:`mmvisattn.compat` (the only place that
-changes another library's code).
+mmpretrain ``MODELS`` registries, and applies the fixes and additions of :mod:`mmvisattn.compat` (the only
+place that changes another library's code): fixes of defects of the pinned stack a user meets without the
+project's models, and names stock does not have. It alters nothing else of the stack; the project's tools
+apply their conveniences themselves (:func:`mmvisattn.compat.apply_tool_patches`).
 
 The ops layer, :mod:`mmvisattn.ops`, stands alone: it needs torch (and triton for its kernels), as
 NATTEN and flash-linear-attention do. Where OpenMMLab is not installed (a bare GPU machine proving

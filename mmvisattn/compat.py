@@ -1,107 +1,68 @@
-"""Every patch ``import mmvisattn`` applies to the pinned stack (:data:`PATCHES`, applied once by
-:func:`apply_patches`; the patch table of docs/advanced/compat.md says what each changes, why, and
-how to check it is still needed). Nothing else in the package changes another library's code.
+"""Every change the package makes to another library's code, each one function named in :data:`PATCHES`
+(docs/advanced/compat.md gives each: what it alters, who meets the defect, how to opt in or out, upstream).
 
-The environment variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches
-out; :data:`APPLIED` holds the names applied, which :func:`patches_line` puts in one log line (every
-run of ``tools/train.py`` and ``tools/test.py`` logs it); a hook that needs a patch left out ends
-in one line.
+``import mmvisattn`` adds and does not alter: on import it applies only
 
-Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to
-``weights_only=True`` and mmengine 0.10.7 calls it without the argument, so every checkpoint the
-Runner saves fails to load for ``--resume``, ``load_from`` and ``tools/test.py``: the message hub
-stores ``HistoryBuffer`` objects holding numpy arrays and scalars, and each buffer pickles its
-statistics methods as ``getattr(HistoryBuffer, 'mean')`` (and an empty buffer's history as
-``bytes()``). Upstream's proposed fix turns ``weights_only`` off, which lets any pickle run code.
-Instead the few types a Runner checkpoint contains are added to torch's allowlist, and the
-``getattr`` and ``bytes`` globals are bound to stand-ins that only return HistoryBuffer's
-registered statistics methods and ``b''``: loading stays restricted, and a pickle that would call
-anything else is refused before it runs.
+- :data:`FIXES`, fixes of defects of the pinned stack that a user meets without the project's models
+  (checkpoints that torch >= 2.6 cannot load, torchvision that does not import beside a CPU torch,
+  mmcv's shared dropout default, checkpoints lost to a kill, a test metrics file written by every rank);
+- :data:`ADDITIONS`, names stock does not have (``Hardsigmoid`` in ``MODELS``; FLOP handles for ops
+  mmengine's counter does not count).
 
-mmcv's CPU ops under autocast. mmcv 2.1.0's CPU ``nms`` and ``RoIAlign`` kernels take float32 only;
-under CPU autocast (``tools/train.py --amp`` on a machine without CUDA) a two-stage detector hands
-them bfloat16 and training stops ("expected scalar type Float but found BFloat16", "ROIAlign_forward
-not implemented for 'BFloat16'"). Both are wrapped to upcast half CPU inputs; CUDA inputs, which
-the CUDA kernels take in half precision, pass through unchanged.
+What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are applied by the project's own
+tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`), and
+``count_dropped_annotations`` by ``DroppedAnnotationsHook`` when a config names it. The environment
+variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out wherever they would
+be applied; :data:`APPLIED` holds the names applied, which :func:`patches_line` puts in the one line every
+run of the tools logs.
 
-torch's ``nn.Hardsigmoid`` in mmengine's ``MODELS``. mmcv's own ``HSigmoid`` warns on every
-construction about a default it changed in 2021; torch's hard sigmoid is the same function
-(``relu6(x + 3) / 6``, the SE gate of PicoDet's ESNet) and is registered the way mmcv registers
-torch's other activations.
+Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to ``weights_only=True`` and
+mmengine 0.10.7 calls it without the argument, so every checkpoint the Runner saves fails to load: the
+message hub stores ``HistoryBuffer`` objects holding numpy arrays and scalars, and each buffer pickles its
+statistics methods (``getattr(HistoryBuffer, 'mean')``, a registered statistic by its module and name;
+an empty buffer's history as ``bytes()``). Upstream's proposed fix turns ``weights_only`` off, which lets
+any pickle run code. Instead the few types a Runner checkpoint contains, and each statistic registered
+with ``HistoryBuffer.register_statistics`` (then or later), are added to torch's allowlist, and the
+``getattr`` and ``bytes`` globals are bound to stand-ins that only return HistoryBuffer's statistics
+methods and ``b''``: loading stays restricted.
 
-mmengine's FLOP counter. ``get_model_complexity_info`` (what mmdet's and mmseg's ``get_flops.py``
-call) counts by jit handles and has none for SDPA or the linear solve of random-walk attention, so
-their work went uncounted; the handles of :data:`mmvisattn.utils.complexity.MMENGINE_FLOP_HANDLES`
-are added to its defaults (the stock handles stay as they are).
+mmengine's checkpoints. ``CheckpointHook`` removes the checkpoint beyond ``max_keep_ckpts`` (and the
+previous ``save_best`` one) before it writes the new one, and a local checkpoint is written straight into
+its final file: a kill in between left no checkpoint while ``last_checkpoint`` named a removed one, a kill
+during the write a truncated file. A local checkpoint goes through a partial file renamed into place,
+every other one through the file backend that its URI or ``backend_args`` names, as stock writes it; the
+hook removes old checkpoints once the new one and ``last_checkpoint`` are written
+(:mod:`mmvisattn.utils.checkpoint`).
 
-mmdet's dropped annotations. ``CocoDataset.parse_data_info`` skips boxes outside the image,
-degenerate boxes and unknown categories without a word; it is wrapped to count them, which
-``DroppedAnnotationsHook`` reports.
-
-mmengine's checkpoints. ``CheckpointHook`` removes the checkpoint beyond ``max_keep_ckpts`` before it
-writes the new one, and the writer opens the final file directly: a kill in between left no
-checkpoint while ``last_checkpoint`` named a removed one, a kill during the write a truncated file.
-The writer goes through a partial file renamed into place, and the hook removes the old checkpoint
-only once the new one and ``last_checkpoint`` are written
-(:func:`mmvisattn.utils.checkpoint.save_then_prune`). ``save_best`` had the same order (the previous
-best removed before the new one was written); it removes the previous best after
-(:func:`mmvisattn.utils.checkpoint.replace_best_then_remove`).
-
-mmengine's ``package::`` config lookups. A config whose ``_base_`` names ``mmdet::...`` or
-``mmseg::...`` costs each such name a reload of ``pkg_resources`` (``is_installed``) and a parse of
-every ``metafile.yml`` the package lists (over 200 for mmdet), about a second a name: most of a
-config's loading time, paid again by every tool a run starts. The metafiles are parsed once per
-process, and a package found installed stays found (the reload is there for packages installed
-while a process runs, which can only turn a "not installed" into "installed").
-
-mmengine's test metrics file. ``LoggerHook.after_test_epoch`` dumps the metrics to
-``<timestamp>.json`` in the run's log folder from every rank; the ranks share the folder, and two
-writers truncating and writing one file leave it unreadable now and then (``{...}}`` where one
-rank's line was a character longer). Ranks other than 0 log the metrics without writing the file.
-
-mmengine's config formatting. ``Config.pretty_text`` formats the whole config with yapf, whose line
-splitting searches (about a second for a detector's config on a CPU core), and a training run reads
-it four times before its first iteration (its log, the message hub, the dumped config, the
-visualiser's copy) and once more for every checkpoint it saves. yapf's answer for a text is
-remembered, so each distinct config text is formatted once per process (the text is the same).
+mmengine's test metrics file. ``LoggerHook.after_test_epoch`` dumps the metrics to ``<timestamp>.json``
+from every rank into the one log folder the ranks share, and two writers truncating and writing one file
+leave it unreadable now and then (``{...}}``). Only the main process writes it; every rank logs.
 
 mmcv's ``MultiheadAttention`` defaults. Given the deprecated ``dropout=`` (every DETR-family config of
-mmdet, SMCA's), ``MultiheadAttention.__init__`` writes it into ``dropout_layer``, which is its
-default dict when the caller gave none: every ``MultiheadAttention`` built later in the process
-without a ``dropout_layer`` (mmseg's ViT layers, Castling-ViT's, DeiT-Ripple's) got that dropout on
-its residual instead of none. Such a call gets a copy of the dict to write into.
+mmdet), ``MultiheadAttention.__init__`` writes it into ``dropout_layer``, which is its default dict when
+the caller gave none: every ``MultiheadAttention`` built later in the process without a
+``dropout_layer`` (mmseg's ViT layers) got that dropout on its residual. Such a call gets a copy.
 
-torchvision without its compiled ops. mmpretrain imports torchvision, whose PyPI wheels for x86_64
-are CUDA builds: beside a CPU torch (this project's 2.13.0) their ``_C`` library does not load, and
-torchvision 0.28 then fails to import at all ("operator torchvision::nms does not exist"), because
-its ``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without checking that
-the ops exist (its other registrations check). mmdet's and mmseg's models import mmpretrain when it
-is installed, so nothing of the stack imported. Where the library does not load, the two schemas are
-defined (no kernel behind them): torchvision imports, its transforms (pure PyTorch, all mmpretrain's
-pipelines use) work, and a call of a compiled op still fails with torchvision's own "Couldn't load
-custom C++ ops". Applied before anything imports torchvision (``import mmvisattn`` applies the
-patches first).
-
-mmseg's undecodable label maps. ``LoadAnnotations`` reports PIL's "cannot identify image file
-<_io.BytesIO ...>" without the path; it is wrapped to name the file.
+The tools' conveniences: mmcv's CPU ``nms`` and ``RoIAlign`` run half inputs in float32 (``--amp`` on a
+CPU); mmseg's ``LoadAnnotations`` names a label map it cannot decode; mmengine's ``package::`` config
+lookups parse a package's metafiles once per process, and yapf's formatting of a config text is
+remembered (a training run formats its config five times before its first iteration).
 """
 import copy
 import functools
-import importlib.machinery
-import importlib.util
 import inspect
 import logging
 import os
-import sys
 from collections import Counter
 from pickle import UnpicklingError
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Tuple, Union
 
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
 
 from .ops.utils.amp import HALF_DTYPES
 from .utils.random_states import numpy_globals
+from .utils.torchvision_schemas import import_torchvision_without_its_ops
 
 
 # HistoryBuffer fills its class-level ``_statistics_methods`` with these on first instantiation.
@@ -167,9 +128,32 @@ def allow_half_mmcv_ops_on_cpu() -> None:
         RoIAlign.forward = float32_on_cpu(RoIAlign.forward)
 
 
+def registered_statistics() -> List[Callable]:
+    """The statistics registered with ``HistoryBuffer.register_statistics`` that a checkpoint names by
+    module and name (module-level functions); the built-in ones it reaches through ``getattr``."""
+    return [method for name, method in HistoryBuffer._statistics_methods.items()
+            if name not in BUILTIN_STATISTICS and '.' not in getattr(method, '__qualname__', '.')]
+
+
+def allowing_registered_statistics(register: Callable) -> Callable:
+    """``HistoryBuffer.register_statistics`` that also allows the method in torch's restricted loader
+    (a Runner checkpoint pickles every registered statistic by name)."""
+    @functools.wraps(register)
+    def wrapped(cls: type, method: Callable) -> Callable:
+        registered = register(cls, method)
+        torch.serialization.add_safe_globals(registered_statistics())
+        return registered
+    wrapped.allows_checkpoints = True
+    return wrapped
+
+
 def allow_runner_checkpoints() -> None:
-    """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints."""
-    torch.serialization.add_safe_globals(runner_checkpoint_globals())
+    """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints, with the statistics
+    registered now and later."""
+    torch.serialization.add_safe_globals(runner_checkpoint_globals() + registered_statistics())
+    register = HistoryBuffer.register_statistics
+    if not getattr(register, 'allows_checkpoints', False):
+        HistoryBuffer.register_statistics = classmethod(allowing_registered_statistics(register.__func__))
 
 
 def register_torch_hardsigmoid() -> None:
@@ -188,14 +172,37 @@ def register_flop_handles() -> None:
         complexity_analysis._DEFAULT_SUPPORTED_FLOP_OPS.setdefault(name, handle)
 
 
+# mmdet 3.3's CocoDataset.parse_data_info skips these annotations without a word, in this order.
+DROP_REASONS = {
+    'outside': 'outside the image',
+    'degenerate': 'degenerate (area <= 0 or a side under 1 px)',
+    'unknown_category': 'of a category the dataset does not train',
+}
+
+
+def drop_reason(annotation: dict, image: dict, category_ids) -> str:
+    """Why ``CocoDataset.parse_data_info`` drops ``annotation`` of ``image``, '' when it keeps it
+    (``ignore`` annotations are meant to be skipped and are not counted)."""
+    if annotation.get('ignore', False):
+        return ''
+    x, y, w, h = annotation['bbox']
+    inside_w = max(0, min(x + w, image['width']) - max(x, 0))
+    inside_h = max(0, min(y + h, image['height']) - max(y, 0))
+    if inside_w * inside_h == 0:
+        return 'outside'
+    if annotation['area'] <= 0 or w < 1 or h < 1:
+        return 'degenerate'
+    if annotation['category_id'] not in category_ids:
+        return 'unknown_category'
+    return ''
+
+
 def count_dropped_annotations() -> None:
     """Make ``CocoDataset.parse_data_info`` count what it drops into the dataset's
-    ``dropped_annotations`` (a Counter of the ``DROP_REASONS`` keys of
-    :mod:`mmvisattn.engine.hooks.dropped_annotations_hook`, plus ``total``), which
+    ``dropped_annotations`` (a Counter of the :data:`DROP_REASONS` keys, plus ``total``), which
     ``DroppedAnnotationsHook`` reports. The parsing itself is unchanged."""
     from mmdet.datasets import CocoDataset
 
-    from .engine.hooks.dropped_annotations_hook import drop_reason
     parse = CocoDataset.parse_data_info
     if getattr(parse, 'counts_drops', False):
         return
@@ -334,13 +341,14 @@ def write_checkpoints_atomically() -> None:
         CheckpointHook._save_best_checkpoint = replace_best_then_remove(CheckpointHook._save_best_checkpoint)
 
 
-def metrics_dumped_by_rank_0(after_test_epoch: Callable) -> Callable:
-    """``LoggerHook.after_test_epoch`` whose metrics file only rank 0 writes (the others log only)."""
+def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
+    """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes (the others log)."""
+    from mmengine.dist import is_main_process
     from mmengine.hooks import logger_hook
 
     @functools.wraps(after_test_epoch)
     def wrapped(hook, runner, metrics=None) -> None:
-        if runner.rank == 0:
+        if is_main_process():
             return after_test_epoch(hook, runner, metrics)
         dump = logger_hook.dump
         logger_hook.dump = lambda *args, **kwargs: None
@@ -348,58 +356,27 @@ def metrics_dumped_by_rank_0(after_test_epoch: Callable) -> Callable:
             return after_test_epoch(hook, runner, metrics)
         finally:
             logger_hook.dump = dump
-    wrapped.rank_0_dumps = True
+    wrapped.main_process_dumps = True
     return wrapped
 
 
 def dump_test_metrics_once() -> None:
-    """The test metrics file written by rank 0 alone (see the module docstring)."""
+    """The test metrics file written by the main process alone (see the module docstring)."""
     from mmengine.hooks import LoggerHook
-    if not getattr(LoggerHook.after_test_epoch, 'rank_0_dumps', False):
-        LoggerHook.after_test_epoch = metrics_dumped_by_rank_0(LoggerHook.after_test_epoch)
+    if not getattr(LoggerHook.after_test_epoch, 'main_process_dumps', False):
+        LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(LoggerHook.after_test_epoch)
 
 
-# the ops whose fake kernels torchvision 0.28 registers whether or not its library loaded
-TORCHVISION_UNCHECKED_OPS = ('nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor',
-                             'qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
-_TORCHVISION_SCHEMAS: List[torch.library.Library] = []  # kept alive: a dropped Library removes its ops
-
-
-def torchvision_library() -> Optional[str]:
-    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or without one)."""
-    spec = importlib.util.find_spec('torchvision')
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(spec.submodule_search_locations[0], '_C' + suffix)
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def import_torchvision_without_its_ops() -> None:
-    """Define the ops torchvision registers unchecked where its library does not load (see the
-    module docstring); nothing where it loads or torchvision is already imported."""
-    if 'torchvision' in sys.modules or _TORCHVISION_SCHEMAS:
-        return
-    path = torchvision_library()
-    if path is None:
-        return
-    try:
-        torch.ops.load_library(path)  # what torchvision's import does first; it loads once per process
-        return
-    except (OSError, RuntimeError):
-        pass
-    library = torch.library.Library('torchvision', 'FRAGMENT')
-    for schema in TORCHVISION_UNCHECKED_OPS:
-        library.define(schema)
-    _TORCHVISION_SCHEMAS.append(library)
-
-
-PATCHES = (import_torchvision_without_its_ops, allow_runner_checkpoints, allow_half_mmcv_ops_on_cpu,
-           register_torch_hardsigmoid, register_flop_handles, count_dropped_annotations, name_undecodable_label_maps,
-           write_checkpoints_atomically, remember_package_config_lookups, format_each_config_once,
-           keep_attention_dropout_defaults, dump_test_metrics_once)
+# applied on import: fixes of defects of the pinned stack a user meets without the project's models (the
+# torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and additions
+FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints, keep_attention_dropout_defaults,
+         write_checkpoints_atomically, dump_test_metrics_once)
+ADDITIONS = (register_torch_hardsigmoid, register_flop_handles)
+# applied by the project's tools (apply_tool_patches), and by DroppedAnnotationsHook
+TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps, remember_package_config_lookups,
+                format_each_config_once)
+HOOK_PATCHES = (count_dropped_annotations,)
+PATCHES = FIXES + ADDITIONS + TOOL_PATCHES + HOOK_PATCHES
 
 
 SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'
@@ -419,18 +396,27 @@ def patches_left_out() -> List[str]:
 
 def patches_line() -> str:
     """What was applied and what left out, in one line."""
-    left_out = [patch.__name__ for patch in PATCHES if patch.__name__ not in APPLIED]
+    left_out = patches_left_out()
     return (f'mmvisattn patched the pinned stack: {", ".join(APPLIED) or "nothing"}'
             + (f'; left out by {SKIP_VARIABLE}: {", ".join(left_out)}' if left_out else ''))
 
 
-def apply_patches() -> None:
-    """Apply :data:`PATCHES` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each one applies itself
-    once), and log which."""
+def apply(*patches: Callable) -> None:
+    """Apply ``patches`` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each applies itself once)."""
     left_out = patches_left_out()
-    for patch in PATCHES:
+    for patch in patches:
         if patch.__name__ not in left_out:
             patch()
             if patch.__name__ not in APPLIED:
                 APPLIED.append(patch.__name__)
+
+
+def apply_patches() -> None:
+    """What ``import mmvisattn`` applies: :data:`FIXES` and :data:`ADDITIONS`, and log which."""
+    apply(*FIXES, *ADDITIONS)
     logging.getLogger(__name__).info(patches_line())
+
+
+def apply_tool_patches() -> None:
+    """What the project's tools apply on top: :data:`TOOL_PATCHES`."""
+    apply(*TOOL_PATCHES)

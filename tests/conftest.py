@@ -36,7 +36,16 @@ if not torch.cuda.is_available():
 # imports beside a CPU torch only after mmvisattn's patch (compat.import_torchvision_without_its_ops)
 import mmvisattn  # noqa: E402,F401
 
+if importlib.util.find_spec('mmengine') is not None:  # the suite runs the tools' code: with the tools' patches
+    mmvisattn.compat.apply_tool_patches()
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """Tests marked ``starts_first`` first (the order is otherwise kept): pytest-xdist hands tests out in
+    this order, so a long one overlaps the rest of the suite on its worker instead of ending it alone."""
+    items.sort(key=lambda item: item.get_closest_marker('starts_first') is None)
 
 # Every test of an op or attention that takes the `device` fixture runs on each of these.
 DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])

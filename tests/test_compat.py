@@ -1,20 +1,27 @@
-"""Runner checkpoints load under torch's weights_only loader through an allowlist; anything that
-would execute a callable is still refused, and the callable does not run."""
+"""The patches of ``mmvisattn.compat``: Runner checkpoints load under torch's weights_only loader through
+an allowlist (anything that would execute a callable is still refused, and the callable does not run);
+checkpoints reach the file backend a user configured; ``import mmvisattn`` applies only fixes and
+additions, the tools' conveniences come with the tools; each patch is still needed."""
+import io
 import json
 import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
 import torch.nn as nn
+from mmengine.evaluator import BaseMetric
+from mmengine.fileio import BaseStorageBackend, FileClient, register_backend
 from mmengine.logging.history_buffer import HistoryBuffer
 from mmengine.model import BaseModel
 from mmengine.runner import Runner, load_checkpoint
 
 import mmvisattn  # noqa: F401  (applies the allowlist)
-from mmvisattn.compat import PATCHES, SKIP_VARIABLE, history_buffer_statistic, patches_line, runner_checkpoint_globals
+from mmvisattn.compat import (ADDITIONS, FIXES, PATCHES, SKIP_VARIABLE, TOOL_PATCHES, history_buffer_statistic,
+                              runner_checkpoint_globals)
 
 from .conftest import REPO, run_command, tool_env
 from .patch_triggers import TRIGGERS
@@ -40,14 +47,14 @@ class ToyDataset(torch.utils.data.Dataset):
         return dict(inputs=torch.full((2,), float(index)), targets=torch.tensor(float(index % 3)))
 
 
-def toy_runner(work_dir: Path, max_iters: int, resume: bool = False) -> Runner:
+def toy_runner(work_dir: Path, max_iters: int, resume: bool = False, checkpoint: Optional[dict] = None) -> Runner:
     return Runner(
         model=ToyModel(), work_dir=str(work_dir),
         train_dataloader=dict(dataset=ToyDataset(), sampler=dict(type='InfiniteSampler'), batch_size=4,
                               num_workers=0, collate_fn=dict(type='default_collate')),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         train_cfg=dict(by_epoch=False, max_iters=max_iters),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False)),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False, **(checkpoint or {}))),
         randomness=dict(seed=0), resume=resume, default_scope='mmengine')
 
 
@@ -66,6 +73,106 @@ def test_mmengine_load_checkpoint_reads_runner_checkpoint(tmp_path):
     toy_runner(tmp_path, max_iters=2).train()
     model = ToyModel()
     load_checkpoint(model, str(tmp_path / 'iter_2.pth'))
+
+
+class MemoryBackend(BaseStorageBackend):
+    """A storage backend of mmengine's kind (as Petrel, S3 and HTTP are) that keeps its files in memory."""
+    files: dict = {}
+
+    def get(self, filepath):
+        return self.files[str(filepath)]
+
+    def get_text(self, filepath, encoding='utf-8'):
+        return self.get(filepath).decode(encoding)
+
+    def put(self, obj, filepath):
+        self.files[str(filepath)] = bytes(obj)
+
+    def put_text(self, obj, filepath, encoding='utf-8'):
+        self.put(obj.encode(encoding), filepath)
+
+    def exists(self, filepath):
+        return str(filepath) in self.files
+
+    isfile = exists
+
+    def isdir(self, filepath):
+        return False
+
+    def remove(self, filepath):
+        del self.files[str(filepath)]
+
+    def join_path(self, filepath, *filepaths):
+        return '/'.join([str(filepath).rstrip('/'), *filepaths])
+
+
+register_backend('mmvisattn_test_memory', MemoryBackend, force=True, prefixes='memtest')
+# mmengine's save_checkpoint asks the deprecated FileClient about a URI's prefix first
+FileClient.register_backend('mmvisattn_test_memory', MemoryBackend, force=True, prefixes='memtest')
+
+
+@pytest.mark.parametrize('where', ['backend_args', 'uri'])
+def test_checkpoints_reach_the_configured_storage_backend(tmp_path, where):
+    """A checkpoint named by a URI or written with ``backend_args`` goes through that file backend, as
+    stock mmengine writes it (the atomic local write is for mmengine's local backend only)."""
+    from mmengine.runner import runner as runner_module
+    MemoryBackend.files.clear()
+    if where == 'uri':
+        runner_module.save_checkpoint({'weights': torch.ones(2)}, 'memtest://bucket/iter_1.pth')
+        stored = 'memtest://bucket/iter_1.pth'
+    else:
+        stored = str(tmp_path / 'iter_1.pth')
+        runner_module.save_checkpoint({'weights': torch.ones(2)}, stored,
+                                      backend_args=dict(backend='mmvisattn_test_memory'))
+    assert list(MemoryBackend.files) == [stored] and not list(tmp_path.iterdir())
+    assert torch.load(io.BytesIO(MemoryBackend.files[stored]))['weights'].tolist() == [1.0, 1.0]
+
+
+def test_checkpoint_hook_writes_and_prunes_through_its_backend(tmp_path):
+    """``CheckpointHook(backend_args=...)`` as a lab that keeps checkpoints on Petrel or S3 configures it:
+    every checkpoint reaches the backend, the expired one is removed there after the new one is written,
+    and ``last_checkpoint`` (local, as stock writes it) names the newest."""
+    MemoryBackend.files.clear()
+    runner = toy_runner(tmp_path, max_iters=6, checkpoint=dict(
+        max_keep_ckpts=2, backend_args=dict(backend='mmvisattn_test_memory')))
+    runner.train()
+    assert sorted(MemoryBackend.files) == [f'{tmp_path}/iter_4.pth', f'{tmp_path}/iter_6.pth']
+    assert not list(tmp_path.glob('*.pth'))
+    assert (tmp_path / 'last_checkpoint').read_text() == f'{tmp_path}/iter_6.pth'
+
+
+class Accuracy(BaseMetric):
+    def process(self, data_batch, data_samples):
+        self.results.append(1.0)
+
+    def compute_metrics(self, results):
+        return dict(accuracy=sum(results) / len(results))
+
+
+@pytest.mark.parametrize('action', ['val', 'test'])
+def test_validation_alone_with_the_default_checkpoint_hook(tmp_path, action):
+    """``runner.val()`` / ``runner.test()`` without training first, with the default CheckpointHook (its file
+    backend is set only before training): the save_best replacement steps aside as stock does."""
+    loader = dict(dataset=ToyDataset(), sampler=dict(type='DefaultSampler', shuffle=False), batch_size=4,
+                  num_workers=0, collate_fn=dict(type='default_collate'))
+    runner = Runner(model=ToyModel(), work_dir=str(tmp_path), default_scope='mmengine',
+                    **{f'{action}_dataloader': loader, f'{action}_cfg': dict(), f'{action}_evaluator': [Accuracy()]})
+    assert getattr(runner, action)() == dict(accuracy=1.0)
+
+
+@HistoryBuffer.register_statistics
+def first_logged(self) -> float:
+    """A statistic of the suite's own, registered as mmengine's docs show (module level)."""
+    return self._log_history[0]
+
+
+def test_runner_checkpoint_with_a_registered_statistic_loads(tmp_path):
+    """A statistic registered with ``HistoryBuffer.register_statistics`` is pickled by name into every
+    Runner checkpoint written after; the restricted loader allows it (and still nothing else)."""
+    toy_runner(tmp_path, max_iters=2).train()
+    checkpoint = torch.load(tmp_path / 'iter_2.pth')
+    buffer = next(iter(checkpoint['message_hub']['log_scalars'].values()))
+    assert buffer.statistics('first_logged') == buffer._log_history[0]
 
 
 class Exploit:
@@ -188,7 +295,7 @@ def test_package_config_names_parse_the_metafiles_once(monkeypatch):
     from mmengine.config import Config
     from mmengine.config import config as config_module
     from mmengine.config import utils as config_utils
-    assert config_utils.load.remembered and config_module.is_installed.remembered  # import mmvisattn applied it
+    assert config_utils.load.remembered and config_module.is_installed.remembered  # the tools' patch (conftest.py)
     reads = []
     parse = config_utils.load.__wrapped__
     monkeypatch.setattr(config_utils, 'load', mmvisattn.compat.remembered_metafiles(
@@ -232,18 +339,20 @@ def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
 
 
 @pytest.mark.parametrize('rank', [0, 1])
-def test_only_rank_0_writes_the_test_metrics_file(tmp_path, rank):
+def test_only_the_main_process_writes_the_test_metrics_file(tmp_path, rank, monkeypatch):
     """Every rank of a distributed test wrote ``<timestamp>.json`` (stock mmengine), leaving it
-    unreadable when two writes overlapped; rank 0 alone writes it, every rank logs the metrics."""
+    unreadable when two writes overlapped; the main process alone writes it, every rank logs the
+    metrics. The rank is mmengine's (``is_main_process``), as the stock hooks read it."""
     from types import SimpleNamespace
 
+    from mmengine.dist import utils as dist_utils
     from mmengine.hooks import LoggerHook
-    assert LoggerHook.after_test_epoch.rank_0_dumps  # import mmvisattn applied it
+    assert LoggerHook.after_test_epoch.main_process_dumps  # import mmvisattn applied it
+    monkeypatch.setattr(dist_utils, 'get_rank', lambda group=None: rank)
     logged = []
     hook = LoggerHook()
     hook.json_log_path = 'run.json'
-    runner = SimpleNamespace(rank=rank, log_dir=str(tmp_path), test_dataloader=[0, 1],
-                             logger=SimpleNamespace(info=logged.append),
+    runner = SimpleNamespace(log_dir=str(tmp_path), test_dataloader=[0, 1], logger=SimpleNamespace(info=logged.append),
                              log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: (
                                  dict(mIoU=50.0), 'mIoU: 50.0000')))
     hook.after_test_epoch(runner, dict(mIoU=50.0))
@@ -298,5 +407,30 @@ def test_a_name_that_is_no_patch_is_one_line():
         f'error: {SKIP_VARIABLE} names nope, which are not patches; expected names among {PATCHES[0].__name__}, ')
 
 
-def test_the_line_a_run_logs_names_every_patch_applied():
-    assert patches_line() == f'mmvisattn patched the pinned stack: {", ".join(patch.__name__ for patch in PATCHES)}'
+IMPORT_ONLY = """
+import json
+from mmengine.config import utils as config_utils
+from mmdet.datasets import CocoDataset
+from mmcv.ops import RoIAlign
+import mmvisattn
+from mmvisattn.compat import apply_tool_patches, patches_line
+print(json.dumps(dict(line=patches_line(), altered=[
+    name for name, altered in (('config lookups', getattr(config_utils.load, 'remembered', False)),
+                               ('CocoDataset', getattr(CocoDataset.parse_data_info, 'counts_drops', False)),
+                               ('RoIAlign', getattr(RoIAlign.forward, 'float32_on_cpu', False))) if altered])))
+apply_tool_patches()
+print(json.dumps(dict(line=patches_line())))
+"""
+
+
+def test_import_applies_fixes_and_additions_only():
+    """``import mmvisattn`` in a fresh process applies :data:`FIXES` and :data:`ADDITIONS`, and none of the
+    tools' conveniences (which the line of a run names once the tools apply them)."""
+    done = subprocess.run([sys.executable, '-c', IMPORT_ONLY], capture_output=True, text=True, env=tool_env(),
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_import, with_tools = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    names = [patch.__name__ for patch in FIXES + ADDITIONS]
+    assert on_import == dict(line=f'mmvisattn patched the pinned stack: {", ".join(names)}', altered=[])
+    names += [patch.__name__ for patch in TOOL_PATCHES]
+    assert with_tools['line'] == f'mmvisattn patched the pinned stack: {", ".join(names)}'

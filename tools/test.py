@@ -16,7 +16,7 @@ import argparse
 
 import mmengine
 
-import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
+import mmvisattn  # noqa: F401  (registers the models; fixes of the pinned stack, see mmvisattn.compat)
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
 from mmvisattn.launch.options import (dump_predictions, loader_options, metrics_file, show_predictions,
                                       test_time_augmentation)

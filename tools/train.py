@@ -12,7 +12,7 @@ import argparse
 
 import torch
 
-import mmvisattn  # noqa: F401  (registers the models, applies the torch 2.13 compatibility shims)
+import mmvisattn  # noqa: F401  (registers the models; fixes of the pinned stack, see mmvisattn.compat)
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
 from mmvisattn.launch.options import (enable_auto_scale_lr, enable_requeue, loader_options, resume_of_requeued_job,
                                       skip_validation)

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 
 from mmengine.config import Config, DictAction
 
-from ..compat import patches_line
+from ..compat import apply_tool_patches, patches_line
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
 from .config_checks import check_config
@@ -44,7 +44,9 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
                 launcher: str = 'none', new_keys: bool = False) -> Config:
     """Load ``path``, apply ``--cfg-options`` and pick ``work_dir`` as the stock tools do; a missing
     or unreadable file, an unknown scope and the mistakes of :func:`.config_checks.check_config`
-    exit in one line before anything is built or written."""
+    exit in one line before anything is built or written. The tools' patches
+    (:func:`mmvisattn.compat.apply_tool_patches`) are applied first."""
+    apply_tool_patches()
     if not osp.isfile(path):
         raise SystemExit(f'error: config file {path!r} does not exist')
     try:

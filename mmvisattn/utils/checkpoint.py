@@ -112,12 +112,24 @@ def save_atomically(obj: object, path: str) -> None:
     write_atomically(path, lambda file: torch.save(obj, file))
 
 
+def writes_local_files(filename: str, file_client_args: Optional[dict], backend_args: Optional[dict]) -> bool:
+    """Whether mmengine's ``save_checkpoint`` would write ``filename`` through its local file backend:
+    no ``pavi://`` model cloud, no (deprecated) file client, and the backend that the URI's prefix or
+    ``backend_args`` names is mmengine's ``LocalBackend`` itself."""
+    from mmengine.fileio import LocalBackend, get_file_backend
+    if filename.startswith('pavi://') or file_client_args is not None:
+        return False
+    return type(get_file_backend(filename, backend_args=backend_args)) is LocalBackend
+
+
 def atomic_save_checkpoint(save: Callable) -> Callable:
     """mmengine's ``save_checkpoint(checkpoint, filename, ...)`` writing local files through
-    :func:`save_atomically` (remote back ends, ``pavi://`` and the like, keep ``save``)."""
+    :func:`save_atomically`; every other file backend (Petrel, S3, HTTP, a registered one), named by a
+    URI or by ``backend_args``, keeps ``save``, which puts the file through that backend."""
+    @functools.wraps(save)
     def save_checkpoint(checkpoint: dict, filename: str, file_client_args: Optional[dict] = None,
                         backend_args: Optional[dict] = None) -> None:
-        if '://' in str(filename):
+        if not writes_local_files(str(filename), file_client_args, backend_args):
             return save(checkpoint, filename, file_client_args, backend_args)
         save_atomically(checkpoint, str(filename))
     save_checkpoint.atomic = True
@@ -160,6 +172,8 @@ def replace_best_then_remove(save_best: Callable) -> Callable:
     file backend's ``remove`` and ``rmtree``), then done, except of a path it names best again."""
     @functools.wraps(save_best)
     def wrapped(hook, runner, metrics: dict) -> None:
+        if not hook.save_best or not hasattr(hook, 'file_backend'):  # stock's path: nothing to save, or
+            return save_best(hook, runner, metrics)                  # no training (file backend set before it)
         backend, held_back = hook.file_backend, []
         for method in ('remove', 'rmtree'):
             setattr(backend, method, lambda path, method=method: held_back.append((method, path)))

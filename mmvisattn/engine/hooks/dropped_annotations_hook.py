@@ -5,30 +5,7 @@ from typing import Dict, Iterator
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-# mmdet 3.3's CocoDataset.parse_data_info skips these annotations without a word, in this order.
-DROP_REASONS = {
-    'outside': 'outside the image',
-    'degenerate': 'degenerate (area <= 0 or a side under 1 px)',
-    'unknown_category': 'of a category the dataset does not train',
-}
-
-
-def drop_reason(annotation: dict, image: dict, category_ids) -> str:
-    """Why ``CocoDataset.parse_data_info`` drops ``annotation`` of ``image``, '' when it keeps it
-    (``ignore`` annotations are meant to be skipped and are not counted)."""
-    if annotation.get('ignore', False):
-        return ''
-    x, y, w, h = annotation['bbox']
-    inside_w = max(0, min(x + w, image['width']) - max(x, 0))
-    inside_h = max(0, min(y + h, image['height']) - max(y, 0))
-    if inside_w * inside_h == 0:
-        return 'outside'
-    if annotation['area'] <= 0 or w < 1 or h < 1:
-        return 'degenerate'
-    if annotation['category_id'] not in category_ids:
-        return 'unknown_category'
-    return ''
-
+from ...compat import DROP_REASONS, SKIP_VARIABLE, apply, count_dropped_annotations
 
 def leaf_datasets(dataset) -> Iterator:
     """The datasets inside wrappers (RepeatDataset, ConcatDataset, MultiImageMixDataset...)."""
@@ -47,16 +24,19 @@ class DroppedAnnotationsHook(Hook):
     for each training dataset that dropped annotations while loading: how many of how many, and
     why. mmdet drops boxes outside the image, degenerate boxes and unknown categories silently, so
     a dataset whose boxes are all out of place trains with a zero box loss and no other sign.
-    Counting covers mmdet's ``CocoDataset`` and its subclasses (:func:`mmvisattn.compat.count_dropped_annotations`,
-    installed on ``import mmvisattn``); segmentation datasets read whole label maps and drop nothing.
+    Counting covers mmdet's ``CocoDataset`` and its subclasses: the hook, once built, has
+    ``CocoDataset.parse_data_info`` count what it drops (:func:`mmvisattn.compat.count_dropped_annotations`;
+    the parsing itself is unchanged, and nothing is altered for a config without the hook). The Runner
+    builds its hooks before its datasets, so the counts cover every dataset of the run. Segmentation
+    datasets read whole label maps and drop nothing.
     """
 
-    def before_run(self, runner) -> None:
-        """Without the counting patch there is nothing to report: one line says so."""
+    def __init__(self) -> None:
         from mmdet.datasets import CocoDataset
+        apply(count_dropped_annotations)
         if not getattr(CocoDataset.parse_data_info, 'counts_drops', False):
-            raise SystemExit('error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
-                             'MMVISATTN_SKIP_PATCHES leaves out')
+            raise SystemExit(f'error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
+                             f'{SKIP_VARIABLE} leaves out')
 
     def before_train_epoch(self, runner) -> None:
         for dataset in leaf_datasets(runner.train_dataloader.dataset):

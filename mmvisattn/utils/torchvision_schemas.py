@@ -1,0 +1,55 @@
+"""torchvision without its compiled ops: the two schemas torchvision 0.28 needs to import at all.
+
+mmpretrain imports torchvision, whose PyPI wheels for x86_64 are CUDA builds: beside a CPU torch their
+``_C`` library does not load, and torchvision 0.28 then fails to import ("operator torchvision::nms does
+not exist"), because its ``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without
+checking that the ops exist (its other registrations check). Where the library does not load, the two
+schemas are defined (no kernel behind them): torchvision imports, its transforms (pure PyTorch) work, and
+a call of a compiled op still fails with torchvision's own "Couldn't load custom C++ ops".
+
+This module imports torch alone, so that a process may apply the fix without importing the rest of the
+package (the stock test suites' plain pass loads this file by its path).
+"""
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from typing import List, Optional
+
+import torch
+
+# the ops whose fake kernels torchvision 0.28 registers whether or not its library loaded
+TORCHVISION_UNCHECKED_OPS = ('nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor',
+                             'qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
+_TORCHVISION_SCHEMAS: List[torch.library.Library] = []  # kept alive: a dropped Library removes its ops
+
+
+def torchvision_library() -> Optional[str]:
+    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or without one)."""
+    spec = importlib.util.find_spec('torchvision')
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(spec.submodule_search_locations[0], '_C' + suffix)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def import_torchvision_without_its_ops() -> None:
+    """Define the ops torchvision registers unchecked where its library does not load; nothing where
+    it loads or torchvision is already imported."""
+    if 'torchvision' in sys.modules or _TORCHVISION_SCHEMAS:
+        return
+    path = torchvision_library()
+    if path is None:
+        return
+    try:
+        torch.ops.load_library(path)  # what torchvision's import does first; it loads once per process
+        return
+    except (OSError, RuntimeError):
+        pass
+    library = torch.library.Library('torchvision', 'FRAGMENT')
+    for schema in TORCHVISION_UNCHECKED_OPS:
+        library.define(schema)
+    _TORCHVISION_SCHEMAS.append(library)
