@@ -8,6 +8,7 @@ TEST_WORKERS ?= 2
 TEST_RECORD  ?= work_dirs/tests/durations.json
 PEERS_DIR    ?=
 BENCH_ARGS   ?=
+STOCK_ARGS   ?=
 BENCH_MODELS_ARGS ?=
 # the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
 # has torch and triton but no venv and no network; those targets need nothing else)
@@ -22,7 +23,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install docs test test-slow test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
+.PHONY: install docs test test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
 	gpu-proof-models-smoke kernels bench bench-models demo clean
 
 install:
@@ -37,6 +38,11 @@ docs: install
 test: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" \
 		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
+
+# OpenMMLab's own test suites (../shared/stock_tests), plain and with mmvisattn imported, compared test by test
+# (tests/stock/compare.py; make test runs it too, in tests/test_stock_suites.py); STOCK_ARGS=--suites mmdet ...
+test-stock: install
+	$(PYTHON) tests/stock/compare.py $(STOCK_ARGS)
 
 test-slow: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m slow $(PYTEST_ARGS)
