@@ -10,8 +10,9 @@
   mmengine's counter does not count).
 
 What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are applied by the project's own
-tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`), and
-``count_dropped_annotations`` by ``DroppedAnnotationsHook`` when a config names it. The environment
+tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`),
+``count_dropped_annotations`` by ``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES`
+by :mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The environment
 variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out wherever they would
 be applied; :data:`APPLIED` holds the names applied, which :func:`patches_line` puts in the one line every
 run of the tools logs.
@@ -367,6 +368,24 @@ def dump_test_metrics_once() -> None:
         LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(LoggerHook.after_test_epoch)
 
 
+def torchscript_exporter_by_default(export: Callable) -> Callable:
+    """``torch.onnx.export`` with ``dynamo=False`` unless the caller sets ``dynamo``."""
+    @functools.wraps(export)
+    def wrapped(*args, **kwargs):
+        kwargs.setdefault('dynamo', False)
+        return export(*args, **kwargs)
+    wrapped.torchscript_by_default = True
+    return wrapped
+
+
+def export_onnx_with_torchscript() -> None:
+    """``torch.onnx.export`` takes the TorchScript exporter unless its caller asks for the other: torch >= 2.9
+    defaults to the dynamo exporter, which needs ``onnxscript`` and does not run mmdeploy's rewriters, and
+    mmdeploy 1.3.1 calls it without ``dynamo``."""
+    if not getattr(torch.onnx.export, 'torchscript_by_default', False):
+        torch.onnx.export = torchscript_exporter_by_default(torch.onnx.export)
+
+
 # applied on import: fixes of defects of the pinned stack a user meets without the project's models (the
 # torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and additions
 FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints, keep_attention_dropout_defaults,
@@ -376,7 +395,9 @@ ADDITIONS = (register_torch_hardsigmoid, register_flop_handles)
 TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps, remember_package_config_lookups,
                 format_each_config_once)
 HOOK_PATCHES = (count_dropped_annotations,)
-PATCHES = FIXES + ADDITIONS + TOOL_PATCHES + HOOK_PATCHES
+# applied by mmvisattn.deploy.mmdeploy_support, which the project's mmdeploy deploy configs import
+DEPLOY_PATCHES = (export_onnx_with_torchscript,)
+PATCHES = FIXES + ADDITIONS + TOOL_PATCHES + HOOK_PATCHES + DEPLOY_PATCHES
 
 
 SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'

@@ -215,6 +215,15 @@ def test_metrics_file_of_rank_1(folder: Path) -> str:
     return 'ok' if not (folder / 'metrics.json').exists() else 'rank 1 wrote the metrics file'
 
 
+def onnx_export_as_mmdeploy_calls_it(folder: Path) -> str:
+    """``torch.onnx.export`` without ``dynamo=``, as mmdeploy 1.3.1 calls it: does it reach for onnxscript?"""
+    try:
+        torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), str(folder / 'linear.onnx'))
+    except ModuleNotFoundError as error:
+        return f'ModuleNotFoundError: {error}'
+    return 'ok'
+
+
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads,
     allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
@@ -223,7 +232,8 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
     format_each_config_once=config_formatted_once,
     keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
-    dump_test_metrics_once=test_metrics_file_of_rank_1)
+    dump_test_metrics_once=test_metrics_file_of_rank_1,
+    export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it)
 
 
 def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:
@@ -251,5 +261,6 @@ if __name__ == '__main__':
     keep_torchvision_patch()
     import mmvisattn  # noqa: F401,E402  (applies the patches the environment leaves in)
     mmvisattn.compat.apply_tool_patches()  # as the project's tools do
+    mmvisattn.compat.apply(*mmvisattn.compat.DEPLOY_PATCHES)  # as mmvisattn.deploy.mmdeploy_support does
     results.update(outcomes(folder, skip=(TORCHVISION_PATCH,)))
     print(json.dumps(results))

@@ -16,7 +16,8 @@ from mmvisattn.registry import models_of_scope, with_data_preprocessor
 
 from .conftest import REPO
 
-CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in p.parts)
+# model configs: not the bases, nor mmdeploy's deploy configs (configs/_deploy_/, tests/test_deploy)
+CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if not {'_base_', '_deploy_'} & set(p.parts))
 BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 

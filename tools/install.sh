@@ -130,10 +130,11 @@ main() {
     if ! "$VENV/bin/python" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
         install_mmcv
     fi
-    step "installing mmengine, mmdet, mmseg, mmpretrain, evaluation and export tools, triton, openmim, sphinx, mmvisattn (editable)"
+    step "installing mmengine, mmdet, mmseg, mmpretrain, evaluation and export tools, mmdeploy, triton, openmim, sphinx, mmvisattn (editable)"
     venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
         -r "$ROOT/requirements/docs.txt" -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/mim.txt"
     venv_pip install --quiet --no-deps "openmim==$OPENMIM_VERSION"
+    venv_pip install --quiet --no-deps -r "$ROOT/requirements/mmdeploy.txt"
     install_editable
     done_step
     verify_mmcv_ops

@@ -1,4 +1,5 @@
-"""Deployment: ONNX export with ONNX Runtime parity (:mod:`.onnx_export`)."""
+"""Deployment: ONNX export with ONNX Runtime parity (:mod:`.onnx_export`); what mmdeploy needs is in
+:mod:`.mmdeploy_support`, which only a deploy config imports (``configs/_deploy_/``), never this package."""
 from .onnx_export import (UNEXPORTABLE, ExportError, attention_sizes, check_exportable, check_opset, check_shape,
                           export_onnx, onnxruntime_session, parity_error, quadratic_matmuls, run_onnxruntime,
                           switch_to_deploy)

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..models.attentions.base import switch_to_deploy  # noqa: F401  (part of this module's interface)
+
 MIN_OPSET, MAX_OPSET = 14, 18  # 14: the first with the attention ops used; 18: the newest exported here
 
 # attention modules whose op has no export path, and why
@@ -51,16 +53,6 @@ def check_shape(shape: Sequence[int], stride: int) -> Tuple[int, int]:
         raise ExportError(f'input shape {tuple(shape)}; expected two positive multiples of {stride}, the '
                           "model's deepest stride")
     return tuple(shape)
-
-
-def switch_to_deploy(model: nn.Module) -> int:
-    """Remove every train-only branch (Castling's auxiliary softmax); returns how many."""
-    switched = 0
-    for module in model.modules():
-        if getattr(module, 'has_aux_branch', False):
-            module.switch_to_deploy()
-            switched += 1
-    return switched
 
 
 class RawOutputs(nn.Module):

@@ -65,16 +65,26 @@ def test_dynamic_axes_run_at_other_sizes(tmp_path, capsys):
     assert scores.shape == (2, 80, 12, 8)
 
 
-def test_the_training_mode_castling_graph_holds_the_quadratic_product():
-    """The check finds the auxiliary softmax's N x N products before the switch, none after."""
+def test_a_castling_graph_exports_only_in_its_deploy_form():
+    """Exporting with the training-only softmax branch still in place refuses in one line (the graph would
+    be the training network, silently); after the switch the graph holds no tokens x tokens product, which
+    the check finds where softmax attention stands in for Castling's (the same backbone, ``attn_cfg``)."""
+    from mmengine.config import Config
     torch.manual_seed(0)
-    model = build_from_config(REPO / 'configs/picodet/picodet-s_castling_8xb32-300e_coco-320.py').eval()
+    config = REPO / 'configs/picodet/picodet-s_castling_8xb32-300e_coco-320.py'
+    model = build_from_config(config).eval()
     images = torch.randn(1, 3, 64, 64)
+    with pytest.raises(RuntimeError, match=r'^LinearAngularAttention still has its training-only softmax branch: '
+                                           r'call model.backbone.switch_to_deploy\(\) \(mmdeploy does\)'):
+        export_onnx(model, images, opset=17)
     sizes = attention_sizes(model, images)
-    training_graph = quadratic_matmuls(export_onnx(model, images, opset=17), sizes)
-    assert training_graph and all(f'{n}, {n}]' in ' '.join(training_graph) for n, _ in sizes)
-    assert switch_to_deploy(model) == 5
+    model.backbone.switch_to_deploy()
+    assert switch_to_deploy(model) == 0  # the backbone held all five
     assert quadratic_matmuls(export_onnx(model, images, opset=17), sizes) == []
+    softmax = Config.fromfile(config)
+    softmax.model.backbone.attn_cfg = dict(type='SoftmaxAttention')
+    softmax_graph = quadratic_matmuls(export_onnx(build_from_config(softmax).eval(), images, opset=17), sizes)
+    assert softmax_graph and all(f'{n}, {n}]' in ' '.join(softmax_graph) for n, _ in sizes)
 
 
 @pytest.mark.parametrize('config, extra, message', [

@@ -131,3 +131,14 @@ class QKVAttention(BaseAttention):
         hw_shape = self.check_tokens(x, hw_shape)
         out = self.attend_heads(self.heads_of_qkv(x), hw_shape)
         return self.proj_drop(self.proj(self.merge_heads(out)))
+
+
+def switch_to_deploy(model: nn.Module) -> int:
+    """Remove every train-only branch inside ``model`` (Castling's auxiliary softmax), leaving the modules
+    already in their deploy form as they are; returns how many were removed."""
+    switched = 0
+    for module in model.modules():
+        if getattr(module, 'has_aux_branch', False):
+            module.switch_to_deploy()
+            switched += 1
+    return switched

@@ -29,6 +29,8 @@ from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
+from ..attentions.base import switch_to_deploy
+
 NORM_LAYERS = (_BatchNorm, _InstanceNorm, nn.LayerNorm, nn.GroupNorm)
 Part = Union[nn.Module, nn.Parameter]
 
@@ -108,6 +110,12 @@ class BackboneContract:
         self.out_channels = [stage_channels[i] for i in self.out_indices]
         self.out_strides = [stage_strides[i] for i in self.out_indices]
         self.freeze_stages()
+
+    def switch_to_deploy(self) -> None:
+        """The deploy form: every train-only branch of the backbone removed (Castling's auxiliary softmax;
+        nothing for backbones without one). mmdeploy calls ``model.backbone.switch_to_deploy()`` where it
+        exists before it exports, as ``CastlingScheduleHook`` does at the end of its fade."""
+        switch_to_deploy(self)
 
     def stem_parts(self) -> List[Part]:
         """The modules and parameters before the first stage (by default the ``stem`` module)."""
