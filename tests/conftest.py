@@ -40,6 +40,9 @@ if importlib.util.find_spec('mmengine') is not None:  # the suite runs the tools
     mmvisattn.compat.apply_tool_patches()
 
 REPO = Path(__file__).resolve().parents[1]
+# every model config: configs/<family>/*.py, not the bases nor mmdeploy's deploy configs (configs/_deploy_/)
+MODEL_CONFIGS = sorted(path for path in (REPO / 'configs').rglob('*.py')
+                       if not {'_base_', '_deploy_'} & set(path.parts))
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:

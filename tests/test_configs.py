@@ -14,10 +14,9 @@ from mmengine.registry import init_default_scope
 
 from mmvisattn.registry import models_of_scope, with_data_preprocessor
 
-from .conftest import REPO
+from .conftest import MODEL_CONFIGS, REPO
 
-# model configs: not the bases, nor mmdeploy's deploy configs (configs/_deploy_/, tests/test_deploy)
-CONFIGS = sorted(p for p in (REPO / 'configs').rglob('*.py') if not {'_base_', '_deploy_'} & set(p.parts))
+CONFIGS = MODEL_CONFIGS
 BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 

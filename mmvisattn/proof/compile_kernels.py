@@ -168,7 +168,7 @@ def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object
     """``(name, model)`` of each config (default: all of ``configs/``) and of :data:`EXTRA_MODELS`."""
     from mmvisattn.registry import build_from_config, models_of_scope
     if paths is None:
-        paths = sorted(p for p in (REPO / 'configs').rglob('*.py') if '_base_' not in p.parts)
+        paths = sorted(p for p in (REPO / 'configs').rglob('*.py') if not {'_base_', '_deploy_'} & set(p.parts))
         for name, backbone in EXTRA_MODELS.items():
             yield name, models_of_scope('mmdet').build(backbone)
     for path in paths:

@@ -10,10 +10,10 @@ from mmengine.config import Config
 import mmdet
 from mmvisattn.launch import load_config
 
-from ..conftest import REPO, run_command, tool_env
+from ..conftest import MODEL_CONFIGS, REPO, run_command, tool_env
 
 SAFEGUARDS = ['RandomStateHook', 'FiniteLossHook', 'RankMeanLossHook', 'DroppedAnnotationsHook', 'PreemptionHook']
-CONFIGS = sorted(path for path in (REPO / 'configs').glob('*/*.py') if path.parent.name != '_base_')
+CONFIGS = MODEL_CONFIGS
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 
 

@@ -16,7 +16,7 @@ from mmvisattn.registry import build_from_config, models_of_scope
 from mmvisattn.utils.checkpoint import CheckpointError
 from mmvisattn.utils.complexity import count_flops, count_parameters
 
-from ..conftest import REPO
+from ..conftest import MODEL_CONFIGS, REPO
 
 IN1K = sorted((REPO / 'configs').rglob('*_in1k.py'))
 
@@ -108,8 +108,8 @@ def dense_configs() -> List[Tuple[Path, Path]]:
     shapes demos) whose backbone an ImageNet config pretrains."""
     by_key = {backbone_key(Config.fromfile(path).model.backbone): path for path in IN1K}
     pairs = []
-    for path in sorted((REPO / 'configs').rglob('*.py')):
-        if '_base_' in path.parts or 'shapes' in path.name:
+    for path in MODEL_CONFIGS:
+        if 'shapes' in path.name:
             continue
         cfg = Config.fromfile(path)
         backbone = cfg.model.get('backbone', {})

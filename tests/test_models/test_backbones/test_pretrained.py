@@ -24,7 +24,7 @@ from mmvisattn.models.backbones.pervit import convert_pervit_state_dict
 from mmvisattn.models.backbones.vil import convert_vil_state_dict
 from mmvisattn.utils.checkpoint import CheckpointError
 
-from ...conftest import REPO, run_tool
+from ...conftest import MODEL_CONFIGS, REPO, run_tool
 
 FIXTURES = REPO / 'tests' / 'data' / 'official'
 VIL_ARCH = dict(embed_dims=(16, 32, 48), depths=(1, 1, 1), num_heads=(2, 2, 3), patch_sizes=(4, 2, 2),
@@ -249,9 +249,7 @@ def backbone_checkpoints():
     """``(config, backbone init_cfg checkpoint)`` of every config whose backbone starts from weights."""
     from mmengine.config import Config
     found = []
-    for path in sorted((REPO / 'configs').glob('*/*.py')):
-        if path.parent.name == '_base_':
-            continue
+    for path in MODEL_CONFIGS:
         init_cfg = Config.fromfile(str(path)).model.backbone.get('init_cfg') or {}
         if init_cfg.get('type') == 'Pretrained':
             found.append((path, init_cfg['checkpoint']))
