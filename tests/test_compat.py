@@ -27,6 +27,17 @@ from .conftest import REPO, run_command, tool_env
 from .patch_triggers import TRIGGERS
 
 
+@pytest.fixture(autouse=True)
+def default_scope_as_it_was():
+    """The Runners built here make 'mmengine' the worker's default scope (mmengine's latest ``DefaultScope``);
+    the tests after them in the worker build mmdet and mmseg models by registry under the scope they found."""
+    from mmengine.registry import DefaultScope
+    before = set(DefaultScope._instance_dict)
+    yield
+    for name in set(DefaultScope._instance_dict) - before:
+        del DefaultScope._instance_dict[name]
+
+
 class ToyModel(BaseModel):
     def __init__(self):
         super().__init__()
