@@ -74,6 +74,8 @@ SUITES: Dict[str, dict] = {
 
 Outcome = Tuple[str, str]  # ('passed' | 'failed' | 'error' | 'skipped', the message's last lines)
 FAILED = ('failed', 'error')
+# JUnit's element of a test case that did not pass, and its outcome, the first found in this order
+JUNIT_OUTCOMES = (('failure', 'failed'), ('error', 'error'), ('skipped', 'skipped'))
 
 
 def copy_suite(stock_dir: Path, name: str, scratch: Path) -> Path:
@@ -116,16 +118,10 @@ def read_junit(path: Path) -> Dict[str, Outcome]:
     if not path.is_file():
         return outcomes
     for case in ElementTree.parse(path).getroot().iter('testcase'):
-        test_id = f'{case.get("classname")}::{case.get("name")}'
-        outcome: Outcome = ('passed', '')
-        for kind in ('failure', 'error', 'skipped'):
-            found = case.find(kind)
-            if found is not None:
-                text = last_lines(found.text) or found.get('message', '')
-                outcome = ('skipped' if kind == 'skipped' else 'failed' if kind == 'failure' else 'error', text)
-                if kind != 'skipped':
-                    break
-        outcomes[test_id] = outcome
+        found = next(((outcome, element) for tag, outcome in JUNIT_OUTCOMES
+                      if (element := case.find(tag)) is not None), None)
+        outcomes[f'{case.get("classname")}::{case.get("name")}'] = (
+            (found[0], last_lines(found[1].text) or found[1].get('message', '')) if found else ('passed', ''))
     return outcomes
 
 

@@ -7,6 +7,7 @@ from mmengine.registry import HOOKS
 
 from ...compat import DROP_REASONS, SKIP_VARIABLE, apply, count_dropped_annotations
 
+
 def leaf_datasets(dataset) -> Iterator:
     """The datasets inside wrappers (RepeatDataset, ConcatDataset, MultiImageMixDataset...)."""
     if hasattr(dataset, 'datasets'):
