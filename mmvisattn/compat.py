@@ -51,6 +51,7 @@ remembered (a training run formats its config five times before its first iterat
 """
 import copy
 import functools
+import importlib
 import inspect
 import logging
 import os
@@ -386,6 +387,21 @@ def export_onnx_with_torchscript() -> None:
         torch.onnx.export = torchscript_exporter_by_default(torch.onnx.export)
 
 
+def restore_onnx_cast_long() -> None:
+    """``torch.onnx.symbolic_opset9._cast_Long``, gone from torch 2.13, which mmdeploy 1.3.1's RoIAlign
+    translation imports for ONNX Runtime (every two-stage detector: ``ImportError`` mid-export): an ONNX
+    ``Cast`` to int64, as it was."""
+    # the module of that name (torch's backward-compatibility file), not the torch.onnx attribute of the same
+    # name, which is the exporter's internal module until the file is first imported
+    symbolic_opset9 = importlib.import_module('torch.onnx.symbolic_opset9')
+    if not hasattr(symbolic_opset9, '_cast_Long'):
+        symbolic_opset9._cast_Long = _cast_long
+
+
+def _cast_long(g, value, non_blocking):
+    return g.op('Cast', value, to_i=torch._C._onnx.TensorProtoDataType.INT64)
+
+
 # applied on import: fixes of defects of the pinned stack a user meets without the project's models (the
 # torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and additions
 FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints, keep_attention_dropout_defaults,
@@ -396,7 +412,7 @@ TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps, remembe
                 format_each_config_once)
 HOOK_PATCHES = (count_dropped_annotations,)
 # applied by mmvisattn.deploy.mmdeploy_support, which the project's mmdeploy deploy configs import
-DEPLOY_PATCHES = (export_onnx_with_torchscript,)
+DEPLOY_PATCHES = (export_onnx_with_torchscript, restore_onnx_cast_long)
 PATCHES = FIXES + ADDITIONS + TOOL_PATCHES + HOOK_PATCHES + DEPLOY_PATCHES
 
 

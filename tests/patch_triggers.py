@@ -224,6 +224,15 @@ def onnx_export_as_mmdeploy_calls_it(folder: Path) -> str:
     return 'ok'
 
 
+def roi_align_as_mmdeploy_exports_it(folder: Path) -> str:
+    """mmdeploy 1.3.1's RoIAlign translation for ONNX Runtime imports ``_cast_Long``: is it there?"""
+    try:
+        from torch.onnx.symbolic_opset9 import _cast_Long  # noqa: F401
+    except ImportError as error:
+        return f'ImportError: {error}'
+    return 'ok'
+
+
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads,
     allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
@@ -233,7 +242,7 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     format_each_config_once=config_formatted_once,
     keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
     dump_test_metrics_once=test_metrics_file_of_rank_1,
-    export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it)
+    export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it, restore_onnx_cast_long=roi_align_as_mmdeploy_exports_it)
 
 
 def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:

@@ -1,14 +1,7 @@
 # mmdeploy deploy config of the project's detectors on ONNX Runtime with dynamic shapes: mmdeploy 1.3.1's
-# configs/mmdet/detection/detection_onnxruntime_dynamic.py with the project's deploy support. Use it with
-# mmdeploy's own tools/deploy.py and tools/test.py (docs/user_guides/deployment.md).
-_base_ = ['./_base_/onnxruntime.py']
+# configs/mmdet/detection/detection_onnxruntime_dynamic.py with the project's deploy support. Models whose
+# attention is traced for one map size (ViL, SMCA, PerViT) refuse it in one line: use the static config.
+_base_ = ['./detection_onnxruntime_static.py']
 onnx_config = dict(
-    output_names=['dets', 'labels'],
     dynamic_axes=dict(input={0: 'batch', 2: 'height', 3: 'width'}, dets={0: 'batch', 1: 'num_dets'},
                       labels={0: 'batch', 1: 'num_dets'}))
-codebase_config = dict(
-    type='mmdet',
-    task='ObjectDetection',
-    model_type='end2end',
-    post_processing=dict(score_threshold=0.05, confidence_threshold=0.005, iou_threshold=0.5,
-                         max_output_boxes_per_class=200, pre_top_k=5000, keep_top_k=100, background_label_id=-1))

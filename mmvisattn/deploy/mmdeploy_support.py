@@ -2,38 +2,91 @@
 
 mmdeploy's ``tools/deploy.py`` builds the model from its config, calls ``model.backbone.switch_to_deploy()``
 (every backbone of the project has it: Castling's training-only softmax branches go) and exports through
-``torch.onnx.export``. Two things stand in its way, and a deploy config that names this module in
-``custom_imports`` (the project's deploy configs under ``configs/_deploy_/`` do) removes them:
+``torch.onnx.export``. What stands in its way, and a deploy config that names this module in
+``custom_imports`` (the project's deploy configs under ``configs/_deploy_/`` do) removes:
 
 * torch >= 2.9 exports with the dynamo exporter by default, which needs ``onnxscript`` and breaks
   mmdeploy's rewriters; ``torch.onnx.export`` here takes the TorchScript exporter (``dynamo=False``)
   unless its caller asks for the other (:data:`mmvisattn.compat.DEPLOY_PATCHES`);
+* mmdeploy 1.3.1 translates RoIAlign (Mask R-CNN) with ``torch.onnx.symbolic_opset9._cast_Long``,
+  which torch 2.13 no longer has; it is defined again (:func:`mmvisattn.compat.restore_onnx_cast_long`);
 * RWGK attention (SegFormer-RWGKA) solves an ``M x M`` system, ``aten::linalg_solve``, which has no
-  standard ONNX operator; it is translated to ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``
-  from opset 11 (mmdeploy's) up. ONNX Runtime runs it; TensorRT, OpenVINO and ncnn have no ``Inverse``.
+  standard ONNX operator. For ONNX Runtime it is translated to its ``com.microsoft::Inverse`` and ``MatMul``
+  from opset 11 (mmdeploy's) up; for every other backend (TensorRT, OpenVINO, ncnn have no ``Inverse``)
+  an mmdeploy rewriter solves by the Neumann product in matrix products
+  (:func:`mmvisattn.ops.rwgk.neumann_solve`).
+
+The attentions whose graph holds tables of one map size (:data:`~.onnx_export.FIXED_SIZE`: ViL, ripple
+attention, PerViT) get an mmdeploy rewriter that refuses a deploy config with dynamic height and width in
+one line; the static deploy configs export them.
 
 Importing the module logs one line saying what it changed. Nothing of this happens on ``import mmvisattn``.
 """
+from functools import partial
+
+from mmdeploy.core import FUNCTION_REWRITER
+from mmdeploy.utils import is_dynamic_shape
 from mmengine.logging import print_log
 
 import mmvisattn  # noqa: F401  (registers the models the deploy config's model config names)
 from ..compat import APPLIED, DEPLOY_PATCHES, SKIP_VARIABLE, apply, export_onnx_with_torchscript
-from .onnx_export import register_symbolics
+from ..ops.rwgk import neumann_solve
+from ..registry import ATTENTIONS
+from .onnx_export import FIXED_SIZE, ExportError, fixed_size_refusal, register_symbolics
 
 # mmdeploy's deploy configs export at opset 11; the translation is registered from there up
 MMDEPLOY_OPSET = 11
 INVERSE_BACKENDS = ('onnxruntime',)
+RANDOM_WALK = 'mmvisattn.ops.rwgk.pytorch.random_walk'
+
+
+def fixed_size_forward(self, *args, **kwargs):
+    """An attention of :data:`FIXED_SIZE` under mmdeploy's export: refused with dynamic height and width."""
+    context = FUNCTION_REWRITER.get_context()
+    if is_dynamic_shape(context.cfg):
+        raise ExportError(f'{fixed_size_refusal(self)} (a static deploy config: '
+                          'configs/_deploy_/*_onnxruntime_static.py)')
+    return context.origin_func(self, *args, **kwargs)
+
+
+def guard_fixed_sizes() -> None:
+    for name in FIXED_SIZE:
+        module = ATTENTIONS.get(name)
+        FUNCTION_REWRITER.register_rewriter(f'{module.__module__}.{name}.forward')(fixed_size_forward)
+
+
+def random_walk_portable(q, k, v, anchor_q, anchor_k, lam, solver=None):
+    """RWGK's solve in matrix products (:func:`~mmvisattn.ops.rwgk.neumann_solve`)."""
+    context = FUNCTION_REWRITER.get_context()
+    return context.origin_func(q, k, v, anchor_q, anchor_k, lam, partial(neumann_solve, lam=lam))
+
+
+def random_walk_inverse(q, k, v, anchor_q, anchor_k, lam, solver=None):
+    """RWGK's solve as ``aten::linalg_solve`` (exported as ``com.microsoft::Inverse``)."""
+    return FUNCTION_REWRITER.get_context().origin_func(q, k, v, anchor_q, anchor_k, lam)
+
+
+def choose_solves() -> None:
+    """The Neumann product for every backend (mmdeploy's default rewriter), ``Inverse`` where it runs."""
+    FUNCTION_REWRITER.register_rewriter(RANDOM_WALK)(random_walk_portable)
+    for backend in INVERSE_BACKENDS:
+        FUNCTION_REWRITER.register_rewriter(RANDOM_WALK, backend=backend)(random_walk_inverse)
 
 
 def enable() -> str:
-    """Apply both (once); returns the line the import logs."""
+    """The deploy patches, RWGK's translation and the fixed-size guards (once); the line the import logs."""
     apply(*DEPLOY_PATCHES)
     register_symbolics(MMDEPLOY_OPSET)
+    guard_fixed_sizes()
+    choose_solves()
+    patched = [patch.__name__ for patch in DEPLOY_PATCHES if patch.__name__ in APPLIED]
     exporter = ('torch.onnx.export takes the TorchScript exporter (dynamo=False) unless asked otherwise'
                 if export_onnx_with_torchscript.__name__ in APPLIED else
                 f'torch.onnx.export as it is ({SKIP_VARIABLE} leaves export_onnx_with_torchscript out)')
-    return (f'mmvisattn.deploy.mmdeploy_support: {exporter}; aten::linalg_solve exports as com.microsoft::Inverse + '
-            f'MatMul from opset {MMDEPLOY_OPSET}, which only {", ".join(INVERSE_BACKENDS)} runs')
+    return (f'mmvisattn.deploy.mmdeploy_support: {exporter}; patched {", ".join(patched) or "nothing"}; '
+            f'aten::linalg_solve exports as com.microsoft::Inverse + MatMul from opset {MMDEPLOY_OPSET} for '
+            f'{", ".join(INVERSE_BACKENDS)}, as MatMuls (a Neumann product) for the other backends; '
+            f'{", ".join(FIXED_SIZE)} export with static shapes only')
 
 
 print_log(enable(), logger='current')

@@ -11,7 +11,9 @@ the ops need:
   steps aside under tracing, :func:`mmvisattn.ops.sliding_chunk.pytorch.sliding_chunk_local_torch`);
 * RWGK attention's ``M x M`` solve has no standard ONNX operator: it exports as ONNX Runtime's
   ``com.microsoft::Inverse`` followed by ``MatMul`` (:func:`register_symbolics`);
-* ripple attention and PerViT's peripheral attention have no export path (:data:`UNEXPORTABLE`).
+* ripple attention (its dense local part) and PerViT's peripheral attention hold tables of one map size
+  (ring index, position attention), constants of the graph: they export for one input size only
+  (:data:`FIXED_SIZE`).
 """
 import io
 from typing import Dict, List, Sequence, Tuple
@@ -24,10 +26,11 @@ from ..models.attentions.base import switch_to_deploy  # noqa: F401  (part of th
 
 MIN_OPSET, MAX_OPSET = 14, 18  # 14: the first with the attention ops used; 18: the newest exported here
 
-# attention modules whose op has no export path, and why
-UNEXPORTABLE: Dict[str, str] = {
-    'RippleAttention': 'the ripple op (summed-area-table scan over vicinal groups) has no ONNX form',
-    'PeripheralAttention': "PerViT's position attention Phi_p (4-D peripheral projections) has no ONNX form",
+# attention modules whose exported graph holds tables of one map size (dynamic input sizes refused): which
+FIXED_SIZE: Dict[str, str] = {
+    'LongformerAttention': 'sliding-chunk tables',
+    'RippleAttention': 'ring index',
+    'PeripheralAttention': 'position attention Phi_p',
 }
 
 
@@ -35,11 +38,19 @@ class ExportError(ValueError):
     """A model, checkpoint or setting that cannot be exported; the message is one line."""
 
 
-def check_exportable(model: nn.Module) -> None:
+def fixed_size_refusal(module: nn.Module, name: str = '') -> str:
+    """The one line that refuses a dynamic-shape export of ``module`` (one of :data:`FIXED_SIZE`)."""
+    where = f' ({name})' if name else ''
+    return (f'{type(module).__name__}{where} exports for one input size only (its {FIXED_SIZE[type(module).__name__]}: '
+            'constants of the graph); export with static shapes')
+
+
+def check_exportable(model: nn.Module, dynamic: bool) -> None:
+    if not dynamic:
+        return
     for name, module in model.named_modules():
-        reason = UNEXPORTABLE.get(type(module).__name__)
-        if reason:
-            raise ExportError(f'{type(module).__name__} ({name}) cannot be exported: {reason}')
+        if type(module).__name__ in FIXED_SIZE:
+            raise ExportError(fixed_size_refusal(module, name))
 
 
 def check_opset(opset: int) -> int:
@@ -85,7 +96,7 @@ def register_symbolics(opset: int) -> None:
 def export_onnx(model: nn.Module, images: Tensor, opset: int, dynamic: bool = False) -> bytes:
     """The ONNX bytes of ``RawOutputs(model)`` traced on ``images`` (batch and spatial axes
     dynamic with ``dynamic``)."""
-    check_exportable(model)
+    check_exportable(model, dynamic)
     register_symbolics(check_opset(opset))
     axes = {'images': {0: 'batch', 2: 'height', 3: 'width'}} if dynamic else None
     buffer = io.BytesIO()

@@ -1,12 +1,12 @@
 """mmdeploy's own export (``mmdeploy.apis.torch2onnx``, what its ``tools/deploy.py`` calls) of one model per
-family with a training-only part or an op of its own, through the project's deploy configs
-(``configs/_deploy_/``): ONNX Runtime gives what the PyTorch model gives through mmdeploy's rewriters, and the
-Castling models lose their training-only softmax branches on the way (mmdeploy calls
-``model.backbone.switch_to_deploy()``)."""
+family through the project's deploy configs (``configs/_deploy_/``): ONNX Runtime gives what the PyTorch model
+gives through mmdeploy's rewriters (:func:`mmvisattn.benchmarks.deploy.parity`), the Castling models lose their
+training-only softmax branches on the way (mmdeploy calls ``model.backbone.switch_to_deploy()``), and a model
+traced for one map size refuses a dynamic deploy config in one line. The metric both ways, through mmdeploy's
+``tools/deploy.py`` and ``tools/test.py`` on trained demos: ``make bench-deploy``."""
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import torch
 
@@ -14,56 +14,92 @@ from ..conftest import REPO
 
 mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not installed (make install installs it)')
 
-CASES = {  # model config: (deploy config, what the ONNX graph returns)
-    'picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py': 'detection',
-    'segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py': 'segmentation',
-    'castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py': 'segmentation',
-}
+from mmvisattn.benchmarks.deploy import CASES, parity  # noqa: E402
+
+# one demo per family (a case of make bench-deploy), random weights, at the demo's size
+FAMILIES = ['smca-ripple', 'vil-retinanet', 'segformer-rwgka', 'castling-segformer', 'picodet-castling',
+            'pervit-mask-rcnn', 'castling-vit-classifier']
 
 
-def deploy_config(task: str, tmp_path: Path) -> str:
-    """The project's deploy config of ``task``, made to return what can be compared without ties: the logits
+def deploy_config(name: str, tmp_path: Path) -> str:
+    """The case's deploy config, made to return what can be compared without ties: the logits
     (segmentation), every box above a zero score (detection, untrained)."""
     from mmengine.config import Config
-    cfg = Config.fromfile(REPO / f'configs/_deploy_/{task}_onnxruntime_dynamic.py')
-    if task == 'segmentation':
+    cfg = Config.fromfile(REPO / 'configs/_deploy_' / CASES[name].deploy)
+    if cfg.codebase_config.type == 'mmseg':
         cfg.codebase_config.with_argmax = False
-    else:
+    elif cfg.codebase_config.type == 'mmdet':
         cfg.codebase_config.post_processing.update(score_threshold=0.0, keep_top_k=20)
     path = tmp_path / 'deploy.py'
     cfg.dump(path)
     return str(path)
 
 
-@pytest.mark.parametrize('config', sorted(CASES))
-def test_mmdeploy_exports_what_the_model_computes(config, tmp_path):
-    import cv2
+def model_config(name: str, tmp_path: Path) -> str:
+    case = CASES[name]
+    if not case.override:
+        return str(REPO / 'configs' / case.config)
+    derived = tmp_path / 'model.py'
+    derived.write_text(f'_base_ = [{str(REPO / "configs" / case.config)!r}]\n{case.override}')
+    return str(derived)
+
+
+def random_checkpoint(deploy: str, config: str, path: Path):
+    """The model as mmdeploy builds it, with random weights, saved; and the model."""
     from mmdeploy.apis.utils import build_task_processor
-    from mmdeploy.core import RewriterContext, patch_model
     from mmdeploy.utils import load_config
-
-    task = CASES[config]
-    deploy = deploy_config(task, tmp_path)
-    deploy_cfg, model_cfg = load_config(deploy, str(REPO / 'configs' / config))
+    deploy_cfg, model_cfg = load_config(deploy, config)
     torch.manual_seed(0)
-    processor = build_task_processor(model_cfg, deploy_cfg, 'cpu')
-    model = processor.build_pytorch_model(None)
-    assert not any(getattr(module, 'has_aux_branch', False) for module in model.modules())
-    checkpoint = tmp_path / 'model.pth'
-    torch.save({'state_dict': model.state_dict()}, checkpoint)
-    image = tmp_path / 'image.png'
-    cv2.imwrite(str(image), (np.random.default_rng(0).random((128, 128, 3)) * 255).astype(np.uint8))
-    mmdeploy_apis.torch2onnx(str(image), str(tmp_path), 'end2end.onnx', deploy, str(REPO / 'configs' / config),
-                             str(checkpoint), device='cpu')
+    model = build_task_processor(model_cfg, deploy_cfg, 'cpu').build_pytorch_model(None)
+    torch.save({'state_dict': model.state_dict()}, path)
+    return model
 
-    inputs = torch.randn(1, 3, 128, 128)
-    with RewriterContext(cfg=deploy_cfg, backend='onnxruntime', opset=11), torch.no_grad():
-        expected = patch_model(model, cfg=deploy_cfg, backend='onnxruntime')(inputs)
-    session = onnxruntime.InferenceSession(str(tmp_path / 'end2end.onnx'), providers=['CPUExecutionProvider'])
-    outputs = session.run(None, {'input': inputs.numpy()})
-    if task == 'segmentation':
-        assert np.abs(outputs[0] - expected.numpy()).max() < 1e-4 * max(1.0, np.abs(outputs[0]).max())
-    else:  # the kept scores, sorted (boxes of equal scores may come in either order)
-        scores, expected_scores = np.sort(outputs[0][0, :, 4]), np.sort(expected[0][0, :, 4].numpy())
-        assert len(scores) == len(expected_scores) > 0
-        assert np.abs(scores - expected_scores).max() < 1e-5
+
+def demo_image(path: Path, size: int) -> str:
+    import cv2
+    cv2.imwrite(str(path), (np.random.default_rng(0).random((size, size, 3)) * 255).astype(np.uint8))
+    return str(path)
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_mmdeploy_exports_what_the_model_computes(name, tmp_path):
+    deploy, config = deploy_config(name, tmp_path), model_config(name, tmp_path)
+    model = random_checkpoint(deploy, config, tmp_path / 'model.pth')
+    assert not any(getattr(module, 'has_aux_branch', False) for module in model.modules())
+    image = demo_image(tmp_path / 'image.png', 64 if 'classifier' in name else 128)
+    mmdeploy_apis.torch2onnx(image, str(tmp_path), 'end2end.onnx', deploy, config, str(tmp_path / 'model.pth'),
+                             device='cpu')
+    assert parity(deploy, config, str(tmp_path / 'model.pth'), str(tmp_path / 'end2end.onnx'), image) < 1e-4
+
+
+def test_a_model_of_one_map_size_refuses_a_dynamic_deploy_config(tmp_path):
+    """ViL's sliding-chunk tables are constants of the graph: the dynamic config stops at once, naming the
+    static one (exported at another size the graph would fail in ONNX Runtime)."""
+    from mmvisattn.deploy import ExportError
+    deploy = str(REPO / 'configs/_deploy_/detection_onnxruntime_dynamic.py')
+    config = model_config('vil-retinanet', tmp_path)
+    random_checkpoint(deploy, config, tmp_path / 'model.pth')
+    with pytest.raises(ExportError, match=r'^LongformerAttention exports for one input size only .*static deploy '
+                                          r'config: configs/_deploy_/\*_onnxruntime_static.py\)$'):
+        mmdeploy_apis.torch2onnx(demo_image(tmp_path / 'image.png', 128), str(tmp_path), 'end2end.onnx', deploy,
+                                 config, str(tmp_path / 'model.pth'), device='cpu')
+
+
+def test_rwgk_exports_in_standard_onnx_for_backends_without_inverse(tmp_path):
+    """For OpenVINO (and TensorRT, ncnn: every backend but ONNX Runtime) RWGK's solve exports as matrix products,
+    no ``com.microsoft::Inverse``; the graph, run in ONNX Runtime, is float rounding away from the exact solve."""
+    import onnx
+    from mmengine.config import Config
+    cfg = Config.fromfile(deploy_config('segformer-rwgka', tmp_path))
+    cfg.backend_config = dict(type='openvino', model_inputs=[dict(opt_shapes=dict(input=[1, 3, 128, 128]))])
+    cfg.onnx_config.pop('dynamic_axes')
+    deploy = str(tmp_path / 'openvino.py')
+    cfg.dump(deploy)
+    config = model_config('segformer-rwgka', tmp_path)
+    random_checkpoint(deploy, config, tmp_path / 'model.pth')
+    image = demo_image(tmp_path / 'image.png', 128)
+    mmdeploy_apis.torch2onnx(image, str(tmp_path), 'end2end.onnx', deploy, config, str(tmp_path / 'model.pth'),
+                             device='cpu')
+    graph = onnx.load(str(tmp_path / 'end2end.onnx')).graph
+    assert {node.domain for node in graph.node} == {''} and 'MatMul' in {node.op_type for node in graph.node}
+    assert parity(deploy, config, str(tmp_path / 'model.pth'), str(tmp_path / 'end2end.onnx'), image) < 1e-4

@@ -116,3 +116,17 @@ def test_impl_selects_the_implementation():
         torch.testing.assert_close(rwgk_attention(q, k, v, anchor_q, anchor_k, 0.3, impl=impl), expected)
     with pytest.raises(ValueError, match=r"^rwgk_attention: impl='triton'; expected one of \('auto', 'reference', "):
         rwgk_attention(q, k, v, anchor_q, anchor_k, impl='triton')
+
+
+@pytest.mark.parametrize('lam', [0.1, 0.5, 0.9, 0.99])
+def test_neumann_solve_equals_the_solve(lam):
+    """The deploy backends' solve (matrix products only) against ``torch.linalg.solve`` on RWGK's systems:
+    ``I - lam G_K G_Q`` with row-stochastic graphs, to float32's resolution whatever ``lam``."""
+    from mmvisattn.ops.rwgk import neumann_solve
+    generator = torch.Generator().manual_seed(0)
+    graph_k = torch.rand(2, 3, 16, 40, generator=generator).softmax(-1)
+    graph_q = torch.rand(2, 3, 40, 16, generator=generator).softmax(-1)
+    system = torch.eye(16) - lam * graph_k @ graph_q
+    rhs = torch.randn(2, 3, 16, 8, generator=generator)
+    exact = torch.linalg.solve(system.double(), rhs.double())
+    assert ((neumann_solve(system, rhs, lam).double() - exact).abs().max() / exact.abs().max()) < 1e-5

@@ -88,9 +88,10 @@ def test_a_castling_graph_exports_only_in_its_deploy_form():
 
 
 @pytest.mark.parametrize('config, extra, message', [
-    ('smca/smca-ripple_r50_8xb2-50e_coco.py', [], r'RippleAttention \(encoder.layers.0.self_attn\) cannot be exported'),
-    ('pervit/upernet_pervit-t_8xb2-160k_ade20k-512x512.py', ['--shape', '64', '64'],
-     r'PeripheralAttention \(backbone.blocks.0.attn\) cannot be exported'),
+    ('smca/smca-ripple_r50_8xb2-50e_coco.py', ['--dynamic'],
+     r'RippleAttention \(encoder.layers.0.self_attn\) exports for one input size only \(its ring index'),
+    ('pervit/upernet_pervit-t_8xb2-160k_ade20k-512x512.py', ['--shape', '64', '64', '--dynamic'],
+     r'PeripheralAttention \(backbone.blocks.0.attn\) exports for one input size only'),
     ('picodet/picodet-s_esnet_8xb32-300e_coco-320.py', ['--shape', '100', '128'],
      r'input shape \(100, 128\); expected two positive multiples of 32'),
     ('picodet/picodet-s_esnet_8xb32-300e_coco-320.py', ['--opset', '9'], r'opset 9 is not supported; expected 14..18'),

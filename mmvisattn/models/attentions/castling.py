@@ -126,7 +126,10 @@ class LinearAngularAttention(QKVAttention):
         backward than ``conv2d`` with a one-wide kernel (docs/records/benchmarks.md, tuned constants)."""
         batch, heads, tokens, dims = v.shape
         rows = v.transpose(-1, -2).reshape(batch, heads * dims, tokens)
-        weight = self.dconv.weight.view(heads, 1, -1).repeat_interleave(dims, dim=0)
+        # the module's sizes, not the input's: a traced weight must keep a constant shape (ONNX's Conv)
+        kernel = self.dconv.weight.shape[-2]
+        weight = self.dconv.weight.view(self.num_heads, 1, 1, kernel).expand(-1, self.head_dims, -1, -1)
+        weight = weight.reshape(self.num_heads * self.head_dims, 1, kernel)
         mixed = F.conv1d(rows, weight, padding=self.dconv.padding[0], groups=heads * dims)
         return mixed.view(batch, heads, dims, tokens).transpose(-1, -2)
 

@@ -24,6 +24,7 @@ from torch import Tensor
 from mmvisattn.ops.utils.dispatch import check_impl
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_weights
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
+from mmvisattn.ops.utils.tracing import onnx_constants
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -151,7 +152,7 @@ class PeripheralAttention(QKVAttention):
         key = (tuple(hw_shape), first.device, first.dtype, torch.is_inference_mode_enabled(),
                tuple(p._version for p in params))
         if key not in self._cache:
-            with torch.no_grad():
+            with torch.no_grad(), onnx_constants():
                 self._cache[key] = F.logsigmoid(position_logits(params, hw_shape, self.position_impl))
             while len(self._cache) > self.max_cached:
                 self._cache.popitem(last=False)

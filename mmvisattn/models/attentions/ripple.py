@@ -133,6 +133,8 @@ class RippleAttention(RippleLinearAttention):
         batch, heads, tokens, _ = v.shape
         blocks = self.stick_embeds @ self.stick_proj.weight  # (heads, R_max, d)
         bias = self.stick_embeds @ self.stick_proj.bias
+        if torch.onnx.is_in_onnx_export():  # ONNX has no block_diag; the same products per head
+            return v @ blocks.transpose(1, 2) + bias[:, None]
         # (B, N, heads * d): a view of the qkv projection's rows, which the product reads in place
         logits = F.linear(v.transpose(1, 2).flatten(2), torch.block_diag(*blocks), bias.flatten())
         return logits.view(batch, tokens, heads, -1).transpose(1, 2)

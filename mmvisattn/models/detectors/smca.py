@@ -4,6 +4,7 @@ ICCV 2021), single scale, with the encoder attention chosen by config: softmax (
 import math
 from typing import Dict, Optional, Sequence, Tuple
 
+import torch
 import torch.nn as nn
 from mmdet.models.detectors import DETR
 from mmdet.models.layers import SinePositionalEncoding
@@ -24,8 +25,9 @@ def reference_scale(batch_data_samples: OptSampleList, feat: Tensor) -> Tensor:
     same whatever it is batched with."""
     batch_h, batch_w = batch_data_samples[0].batch_input_shape
     stride = 2 ** round(math.log2(max(batch_h, batch_w) / max(feat.shape[-2:])))
-    sizes = [(s.img_shape[1] / stride, s.img_shape[0] / stride) for s in batch_data_samples]
-    return feat.new_tensor(sizes)
+    # (H, W) each; a traced tensor under mmdeploy's dynamic-shape export, which must stay one
+    shapes = [torch.as_tensor(s.img_shape, dtype=feat.dtype, device=feat.device) for s in batch_data_samples]
+    return torch.stack(shapes).flip(-1) / stride
 
 
 @register_model

@@ -32,6 +32,7 @@ the tables and far less memory.
 """
 from typing import Callable, Optional, Sequence
 
+import torch
 from torch import Tensor
 
 from ..utils.crossover import dense_on_cuda
@@ -50,6 +51,8 @@ def _sat_refusal(request: Request) -> str:
 
 
 def _dense_refusal(request: Request) -> Optional[str]:
+    if torch.onnx.is_in_onnx_export():  # the local part that traces right (see _check_exportable)
+        return None
     if request.device == 'cuda':
         return "the dense blocks' crossover is measured on CPU; on CUDA impl='fused' takes small maps"
     hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
@@ -61,7 +64,7 @@ def _dense_refusal(request: Request) -> Optional[str]:
 OP = Op('ripple_attention',
         dict(reference=reference_only, sat=_sat_refusal, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
              triton=triton_kernels(), fused=dense_on_cuda('ripple_attention', triton_kernels(), impl='fused')),
-        dict(cpu=('dense', 'cpu', 'torch'), cuda=('fused', 'triton', 'torch')))
+        dict(cpu=('dense', 'cpu', 'torch'), cuda=('fused', 'triton', 'dense', 'torch')))
 IMPLS = OP.impls
 
 
@@ -107,7 +110,15 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
                                       tokens=q.shape[-2]))
     if impl == DRY_RUN:
         return dry_output(q, v)
+    _check_exportable(impl)
     return _implementation(impl)(q, k, v, logits, hw_shape, tau, eps)
+
+
+def _check_exportable(impl: str) -> None:
+    """Under ONNX export only the dense local part (and the reference) trace right: the tiles write into
+    preallocated outputs, and the kernels are opaque calls; ``auto`` takes the dense one there."""
+    if torch.onnx.is_in_onnx_export() and impl not in ('dense', 'reference'):
+        raise ValueError(f"ripple_attention: impl={impl!r} does not export to ONNX; expected 'auto' or 'dense'")
 
 
 def _implementation(impl: str) -> Callable[..., Tensor]:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.recompute import runs, step_budget
+from ..utils.tracing import onnx_constants
 from .local_global import LocalKernels, local_plus_global
 from .pytorch import tiled_cost
 from .weights import chebyshev_distances
@@ -45,8 +46,9 @@ def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) 
     """``(N * N,)`` flat positions in the ``(N, R_max + 1)`` weights of every (query, key) pair:
     ``query * (R_max + 1) + min(Chebyshev distance, R_max)``. Cached: the same map recurs every layer
     and every step."""
-    group = chebyshev_distances(hw_shape, device).clamp_(max=r_max)
-    group += torch.arange(hw_shape[0] * hw_shape[1], device=device)[:, None] * (r_max + 1)
+    with onnx_constants():  # of the map size alone: constants of an exported graph
+        group = chebyshev_distances(hw_shape, device).clamp_(max=r_max)
+        group += torch.arange(hw_shape[0] * hw_shape[1], device=device)[:, None] * (r_max + 1)
     return group.view(-1)
 
 

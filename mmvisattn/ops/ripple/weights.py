@@ -10,10 +10,11 @@ from functools import lru_cache
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.amp import autocast_off, upcast
-from ..utils.tracing import apply_function
+from ..utils.tracing import apply_function, onnx_constants
 from ..utils.token_grid import grid_coordinates
 
 
@@ -22,7 +23,10 @@ def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:
     stick left after each group, ``c_r = prod_{r' <= r} (1 - s_r')``."""
     r_max = logits.shape[-1]
     offsets = torch.arange(r_max, 0, -1, dtype=logits.dtype, device=logits.device)
-    sticks = torch.sigmoid(logits - offsets.log())
+    shifted = logits - offsets.log()
+    sticks = torch.sigmoid(shifted)
+    if torch.onnx.is_in_onnx_export():  # ONNX has no cumprod: log(1 - sigmoid(x)) = -softplus(x), summed
+        return sticks, torch.exp(torch.cumsum(-F.softplus(shifted), dim=-1))
     return sticks, torch.cumprod(1 - sticks, dim=-1)
 
 
@@ -65,8 +69,9 @@ def query_reach(hw_shape: Tuple[int, int], device=None) -> Tensor:
     """``(N,)`` largest Chebyshev distance from each token to any other: its last non-empty group.
     Cached: a map size recurs in every layer and step."""
     height, width = hw_shape
-    rows, cols = grid_coordinates(hw_shape, device)
-    return torch.stack([rows, height - 1 - rows, cols, width - 1 - cols]).amax(dim=0)
+    with onnx_constants():  # of the map size alone: a constant of an exported graph
+        rows, cols = grid_coordinates(hw_shape, device)
+        return torch.stack([rows, height - 1 - rows, cols, width - 1 - cols]).amax(dim=0)
 
 
 class WeightKernels(NamedTuple):
@@ -101,7 +106,8 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
     from the logits and the ``(N, 1)`` reach of every query (:func:`query_reach`)."""
     # float32: the stick products run down to tau (1e-3) and decide r_hat, too close for bfloat16's 8 bits
     alpha, r_hat, merged = truncate(upcast(logits)[0], tau)
-    merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).clamp(min=1)
+    # groups counted in floats: a traced integer clamp is ONNX's Clip, which ONNX Runtime runs on floats only
+    merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).to(merged.dtype).clamp(min=1)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
                        torch.zeros_like(alpha[..., :-1]))

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
 from .common import bipartite_graphs, check_lam
-from .pytorch import rwgk_attention_torch
+from .pytorch import neumann_solve, rwgk_attention_torch
 from .reference import rwgk_attention_reference, rwgk_kernel_reference
 
 OP = Op('rwgk_attention', dict(reference=reference_only, torch=runs_anywhere), {})
@@ -61,5 +61,7 @@ def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: 
     return rwgk_attention_torch(q, k, v, anchor_q, anchor_k, lam)
 
 
+# neumann_solve: the solve in matrix products that mmvisattn.deploy.mmdeploy_support exports for backends
+# without one
 __all__ = ['rwgk_attention', 'rwgk_attention_reference', 'rwgk_kernel_reference', 'bipartite_graphs', 'check_lam',
-           'IMPLS', 'OP']
+           'neumann_solve', 'IMPLS', 'OP']

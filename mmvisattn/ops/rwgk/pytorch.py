@@ -11,7 +11,7 @@ Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Fun
 is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
 it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
 """
-from typing import Iterator, Optional, Tuple, Union
+from typing import Callable, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -55,14 +55,37 @@ def solve(system: Tensor, rhs: Tensor) -> Tensor:
     return torch.linalg.solve_ex(system, rhs, check_errors=False)[0]
 
 
-def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
-                lam: float) -> Tuple[Tensor, Tensor, Tensor]:
+def neumann_factors(lam: float, tolerance: float = 2.0 ** -24) -> int:
+    """Factors of :func:`neumann_solve` for walks of weight ``lam``: after ``f`` of them the remainder of the
+    series is at most ``lam^(2^f) / (1 - lam)`` of the solution, which must fall below ``tolerance``
+    (float32's resolution by default; 5 factors at ``lam = 0.5``)."""
+    factors, remainder = 0, lam
+    while remainder / (1.0 - lam) > tolerance:
+        remainder, factors = remainder * remainder, factors + 1
+    return factors
+
+
+def neumann_solve(system: Tensor, rhs: Tensor, lam: float) -> Tensor:
+    """``system^-1 rhs`` for RWGK's ``system = I - W``, ``W = lam G_K G_Q`` (rows summing to ``lam < 1``), by
+    the product form of the Neumann series ``(I - W)^-1 = prod_j (I + W^(2^j))`` in matrix products only:
+    the solve of deploy backends without one (TensorRT, OpenVINO, ncnn). Float rounding away from
+    :func:`solve` with :func:`neumann_factors` factors."""
+    walk = torch.eye(system.shape[-1], dtype=system.dtype, device=system.device) - system
+    out = rhs
+    for _ in range(neumann_factors(lam)):
+        out = out + walk @ out
+        walk = walk @ walk
+    return out
+
+
+def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float,
+                solver: Callable[[Tensor, Tensor], Tensor] = solve) -> Tuple[Tensor, Tensor, Tensor]:
     """Eq. (8) on whole tensors: the output, the system ``I - lam G_K G_Q`` and its solution
-    ``(I - lam G_K G_Q)^-1 G_K V``."""
+    ``(I - lam G_K G_Q)^-1 G_K V`` (by ``solver``)."""
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
     eye = torch.eye(graph_k.shape[-2], dtype=q.dtype, device=q.device)
     system = eye - lam * (graph_k @ graph_q)  # strictly diagonally dominant, so always solvable
-    walked = solve(system, graph_k @ v)
+    walked = solver(system, graph_k @ v)
     return (1.0 - lam) * (graph_q @ walked), system, walked
 
 

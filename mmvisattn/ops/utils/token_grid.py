@@ -13,8 +13,9 @@ from torch import Tensor
 def grid_coordinates(hw_shape: Sequence[int], device=None) -> Tuple[Tensor, Tensor]:
     """Row and column of every token, ``(N,)`` each, row-major."""
     height, width = hw_shape
-    rows = torch.arange(height, device=device).repeat_interleave(width)
-    cols = torch.arange(width, device=device).repeat(height)
+    # broadcasts rather than repeat_interleave: ONNX opset 11 (mmdeploy's) has no form of it for traced sizes
+    rows = torch.arange(height, device=device)[:, None].expand(height, width).reshape(-1)
+    cols = torch.arange(width, device=device)[None, :].expand(height, width).reshape(-1)
     return rows, cols
 
 

@@ -7,7 +7,8 @@ as plain ops, with a context that keeps nothing: the same arithmetic, one copy o
 sliding-chunk and RWGK ops have their own traced forms, whole-tensor formulas: their Functions
 write slice by slice into preallocated outputs.)
 """
-from typing import Any, Type
+from contextlib import contextmanager
+from typing import Any, Iterator, Type
 
 import torch
 
@@ -31,3 +32,20 @@ def apply_function(function: Type[torch.autograd.Function], *args: Any) -> Any:
     if torch.jit.is_tracing():
         return function.forward(_NoBackward(), *args)
     return function.apply(*args)
+
+
+@contextmanager
+def onnx_constants() -> Iterator[None]:
+    """Under ONNX export, tracing paused: what is computed inside enters the graph as constants. For
+    tensors of the weights and the map size alone (PerViT's position attention, ripple attention's ring
+    index), which a model exported for one input size holds as initializers. Other tracing (mmengine's
+    FLOP counter) records them as usual."""
+    if not torch.onnx.is_in_onnx_export():
+        yield
+        return
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
