@@ -10,6 +10,8 @@ PEERS_DIR    ?=
 BENCH_ARGS   ?=
 STOCK_ARGS   ?=
 BENCH_MODELS_ARGS ?=
+BENCH_DEPLOY_ARGS ?=
+MMDEPLOY_DIR ?= ../shared/mmdeploy
 # the Python of the GPU targets: the venv where there is one, else the machine's (a lent GPU machine
 # has torch and triton but no venv and no network; those targets need nothing else)
 GPU_PYTHON   ?= $(if $(wildcard $(PYTHON)),$(PYTHON),python3)
@@ -24,7 +26,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
 .PHONY: install docs test test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
-	gpu-proof-models-smoke kernels bench bench-models demo clean
+	gpu-proof-models-smoke kernels bench bench-models bench-deploy demo clean
 
 install:
 	@bash tools/install.sh
@@ -92,6 +94,15 @@ bench: install
 bench-models: install
 	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models \
 		--record-dir docs/records/bench_models $(BENCH_MODELS_ARGS)
+
+# every family's demo trained briefly, tested, exported by mmdeploy's tools/deploy.py and tested by its tools/test.py
+# on ONNX Runtime (about 35 minutes on 2 cores), and the deployed latency beside the stock models
+# (tools/analysis_tools/benchmark_deploy.py); its record into docs/records/bench_deploy/ (rendered by the deployment
+# page); MMDEPLOY_DIR is a checkout of mmdeploy 1.3.1, BENCH_DEPLOY_ARGS=--cases ... runs some
+bench-deploy: install
+	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)
+	$(PYTHON) tools/analysis_tools/benchmark_deploy.py --mmdeploy-dir $(MMDEPLOY_DIR) --out-dir work_dirs/bench_deploy \
+		--record-dir docs/records/bench_deploy $(BENCH_DEPLOY_ARGS)
 
 demo: install
 	@start=$$(date +%s); \

@@ -5,7 +5,8 @@ its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the n
 GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`); ``<!-- records: bench -->``
 the side-by-side benchmark's tables from the records under ``docs/records/bench/`` (``make bench``),
 ``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
-(``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs.
+(``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs;
+``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``).
 Each op, model group or pair comes from the newest record that measured it (a run may measure some:
 ``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
@@ -101,11 +102,30 @@ def bench_models_tables(family: Optional[str]) -> str:
     return '\n'.join(lines)
 
 
+def bench_deploy_tables(_: Optional[str]) -> str:
+    """Every family through mmdeploy's tools and the deployed latencies, each case and pair from the newest
+    record that measured it (a run may measure some: ``--cases``, ``--latency``)."""
+    from mmvisattn.benchmarks.deploy import CASES, LATENCY_PAIRS, case_table, latency_table
+    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    records = cpu_records(RECORDS / 'bench_deploy')
+    if not records:
+        raise FileNotFoundError(f'no record under {RECORDS / "bench_deploy"}: make bench-deploy writes one')
+    lines = []
+    for part, keys, table in (('cases', list(CASES), case_table), ('latency', list(LATENCY_PAIRS), latency_table)):
+        groups, missing = by_newest_record(records, keys, lambda record: record['results'][part])
+        for record, held in groups:
+            lines += [cpu_stamp(record), '', table({key: record['results'][part][key] for key in held}), '']
+        if missing:
+            lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
+    return '\n'.join(lines)
+
+
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
     'gpu': lambda _: gpu_tables(),
     'bench': bench_tables,
     'bench_models': bench_models_tables,
+    'bench_deploy': bench_deploy_tables,
 }
 MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 

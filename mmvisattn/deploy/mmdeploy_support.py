@@ -16,6 +16,10 @@ mmdeploy's ``tools/deploy.py`` builds the model from its config, calls ``model.b
   an mmdeploy rewriter solves by the Neumann product in matrix products
   (:func:`mmvisattn.ops.rwgk.neumann_solve`).
 
+mmdeploy 1.3.1's export form of ``F.scaled_dot_product_attention`` divides the scores by its ``scale``
+argument, which torch multiplies them by: every model that passes one (PerViT) exported wrong, silently.
+A rewriter of every backend passes the reciprocal (:func:`scaled_dot_product_attention_scaled`).
+
 The attentions whose graph holds tables of one map size (:data:`~.onnx_export.FIXED_SIZE`: ViL, ripple
 attention, PerViT) get an mmdeploy rewriter that refuses a deploy config with dynamic height and width in
 one line; the static deploy configs export them.
@@ -25,6 +29,8 @@ Importing the module logs one line saying what it changed. Nothing of this happe
 from functools import partial
 
 from mmdeploy.core import FUNCTION_REWRITER
+from mmdeploy.core.rewriters.rewriter_utils import Checker
+from mmdeploy.pytorch.functions.multi_head_attention_forward import scaled_dot_product_attention__default
 from mmdeploy.utils import is_dynamic_shape
 from mmengine.logging import print_log
 
@@ -38,6 +44,7 @@ from .onnx_export import FIXED_SIZE, ExportError, fixed_size_refusal, register_s
 MMDEPLOY_OPSET = 11
 INVERSE_BACKENDS = ('onnxruntime',)
 RANDOM_WALK = 'mmvisattn.ops.rwgk.pytorch.random_walk'
+SDPA = 'torch.nn.functional.scaled_dot_product_attention'
 
 
 def fixed_size_forward(self, *args, **kwargs):
@@ -73,12 +80,29 @@ def choose_solves() -> None:
         FUNCTION_REWRITER.register_rewriter(RANDOM_WALK, backend=backend)(random_walk_inverse)
 
 
+class EveryBackend(Checker):
+    """Passed on every backend: a rewriter with it comes before mmdeploy's default one of the same function."""
+
+    def check(self, env) -> bool:
+        return True
+
+
+def scaled_dot_product_attention_scaled(query, key, value, attn_mask=None, dropout_p=0.0, scale=None,
+                                        is_causal=False):
+    """mmdeploy's export form of torch's attention with ``scale`` as torch means it: mmdeploy 1.3.1's
+    rewrite divides the scores by ``scale``, which torch multiplies them by (PerViT's content temperature,
+    ViL's dense sliding chunks), so it gets the reciprocal."""
+    return scaled_dot_product_attention__default(query, key, value, attn_mask, dropout_p,
+                                                 None if scale is None else 1.0 / scale, is_causal)
+
+
 def enable() -> str:
     """The deploy patches, RWGK's translation and the fixed-size guards (once); the line the import logs."""
     apply(*DEPLOY_PATCHES)
     register_symbolics(MMDEPLOY_OPSET)
     guard_fixed_sizes()
     choose_solves()
+    FUNCTION_REWRITER.register_rewriter(SDPA, extra_checkers=EveryBackend())(scaled_dot_product_attention_scaled)
     patched = [patch.__name__ for patch in DEPLOY_PATCHES if patch.__name__ in APPLIED]
     exporter = ('torch.onnx.export takes the TorchScript exporter (dynamo=False) unless asked otherwise'
                 if export_onnx_with_torchscript.__name__ in APPLIED else
@@ -86,7 +110,8 @@ def enable() -> str:
     return (f'mmvisattn.deploy.mmdeploy_support: {exporter}; patched {", ".join(patched) or "nothing"}; '
             f'aten::linalg_solve exports as com.microsoft::Inverse + MatMul from opset {MMDEPLOY_OPSET} for '
             f'{", ".join(INVERSE_BACKENDS)}, as MatMuls (a Neumann product) for the other backends; '
-            f'{", ".join(FIXED_SIZE)} export with static shapes only')
+            f'{", ".join(FIXED_SIZE)} export with static shapes only; scaled_dot_product_attention exports with '
+            'its scale multiplying the scores')
 
 
 print_log(enable(), logger='current')

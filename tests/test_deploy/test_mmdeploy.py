@@ -103,3 +103,22 @@ def test_rwgk_exports_in_standard_onnx_for_backends_without_inverse(tmp_path):
     graph = onnx.load(str(tmp_path / 'end2end.onnx')).graph
     assert {node.domain for node in graph.node} == {''} and 'MatMul' in {node.op_type for node in graph.node}
     assert parity(deploy, config, str(tmp_path / 'model.pth'), str(tmp_path / 'end2end.onnx'), image) < 1e-4
+
+
+def test_attention_with_a_scale_exports_as_torch_computes_it():
+    """mmdeploy 1.3.1's export form of ``F.scaled_dot_product_attention`` divides the scores by ``scale``
+    (PerViT's temperature): alone it is off, with the project's deploy support it is torch's."""
+    import torch.nn.functional as F
+    from mmdeploy.core import RewriterContext
+    from mmdeploy.pytorch.functions.multi_head_attention_forward import scaled_dot_product_attention__default
+
+    import mmvisattn.deploy.mmdeploy_support  # noqa: F401
+    q, k, v = torch.randn(3, 1, 2, 16, 8, generator=torch.Generator().manual_seed(0))
+    bias = torch.randn(2, 16, 16)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    assert not torch.allclose(scaled_dot_product_attention__default(q, k, v, bias, scale=0.3), expected, atol=1e-3)
+    eager = F.scaled_dot_product_attention
+    with RewriterContext(cfg={}, backend='onnxruntime', opset=11):
+        assert F.scaled_dot_product_attention is not eager  # the export form, not torch's kernel
+        exported = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    assert torch.allclose(exported, expected, atol=1e-6)
