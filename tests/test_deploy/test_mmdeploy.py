@@ -6,7 +6,6 @@ traced for one map size refuses a dynamic deploy config in one line. The metric 
 ``tools/deploy.py`` and ``tools/test.py`` on trained demos: ``make bench-deploy``."""
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -14,6 +13,7 @@ from ..conftest import REPO
 
 mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not installed (make install installs it)')
 
+from mmvisattn.benchmarks import deploy as benchmark  # noqa: E402
 from mmvisattn.benchmarks.deploy import CASES, parity  # noqa: E402
 
 # one demo per family (a case of make bench-deploy), random weights, at the demo's size
@@ -36,12 +36,7 @@ def deploy_config(name: str, tmp_path: Path) -> str:
 
 
 def model_config(name: str, tmp_path: Path) -> str:
-    case = CASES[name]
-    if not case.override:
-        return str(REPO / 'configs' / case.config)
-    derived = tmp_path / 'model.py'
-    derived.write_text(f'_base_ = [{str(REPO / "configs" / case.config)!r}]\n{case.override}')
-    return str(derived)
+    return str(benchmark.model_config(CASES[name], tmp_path, REPO / 'configs'))
 
 
 def random_checkpoint(deploy: str, config: str, path: Path):
@@ -56,9 +51,7 @@ def random_checkpoint(deploy: str, config: str, path: Path):
 
 
 def demo_image(path: Path, size: int) -> str:
-    import cv2
-    cv2.imwrite(str(path), (np.random.default_rng(0).random((size, size, 3)) * 255).astype(np.uint8))
-    return str(path)
+    return str(benchmark.random_image(path, size))
 
 
 @pytest.mark.parametrize('name', FAMILIES)
