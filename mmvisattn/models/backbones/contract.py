@@ -11,7 +11,8 @@
 * ``norm_eval``: the normalisation layers stay in eval mode while training (BatchNorm statistics
   frozen; LayerNorm and GroupNorm behave alike in both modes);
 * ``out_channels`` and ``out_strides``: channels and stride of each returned output;
-* ``forward(images)`` returns a tuple;
+* ``forward(images)`` returns a tuple of contiguous maps: mmcv's C++ ops read a map's memory as NCHW
+  whatever its strides (RoIAlign, and with it every two-stage head, pools garbage from a transposed view);
 * ``with_cp``: a block is recomputed in the backward pass when its input needs a gradient
   (:func:`checkpointed`): the rule of mmcv's and mmseg's layers, which the backbones built on
   mmseg's ViT and MiT run, so every backbone gates the same way.

@@ -93,7 +93,8 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
         return [self.layers[index]]
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        return tuple(super().forward(x))
+        # contiguous maps, as the contract asks (mmseg's MiT returns transposed views)
+        return tuple(out.contiguous() for out in super().forward(x))
 
 
 MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')

@@ -177,7 +177,7 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
             stage = self.stage_ends.index(i) if i in self.stage_ends else None
             if stage in self.out_indices:
                 out = getattr(self, f'norm{stage}')(x)
-                outs.append(out.transpose(1, 2).reshape(batch, -1, height, width))
+                outs.append(out.transpose(1, 2).reshape(batch, -1, height, width).contiguous())
         return tuple(outs)
 
 

@@ -1,7 +1,7 @@
 """One contract for every registered backbone, checked registry-wide in timm's manner
 (``mmvisattn/models/backbones/contract.py``): each builds from the mmdet registry, any subset of
-``out_indices`` returns a tuple of maps with the declared channels and strides (odd input sizes
-included), frozen stages receive no gradient and stay in eval mode, ``norm_eval`` keeps the norm
+``out_indices`` returns a tuple of contiguous maps with the declared channels and strides (odd input
+sizes included), frozen stages receive no gradient and stay in eval mode, ``norm_eval`` keeps the norm
 layers in eval mode, activation checkpointing changes nothing but the memory, and bad arguments
 fail in one line naming the backbone."""
 import math
@@ -55,6 +55,8 @@ def test_outputs_have_the_declared_channels_and_strides_for_any_out_indices(name
         assert list(model.out_indices) == sorted(model.out_indices)
         for out, channels, stride in zip(outs, model.out_channels, model.out_strides):
             assert tuple(out.shape) == (IMAGE[0], channels, math.ceil(IMAGE[2] / stride), math.ceil(IMAGE[3] / stride))
+            # mmcv's C++ ops (RoIAlign of every two-stage head) read their input's memory as contiguous NCHW
+            assert out.is_contiguous()
 
 
 def trained_parameters(model) -> set:
