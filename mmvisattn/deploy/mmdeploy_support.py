@@ -20,6 +20,11 @@ mmdeploy 1.3.1's export form of ``F.scaled_dot_product_attention`` divides the s
 argument, which torch multiplies them by: every model that passes one (PerViT) exported wrong, silently.
 A rewriter of every backend passes the reciprocal (:func:`scaled_dot_product_attention_scaled`).
 
+mmdeploy 1.3.1 exports mmcv's ``RoIAlign(aligned=True)`` (every Mask R-CNN of mmdet) for ONNX Runtime below
+opset 16 as ONNX's ``RoiAlign`` of opset 10, which widens an RoI under one feature pixel to one: boxes and masks
+drift from the model's, silently. Such an export is refused in one line (:func:`aligned_roi_align_from_opset_16`);
+the project's instance segmentation deploy configs export at opset 16, where it is exact.
+
 The attentions whose graph holds tables of one map size (:data:`~.onnx_export.FIXED_SIZE`: ViL, ripple
 attention, PerViT) get an mmdeploy rewriter that refuses a deploy config with dynamic height and width in
 one line; the static deploy configs export them.
@@ -31,7 +36,7 @@ from functools import partial
 from mmdeploy.core import FUNCTION_REWRITER
 from mmdeploy.core.rewriters.rewriter_utils import Checker
 from mmdeploy.pytorch.functions.multi_head_attention_forward import scaled_dot_product_attention__default
-from mmdeploy.utils import is_dynamic_shape
+from mmdeploy.utils import get_ir_config, is_dynamic_shape
 from mmengine.logging import print_log
 
 import mmvisattn  # noqa: F401  (registers the models the deploy config's model config names)
@@ -45,6 +50,9 @@ MMDEPLOY_OPSET = 11
 INVERSE_BACKENDS = ('onnxruntime',)
 RANDOM_WALK = 'mmvisattn.ops.rwgk.pytorch.random_walk'
 SDPA = 'torch.nn.functional.scaled_dot_product_attention'
+ROI_ALIGN = 'mmcv.ops.RoIAlign.forward'
+# the first opset whose RoiAlign samples as mmcv's aligned RoIAlign (coordinate_transformation_mode)
+ALIGNED_ROI_OPSET = 16
 
 
 def fixed_size_forward(self, *args, **kwargs):
@@ -80,6 +88,18 @@ def choose_solves() -> None:
         FUNCTION_REWRITER.register_rewriter(RANDOM_WALK, backend=backend)(random_walk_inverse)
 
 
+def aligned_roi_align_from_opset_16(self, input, rois):
+    """mmcv's aligned RoIAlign under export to ONNX Runtime: refused below opset 16, where its translation
+    widens RoIs under one feature pixel (ONNX RoiAlign-10) and the exported model differs from the model."""
+    context = FUNCTION_REWRITER.get_context()
+    opset = get_ir_config(context.cfg).get('opset_version', MMDEPLOY_OPSET)
+    if self.aligned and opset < ALIGNED_ROI_OPSET:
+        raise ExportError(f'RoIAlign(aligned=True) exports to ONNX Runtime exactly from opset {ALIGNED_ROI_OPSET}, '
+                          f'not {opset}: set onnx_config.opset_version={ALIGNED_ROI_OPSET} in the deploy config '
+                          '(configs/_deploy_/instance-seg_onnxruntime_*.py do)')
+    return context.origin_func(self, input, rois)
+
+
 class EveryBackend(Checker):
     """Passed on every backend: a rewriter with it comes before mmdeploy's default one of the same function."""
 
@@ -103,6 +123,7 @@ def enable() -> str:
     guard_fixed_sizes()
     choose_solves()
     FUNCTION_REWRITER.register_rewriter(SDPA, extra_checkers=EveryBackend())(scaled_dot_product_attention_scaled)
+    FUNCTION_REWRITER.register_rewriter(ROI_ALIGN, backend='onnxruntime')(aligned_roi_align_from_opset_16)
     patched = [patch.__name__ for patch in DEPLOY_PATCHES if patch.__name__ in APPLIED]
     exporter = ('torch.onnx.export takes the TorchScript exporter (dynamo=False) unless asked otherwise'
                 if export_onnx_with_torchscript.__name__ in APPLIED else
@@ -111,7 +132,8 @@ def enable() -> str:
             f'aten::linalg_solve exports as com.microsoft::Inverse + MatMul from opset {MMDEPLOY_OPSET} for '
             f'{", ".join(INVERSE_BACKENDS)}, as MatMuls (a Neumann product) for the other backends; '
             f'{", ".join(FIXED_SIZE)} export with static shapes only; scaled_dot_product_attention exports with '
-            'its scale multiplying the scores')
+            f'its scale multiplying the scores; RoIAlign(aligned=True) exports to onnxruntime from opset '
+            f'{ALIGNED_ROI_OPSET}')
 
 
 print_log(enable(), logger='current')

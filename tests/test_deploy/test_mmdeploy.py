@@ -115,3 +115,35 @@ def test_attention_with_a_scale_exports_as_torch_computes_it():
         assert F.scaled_dot_product_attention is not eager  # the export form, not torch's kernel
         exported = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
     assert torch.allclose(exported, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize('opset', [11, 16])
+def test_aligned_roi_align_exports_exactly_or_refuses(opset, tmp_path):
+    """mmcv's ``RoIAlign(aligned=True)`` (every two-stage head) below opset 16 would export as ONNX's RoiAlign-10,
+    which widens RoIs under one feature pixel: refused in one line; at 16 ONNX Runtime gives mmcv's values."""
+    import onnxruntime
+    from mmcv.ops import RoIAlign
+    from mmdeploy.core import RewriterContext, patch_model
+    from mmengine.config import Config
+
+    from mmvisattn.deploy.onnx_export import ExportError
+    deploy_cfg = Config.fromfile(REPO / 'configs/_deploy_/instance-seg_onnxruntime_static.py')
+    deploy_cfg.onnx_config.opset_version = opset
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(1, 4, 16, 16, generator=generator)
+    corners = torch.rand(24, 2, generator=generator) * 50
+    sides = torch.rand(24, 2, generator=generator) * torch.tensor([16.0, 2.0]) + 0.5  # heights under 1 pixel at 1/4
+    rois = torch.cat([torch.zeros(24, 1), corners, corners + sides], 1)
+    model = RoIAlign(7, 0.25, 2, aligned=True).eval()
+    onnx_file = tmp_path / 'roi_align.onnx'
+    with RewriterContext(cfg=deploy_cfg, backend='onnxruntime', opset=opset), torch.no_grad():
+        patched = patch_model(model, cfg=deploy_cfg, backend='onnxruntime')
+        if opset < 16:
+            with pytest.raises(ExportError, match='exactly from opset 16, not 11: set onnx_config.opset_version=16'):
+                torch.onnx.export(patched, (features, rois), str(onnx_file), opset_version=opset, dynamo=False)
+            return
+        torch.onnx.export(patched, (features, rois), str(onnx_file), opset_version=opset, dynamo=False,
+                          input_names=['features', 'rois'])
+    session = onnxruntime.InferenceSession(str(onnx_file), providers=['CPUExecutionProvider'])
+    out = session.run(None, {'features': features.numpy(), 'rois': rois.numpy()})[0]
+    assert torch.allclose(torch.from_numpy(out), model(features, rois), atol=1e-5)
