@@ -7,12 +7,20 @@ passes on the same test paths. A test that passed plain and not with mmvisattn (
 or missing) is a regression, named with its error's last lines; tests that fail in both passes (this
 torch or numpy, downloads) are listed, not hidden.
 
+The plain pass depends on the stock tests and the installed stack only, not on the project, so its outcomes
+are kept in ``plain_baseline.json`` beside this file under a key of both (:func:`suite_key`: the suite's files,
+its test paths, Python's and the packages' versions). With ``--baseline`` a suite whose key matches runs with
+mmvisattn imported only, and is compared with the kept outcomes; a regression found so is confirmed by the
+suite's plain pass run then (a stale baseline cannot make one). ``--write-baseline`` keeps the outcomes of
+the plain passes run (``make test-stock`` does).
+
     python tests/stock/compare.py [--stock-dir ../shared/stock_tests] [--suites mmengine mmdet ...]
-                                  [--jobs 2] [--out-dir work_dirs/stock_tests]
+                                  [--jobs 2] [--out-dir work_dirs/stock_tests] [--baseline | --write-baseline]
 
 Exits 1 on a regression and 2 on a pass that did not finish; writes ``record.json`` into the out dir.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -23,12 +31,16 @@ import time
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Tuple
+from importlib import metadata
+from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PASSES = ('plain', 'mmvisattn')
 PASS_TIMEOUT = 900
+BASELINE = HERE / 'plain_baseline.json'
+# what the plain pass runs on besides the stock tests: their key holds these packages' versions
+STACK = ('torch', 'numpy', 'mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'pytest')
 
 # Per suite, the slowest first: the test paths of each library's release (relative to its copy), and the slowest tests left out
 # (node id prefixes) to keep both passes of all five suites within a few minutes on 2 cores; each of those has
@@ -145,25 +157,72 @@ def compare(plain: Dict[str, Outcome], patched: Dict[str, Outcome]) -> Dict[str,
     return found
 
 
-def run_suites(stock_dir: Path, suites: List[str], jobs: int, out_dir: Path) -> dict:
-    """Every pass of ``suites`` on ``jobs`` processes; the record of :func:`main`."""
-    start = time.time()
+def suite_key(stock_dir: Path, suite: str) -> str:
+    """What the plain pass of ``suite`` depends on, hashed: every file of its copy (path and bytes), its
+    entry of :data:`SUITES`, Python's version and the versions of :data:`STACK`."""
+    digest = hashlib.sha256(json.dumps([SUITES[suite], sys.version_info[:3], *map(_version, STACK)]).encode())
+    root = stock_dir / suite
+    for path in sorted(p for p in root.rglob('*') if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode() + b'\0' + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return 'missing'
+
+
+def run_passes(stock_dir: Path, keys: List[Tuple[str, str]], jobs: int, out_dir: Path) -> Dict[Tuple[str, str], dict]:
+    """The passes ``keys`` (suite, mode) on ``jobs`` processes, in the order given; each one's run (see
+    :func:`run_pass`) with its outcomes."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with tempfile.TemporaryDirectory(prefix='stock_tests_') as scratch:
-        folders = {(suite, mode): copy_suite(stock_dir, suite, Path(scratch) / mode)
-                   for suite in suites for mode in PASSES}
+        folders = {key: copy_suite(stock_dir, key[0], Path(scratch) / key[1]) for key in keys}
         out_dir.mkdir(parents=True, exist_ok=True)
-        junit = {key: out_dir / f'{key[0]}-{key[1]}.xml' for key in folders}
-        with ThreadPoolExecutor(jobs) as pool:  # in the order of SUITES (slowest first), passes side by side
-            runs = {key: pool.submit(run_pass, *key, folders[key], junit[key], threads) for key in folders}
-            runs = {key: future.result() for key, future in runs.items()}
+        junit = {key: out_dir / f'{key[0]}-{key[1]}.xml' for key in keys}
+        with ThreadPoolExecutor(jobs) as pool:
+            runs = {key: pool.submit(run_pass, *key, folders[key], junit[key], threads) for key in keys}
+            return {key: dict(future.result(), outcomes=read_junit(junit[key])) for key, future in runs.items()}
+
+
+def run_suites(stock_dir: Path, suites: List[str], jobs: int, out_dir: Path, baseline: Optional[dict]) -> dict:
+    """Every pass of ``suites`` on ``jobs`` processes, the plain ones taken from ``baseline`` where its key
+    matches (and run after all where that finds a regression); the record of :func:`main`."""
+    start = time.time()
+    keys = {suite: suite_key(stock_dir, suite) for suite in suites}
+    kept = {suite: (baseline or {}).get(suite, {}) for suite in suites}
+    kept = {suite: entry for suite, entry in kept.items() if entry.get('key') == keys[suite]}
+    # in the order of SUITES (slowest first), passes side by side
+    runs = run_passes(stock_dir, [(suite, mode) for suite in suites for mode in PASSES
+                                  if not (mode == 'plain' and suite in kept)], jobs, out_dir)
+    for suite, entry in kept.items():
+        runs[(suite, 'plain')] = dict(seconds=0.0, returncode=entry['returncode'], tail=['kept in the baseline'],
+                                      outcomes={test: tuple(outcome) for test, outcome in entry['outcomes'].items()})
+    confirm = [(suite, 'plain') for suite in kept
+               if compare(runs[(suite, 'plain')]['outcomes'], runs[(suite, 'mmvisattn')]['outcomes'])['regressions']]
+    runs.update(run_passes(stock_dir, confirm, jobs, out_dir) if confirm else {})
     record = dict(seconds=round(time.time() - start, 1), jobs=jobs, suites={})
     for suite in suites:
-        plain, patched = (read_junit(junit[(suite, mode)]) for mode in PASSES)
+        plain, patched = (runs[(suite, mode)].pop('outcomes') for mode in PASSES)
+        from_baseline = suite in kept and (suite, 'plain') not in confirm
         record['suites'][suite] = dict(
-            paths=SUITES[suite]['paths'], **compare(plain, patched),
+            paths=SUITES[suite]['paths'], key=keys[suite], plain_from_baseline=from_baseline,
+            plain_outcomes=plain, **compare(plain, patched),
             **{mode: dict(runs[(suite, mode)], **counts(outcomes)) for mode, outcomes in zip(PASSES, (plain, patched))})
     return record
+
+
+def write_baseline(record: dict, path: Path) -> None:
+    """The plain outcomes of the suites whose plain pass ran and finished, under their keys, into ``path``
+    (the other suites' entries stay)."""
+    baseline = json.loads(path.read_text()) if path.is_file() else {}
+    for suite, entry in record['suites'].items():
+        if not entry['plain_from_baseline'] and entry['plain']['returncode'] in (0, 1):
+            baseline[suite] = dict(key=entry['key'], returncode=entry['plain']['returncode'],
+                                   outcomes=entry['plain_outcomes'])
+    path.write_text(json.dumps(baseline, indent=0, sort_keys=True) + '\n')
 
 
 def unfinished(record: dict) -> List[str]:
@@ -177,7 +236,8 @@ def report(record: dict) -> str:
     lines = [f'stock suites, plain | with mmvisattn imported ({record["seconds"]} s on {record["jobs"]} processes):']
     for suite, entry in record['suites'].items():
         plain, patched = entry['plain'], entry['mmvisattn']
-        lines.append(f'  {suite}: ' + ' | '.join(
+        kept = ' (plain: the baseline\'s outcomes)' if entry['plain_from_baseline'] else ''
+        lines.append(f'  {suite}{kept}: ' + ' | '.join(
             f'{run["passed"]} passed, {run["failed"] + run["error"]} failed, {run["skipped"]} skipped '
             f'({run["seconds"]} s)' for run in (plain, patched)))
         lines += [f'    failing in both: {item["test"]}: {item["error"][:200]}' for item in entry['failing_in_both']]
@@ -194,13 +254,22 @@ def main() -> int:
     parser.add_argument('--suites', nargs='+', choices=sorted(SUITES), default=list(SUITES))
     parser.add_argument('--jobs', type=int, default=2, help='passes run side by side')
     parser.add_argument('--out-dir', type=Path, default=REPO / 'work_dirs/stock_tests')
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument('--baseline', action='store_true',
+                      help=f'take the plain outcomes of {BASELINE.name} where its key matches')
+    kept.add_argument('--write-baseline', action='store_true', help=f'keep the plain outcomes in {BASELINE.name}')
     args = parser.parse_args()
     missing = [suite for suite in args.suites if not (args.stock_dir / suite / 'tests').is_dir()]
     if missing:
         raise SystemExit(f'error: {args.stock_dir} has no tests/ of {", ".join(missing)}; expected the stock '
                          'suites of ../shared/stock_tests')
-    record = run_suites(args.stock_dir, args.suites, args.jobs, args.out_dir)
+    baseline = json.loads(BASELINE.read_text()) if args.baseline and BASELINE.is_file() else None
+    # absolute: each pass runs in its copy of the suite, which a relative report path would land in
+    args.out_dir = args.out_dir.resolve()
+    record = run_suites(args.stock_dir, args.suites, args.jobs, args.out_dir, baseline)
     (args.out_dir / 'record.json').write_text(json.dumps(record, indent=1) + '\n')
+    if args.write_baseline:
+        write_baseline(record, BASELINE)
     print(report(record))
     broken = unfinished(record)
     for line in broken:
