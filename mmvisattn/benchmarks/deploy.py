@@ -206,7 +206,8 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
         checkpoint, image = trained_checkpoint(config, folder, iters, checkout.tools), demo_image(config)
         row.update(iters=iters, metric=case.metric, pytorch=metrics_of(folder / 'test', case.metric))
     else:
-        checkpoint, image = random_checkpoint(deploy_cfg, config, folder), random_image(folder / 'input.png', 128)
+        checkpoint, image = folder / 'random.pth', random_image(folder / 'input.png', 128)
+        random_checkpoint(deploy_cfg, config, checkpoint)
     started = time.perf_counter()
     run([sys.executable, checkout.mmdeploy / 'tools/deploy.py', deploy_cfg, config, checkpoint, image, '--work-dir',
          folder / 'deploy', '--device', 'cpu'], folder / 'deploy.log')
@@ -231,9 +232,9 @@ def trained_checkpoint(config: Path, folder: Path, iters: int, tools: Path) -> s
     return checkpoint
 
 
-def random_checkpoint(deploy_cfg, config, folder: Path) -> Path:
+def random_checkpoint(deploy_cfg, config, path: Path):
     """The model as mmdeploy builds it from ``config`` (a path or a ``Config``, as ``deploy_cfg``), random
-    weights, saved; the checkpoint."""
+    weights, saved to ``path``; the model."""
     import torch
     from mmdeploy.apis.utils import build_task_processor
     from mmdeploy.utils import load_config
@@ -241,9 +242,9 @@ def random_checkpoint(deploy_cfg, config, folder: Path) -> Path:
                                           for cfg in (deploy_cfg, config)))
     torch.manual_seed(0)
     model = build_task_processor(model_cfg, deploy_cfg, 'cpu').build_pytorch_model(None)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save({'state_dict': model.state_dict()}, folder / 'random.pth')
-    return folder / 'random.pth'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({'state_dict': model.state_dict()}, path)
+    return model
 
 
 def random_image(path: Path, height: int, width: Optional[int] = None) -> Path:
@@ -262,7 +263,8 @@ def exported(config: str, deploy: Path, size: Tuple[int, int], opset: int, folde
     deploy_cfg.onnx_config.update(input_shape=[size[1], size[0]], opset_version=opset)  # input: width, height
     model_cfg = get_config(config) if '::' in config else Config.fromfile(configs / config)
     model_cfg.model.get('backbone', {}).pop('init_cfg', None)
-    checkpoint = random_checkpoint(deploy_cfg, model_cfg, folder)
+    checkpoint = folder / 'random.pth'
+    random_checkpoint(deploy_cfg, model_cfg, checkpoint)
     image = random_image(folder / 'input.png', *size)
     torch2onnx(str(image), str(folder), 'end2end.onnx', deploy_cfg, model_cfg, str(checkpoint), device='cpu')
     return folder / 'end2end.onnx'
@@ -301,7 +303,7 @@ def case_table(cases: Dict[str, Dict]) -> str:
             lines.append(f'| {row["family"]} | {demo} | yes, {row["parity"]:.1e} | random weights, no demo data | - |')
         else:
             lines.append(f'| {row["family"]} | {demo} | yes, {row["parity"]:.1e} | {row["metric"]} '
-                         f'{row["pytorch"]:.3f} | {row["onnxruntime"]:.3f} |')
+                         f'{row["pytorch"]:.3f} ({row["iters"]} iterations) | {row["onnxruntime"]:.3f} |')
     return '\n'.join(lines) + '\n'
 
 

@@ -14,7 +14,7 @@ from ..conftest import REPO
 mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not installed (make install installs it)')
 
 from mmvisattn.benchmarks import deploy as benchmark  # noqa: E402
-from mmvisattn.benchmarks.deploy import CASES, parity  # noqa: E402
+from mmvisattn.benchmarks.deploy import CASES, parity, random_checkpoint  # noqa: E402
 
 # one demo per family (a case of make bench-deploy), random weights, at the demo's size
 FAMILIES = ['smca-ripple', 'vil-retinanet', 'segformer-rwgka', 'castling-segformer', 'picodet-castling',
@@ -37,17 +37,6 @@ def deploy_config(name: str, tmp_path: Path) -> str:
 
 def model_config(name: str, tmp_path: Path) -> str:
     return str(benchmark.model_config(CASES[name], tmp_path, REPO / 'configs'))
-
-
-def random_checkpoint(deploy: str, config: str, path: Path):
-    """The model as mmdeploy builds it, with random weights, saved; and the model."""
-    from mmdeploy.apis.utils import build_task_processor
-    from mmdeploy.utils import load_config
-    deploy_cfg, model_cfg = load_config(deploy, config)
-    torch.manual_seed(0)
-    model = build_task_processor(model_cfg, deploy_cfg, 'cpu').build_pytorch_model(None)
-    torch.save({'state_dict': model.state_dict()}, path)
-    return model
 
 
 def demo_image(path: Path, size: int) -> str:
