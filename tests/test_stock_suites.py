@@ -19,6 +19,11 @@ from .conftest import REPO
 PASSING, REGRESSING, FAILING = (f'tests.test_toy::test_{name}' for name in ('passes', 'regresses', 'fails'))
 TOY_OUTCOMES = dict(plain={PASSING: ('passed', ''), REGRESSING: ('passed', ''), FAILING: ('failed', 'E assert')},
                     mmvisattn={PASSING: ('passed', ''), REGRESSING: ('failed', 'E assert'), FAILING: ('failed', 'E')})
+STOCK_DIR = REPO.parent / 'shared' / 'stock_tests'
+REQUIRED = 'MMVISATTN_REQUIRE_STOCK_TESTS'
+# one pass at a time: the test holds one of the suite's workers, and the other runs the rest of the suite
+JOBS = 1
+
 
 @pytest.mark.starts_first
 def test_stock_suites_pass_with_mmvisattn_imported(tmp_path):
