@@ -230,9 +230,9 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             tokens, (height, width) = stage(x)
             if self.out_type == 'cls_token' and index == len(self.stages) - 1:
                 return (self.norm(tokens[:, 0]),)
-            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height, width).contiguous()
+            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height, width)
             if index in self.out_indices:
-                outs.append(x)
+                outs.append(x.contiguous())
         return tuple(outs)
 
 
