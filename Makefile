@@ -4,6 +4,9 @@ DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py
 DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
 PYTEST_ARGS  ?=
+# the oldest end of the declared range (requirements/oldest.txt), in an environment of its own
+OLDEST_VENV  ?= .venv-oldest
+OLDEST_RECORD ?= work_dirs/tests-oldest/durations.json
 TEST_WORKERS ?= 2
 TEST_RECORD  ?= work_dirs/tests/durations.json
 PEERS_DIR    ?=
@@ -21,11 +24,12 @@ GPU_WHEELHOUSE ?= .gpu_wheelhouse
 GPU_SITE     ?= .gpu_site
 GPU_MODELS_DIR ?= work_dirs/gpu_proof_models
 GPU_MODELS_ARGS ?=
+GPU_WHEELHOUSE_ARGS ?=
 DOCS_OUT     ?= work_dirs/docs/html
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install docs test test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
+.PHONY: install docs test test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
 	gpu-proof-models-smoke kernels bench bench-models bench-deploy demo clean
 
 install:
@@ -40,6 +44,16 @@ docs: install
 test: install
 	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" \
 		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
+
+# the same suite on the oldest torch the package declares (requirements/oldest.txt: torch 2.4.1), in $(OLDEST_VENV),
+# made and cached as make install makes .venv (mmcv compiled against that torch, for the CPU); what needs a newer
+# torch skips, each test naming why; the record in OLDEST_RECORD
+test-oldest:
+	@MMVISATTN_VENV=$(CURDIR)/$(OLDEST_VENV) MMVISATTN_PINS=$(CURDIR)/requirements/oldest.txt MMVISATTN_MMCV_CUDA=0 \
+		bash tools/install.sh
+	TRITON_INTERPRET=$$($(OLDEST_VENV)/bin/python -c 'import torch; print(int(not torch.cuda.is_available()))') \
+		PATH="$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH" $(OLDEST_VENV)/bin/python -m pytest tests -m "not slow" \
+		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(OLDEST_RECORD) $(PYTEST_ARGS)
 
 # OpenMMLab's own test suites (../shared/stock_tests), plain and with mmvisattn imported, compared test by test
 # (tests/stock/compare.py); the plain outcomes kept in tests/stock/plain_baseline.json, which make test's
@@ -59,10 +73,11 @@ test-ops:
 gpu-proof:
 	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/analysis_tools/gpu_proof.py --out-dir $(GPU_PROOF_DIR)
 
-# here, with the package registry: the wheels of mmengine, mmdet, mmseg and what the GPU machine lacks, mmcv's
-# source and its CUDA build for sm_90 (compiled once, about 40 minutes on 2 cores; cached), into $(GPU_WHEELHOUSE)
+# here, with the package registry: the wheels of mmengine, mmdet, mmseg and what the GPU machine lacks and mmcv's
+# source (which make gpu-setup compiles there in minutes), into $(GPU_WHEELHOUSE); mmcv's CUDA build for sm_90 too
+# where the cache holds one. GPU_WHEELHOUSE_ARGS=--mmcv-build compiles it here (over an hour on 2 cores; cached)
 gpu-wheelhouse:
-	$(GPU_PYTHON) tools/misc/gpu_wheelhouse.py --out $(GPU_WHEELHOUSE)
+	PYTHONPATH=$(CURDIR) $(GPU_PYTHON) tools/misc/gpu_wheelhouse.py --out $(GPU_WHEELHOUSE) $(GPU_WHEELHOUSE_ARGS)
 
 # on the GPU machine, without network: the wheelhouse installed into $(GPU_SITE), mmcv's ops run on CUDA
 gpu-setup:

@@ -120,12 +120,12 @@ def run_command(command: List[str], timeout: float = 600, forked: bool = False,
                     f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
 
-# Tools run forked from a server that has imported the stock stack (mmvisattn/launch/tool_server.py
+# Tools run forked from a server that has imported the stock stack (lab/tool_server.py
 # says what that changes, and what not); MMVISATTN_TEST_FRESH_TOOLS=1 starts a new interpreter for each
 # instead, as does a machine without OpenMMLab (the op tests on a bare GPU machine).
 FORK_TOOLS = os.environ.get('MMVISATTN_TEST_FRESH_TOOLS', '0') == '0' and importlib.util.find_spec('mmdet') is not None
 if FORK_TOOLS:
-    from mmvisattn.launch.tool_server import ToolServer
+    from lab.tool_server import ToolServer
 TOOLS = ToolServer(tool_env) if FORK_TOOLS else None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mmvisattn.proof.records import cpu_machine
+from mmvisattn.benchmarks.records import cpu_machine
 
 SLOWEST = 15
 REPO = Path(__file__).resolve().parents[1]

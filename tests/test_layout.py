@@ -176,3 +176,72 @@ def test_the_tests_mirror_the_package():
         if not (mirrored / '__init__.py').is_file() and mirrored.name != 'tools':
             strays.append(str(folder.relative_to(REPO)))
     assert not strays, strays
+
+
+# An implementation builds on another one only where it is that one plus something, each edge with its reason
+# (docs/advanced/layout.md); anything both need otherwise sits in a module named for what it is.
+IMPLEMENTATIONS = ('reference', 'pytorch', 'triton', 'cpu', 'dense', 'sat', 'fused', 'flex')
+BUILDS_ON = {
+    ('linear_angular', 'triton', 'pytorch'): "the kernel's backward is the torch path's closed form",
+    ('ripple', 'cpu', 'pytorch'): 'the C++ kernels tile as the torch path does, which runs under tracing',
+    ('ripple', 'dense', 'pytorch'): "the dense form's crossover is measured against the torch path's cost",
+    ('ripple', 'fused', 'triton'): 'the fused form takes the Triton ring weights',
+    ('sliding_chunk', 'cpu', 'pytorch'): 'the torch path runs in place of the C++ kernels under tracing',
+    ('trig_relu_features', 'cpu', 'pytorch'): 'the torch passes run in place of the C++ kernels under tracing',
+}
+
+
+def test_implementations_build_on_each_other_only_as_the_layout_says():
+    found = {}
+    for op in OP_PACKAGES:
+        for impl in IMPLEMENTATIONS:
+            path = PACKAGE / 'ops' / op / f'{impl}.py'
+            if not path.is_file():
+                continue
+            for _, module in imported_modules(path):
+                parts = module.split('.')
+                if parts[:3] == ['mmvisattn', 'ops', op] and len(parts) == 4 and parts[3] in IMPLEMENTATIONS \
+                        and parts[3] != impl:
+                    found[(op, impl, parts[3])] = True
+    assert set(found) == set(BUILDS_ON), sorted(set(found) ^ set(BUILDS_ON))
+
+
+LAB = REPO / 'lab'
+
+
+def test_the_package_leaves_the_lab_and_the_checkout_alone():
+    """No module of the package imports the lab (or the tests), finds the repository by path (a
+    ``parents[k]`` from ``__file__`` leaving the package) or names a file of the checkout's ``tools/`` or
+    ``docs/`` (config names are resolved by ``mmvisattn.configs``, in the package's own copy);
+    ``benchmarks`` never imports ``proof`` (the proofs build on the benchmarks' models, not the reverse)."""
+    found = []
+    for path in sorted(PACKAGE.rglob('*.py')):
+        relative = path.relative_to(REPO)
+        tree = ast.parse(path.read_text())
+        for line, module in imported_modules(path):
+            if module.split('.')[0] in ('lab', 'tests'):
+                found.append(f'{relative}:{line} imports {module}')
+            if relative.parts[1] == 'benchmarks' and module.startswith('mmvisattn.proof'):
+                found.append(f'{relative}:{line} imports {module} (benchmarks -> proof)')
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == 'parents' and isinstance(node.slice, ast.Constant):
+                if not path.parents[node.slice.value].is_relative_to(PACKAGE):
+                    found.append(f'{relative}:{node.lineno} reaches {path.parents[node.slice.value]} by path')
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and node.value.startswith(('tools/', 'docs/')) and '.' in node.value.split()[0]:
+                found.append(f'{relative}:{node.lineno} names the checkout file {node.value.split()[0]}')
+    assert not found, '\n'.join(found)
+
+
+def test_the_layout_page_names_every_module():
+    """``docs/advanced/layout.md`` names every module of the package and of the lab by its file name, and
+    every subpackage by its path."""
+    page = (REPO / 'docs' / 'advanced' / 'layout.md').read_text()
+    modules = {path.name for root in (PACKAGE, LAB) for path in root.rglob('*.py') if path.name != '__init__.py'}
+    folders = {str(path.parent.relative_to(REPO)) for path in PACKAGE.rglob('__init__.py')} | {'lab'}
+    missing = sorted(name for name in modules | folders if name not in page)
+    assert not missing, f'docs/advanced/layout.md does not name {missing}'

@@ -2,7 +2,7 @@
 ``<!-- records: tests -->`` gets, in its place, the tables of the newest record under
 ``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped with
 its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of each
-GPU under ``docs/records/gpu/`` (:func:`mmvisattn.proof.records.tables`); ``<!-- records: bench -->``
+GPU under ``docs/records/gpu/`` (:func:`lab.records.tables`); ``<!-- records: bench -->``
 the side-by-side benchmark's tables from the records under ``docs/records/bench/`` (``make bench``),
 ``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
 (``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs;
@@ -49,7 +49,7 @@ def tests_tables(record: dict) -> str:
 
 
 def gpu_tables() -> str:
-    from mmvisattn.proof.records import tables
+    from lab.records import tables
     return tables(RECORDS / 'gpu')
 
 
@@ -68,7 +68,7 @@ def bench_tables(_: Optional[str]) -> str:
     may measure some: ``--cases``)."""
     from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
     from mmvisattn.benchmarks.suite import tables
-    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench')
     if not records:
         raise FileNotFoundError(f'no record under {RECORDS / "bench"}: make bench writes one')
@@ -88,7 +88,7 @@ def bench_models_tables(family: Optional[str]) -> str:
     some pairs only: ``--pairs``), of one family's pairs where ``family`` is given."""
     from mmvisattn.benchmarks.model_pairs import PAIRS
     from mmvisattn.benchmarks.models import tables
-    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    from lab.records import cpu_records, cpu_stamp
     wanted = [key for key, pair in PAIRS.items() if family in (None, pair.family)]
     groups, missing = by_newest_record(cpu_records(RECORDS / 'bench_models'), wanted,
                                        lambda record: record['results']['pairs'])
@@ -105,8 +105,8 @@ def bench_models_tables(family: Optional[str]) -> str:
 def bench_deploy_tables(_: Optional[str]) -> str:
     """Every family through mmdeploy's tools and the deployed latencies, each case and pair from the newest
     record that measured it (a run may measure some: ``--cases``, ``--latency``)."""
-    from mmvisattn.benchmarks.deploy import CASES, LATENCY_PAIRS, case_table, latency_table
-    from mmvisattn.proof.records import cpu_records, cpu_stamp
+    from lab.deploy_benchmark import CASES, LATENCY_PAIRS, case_table, latency_table
+    from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench_deploy')
     if not records:
         raise FileNotFoundError(f'no record under {RECORDS / "bench_deploy"}: make bench-deploy writes one')

@@ -4,7 +4,8 @@ side-by-side suite of our layers, the official code, SDPA and mmseg's SRA (:mod:
 counterparts (:mod:`.models` over the pairs of :mod:`.model_pairs`, the largest input of one model in
 :mod:`.largest_input`); inference latency (:mod:`.inference`), single layers (:mod:`.attention`) and a
 per-module profile of a training step (:mod:`.profile`). :mod:`.official_code` imports the official
-repositories' modules, :mod:`.official_fixtures` writes the golden tests' fixtures from them.
+repositories' modules (``--peers``); each measurement runs in a process of its own (:mod:`.processes`) and
+each run writes its record (:mod:`.records`).
 
 Nothing here is imported by ``import mmvisattn``; the tools under ``tools/`` are argument front doors
 over these modules.

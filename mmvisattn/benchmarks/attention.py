@@ -136,7 +136,7 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
 def run_case(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     """Run :func:`measure_one` in a process of its own (:func:`run_python`); failures become rows with
     an ``error``."""
-    from mmvisattn.launch.tool_server import run_python
+    from mmvisattn.benchmarks.processes import run_python
     command = ['-m', 'mmvisattn.benchmarks.attention', '--one', spec, str(grid), '--dims', str(args.dims),
                '--heads', str(args.heads), '--batch', str(args.batch), '--warmup', str(args.warmup),
                '--repeats', str(args.repeats), '--threads', str(args.threads), '--device', args.device]

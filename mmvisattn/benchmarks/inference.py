@@ -18,12 +18,11 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import torch
 
 from mmvisattn.benchmarks.attention import median_seconds
-
+from mmvisattn.configs import read_config
 from mmvisattn.deploy import export_onnx, onnxruntime_session, switch_to_deploy
 from mmvisattn.deploy.onnx_export import RawOutputs
 from mmvisattn.registry import build_from_config
 
-REPO = Path(__file__).resolve().parents[2]
 # name -> (config, input size, the stock model it replaces or None)
 MODELS: Dict[str, Tuple[str, Tuple[int, int], str]] = {
     'picodet-s-esnet': ('configs/picodet/picodet-s_esnet_8xb32-300e_coco-320.py', (320, 320), ''),
@@ -52,16 +51,9 @@ def median_ms(run: Callable[[], object], warmup: int, repeats: int) -> float:
     return 1000 * median_seconds(run, warmup, repeats, sync=lambda: None)
 
 
-def load_config(config: str):
-    """A project config, or a stock one named ``mmseg::...`` / ``mmdet::...``."""
-    from mmengine.config import Config
-    from mmengine.hub import get_config
-    return get_config(config) if '::' in config else Config.fromfile(REPO / config)
-
-
 def build_model(config: str):
     """The model of a project config or a stock one (``mmdet::`` / ``mmseg::``), random weights."""
-    return build_from_config(load_config(config)).eval()
+    return build_from_config(read_config(config)).eval()
 
 
 def measure(name: str, shape: Sequence[int], warmup: int, repeats: int) -> Dict[str, object]:

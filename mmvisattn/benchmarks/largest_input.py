@@ -7,9 +7,10 @@ process (``gpu_proof_models.py --largest``):
 One float32 training step (loss, backward, AdamW) on synthetic targets (:mod:`.model_pairs`) per side:
 doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride. A try that
 runs out of memory is caught and the allocator's cache emptied; ``memory_cap_mb`` caps the process
-first (:func:`mmvisattn.proof.model_probe.cap_memory`). Prints the result as one JSON line.
+first (:func:`cap_memory`). Prints the result as one JSON line.
 """
 import json
+import os
 import sys
 from typing import Dict
 
@@ -26,9 +27,24 @@ def out_of_memory(text: str, capped_cpu: bool) -> bool:
     return any(sign in text for sign in (CAPPED_CPU_OOM_SIGNS if capped_cpu else OOM_SIGNS))
 
 
+def cap_memory(megabytes: float) -> None:
+    """Cap this process at ``megabytes`` more than it holds (CPU: its address space) or at that much of the
+    GPU's memory, so that a run past it fails as out of memory."""
+    import torch
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, megabytes * 2 ** 20 / total))
+        return
+    import resource
+    with open('/proc/self/statm') as statm:
+        virtual = int(statm.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+    limit = virtual + int(megabytes * 2 ** 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def fits(model, side: int, device: str, capped: bool = False) -> bool:
     """One float32 training step (loss, backward, AdamW) at batch 2 and ``side`` fits the device
-    (``capped``: under :func:`mmvisattn.proof.model_probe.cap_memory`)."""
+    (``capped``: under :func:`cap_memory`)."""
     import torch
     from mmvisattn.benchmarks.model_pairs import TrainingStep
     step = None
@@ -78,7 +94,6 @@ def largest_worker(payload: Dict) -> Dict:
     """In its own process: the model of ``payload['config']`` on the device, its largest side."""
     import torch
     from mmvisattn.benchmarks.model_pairs import build_training_model
-    from mmvisattn.proof.model_probe import cap_memory
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     torch.manual_seed(0)
     model = build_training_model(payload['config'], payload.get('deploy', False)).to(device)

@@ -248,7 +248,7 @@ CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models, 
 def in_child(kind: str, **payload) -> dict:
     """Run ``CHILDREN[kind](payload)`` in a process of its own (:func:`run_python`); a failure becomes
     ``{'error': ...}``."""
-    from mmvisattn.launch.tool_server import run_python
+    from mmvisattn.benchmarks.processes import run_python
     done = run_python(['-m', 'mmvisattn.benchmarks.measure', json.dumps(dict(payload, kind=kind))])
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]
     if done.returncode or not lines:

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 from unittest import mock
 
-REPO = Path(__file__).resolve().parents[2]
 # Largest shared memory one block may use, bytes (CUDA C Programming Guide, "Technical Specifications
 # per Compute Capability": the opt-in maximum per block).
 SHARED_MEMORY_LIMITS = {'sm_75': 65536, 'sm_80': 166912, 'sm_86': 101376, 'sm_87': 166912, 'sm_89': 101376,
@@ -165,10 +164,11 @@ def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
 
 
 def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object]]:
-    """``(name, model)`` of each config (default: all of ``configs/``) and of :data:`EXTRA_MODELS`."""
+    """``(name, model)`` of each config (default: every one the package ships) and of :data:`EXTRA_MODELS`."""
+    from mmvisattn.configs import config_file, model_configs
     from mmvisattn.registry import build_from_config, models_of_scope
     if paths is None:
-        paths = sorted(p for p in (REPO / 'configs').rglob('*.py') if not {'_base_', '_deploy_'} & set(p.parts))
+        paths = [config_file(name) for name in model_configs()]
         for name, backbone in EXTRA_MODELS.items():
             yield name, models_of_scope('mmdet').build(backbone)
     for path in paths:

@@ -1,24 +1,18 @@
 """The data and the configs of ``gpu_proof_models.py``: synthetic shapes images at a dataset's own
-size in its own layout (``make_demo_data.py``), and a shipped config derived to train on them for a
+size in its own layout (:mod:`mmvisattn.utils.demo_data`), and a shipped config derived to train on them for a
 few iterations through the stock tools with the probe hook of :mod:`.model_probe`."""
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-REPO = Path(__file__).resolve().parents[2]
+from mmvisattn.configs import read_config
+from mmvisattn.utils import demo_data
+
 # (height, width) of the synthetic images of each layout: the datasets' own (COCO's 1333 x 800 after
 # its resize, a Cityscapes frame, an ADE20K crop's scale)
 LAYOUT_SIZES = dict(coco=(800, 1333), cityscapes=(1024, 2048), ade20k=(512, 512))
 LAYOUT_OF = dict(CocoDataset='coco', CityscapesDataset='cityscapes', ADE20KDataset='ade20k')
 LAYOUT_ROOT = dict(coco='coco/', cityscapes='cityscapes/', ade20k='ade20k/ADEChallengeData2016/')
 SHAPE_CLASSES = ('circle', 'rectangle', 'triangle')
-
-
-def load_config(config: str):
-    from mmengine.config import Config
-    from mmengine.hub import get_config
-    return get_config(config) if '::' in config else Config.fromfile(REPO / config)
 
 
 def layout_of(node: Dict) -> Optional[str]:
@@ -55,12 +49,11 @@ def dataset_layouts(cfg) -> List[str]:
 
 
 def write_data(out: Path, layout: str, size: Tuple[int, int], images: int) -> Path:
-    """Synthetic shapes images of ``size`` in the dataset's layout (``make_demo_data.py``); its root."""
+    """Synthetic shapes images of ``size`` in the dataset's layout (:mod:`mmvisattn.utils.demo_data`); its root."""
     height, width = size
     root = out / 'data' / f'{layout}-{height}x{width}-{images}'
-    subprocess.run([sys.executable, str(REPO / 'tools/misc/make_demo_data.py'), '--out', str(root),
-                    '--num-train', str(images), '--num-val', str(images), '--size', str(height), '--width',
-                    str(width)], check=True, stdout=subprocess.DEVNULL)
+    demo_data.main(['--out', str(root), '--num-train', str(images), '--num-val', str(images), '--size', str(height),
+                    '--width', str(width)])
     return root / LAYOUT_ROOT[layout]
 
 
@@ -83,7 +76,7 @@ def rewrite_data(node, roots: Dict[str, Path], coco_classes: bool):
 def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], work: Path) -> Path:
     """The shipped config on the synthetic data, ``iters`` iterations with a checkpoint at the end, no
     pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``; its path."""
-    cfg = load_config(job['config'])
+    cfg = read_config(job['config'])
     cfg.merge_from_dict(job.get('options', {}))
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = rewrite_data(cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name], roots, True)

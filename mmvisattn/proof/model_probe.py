@@ -28,7 +28,6 @@ current), so that a proof can show what running out of memory looks like.
 import json
 import math
 import numbers
-import os
 import statistics
 import time
 import warnings
@@ -41,6 +40,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from mmvisattn.benchmarks.largest_input import cap_memory
 from mmvisattn.ops.utils.host_reads import HOST_READ_OPS, HostReadCounter
 
 SYNC_EVENTS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize')
@@ -59,18 +59,6 @@ def peak_mb() -> float:
         return torch.cuda.max_memory_allocated() / 2 ** 20
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def cap_memory(megabytes: float) -> None:
-    if torch.cuda.is_available():
-        total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, megabytes * 2 ** 20 / total))
-        return
-    import resource
-    with open('/proc/self/statm') as statm:
-        virtual = int(statm.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
-    limit = virtual + int(megabytes * 2 ** 20)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def watch(module, before: Callable, after: Optional[Callable]) -> Callable:

@@ -1,12 +1,12 @@
 """Whole models on a GPU through the stock tools (``make gpu-proof-models``): every family's shipped
-config trained by ``tools/train.py`` (the real Runner, hooks and optimizer wrapper), tested by
-``tools/test.py`` and resumed, beside the stock model it replaces.
+config trained by the train tool (``python -m mmvisattn.launch.train``, what ``tools/train.py`` runs: the real
+Runner, hooks and optimizer wrapper), tested by the test tool and resumed, beside the stock model it replaces.
 
     python tools/analysis_tools/gpu_proof_models.py [--out-dir DIR] [--families F ...] [--pairs KEY ...]
         [--stages project stock amp rest] [--budget SECONDS] [--largest] [--smoke] [--fresh]
 
 For each model (one process per run) the tool writes synthetic data at the config's training size in
-the dataset's own layout (``make_demo_data.py``: COCO 1333x800, Cityscapes 2048x1024, ADE20K 512x512),
+the dataset's own layout (:mod:`mmvisattn.utils.demo_data`: COCO 1333x800, Cityscapes 2048x1024, ADE20K 512x512),
 derives a config from the shipped one (the data there, ``--iters`` iterations with one checkpoint at
 the end, no pretrained weights, the probe hook of :mod:`.model_probe`) and runs:
 
@@ -30,9 +30,8 @@ per family), ``stock`` (their stock models), ``amp`` (both, ``--amp``), ``rest``
 ``--smoke`` runs the same code on a CPU at tiny sizes inside ``make test``: every family's shapes
 config (128 px, batch 2, 6 iterations, 2 after the resume) through train, test and resume, a
 largest-input search under a simulated memory cap, and one run under a cap too small to train, which
-must come out as an out-of-memory row; two runs at a time, each forked from a process that has
-imported the stock stack (``mmvisattn.launch.tool_server``). Without CUDA (and without ``--smoke``) the
-tool fails in one line.
+must come out as an out-of-memory row; two runs at a time, each a process of its own
+(:mod:`mmvisattn.benchmarks.processes`). Without CUDA (and without ``--smoke``) the tool fails in one line.
 """
 import argparse
 import json
@@ -44,20 +43,20 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mmvisattn.benchmarks.largest_input import out_of_memory
 from mmvisattn.benchmarks.model_pairs import FAMILIES, PAIRS, ModelPair
 from mmvisattn.benchmarks.models import write_json
-from mmvisattn.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, load_config, write_data
+from mmvisattn.benchmarks.processes import run_python as run_child
+from mmvisattn.configs import read_config
+from mmvisattn.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, write_data
 from mmvisattn.proof.model_report import markdown, record_rows
-from mmvisattn.proof.records import record
+from mmvisattn.benchmarks.records import record
 
-if TYPE_CHECKING:
-    from mmvisattn.launch.tool_server import ToolServer
-
-REPO = Path(__file__).resolve().parents[2]
 STAGES = ('project', 'stock', 'amp', 'rest')
+# the tools' logic, run as modules (``tools/train.py`` and ``tools/test.py`` are their front doors)
+TRAIN, TEST = 'mmvisattn.launch.train', 'mmvisattn.launch.test'
 # the pair of each family proven first
 FIRST_PAIRS = ('segformer-b0-rwgka', 'retinanet-vil-tiny', 'smca-ripple', 'mask2former-castling-vit-b',
                'picodet-s-castling', 'upernet-pervit-t')
@@ -152,10 +151,9 @@ def job_key(job: Dict) -> str:
 # ---------------------------------------------------------------- running the stock tools
 
 def tool_env(threads: Optional[int] = None) -> Dict[str, str]:
-    """The tools' environment: this repository importable (the probe hook of :mod:`.model_probe`);
-    ``threads`` for torch's CPU operators (runs side by side share the cores)."""
-    paths = [str(REPO), *filter(None, os.environ.get('PYTHONPATH', '').split(os.pathsep))]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)), PYTHONUNBUFFERED='1')
+    """The tools' environment: this one, unbuffered; ``threads`` for torch's CPU operators (runs side by
+    side share the cores)."""
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
     return env
@@ -168,26 +166,20 @@ def failure_line(stderr: str) -> str:
     return (said or lines or ['(no output)'])[-1][:400]
 
 
-def run_python(command: Sequence[str], timeout: float, threads: Optional[int], server: Optional['ToolServer'],
+def run_python(command: Sequence[str], timeout: float, threads: Optional[int],
                log: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """``python command`` in the repository, forked from ``server`` where there is one (``--smoke``),
-    else a fresh interpreter as a user starts it; its output in ``log``, or returned as text."""
-    command, env = [sys.executable, *map(str, command)], tool_env(threads)
-    if server is not None and server.serves(env):
-        return server.run(command, timeout, cwd=REPO, env=env, output=log)
-    if log is None:
-        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
-    with open(log, 'w') as out:
-        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=timeout)
+    """``python command`` in a process of its own (:func:`mmvisattn.benchmarks.processes.run_python`); its
+    output in ``log``, or returned as text."""
+    return run_child(command, timeout, tool_env(threads), output=log)
 
 
 def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optional[int] = None,
-             server: Optional['ToolServer'] = None, capped_cpu: bool = False) -> Tuple[Optional[str], float]:
+             capped_cpu: bool = False) -> Tuple[Optional[str], float]:
     """Runs a tool with its output in ``log``; returns (its failure in one line or None, seconds);
     ``capped_cpu``: the tool caps its address space (:func:`.largest_input.out_of_memory`)."""
     start = time.perf_counter()
     try:
-        result = run_python(command, max(timeout, 1), threads, server, log)
+        result = run_python(command, max(timeout, 1), threads, log)
     except subprocess.TimeoutExpired:
         return f'out of time after {timeout:.0f} s (--budget)', time.perf_counter() - start
     seconds = time.perf_counter() - start
@@ -240,11 +232,10 @@ def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
     capped_cpu = job.get('memory_cap_mb') is not None and args.device == 'CPU'
 
     def tool(name: str, *command: str) -> Tuple[Optional[str], float]:
-        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads, args.server,
-                        capped_cpu)
+        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads, capped_cpu)
     row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'], amp=job['amp'],
                config=job['config'], stage=job['stage'])
-    error, row['train_s'] = tool('train', 'tools/train.py', config, '--work-dir', str(work),
+    error, row['train_s'] = tool('train', '-m', TRAIN, config, '--work-dir', str(work),
                                  *(['--amp'] if job['amp'] else []))
     train = read_probe(work, 'train', keep_as='first')
     row.update(first_iter=train.get('first_iter'), last_iter=train.get('last_iter'),
@@ -253,13 +244,13 @@ def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
                backbone_syncs=train.get('backbone_syncs'), profiled_syncs=train.get('profiled_syncs'))
     resume: Dict = {}
     if error is None and not job['amp']:
-        error, row['test_s'] = tool('test', 'tools/test.py', config, str(work / f'iter_{args.iters}.pth'),
+        error, row['test_s'] = tool('test', '-m', TEST, config, str(work / f'iter_{args.iters}.pth'),
                                     '--work-dir', str(work))
         test = read_probe(work, 'test')
         row.update(test_images_s=test.get('images_per_s'), test_images=test.get('images'),
                    metrics=test.get('metrics'))
     if error is None and not job['amp']:
-        error, row['resume_s'] = tool('resume', 'tools/train.py', config, '--work-dir', str(work), '--resume',
+        error, row['resume_s'] = tool('resume', '-m', TRAIN, config, '--work-dir', str(work), '--resume',
                                       '--cfg-options', f'train_cfg.max_iters={args.iters + args.resume_iters}')
         resume = read_probe(work, 'train')  # the resumed run's record replaces the first's (kept in the row)
         row.update(resume_first_iter=resume.get('first_iter'), resume_last_iter=resume.get('last_iter'))
@@ -281,7 +272,7 @@ def run_largest(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
                stage='largest')
     try:
         result = run_python(['-m', 'mmvisattn.benchmarks.largest_input', json.dumps(payload)],
-                            max(deadline - time.perf_counter(), 1), threads_per_run(args), args.server)
+                            max(deadline - time.perf_counter(), 1), threads_per_run(args))
     except subprocess.TimeoutExpired:
         return dict(row, error='out of time (--budget)', ok=False)
     if result.returncode != 0:
@@ -308,7 +299,7 @@ def preflight(smoke: bool) -> str:
 
 def layout_roots(jobs: Sequence[Dict], args: argparse.Namespace) -> Dict[str, Path]:
     """Synthetic data for every layout the jobs' configs read."""
-    layouts = sorted({layout for job in jobs for layout in dataset_layouts(load_config(job['config']))})
+    layouts = sorted({layout for job in jobs for layout in dataset_layouts(read_config(job['config']))})
     return {layout: write_data(args.out_dir, layout, (128, 128) if args.smoke else LAYOUT_SIZES[layout],
                                args.images) for layout in layouts}
 
@@ -336,11 +327,6 @@ def main(argv=None) -> int:
     args.out_dir = args.out_dir.resolve()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = smoke_plan() if args.smoke else plan(args)
-    # the smoke's runs forked from a process that has imported the stock stack once (not on a GPU,
-    # where each run starts as a user starts it)
-    if args.smoke:
-        from mmvisattn.launch.tool_server import ToolServer  # OpenMMLab is there: preflight imported it
-    args.server = ToolServer(tool_env) if args.smoke else None
     if args.largest:
         jobs = [dict(job, stage='largest') for job in jobs if not job['amp'] and job['stage'] != 'oom']
     else:  # the Castling run's test is of its deploy form already: CastlingScheduleHook switches at 3/4

@@ -53,7 +53,8 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from mmvisattn.proof.records import crossover_rows, goals_table, proof_rows, record, unrecorded_crossovers
+from mmvisattn.benchmarks.records import record
+from mmvisattn.proof.records import crossover_rows, goals_table, proof_rows, unrecorded_crossovers
 from mmvisattn.proof.report import describe, first_line, mark_fastest, markdown, row_label, unrecorded_fastest
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')

@@ -1,43 +1,8 @@
-"""The records of runs as data: one JSON file per run under ``docs/records/<kind>/``, and the tables
-generated from them by the docs build, never written by hand. GPU runs under ``docs/records/gpu/``;
-the CPU benchmarks (``make bench``, ``make bench-models``) under ``docs/records/bench/`` and
-``docs/records/bench_models/`` (:func:`cpu_record`).
+"""The GPU proof's judgement of its benchmark rows: the goals against SDPA (:data:`GOALS`), the rows
+and crossover sweep in the record's schema (:mod:`mmvisattn.benchmarks.records` writes the record),
+and the crossovers measured against the table ``auto`` follows."""
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
-    python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
-
-A record is named ``<date>_<gpu>_<commit>_<proof|models>.json`` and holds ``gpu``, ``date``,
-``software`` (torch, CUDA, Triton, Python and, for models, the OpenMMLab packages), ``commit``,
-``dirty`` (whether the tree had uncommitted changes) and ``rows``, one schema per kind:
-
-* ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
-  :data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
-  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its crossover
-  sweep): ``op``, ``tokens``, ``impl``, ``dense`` (true on the dense form), ``forward_backward_ms``;
-* ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
-  ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
-
-``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY`` (``0`` for a clean tree), where set, say what the tree
-is a copy of (a lent GPU machine's copy may carry another ``.git`` or none). A record may carry
-``invalid`` (fields of its rows known to be wrong, shown as ``-``) and ``notes`` (shown under its
-table). The tools write their record into their output folder (``record_proof.json``,
-``record_models.json``); committing it is copying it here under its ``name``. The docs build renders the tables
-(``docs/records/gpu.md``); the tool prints them.
-"""
-import argparse
-import json
-import os
-import platform
-import re
-import subprocess
-import sys
-from datetime import date, datetime, timezone
-from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
-
-REPO = Path(__file__).resolve().parents[2]
-KINDS = ('proof', 'models')
-PROOF_FIELDS = ('op', 'layer', 'impl', 'auto', 'forward_ms', 'forward_backward_ms', 'peak_mb')
-MODEL_FIELDS = ('model', 'stock', 'step_ms', 'peak_mb', 'test_images_s', 'largest_input')
 SDPA = 'sdpa'
 
 
@@ -72,104 +37,6 @@ GOALS = (
 )
 
 
-def git(*command: str) -> str:
-    result = subprocess.run(['git', *command], cwd=REPO, capture_output=True, text=True)
-    return result.stdout.strip() if result.returncode == 0 else ''
-
-
-def software(openmmlab: bool) -> Dict[str, Optional[str]]:
-    """Versions of what the run used (the OpenMMLab packages for model runs)."""
-    import torch
-    from mmvisattn.ops.utils.dispatch import triton_version
-    found = triton_version()
-    versions = dict(torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
-                    triton='.'.join(map(str, found)) if found else None)
-    if openmmlab:
-        for name in ('mmcv', 'mmengine', 'mmdet', 'mmseg'):
-            versions[name] = __import__(name).__version__
-    return versions
-
-
-def slug(text: str) -> str:
-    return re.sub(r'[^A-Za-z0-9]+', '-', text).strip('-')
-
-
-def tree_state() -> Tuple[str, bool]:
-    """The commit this tree is (a copy of) and whether it differs from it: ``$MMVISATTN_COMMIT`` and
-    ``$MMVISATTN_DIRTY`` where set, else git's answer; with neither, ``'unknown'`` and dirty."""
-    head = git('rev-parse', '--short=12', 'HEAD')
-    commit = os.environ.get('MMVISATTN_COMMIT') or head or 'unknown'
-    if 'MMVISATTN_DIRTY' in os.environ:
-        return commit, os.environ['MMVISATTN_DIRTY'] != '0'
-    return commit, bool(git('status', '--porcelain')) if head else True
-
-
-def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool,
-           crossovers: Optional[Sequence[Dict]] = None) -> Dict:
-    """A record of this tree's run: ``name`` is the file name it is committed under; a proof's
-    ``crossovers`` (:func:`crossover_rows`) are kept beside its rows."""
-    commit, dirty = tree_state()
-    today = date.today().isoformat()
-    fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
-    missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
-    if missing:
-        raise ValueError(f'{kind} record rows lack {missing[0]}')
-    data = dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
-                software=software(openmmlab), commit=commit, dirty=dirty, rows=list(rows))
-    return dict(data, crossovers=list(crossovers)) if crossovers is not None else data
-
-
-def cpu_machine() -> Dict:
-    """The processor's name (``/proc/cpuinfo``'s, else ``platform.processor()``), the cores this process
-    may use and the Python version: what a CPU record (and the suite's, ``tests/durations_record.py``)
-    says it ran on."""
-    try:
-        name = next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
-                    if line.startswith('model name'))
-    except (OSError, StopIteration):
-        name = platform.processor() or 'unknown CPU'
-    return dict(cpu=name, cores=len(os.sched_getaffinity(0)), python=platform.python_version())
-
-
-def cpu_record(kind: str, results: Dict) -> Dict:
-    """A record of this tree's CPU benchmark: ``results`` as the tool wrote them, stamped with the machine
-    (processor, the cores this process may use, Python, torch), the date, the UTC time and the commit;
-    ``name`` is the file name it is committed under in ``docs/records/<kind>/``."""
-    import torch
-    commit, dirty = tree_state()
-    now = datetime.now(timezone.utc)
-    machine = dict(cpu_machine(), torch=torch.__version__)
-    return dict(name=f'{now.date().isoformat()}_{slug(machine["cpu"])}-{machine["cores"]}-cores_{commit}_{kind}.json',
-                kind=kind, date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), commit=commit, dirty=dirty,
-                machine=machine, results=results)
-
-
-def write_cpu_record(record: Dict, out_dir: Path, record_dir: Optional[Path]) -> List[Path]:
-    """``record`` as ``record_<kind>.json`` in ``out_dir`` and, given ``record_dir``, under its ``name``
-    there too (``make bench`` names ``docs/records/<kind>``); the paths written."""
-    text = json.dumps(record, indent=1) + '\n'
-    paths = [out_dir / f'record_{record["kind"]}.json'] + ([record_dir / record['name']] if record_dir else [])
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return paths
-
-
-def cpu_stamp(record: Dict) -> str:
-    """The line above a CPU record's tables: what ran it, when, on which commit."""
-    machine = record['machine']
-    return (f'Measured {record["date"]} at {record["time"]}, commit `{record["commit"]}`'
-            f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with {machine["cores"]} '
-            f'cores, Python {machine["python"]}, torch {machine["torch"]}.')
-
-
-def cpu_records(records_dir: Path) -> List[Dict]:
-    """The records under ``records_dir`` (none where it does not exist), the newest first (by date and UTC
-    time, then name)."""
-    records = [json.loads(path.read_text()) for path in records_dir.glob('*.json')]
-    return sorted(records, key=lambda record: (record['date'], record['time'], record['name']), reverse=True)
-
-
 def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:
     """The benchmark rows of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out);
     ``baseline`` is its label of the SDPA rows."""
@@ -182,42 +49,6 @@ def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:
                          forward_ms=row.get('forward_ms'), forward_backward_ms=row['forward_backward_ms'],
                          peak_mb=row.get('peak_mb'), size=row.get('size')))
     return rows
-
-
-def newest(records_dir: Path, kind: str) -> List[Dict]:
-    """The newest record of ``kind`` of each GPU (by date, then name), GPUs in name order."""
-    by_gpu: Dict[str, Dict] = {}
-    for path in sorted(records_dir.glob(f'*_{kind}.json')):
-        data = json.loads(path.read_text())
-        if data['gpu'] not in by_gpu or (data['date'], path.name) >= (by_gpu[data['gpu']]['date'],
-                                                                       by_gpu[data['gpu']]['_file']):
-            by_gpu[data['gpu']] = dict(data, _file=path.name)
-    return [by_gpu[gpu] for gpu in sorted(by_gpu)]
-
-
-def _fastest_rows(data: Dict) -> Dict[Tuple[str, str], Dict]:
-    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out); none
-    where the record marks that time invalid."""
-    fastest: Dict[Tuple[str, str], Dict] = {}
-    if 'forward_backward_ms' in data.get('invalid', ()):
-        return fastest
-    for row in data['rows']:
-        key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
-        if row['impl'] != SDPA and time is not None and (key not in fastest or
-                                                         time < fastest[key]['forward_backward_ms']):
-            fastest[key] = row
-    return fastest
-
-
-def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
-    """``(op, layer) -> {impl, gpu, date}``: each op's own fastest implementation at each layer
-    (least forward + backward time, SDPA left out) in the newest of ``records`` that times the layer
-    (:func:`newest`'s records; where GPUs disagree, the newest record wins)."""
-    fastest: Dict[Tuple[str, str], Dict] = {}
-    for data in sorted(records, key=lambda data: (data['date'], data.get('_file', ''))):
-        fastest.update({key: dict(impl=row['impl'], gpu=data['gpu'], date=data['date'])
-                        for key, row in _fastest_rows(data).items()})
-    return fastest
 
 
 def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
@@ -252,25 +83,24 @@ def unrecorded_crossovers(rows: Sequence[Dict], table: Dict[str, Dict[str, int]]
             if table.get(op, {}).get(gpu) != (tokens or None)]
 
 
-def crossover_disagreements(records_dir: Path, table: Dict[str, Dict[str, int]]) -> List[str]:
-    """:func:`unrecorded_crossovers` of the newest proof record of each GPU that swept them."""
-    return [line for data in newest(records_dir, 'proof') if data.get('crossovers')
-            for line in unrecorded_crossovers(data['crossovers'], table, data['gpu'])]
-
-
-def auto_disagreements(records_dir: Path, fastest_on_cuda: Dict[Tuple[str, str], str]) -> List[str]:
-    """A line per layer where the newest proof records measured another fastest implementation than
-    ``fastest_on_cuda`` (:data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`, which auto's CUDA order follows)."""
-    return [f'{op} at {layer}: {found["impl"]} measured fastest on {found["gpu"]} ({found["date"]}); '
-            f'FASTEST_ON_CUDA says {fastest_on_cuda.get((op, layer))}'
-            for (op, layer), found in sorted(measured_fastest(newest(records_dir, 'proof')).items())
-            if fastest_on_cuda.get((op, layer)) != found['impl']]
+def fastest_rows(data: Dict) -> Dict[Tuple[str, str], Dict]:
+    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out); none
+    where the record marks that time invalid."""
+    fastest: Dict[Tuple[str, str], Dict] = {}
+    if 'forward_backward_ms' in data.get('invalid', ()):
+        return fastest
+    for row in data['rows']:
+        key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
+        if row['impl'] != SDPA and time is not None and (key not in fastest or
+                                                         time < fastest[key]['forward_backward_ms']):
+            fastest[key] = row
+    return fastest
 
 
 def goal_rows(data: Dict, goals: Sequence[Goal] = GOALS) -> List[Dict]:
     """Each goal judged on a proof record: ``goal``, ``impls``, ``ratio`` (ours over SDPA) and ``met``
     (``None`` for both where the record lacks a row or field the goal needs)."""
-    fastest = _fastest_rows(data)
+    fastest = fastest_rows(data)
     sdpa = {(row['op'], row['layer']): row for row in data['rows'] if row['impl'] == SDPA}
     judged = []
     for goal in goals:
@@ -292,70 +122,14 @@ def goals_table(data: Dict) -> List[str]:
     for row in goal_rows(data):
         met = '-' if row['met'] is None else ('yes' if row['met'] else 'no')
         lines.append(f'| {row["goal"]} | {" + ".join(impl or "-" for impl in row["impls"])} | '
-                     f'{_num(row["ratio"], 3)} | {row["at_most"]:.3g} | {met} |')
+                     f'{number(row["ratio"], 3)} | {row["at_most"]:.3g} | {met} |')
     return lines
 
 
-def _num(value, digits: int = 2) -> str:
+def number(value, digits: int = 2) -> str:
     return '-' if value is None else f'{value:,.{digits}f}'
 
 
 def shown(data: Dict, row: Dict, field: str):
     """A row's field, or None where the record says the field is invalid."""
     return None if field in data.get('invalid', ()) else row[field]
-
-
-def notes(data: Dict) -> List[str]:
-    return [''] + [f'- {note}' for note in data['notes']] if data.get('notes') else []
-
-
-def proof_table(data: Dict) -> List[str]:
-    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
-             f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; forward / '
-             'forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s choice', '',
-             '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |', '|---|---|---|---|---|---|']
-    for row in data['rows']:
-        impl = row['impl'] + (' *' if row['auto'] else '')
-        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {_num(shown(data, row, "forward_ms"))} | '
-                     f'{_num(shown(data, row, "forward_backward_ms"))} | {_num(shown(data, row, "peak_mb"), 0)} |')
-    return lines + goals_table(data) + notes(data)
-
-
-def models_table(data: Dict) -> List[str]:
-    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
-             f'torch {data["software"]["torch"]}, mmcv {data["software"].get("mmcv")}, mmdet '
-             f'{data["software"].get("mmdet")}, mmseg {data["software"].get("mmseg")}. Through tools/train.py in '
-             'float32 at the training size; step ms: median of the last 10 of 20 (synchronised)', '',
-             '| model | stock | step ms | peak MB | test images/s | largest square input (batch 2) |',
-             '|---|---|---|---|---|---|']
-    for row in data['rows']:
-        largest = shown(data, row, 'largest_input')
-        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | {_num(shown(data, row, "step_ms"), 1)} | '
-                     f'{_num(shown(data, row, "peak_mb"), 0)} | {_num(shown(data, row, "test_images_s"), 1)} | '
-                     f'{"-" if largest is None else largest} |')
-    return lines + notes(data)
-
-
-def tables(records_dir: Path) -> str:
-    lines = []
-    for kind, render, title in (('proof', proof_table, 'Ops (`make gpu-proof`)'),
-                                ('models', models_table, 'Whole models (`make gpu-proof-models`)')):
-        found = newest(records_dir, kind)
-        lines += [f'## {title}', '']
-        if not found:
-            lines += ['No record yet.', '']
-        for data in found:
-            lines += render(data) + ['']
-    return '\n'.join(lines)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--records', type=Path, default=REPO / 'docs' / 'records' / 'gpu')
-    args = parser.parse_args(argv)
-    print(tables(args.records), end='')
-    return 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """mmdeploy's own export (``mmdeploy.apis.torch2onnx``, what its ``tools/deploy.py`` calls) of one model per
 family through the project's deploy configs (``configs/_deploy_/``): ONNX Runtime gives what the PyTorch model
-gives through mmdeploy's rewriters (:func:`mmvisattn.benchmarks.deploy.parity`), the Castling models lose their
+gives through mmdeploy's rewriters (:func:`lab.deploy_benchmark.parity`), the Castling models lose their
 training-only softmax branches on the way (mmdeploy calls ``model.backbone.switch_to_deploy()``), and a model
 traced for one map size refuses a dynamic deploy config in one line. The metric both ways, through mmdeploy's
 ``tools/deploy.py`` and ``tools/test.py`` on trained demos: ``make bench-deploy``."""
@@ -14,7 +14,7 @@ from ..conftest import REPO
 mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not installed (make install installs it)')
 
 from mmvisattn.benchmarks import deploy as benchmark  # noqa: E402
-from mmvisattn.benchmarks.deploy import CASES, parity, random_checkpoint  # noqa: E402
+from lab.deploy_benchmark import CASES, parity, random_checkpoint  # noqa: E402
 
 # one demo per family (a case of make bench-deploy), random weights, at the demo's size
 FAMILIES = ['smca-ripple', 'vil-retinanet', 'segformer-rwgka', 'castling-segformer', 'picodet-castling',

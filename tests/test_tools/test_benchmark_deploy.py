@@ -23,7 +23,7 @@ def test_mmdeploy_tools_give_the_project_metric(workspace, tmp_path):
         if os.environ.get(REQUIRED) == '1':
             pytest.fail(f'{message} ({REQUIRED}=1)')
         pytest.skip(message)
-    from mmvisattn.benchmarks.deploy import tables
+    from lab.deploy_benchmark import tables
     out = tmp_path / 'out'
     run_tool(['tools/analysis_tools/benchmark_deploy.py', '--mmdeploy-dir', MMDEPLOY_DIR, '--cases', 'picodet-castling',
               '--latency', '--iters', '40', '--tools-dir', REPO / 'tools', '--configs-dir', REPO / 'configs',

@@ -3,79 +3,78 @@ newest record of each GPU (printed by the tool, rendered on docs/records/gpu.md 
 which tests/test_docs.py runs; no page holds them as text)."""
 import json
 import sys
-from importlib import import_module
 
 import pytest
+
+from lab import records as rendered
+from mmvisattn.benchmarks import records as written
+from mmvisattn.proof import records as judged
 
 from ..conftest import REPO, run_command, tool_env
 
 TOOL = 'tools/analysis_tools/gpu_records.py'
 
 
-@pytest.fixture(scope='module')
-def tool():
-    return import_module('mmvisattn.proof.records')
-
-
 def model_row(model: str, step_ms: float, stock: bool = False) -> dict:
     return dict(model=model, stock=stock, step_ms=step_ms, peak_mb=100.0, test_images_s=5.0, largest_input=1024)
 
 
-def test_the_tool_prints_the_tables_the_docs_render(tool):
+def test_the_tool_prints_the_tables_the_docs_render():
     done = run_command([sys.executable, str(REPO / TOOL)], env=tool_env())
     assert done.returncode == 0, done.stderr
-    assert done.stdout == tool.tables(REPO / 'docs' / 'records' / 'gpu') and '## Whole models' in done.stdout
+    assert done.stdout == rendered.tables(REPO / 'docs' / 'records' / 'gpu') and '## Whole models' in done.stdout
     page = (REPO / 'docs' / 'records' / 'gpu.md').read_text()
     assert '<!-- records: gpu -->' in page and '|' not in page
 
 
-def test_a_record_carries_its_provenance(tool):
-    data = tool.record('models', 'NVIDIA H100 80GB HBM3', [model_row('a', 1.0)], openmmlab=True)
+def test_a_record_carries_its_provenance():
+    data = written.record('models', 'NVIDIA H100 80GB HBM3', [model_row('a', 1.0)], openmmlab=True)
     assert data['name'].startswith(data['date']) and data['name'].endswith(f'_{data["commit"]}_models.json')
     assert '_NVIDIA-H100-80GB-HBM3_' in data['name'] and isinstance(data['dirty'], bool)
-    assert {'torch', 'cuda', 'python', 'triton', 'mmcv', 'mmengine', 'mmdet', 'mmseg'} == set(data['software'])
+    software = {'mmvisattn', 'torch', 'cuda', 'python', 'triton', 'mmcv', 'mmengine', 'mmdet', 'mmseg'}
+    assert software == set(data['software'])
     with pytest.raises(ValueError, match='lack largest_input'):
         row = model_row('a', 1.0)
         del row['largest_input']
-        tool.record('models', 'GPU', [row], openmmlab=False)
+        written.record('models', 'GPU', [row], openmmlab=False)
 
 
-def test_proof_rows_take_the_benchmarks(tool):
+def test_proof_rows_take_the_benchmarks():
     sections = dict(benchmarks=dict(rows=[
         dict(op='ripple_attention', layer='L', size='s', impl='triton', auto=True, forward_ms=1.0,
              forward_backward_ms=3.0, peak_mb=10.0, fastest=False),
         dict(op='ripple_attention', layer='L', size='s', impl='SDPA (flash)', auto=False, forward_ms=0.1,
              forward_backward_ms=0.4, peak_mb=5.0, fastest=True),
         dict(op='ripple_attention', layer='M', size='s', skipped='out of time')]))
-    rows = tool.proof_rows(sections, 'SDPA (flash)')
+    rows = judged.proof_rows(sections, 'SDPA (flash)')
     assert [(row['impl'], row['auto']) for row in rows] == [('triton', True), ('sdpa', False)]
-    assert all(set(tool.PROOF_FIELDS) <= set(row) for row in rows)
+    assert all(set(written.PROOF_FIELDS) <= set(row) for row in rows)
 
 
-def test_tables_take_the_newest_record_of_each_gpu(tool, tmp_path):
+def test_tables_take_the_newest_record_of_each_gpu(tmp_path):
     for day, gpu, step in (('2026-11-01', 'H100', 9.0), ('2026-11-20', 'H100', 2.0), ('2026-11-10', 'H200', 3.0)):
         data = dict(kind='models', gpu=gpu, date=day, commit='abc', dirty=False, software=dict(torch='2.11'),
                     rows=[model_row(f'model-{gpu}', step)])
         (tmp_path / f'{day}_{gpu}_abc_models.json').write_text(json.dumps(data))
-    text = tool.tables(tmp_path)
+    text = rendered.tables(tmp_path)
     assert '| model-H100 |  | 2.0 |' in text and '9.0' not in text and '| model-H200 |  | 3.0 |' in text
     assert text.index('**H100**') < text.index('**H200**') and 'No record yet.' in text  # no proof record
 
 
-def test_a_copy_says_what_it_is_a_copy_of(tool, monkeypatch):
+def test_a_copy_says_what_it_is_a_copy_of(monkeypatch):
     """A lent machine's copy may carry another checkout's .git: the environment's commit wins."""
     monkeypatch.setenv('MMVISATTN_COMMIT', '0123456789ab')
     monkeypatch.setenv('MMVISATTN_DIRTY', '0')
-    data = tool.record('proof', 'GPU', [], openmmlab=False)
+    data = written.record('proof', 'GPU', [], openmmlab=False)
     assert (data['commit'], data['dirty']) == ('0123456789ab', False)
     assert data['name'].endswith('_GPU_0123456789ab_proof.json')
 
 
-def test_invalid_fields_and_notes_are_shown(tool, tmp_path):
+def test_invalid_fields_and_notes_are_shown(tmp_path):
     data = dict(kind='models', gpu='H100', date='2026-11-27', commit='abc', dirty=False, software=dict(torch='2.11'),
                 rows=[model_row('m', 5.0)], invalid=['peak_mb'], notes=['peak read after a reset'])
     (tmp_path / '2026-11-27_H100_abc_models.json').write_text(json.dumps(data))
-    text = tool.tables(tmp_path)
+    text = rendered.tables(tmp_path)
     assert '| m |  | 5.0 | - | 5.0 | 1024 |' in text and '- peak read after a reset' in text
 
 
@@ -91,18 +90,17 @@ def test_auto_follows_the_newest_records_of_the_gpus():
     """The newest proof record of each GPU measured the fastest implementation that FASTEST_ON_CUDA names
     (and test_gpu_proof.py holds auto's CUDA order to that table), for every layer a record times."""
     from mmvisattn.proof.cases import FASTEST_ON_CUDA
-    from mmvisattn.proof.records import auto_disagreements
-    assert auto_disagreements(REPO / 'docs' / 'records' / 'gpu', FASTEST_ON_CUDA) == []
+    assert rendered.auto_disagreements(REPO / 'docs' / 'records' / 'gpu', FASTEST_ON_CUDA) == []
 
 
-def test_a_disagreement_is_named_and_the_newest_record_wins(tool, tmp_path):
+def test_a_disagreement_is_named_and_the_newest_record_wins(tmp_path):
     proof_record(tmp_path, 'H100', '2026-11-20', dict(triton=2.0, torch=3.0, sdpa=0.5))
     proof_record(tmp_path, 'H200', '2026-11-25', dict(triton=4.0, torch=3.0, sdpa=0.4))
     proof_record(tmp_path, 'H200', '2026-11-10', dict(triton=1.0, torch=3.0))  # older: not H200's newest
-    assert tool.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'torch'}) == []
-    assert tool.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'triton'}) == [
+    assert rendered.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'torch'}) == []
+    assert rendered.auto_disagreements(tmp_path, {('ripple_attention', 'L'): 'triton'}) == [
         'ripple_attention at L: torch measured fastest on H200 (2026-11-25); FASTEST_ON_CUDA says triton']
-    assert tool.auto_disagreements(tmp_path, {}) == [
+    assert rendered.auto_disagreements(tmp_path, {}) == [
         'ripple_attention at L: torch measured fastest on H200 (2026-11-25); FASTEST_ON_CUDA says None']
 
 
@@ -112,34 +110,34 @@ def sweep(times: dict) -> list:
             for tokens, pair in times.items() for impl, ms in zip(('fused', 'triton'), pair)]
 
 
-def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size(tool):
-    assert tool.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
+def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size():
+    assert judged.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
         'ripple_attention': 576}
-    assert tool.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
-    assert tool.unrecorded_crossovers(sweep({256: (3, 2)}), {}, 'H200') == []  # never faster: no entry
-    assert tool.unrecorded_crossovers(sweep({256: (1, 2)}), {}, 'H200') == [
+    assert judged.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
+    assert judged.unrecorded_crossovers(sweep({256: (3, 2)}), {}, 'H200') == []  # never faster: no entry
+    assert judged.unrecorded_crossovers(sweep({256: (1, 2)}), {}, 'H200') == [
         'ripple_attention on H200: the dense form faster up to 256 tokens; CUDA_DENSE_CROSSOVERS says None']
 
 
-def test_the_crossovers_follow_the_newest_records_of_the_gpus(tool, tmp_path):
+def test_the_crossovers_follow_the_newest_records_of_the_gpus(tmp_path):
     """The committed records and CUDA_DENSE_CROSSOVERS (which auto follows) agree; a record that measured
     another crossover is named."""
     from mmvisattn.ops.utils.crossover import CUDA_DENSE_CROSSOVERS
-    assert tool.crossover_disagreements(REPO / 'docs' / 'records' / 'gpu', CUDA_DENSE_CROSSOVERS) == []
+    assert rendered.crossover_disagreements(REPO / 'docs' / 'records' / 'gpu', CUDA_DENSE_CROSSOVERS) == []
     proof_record(tmp_path, 'H200', '2026-11-25', dict(triton=4.0))
     path = tmp_path / '2026-11-25_H200_abc_proof.json'
     path.write_text(json.dumps(dict(json.loads(path.read_text()), crossovers=sweep({1024: (1, 2), 4096: (3, 2)}))))
-    assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H200': 1024}}) == []
-    assert tool.crossover_disagreements(tmp_path, {'ripple_attention': {'H100': 1024}}) == [
+    assert rendered.crossover_disagreements(tmp_path, {'ripple_attention': {'H200': 1024}}) == []
+    assert rendered.crossover_disagreements(tmp_path, {'ripple_attention': {'H100': 1024}}) == [
         'ripple_attention on H200: the dense form faster up to 1024 tokens; CUDA_DENSE_CROSSOVERS says None']
 
 
-def test_goals_judge_the_fastest_implementations_against_sdpa(tool):
+def test_goals_judge_the_fastest_implementations_against_sdpa():
     """Each goal takes the implementation measured fastest in forward + backward at its layers (the one
     auto follows), sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
     goal without the rows it needs is not judged. The goals name layers the proof times."""
     from mmvisattn.proof.cases import FASTEST_ON_CUDA
-    assert {layer for goal in tool.GOALS for layer in goal.layers} <= set(FASTEST_ON_CUDA)
+    assert {layer for goal in judged.GOALS for layer in goal.layers} <= set(FASTEST_ON_CUDA)
     castling, aux = 'Castling ViT-B at 512x512', 'Castling ViT-B auxiliary branch at 512x512'
     pervit = 'PerViT-T stage 3 at 800x1344'
 
@@ -152,16 +150,16 @@ def test_goals_judge_the_fastest_implementations_against_sdpa(tool):
                       row('masked_softmax_attention', aux, 'triton', 0.2, 0.6),
                       row('peripheral_attention', pervit, 'torch', 0.5, 2.5, peak=419.0),
                       row('peripheral_attention', pervit, 'sdpa', 0.2, 0.5, peak=30.0)])
-    judged = {row['goal']: row for row in tool.goal_rows(data)}
-    deploy = judged['Castling 32x32, deploy: forward no slower than SDPA']
+    goals = {row['goal']: row for row in judged.goal_rows(data)}
+    deploy = goals['Castling 32x32, deploy: forward no slower than SDPA']
     assert deploy['impls'] == ['dense'] and deploy['ratio'] == pytest.approx(1.0) and deploy['met']
-    assert judged['Castling 32x32: within 2x of SDPA']['ratio'] == pytest.approx(1.25)
-    assert judged['PerViT-T 50x84: within 1.3x of SDPA']['met'] is False
-    assert judged["PerViT-T 50x84: peak memory at most 2x SDPA's"]['ratio'] == pytest.approx(419 / 30)
-    training = judged['Castling 32x32, training form (both branches): within 3x of SDPA']
+    assert goals['Castling 32x32: within 2x of SDPA']['ratio'] == pytest.approx(1.25)
+    assert goals['PerViT-T 50x84: within 1.3x of SDPA']['met'] is False
+    assert goals["PerViT-T 50x84: peak memory at most 2x SDPA's"]['ratio'] == pytest.approx(419 / 30)
+    training = goals['Castling 32x32, training form (both branches): within 3x of SDPA']
     assert training['impls'] == ['dense', 'triton'] and training['ratio'] == pytest.approx(2.75) and training['met']
-    vil = judged['ViL-S stage 1: 30x faster than SDPA']
+    vil = goals['ViL-S stage 1: 30x faster than SDPA']
     assert vil['impls'] == [None] and vil['ratio'] is None and vil['met'] is None
-    text = '\n'.join(tool.goals_table(data))
+    text = '\n'.join(judged.goals_table(data))
     assert ('| Castling 32x32, training form (both branches): within 3x of SDPA | dense + triton | 2.750 | 3 | yes |'
             in text)

@@ -24,12 +24,12 @@ pytestmark = pytest.mark.xdist_group('gpu_wheelhouse')
 
 @pytest.fixture(scope='module')
 def tool():
-    return import_module('mmvisattn.proof.wheelhouse')
+    return import_module('lab.wheelhouse')
 
 
 @pytest.fixture(scope='module')
 def build():
-    return import_module('mmvisattn.proof.mmcv_cuda_build')
+    return import_module('lab.mmcv_cuda_build')
 
 
 @pytest.fixture(scope='module')

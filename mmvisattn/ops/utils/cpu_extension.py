@@ -21,6 +21,9 @@ from typing import Any, List
 import torch
 
 OPS_DIR = Path(__file__).parents[1]  # the op packages, each with its cpu.cpp
+# in each build's name: one build folder per torch release, as a kernel built against one does not load into
+# another, and two environments of one machine (make install's and make test-oldest's) share the cache
+TORCH_TAG = 'torch' + torch.__version__.split('+')[0].replace('.', '_')
 
 # -fopenmp: at::parallel_for and the `omp simd` loops (the library joins the OpenMP runtime torch
 # loaded: same soname). -fno-trapping-math, -fno-math-errno: without them GCC keeps float selects and
@@ -41,7 +44,7 @@ def load_cpu_kernels(op: str) -> Any:
     source = OPS_DIR / op / 'cpu.cpp'
     _put_ninja_on_path()
     try:
-        cpp_extension.load(name=f'mmvisattn_{op}_cpu', sources=[str(source)], extra_cflags=list(CFLAGS),
+        cpp_extension.load(name=f'mmvisattn_{op}_cpu_{TORCH_TAG}', sources=[str(source)], extra_cflags=list(CFLAGS),
                            extra_ldflags=['-fopenmp'], is_python_module=False, verbose=False)
     except (RuntimeError, OSError) as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from mmvisattn.proof.mmcv_cuda_build import failed_source
-from mmvisattn.proof.wheelhouse import MANIFEST, check_folder, distribution_name, sha256
+from lab.mmcv_cuda_build import failed_source
+from lab.wheelhouse import MANIFEST, check_folder, distribution_name, sha256
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 STAMP = '.mmvisattn-gpu-setup'
 BUILD_ONLY = ('setuptools', 'wheel')
 # what the rehearsal imports from its target: the carried packages that need nothing of the GPU machine's

@@ -1,6 +1,6 @@
 """The OpenMMLab stack for a bare GPU machine, prepared here (``make gpu-wheelhouse``).
 
-    python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--no-mmcv-build] [--check-only]
+    python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--mmcv-build | --no-mmcv-build] [--check-only]
 
 A lent GPU machine has torch, triton and numpy but no OpenMMLab and no network. This tool writes,
 into ``--out`` (an ignored folder of the repository, which travels with the working tree):
@@ -10,9 +10,10 @@ into ``--out`` (an ignored folder of the repository, which travels with the work
   manylinux x86_64), downloaded with ``pip download --no-deps``;
 * mmcv 2.1.0's source, for a build there when no prebuilt wheel fits the GPU (with setuptools < 80:
   the image's setuptools has no ``pkg_resources``, which mmcv's ``setup.py`` imports);
-* mmcv 2.1.0 compiled here with CUDA against the image's torch (2.11.0+cu130) for sm_90, the H100's
-  and H200's (``mmcv_cuda_build.py``; cached, so only the first run compiles; ``--no-mmcv-build``
-  leaves it out);
+* mmcv 2.1.0 compiled with CUDA against the image's torch (2.11.0+cu130) for sm_90, the H100's and
+  H200's, where the cache holds that build (``mmcv_cuda_build.py``). Compiling it here takes over an hour on
+  2 cores and the GPU machine compiles the carried source in minutes, so only ``--mmcv-build`` compiles it
+  here (once: then cached); ``--no-mmcv-build`` leaves out even a cached one;
 * ``MANIFEST.json``: every file with its size and sha256, and the prebuilt mmcv's torch, CUDA and
   architecture, which ``gpu_setup.py`` matches against the machine.
 
@@ -37,9 +38,9 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from mmvisattn.proof.mmcv_cuda_build import BUILD_ARCH, BUILD_CUDA, BUILD_TORCH, CACHE, build_tag, built_mmcv
+from lab.mmcv_cuda_build import BUILD_ARCH, BUILD_CUDA, BUILD_TORCH, CACHE, build_tag, built_mmcv, cached_mmcv
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / 'requirements' / 'gpu_wheelhouse.txt'
 MACHINE = REPO / 'requirements' / 'gpu_machine.txt'
 MANIFEST = 'MANIFEST.json'
@@ -207,8 +208,9 @@ def check_folder(out: Path) -> None:
                                                                           if len(missing) > 1 else ''))
 
 
-def gather(out: Path, build_mmcv: bool) -> Tuple[List[Path], Optional[Path]]:
-    """Downloads (and builds) into a staging folder beside ``out``; returns its files and the mmcv build."""
+def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
+    """Downloads into a staging folder beside ``out`` with the mmcv CUDA build (``mmcv_build``: ``cached``
+    where there is one, ``compile`` where there is none, ``none``); returns its files and the mmcv build."""
     staging = out.with_name(f'.{out.name}.partial')
     if staging.exists():
         shutil.rmtree(staging)  # this tool's own staging folder, left by an interrupted run
@@ -218,9 +220,12 @@ def gather(out: Path, build_mmcv: bool) -> Tuple[List[Path], Optional[Path]]:
         pip_download(f'{name}=={version}', staging)
     download_sdist(MMCV, staging)
     mmcv = None
-    if build_mmcv:
+    if mmcv_build == 'compile' or (mmcv_build == 'cached' and cached_mmcv()):
         mmcv = staging / built_mmcv(next(staging.glob('mmcv-*.tar.gz'))).name
         shutil.copy2(CACHE / build_tag() / mmcv.name, mmcv)
+    elif mmcv_build == 'cached':
+        print(f'==> no cached mmcv CUDA build ({CACHE / build_tag()}): make gpu-setup compiles the carried source '
+              'there (--mmcv-build compiles it here, over an hour on 2 cores)', flush=True)
     files = sorted(staging.iterdir())
     missing = missing_requirements([f for f in files if not f.name.startswith('mmcv-')] +
                                    ([mmcv] if mmcv else []), read_names(MACHINE))
@@ -246,8 +251,13 @@ def install(staging_files: Sequence[Path], out: Path, earlier: Optional[Dict], m
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', type=Path, default=REPO / '.gpu_wheelhouse')
-    parser.add_argument('--no-mmcv-build', action='store_true', help='leave out the mmcv CUDA build (the machine '
-                        'then compiles it from the carried source)')
+    build = parser.add_mutually_exclusive_group()
+    build.add_argument('--mmcv-build', action='store_const', dest='mmcv_build', const='compile', default='cached',
+                       help='compile the mmcv CUDA build here where none is cached (default: the cached one, '
+                            'else none)')
+    build.add_argument('--no-mmcv-build', action='store_const', dest='mmcv_build', const='none',
+                       help='leave out the mmcv CUDA build, even a cached one (the machine then compiles it from the '
+                            'carried source)')
     parser.add_argument('--check-only', action='store_true', help='check the folder; download nothing')
     args = parser.parse_args(argv)
     out = args.out.resolve() if not args.out.is_symlink() else args.out
@@ -256,7 +266,7 @@ def main(argv=None) -> None:
     else:
         earlier = check_out_folder(out)
         print(f'==> downloading the wheels of {LOCK.relative_to(REPO)} for CPython {PYTHON_TAG} manylinux x86_64')
-        files, mmcv = gather(out, not args.no_mmcv_build)
+        files, mmcv = gather(out, args.mmcv_build)
         install(files, out, earlier, mmcv)
         check_folder(out)
     files = [out / n for n in json.loads((out / MANIFEST).read_text())['files']]

@@ -1,7 +1,8 @@
 """Runs command-line tools in forked copies of a process that has already imported the stock stack,
 so that a tool run costs what the tool does, not the seconds of importing torch, mmengine, mmcv,
 mmdet and mmseg again (most of a short run's time). The test suite runs its tools through it, and
-``gpu_proof_models.py --smoke`` its train, test and resume runs.
+through it the children the package's measurements start (``gpu_proof_models.py --smoke``'s train, test and
+resume runs among them).
 
 Each run is still a process of its own: forked from this server, in its own session, with the run's
 working directory, environment, ``sys.argv`` and standard streams, the script executed as
@@ -10,14 +11,15 @@ server, which is started from this file's path, not as a module of the package),
 forgot an import of the project still fails as it would for a user. Only the stock packages below
 come pre-imported, as ``register_all_modules`` would import them anyway. Runs that set a variable
 read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
-A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER``, so that the children a tool measures in
-(:func:`run_python`) are forked from the server too.
+A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER`` and, in ``$MMVISATTN_PYTHON_RUNNER``, this module's
+:func:`run_python` as the runner of the package's measurement children
+(:func:`mmvisattn.benchmarks.processes.run_python`), so that they are forked from the server too.
 
 Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
 ``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
 both merges them); the server answers ``{"pid": ...}`` when the run starts and ``{"returncode": ...}``
 when it ends (negative: killed by that signal, as ``subprocess`` reports it). ``python
-mmvisattn/launch/tool_server.py SOCKET`` serves until its parent is gone."""
+lab/tool_server.py SOCKET`` serves until its parent is gone."""
 import atexit
 import importlib
 import json
@@ -44,6 +46,8 @@ PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engi
 
 # where a run forked from a server finds it (:func:`run_python`)
 SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
+# the package's measurements start their children through the runner this names (mmvisattn.benchmarks.processes)
+RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'  # the server runs as __main__
 
 
 def main(path: str) -> None:
@@ -103,7 +107,7 @@ def run(request: dict) -> None:
     os.chdir(request['cwd'])
     socket_path = os.environ[SERVER_VARIABLE]
     os.environ.clear()
-    os.environ.update(request['env'], **{SERVER_VARIABLE: socket_path})
+    os.environ.update(request['env'], **{SERVER_VARIABLE: socket_path, RUNNER_VARIABLE: RUNNER})
     for fd, target in ((0, os.devnull), (1, request['stdout']), (2, request['stderr'])):
         if fd == 2 and target == request['stdout']:
             os.dup2(1, 2)  # one file, one offset: the streams interleave as a terminal shows them
@@ -236,17 +240,21 @@ class ToolServer:
             self.process = None
 
 
-def run_python(args: List[str], timeout: Optional[float] = None,
-               env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    """``python args`` (a script or ``-m module``) in this directory, its output captured: forked from
-    the tool server this process was forked from, where there is one and ``env`` keeps its start-up
-    variables, else a fresh interpreter (a user's run). The children tools measure in come from here."""
+def run_python(args: List[str], timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
+               cwd: Optional[Path] = None, output: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """``python args`` (a script or ``-m module``), as :func:`mmvisattn.benchmarks.processes.run_python` runs
+    it: forked from the tool server this process was forked from, where
+    ``env`` keeps its start-up variables, else a fresh interpreter."""
     env = dict(os.environ if env is None else env)
-    command = [sys.executable, *args]
+    env.pop(RUNNER_VARIABLE, None)
+    command = [sys.executable, *map(str, args)]
     server = ToolServer.of_this_run()
     if server is not None and server.serves(env):
-        return server.run(command, timeout or CHILD_TIMEOUT, Path.cwd(), env)
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+        return server.run(command, timeout or CHILD_TIMEOUT, Path(cwd or os.getcwd()), env, output)
+    if output is None:
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    with open(output, 'w') as out:
+        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout)
 
 
 CHILD_TIMEOUT = 24 * 3600.0  # a forked run needs a time-out; a fresh one has none unless asked

@@ -17,7 +17,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 # the machine's torch, and the architecture of its GPUs (H100 and H200: compute capability 9.0)
 BUILD_TORCH = '2.11.0'
@@ -108,13 +108,18 @@ def strip_extension(wheel: Path) -> None:
     rebuilt.replace(wheel)
 
 
+def cached_mmcv() -> Optional[Path]:
+    """The cached build for the machine, where an earlier :func:`built_mmcv` made one."""
+    found = sorted((CACHE / build_tag()).glob('mmcv-2.1.0-*.whl'))
+    return found[0] if found else None
+
+
 def built_mmcv(source: Path) -> Path:
     """mmcv compiled with CUDA against the machine's torch, for its architecture (cached)."""
     cache = CACHE / build_tag()
-    found = sorted(cache.glob('mmcv-2.1.0-*.whl'))
-    if found:
-        print(f'==> using the cached mmcv CUDA build {found[0]}', flush=True)
-        return found[0]
+    if cached_mmcv():
+        print(f'==> using the cached mmcv CUDA build {cached_mmcv()}', flush=True)
+        return cached_mmcv()
     venv = build_venv()
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / 'build.log'
