@@ -5,12 +5,16 @@
 # (about 8 minutes on 2 cores) and the wheel is cached under $MMVISATTN_WHEEL_CACHE,
 # keyed by torch version, Python tag and torch's CUDA version (or cpu): a wheel built
 # without CUDA kernels is never reused by a CUDA torch. Later installs reuse it.
+#
+# MMVISATTN_VENV and MMVISATTN_PINS make another environment of the declared range: `make test-oldest` sets
+# .venv-oldest and requirements/oldest.txt (pip constraints: torch, torchvision and the OpenMMLab releases), and
+# MMVISATTN_MMCV_CUDA=0, which builds mmcv for the CPU only beside a CUDA build of torch.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3.11}
-VENV="$ROOT/.venv"
-TORCH_VERSION=2.13.0
+VENV=${MMVISATTN_VENV:-$ROOT/.venv}
+PINS=${MMVISATTN_PINS:-$ROOT/requirements/pins.txt}
 MMCV_VERSION=2.1.0
 OPENMIM_VERSION=0.3.9
 STAMP="$VENV/.mmvisattn-install-stamp"
@@ -31,19 +35,22 @@ check_toolchain() {
 
 # Everything that decides the installed state; the stamp records it so a warm call is a no-op.
 install_fingerprint() {
-    cat "$ROOT/requirements/"*.txt "$ROOT/setup.py" "$ROOT/tools/install.sh" | sha256sum | cut -d' ' -f1
+    { cat "$ROOT/requirements/"*.txt "$ROOT/setup.py" "$ROOT/tools/install.sh"; echo "$PINS ${MMVISATTN_MMCV_CUDA:-1}"; } \
+        | sha256sum | cut -d' ' -f1
 }
 
 # pip warns about every local index folder that lacks a package; those lines are noise here.
 venv_pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v "^WARNING: Location '.*' is ignored" || true; }; }
 
-# The wheel cache of this venv's torch: torch<version>-<python tag>-<cu<version> or cpu>.
+# The wheel cache of this venv's torch: torch<version>-<python tag>-<cu<version> or cpu> (cpu also where
+# MMVISATTN_MMCV_CUDA=0 asks for a CPU build beside a CUDA torch).
 mmcv_cache_dir() {
     local tags
-    tags=$("$VENV/bin/python" -c 'import sys, torch
-cuda = torch.version.cuda
-print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + ("cu" + cuda.replace(".", "") if cuda else "cpu"))')
-    echo "${MMVISATTN_WHEEL_CACHE:-$HOME/.cache/mmvisattn/wheels}/torch$TORCH_VERSION-$tags"
+    tags=$(MMCV_CUDA=${MMVISATTN_MMCV_CUDA:-1} "$VENV/bin/python" -c 'import os, sys, torch
+cuda = torch.version.cuda if os.environ["MMCV_CUDA"] != "0" else None
+print(torch.__version__.split("+")[0] + f"-cp{sys.version_info[0]}{sys.version_info[1]}-"
+      + ("cu" + cuda.replace(".", "") if cuda else "cpu"))')
+    echo "${MMVISATTN_WHEEL_CACHE:-$HOME/.cache/mmvisattn/wheels}/torch$tags"
 }
 
 cached_mmcv_wheel() {
@@ -66,7 +73,7 @@ install_mmcv() {
         mkdir -p "$cache"
         # FORCE_CUDA: with a CUDA torch, the CUDA kernels are built even where no GPU is visible
         MMCV_WITH_OPS=1 FORCE_CUDA=$([[ $cache == *-cpu ]] && echo 0 || echo 1) MAX_JOBS=${MAX_JOBS:-2} \
-            venv_pip wheel --no-build-isolation --no-deps -w "$cache" "mmcv==$MMCV_VERSION" \
+            venv_pip wheel --no-cache-dir --no-build-isolation --no-deps -w "$cache" "mmcv==$MMCV_VERSION" \
             || die "mmcv $MMCV_VERSION build failed (see the compiler output above)"
         wheel=$(cached_mmcv_wheel)
         done_step
@@ -124,15 +131,15 @@ main() {
         "$PYTHON" -m venv "$VENV"
         done_step
     fi
-    step "installing build requirements (torch $TORCH_VERSION, setuptools<80, ninja)"
-    venv_pip install --quiet -r "$ROOT/requirements/build.txt"
+    step "installing build requirements (torch of $(basename "$PINS"), setuptools<80, ninja)"
+    venv_pip install --quiet -r "$ROOT/requirements/build.txt" -c "$PINS"
     done_step
     if ! "$VENV/bin/python" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
         install_mmcv
     fi
     step "installing mmengine, mmdet, mmseg, mmpretrain, evaluation and export tools, mmdeploy, triton, openmim, sphinx, mmvisattn (editable)"
     venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-        -r "$ROOT/requirements/docs.txt" -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/mim.txt"
+        -r "$ROOT/requirements/docs.txt" -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/mim.txt" -c "$PINS"
     venv_pip install --quiet --no-deps "openmim==$OPENMIM_VERSION"
     venv_pip install --quiet --no-deps -r "$ROOT/requirements/mmdeploy.txt"
     install_editable
