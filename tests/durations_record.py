@@ -1,7 +1,8 @@
 """A record of the suite's time: ``pytest --record-durations PATH`` writes, when the session ends, a
-JSON of the wall time, the machine, the commit, the slowest tests and each file's seconds (setup, call and teardown
-together, as ``--durations`` counts them). ``make test`` writes ``work_dirs/tests/durations.json``;
-a copy committed under ``docs/records/tests/`` is the suite's record.
+JSON of the wall time, the machine (with its torch), the commit, the slowest tests, each file's seconds (setup, call
+and teardown together, as ``--durations`` counts them) and each skipped test with its reason. ``make test`` writes ``work_dirs/tests/durations.json``;
+a copy committed under ``docs/records/tests/`` is the suite's record (``make test-oldest``'s under
+``docs/records/tests_oldest/``).
 
 Under pytest-xdist the workers' reports reach the controlling process, which alone writes the file.
 This plugin needs pytest and the package's records module (the standard library only: the op tests
@@ -35,21 +36,25 @@ class DurationsRecord:
         self.start = time.time()
         self.seconds = defaultdict(float)
         self.outcomes = defaultdict(int)
+        self.skipped = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         if report.when == 'call' or report.outcome != 'passed':
             self.outcomes[report.outcome] += 1
+        if report.skipped and isinstance(report.longrepr, tuple):  # (file, line, 'Skipped: reason')
+            self.skipped[report.nodeid] = str(report.longrepr[2]).removeprefix('Skipped: ')
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        import torch
         slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
         now = datetime.datetime.now(datetime.timezone.utc)
         record = dict(kind='tests', date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), **git_state(),
-                      machine=cpu_machine(), workers=self.workers, wall_s=round(time.time() - self.start, 1),
+                      machine=dict(cpu_machine(), torch=torch.__version__), workers=self.workers, wall_s=round(time.time() - self.start, 1),
                       tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
                       test_seconds=round(sum(self.seconds.values()), 1),
                       slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest],
-                      files=per_file(self.seconds))
+                      files=per_file(self.seconds), skipped=dict(sorted(self.skipped.items())))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(record, indent=1) + '\n')
 

@@ -401,10 +401,23 @@ def outcomes_without_patches(tmp_path_factory) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# The patches whose defect only some releases of the declared range have (docs/advanced/compat.md): where this
+# torch has it not, the trigger runs without the patch, and the test says so instead of failing
+TORCH = tuple(int(part) for part in torch.__version__.split('+')[0].split('.')[:2])
+DEFECT_WHERE = dict(
+    export_onnx_with_torchscript=('torch >= 2.9, whose torch.onnx.export defaults to dynamo', TORCH >= (2, 9)),
+    restore_onnx_cast_long=('torch >= 2.13, which removed _cast_Long', TORCH >= (2, 13)),
+    import_torchvision_without_its_ops=("a CPU build of torch beside torchvision's CUDA wheel",
+                                        torch.version.cuda is None))
+
+
 @pytest.mark.parametrize('name', [patch.__name__ for patch in PATCHES])
 def test_each_patch_is_still_needed(name, outcomes_without_patches, tmp_path):
     """Left out, the patch's trigger (the model, input or tool that needs it) fails as the patch
     table says; patched (this process, with the patch applied), it does not."""
+    if name in DEFECT_WHERE and not DEFECT_WHERE[name][1]:
+        assert TRIGGERS[name](tmp_path) == 'ok'
+        pytest.skip(f'{name} fixes a defect of {DEFECT_WHERE[name][0]}; torch {torch.__version__} here has it not')
     assert FAILURES_WITHOUT[name] in outcomes_without_patches[name], outcomes_without_patches[name]
     mmvisattn.compat.apply(getattr(mmvisattn.compat, name))  # those applied on demand (the hook's, mmdeploy's)
     assert TRIGGERS[name](tmp_path) == 'ok'

@@ -139,3 +139,16 @@ def test_a_user_config_starts_from_ours(installed):
     mine = user_run(installed, '-c', build, 'mine/my_vil.py').stdout.split()
     by_path = user_run(installed, '-c', build, 'mine/by_path.py').stdout.split()
     assert mine[0] == 'ViL' and mine[1] == '0.0' and by_path[0] == 'ViL' and by_path[2] == mine[2]
+
+
+def test_a_config_name_that_is_not_shipped_is_one_line(tmp_path):
+    from mmvisattn.configs import config_file, copy_config, main
+    assert config_file('configs/vil/' + DEMO) == config_file('vil/' + DEMO)
+    with pytest.raises(SystemExit) as error:
+        main(['path', 'vil/no_such_config.py'])
+    assert str(error.value).startswith('error: vil/no_such_config.py: neither a file nor one of the configs')
+    copied = copy_config('vil/' + DEMO, tmp_path)
+    assert copy_config('vil/' + DEMO, tmp_path) == copied  # the same copy again: left as it is
+    copied.write_text('# mine\n')
+    with pytest.raises(FileExistsError, match='exists and is not a copy of'):
+        copy_config('vil/' + DEMO, tmp_path)

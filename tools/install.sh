@@ -134,9 +134,8 @@ main() {
     step "installing build requirements (torch of $(basename "$PINS"), setuptools<80, ninja)"
     venv_pip install --quiet -r "$ROOT/requirements/build.txt" -c "$PINS"
     done_step
-    if ! "$VENV/bin/python" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
-        install_mmcv
-    fi
+    # always the build of this torch (cached: a second's reinstall), never an mmcv built against the torch before
+    install_mmcv
     step "installing mmengine, mmdet, mmseg, mmpretrain, evaluation and export tools, mmdeploy, triton, openmim, sphinx, mmvisattn (editable)"
     venv_pip install --quiet -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
         -r "$ROOT/requirements/docs.txt" -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/mim.txt" -c "$PINS"

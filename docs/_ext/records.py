@@ -33,14 +33,18 @@ def newest(kind: str) -> dict:
 def tests_tables(record: dict) -> str:
     machine = record['machine']
     outcomes = ', '.join(f'{count} {outcome}' for outcome, count in record['outcomes'].items())
+    torch = f', torch {machine["torch"]}' if 'torch' in machine else ''
     lines: List[str] = [
         f'Newest record: {record["date"]}, commit `{record["commit"]}`'
         f'{" (with uncommitted changes)" if record["dirty"] else ""}, {machine["cpu"]} with {machine["cores"]} cores, '
-        f'Python {machine["python"]}, {record["workers"]} workers.', '',
+        f'Python {machine["python"]}{torch}, {record["workers"]} workers.', '',
         '| wall time | tests | outcomes | test-seconds |', '|---|---|---|---|',
         f'| {record["wall_s"]:.0f} s | {record["tests"]} | {outcomes} | {record["test_seconds"]:.0f} s |', '',
         '## The slowest tests', '', '| test | seconds |', '|---|---|']
     lines += [f'| `{row["test"]}` | {row["seconds"]:.1f} |' for row in record['slowest']]
+    if record.get('skipped'):  # kept since the oldest torch's suite
+        lines += ['', '## Skipped, and why', '', '| test | reason |', '|---|---|']
+        lines += [f'| `{test}` | {reason} |' for test, reason in record['skipped'].items()]
     if 'files' in record:  # kept since 08f6a3e
         lines += ['', '## Seconds per test file', '', '| file | seconds |', '|---|---|']
         by_time = sorted(record['files'].items(), key=lambda item: -item[1])
@@ -122,6 +126,7 @@ def bench_deploy_tables(_: Optional[str]) -> str:
 
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
+    'tests_oldest': lambda _: tests_tables(newest('tests_oldest')),
     'gpu': lambda _: gpu_tables(),
     'bench': bench_tables,
     'bench_models': bench_models_tables,

@@ -13,7 +13,7 @@ from ..conftest import REPO
 
 mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not installed (make install installs it)')
 
-from mmvisattn.benchmarks import deploy as benchmark  # noqa: E402
+from lab import deploy_benchmark as benchmark  # noqa: E402
 from lab.deploy_benchmark import CASES, parity, random_checkpoint  # noqa: E402
 
 # one demo per family (a case of make bench-deploy), random weights, at the demo's size
