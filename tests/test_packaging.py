@@ -143,7 +143,7 @@ def test_a_user_config_starts_from_ours(installed):
 
 def test_a_config_name_that_is_not_shipped_is_one_line(tmp_path):
     from mmvisattn.configs import config_file, copy_config, main
-    assert config_file('configs/vil/' + DEMO) == config_file('vil/' + DEMO)
+    assert config_file('configs/vil/' + DEMO).samefile(config_file('vil/' + DEMO))
     with pytest.raises(SystemExit) as error:
         main(['path', 'vil/no_such_config.py'])
     assert str(error.value).startswith('error: vil/no_such_config.py: neither a file nor one of the configs')

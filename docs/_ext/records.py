@@ -126,7 +126,8 @@ def bench_deploy_tables(_: Optional[str]) -> str:
 
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
-    'tests_oldest': lambda _: tests_tables(newest('tests_oldest')),
+    'tests_oldest': lambda _: tests_tables(newest('tests_oldest')) if list((RECORDS / 'tests_oldest').glob('*.json'))
+    else 'No record yet: `make test-oldest` writes one.\n',
     'gpu': lambda _: gpu_tables(),
     'bench': bench_tables,
     'bench_models': bench_models_tables,

@@ -1,5 +1,6 @@
 """`make install` fails at once, in one line, when the toolchain it needs is missing."""
 import os
+import re
 import shutil
 import sys
 
@@ -52,7 +53,27 @@ def test_installed_mmcv_runs_its_ops_on_this_machine():
     assert all(tool.failure(device) is None for device in tool.machine_devices())
 
 
-def test_wheel_cache_is_keyed_by_the_cuda_version():
-    script = (REPO / 'tools/install.sh').read_text()
-    assert '("cu" + cuda.replace(".", "") if cuda else "cpu")' in script
-    assert '$HOME/.cache/mmvisattn/wheels}/torch$TORCH_VERSION-$tags' in script
+def cache_dir(tmp_path, torch_version: str, cuda, **env) -> str:
+    """install.sh's ``mmcv_cache_dir`` for a venv whose torch says ``torch_version`` and ``cuda``."""
+    fake = tmp_path / 'fake' / 'torch'
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / '__init__.py').write_text(f'__version__ = {torch_version!r}\n'
+                                      f'class version:\n    cuda = {cuda!r}\n')
+    (tmp_path / 'venv' / 'bin').mkdir(parents=True, exist_ok=True)
+    if not (tmp_path / 'venv' / 'bin' / 'python').exists():
+        os.symlink(sys.executable, tmp_path / 'venv' / 'bin' / 'python')
+    function = re.search(r'^mmcv_cache_dir\(\) \{.*?^\}', (REPO / 'tools/install.sh').read_text(), re.S | re.M)
+    done = run_command([shutil.which('bash'), '-c', f'{function.group(0)}\nmmcv_cache_dir'], timeout=60, env={
+        **os.environ, 'VENV': str(tmp_path / 'venv'), 'PYTHONPATH': str(tmp_path / 'fake'),
+        'MMVISATTN_WHEEL_CACHE': '/cache', **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_wheel_cache_is_keyed_by_torch_python_and_cuda(tmp_path):
+    """A build without CUDA kernels is never reused by a CUDA torch, nor one of another torch release; a CUDA
+    torch asked for a CPU build (make test-oldest: MMVISATTN_MMCV_CUDA=0) takes the CPU key."""
+    python = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    assert cache_dir(tmp_path, '2.13.0+cpu', None) == f'/cache/torch2.13.0-{python}-cpu'
+    assert cache_dir(tmp_path, '2.6.0+cu124', '12.4') == f'/cache/torch2.6.0-{python}-cu124'
+    assert cache_dir(tmp_path, '2.6.0+cu124', '12.4', MMVISATTN_MMCV_CUDA='0') == f'/cache/torch2.6.0-{python}-cpu'
