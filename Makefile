@@ -47,15 +47,13 @@ test: install
 
 # the same suite on the oldest torch the package declares (requirements/oldest.txt: torch 2.6.0), in $(OLDEST_VENV),
 # made and cached as make install makes .venv (mmcv compiled against that torch, for the CPU); what needs a newer
-# torch skips, each test naming why; the record in OLDEST_RECORD. Each tool run starts a fresh interpreter there
-# (MMVISATTN_TEST_FRESH_TOOLS=1): a process forked from one that has imported that torch and mmengine's runner hangs
-# or aborts at its exit (a thread of the parent's joined in the child)
+# torch skips, each test naming why; the record in OLDEST_RECORD
 test-oldest:
 	@MMVISATTN_VENV=$(CURDIR)/$(OLDEST_VENV) MMVISATTN_PINS=$(CURDIR)/requirements/oldest.txt MMVISATTN_MMCV_CUDA=0 \
 		bash tools/install.sh
 	TRITON_INTERPRET=$$($(OLDEST_VENV)/bin/python -c 'import torch; print(int(not torch.cuda.is_available()))') \
-		MMVISATTN_TEST_FRESH_TOOLS=1 PATH="$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH" $(OLDEST_VENV)/bin/python -m pytest \
-		tests -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --record-durations $(OLDEST_RECORD) $(PYTEST_ARGS)
+		PATH="$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH" $(OLDEST_VENV)/bin/python -m pytest tests -m "not slow" \
+		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(OLDEST_RECORD) $(PYTEST_ARGS)
 
 # OpenMMLab's own test suites (../shared/stock_tests), plain and with mmvisattn imported, compared test by test
 # (tests/stock/compare.py); the plain outcomes kept in tests/stock/plain_baseline.json, which make test's
