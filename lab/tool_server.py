@@ -47,7 +47,9 @@ PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engi
 # where a run forked from a server finds it (:func:`run_python`)
 SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
 # the package's measurements start their children through the runner this names (mmvisattn.benchmarks.processes)
-RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'  # the server runs as __main__
+# (named here, not imported: the server never imports mmvisattn; the runner by its module's name, as the server
+# itself runs as __main__)
+RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'
 
 
 def main(path: str) -> None:
@@ -251,10 +253,8 @@ def run_python(args: List[str], timeout: Optional[float] = None, env: Optional[D
     server = ToolServer.of_this_run()
     if server is not None and server.serves(env):
         return server.run(command, timeout or CHILD_TIMEOUT, Path(cwd or os.getcwd()), env, output)
-    if output is None:
-        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    with open(output, 'w') as out:
-        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout)
+    from mmvisattn.benchmarks.processes import run_fresh  # a client's: the package is imported there
+    return run_fresh(args, timeout, env, cwd, output)
 
 
 CHILD_TIMEOUT = 24 * 3600.0  # a forked run needs a time-out; a fresh one has none unless asked

@@ -23,6 +23,12 @@ def run_python(args: Sequence[str], timeout: Optional[float] = None, env: Option
         module, _, name = runner.partition(':')
         return getattr(importlib.import_module(module), name)(list(args), timeout=timeout, env=env, cwd=cwd,
                                                                output=output)
+    return run_fresh(args, timeout, env, cwd, output)
+
+
+def run_fresh(args: Sequence[str], timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
+              cwd: Optional[Path] = None, output: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """:func:`run_python` in a new interpreter, whatever runner is named."""
     command = [sys.executable, *map(str, args)]
     if output is None:
         return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
