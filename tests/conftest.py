@@ -4,6 +4,7 @@ command-line tools as a user calls them (a subprocess in a scratch working direc
 
 This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
 not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -54,6 +55,13 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
 DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
 # Where the Triton kernels run: compiled on CUDA, or interpreted on CPU tensors without a GPU.
 KERNEL_DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+
+# The kernels' float64 gradchecks (their hand-written backwards, under the interpreter) need float64 operands of
+# `tl.dot`, which Triton takes from 3.5 on (the oldest torch of the range, 2.6, comes with Triton 3.2).
+TRITON_VERSION = importlib.metadata.version('triton') if importlib.util.find_spec('triton') else None
+float64_dot = pytest.mark.skipif(
+    TRITON_VERSION is not None and tuple(int(part) for part in TRITON_VERSION.split('.')[:2]) < (3, 5),
+    reason=f"Triton {TRITON_VERSION}'s tl.dot takes no float64 operands (Triton 3.5 and later do)")
 
 # Tolerances of float32 results against a float64 reference (or another float32 path), by how the
 # products were computed:

@@ -10,7 +10,7 @@ import torch
 from mmvisattn.ops.linear_angular import (angular_kernel_reference, linear_angular_attention,
                                           linear_angular_attention_reference)
 
-from ..conftest import KERNEL_DEVICE, kernel_tolerance
+from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance
 
 
 def inputs(batch=2, heads=3, tokens=17, dims=8, value_dims=8, device='cpu'):
@@ -53,6 +53,7 @@ def test_dense_form_equals_explicit_kernel(tokens, dims, value_dims):
         torch.testing.assert_close(a, b, **tolerance)
 
 
+@float64_dot
 def test_dense_gradcheck_in_float64():
     """The kernel in float64 (only this test passes it float64, under the interpreter on CPU) with the
     backward's products: more queries than keys, each over a partial block."""

@@ -14,7 +14,7 @@ from mmvisattn.ops.masked_softmax.dense import masked_softmax_attention_dense
 from mmvisattn.ops.masked_softmax.pytorch import masked_softmax_attention_torch
 from mmvisattn.ops.utils.dispatch import Request
 
-from ..conftest import KERNEL_DEVICE, kernel_tolerance
+from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance
 
 
 def qkv(queries, keys, dtype=torch.float64, scale=1.0, seed=0):
@@ -88,6 +88,7 @@ def test_triton_equals_the_literal_form_in_value_and_gradients(queries, keys, di
         torch.testing.assert_close(a, b, **tolerance)
 
 
+@float64_dot
 def test_triton_gradcheck_in_float64():
     """Both backward kernels in float64 (only this test passes them float64, under the interpreter on CPU):
     70 queries and 40 keys, each over a partial block, no weight within 5e-5 of the threshold (the

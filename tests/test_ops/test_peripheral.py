@@ -13,7 +13,7 @@ from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_atten
                                       position_logits)
 from mmvisattn.ops.peripheral import position
 
-from ..conftest import KERNEL_DEVICE, kernel_tolerance, saved_elements
+from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance, saved_elements
 
 
 def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64, device='cpu'):
@@ -72,6 +72,7 @@ def test_triton_equals_reference_forward_and_gradients(batch, tokens, dims):
         torch.testing.assert_close(a, b, **tolerance)
 
 
+@float64_dot
 def test_triton_gradcheck_float64():
     """The flash backward's three kernels in float64 (which only this test passes them, under the
     interpreter on CPU), two images summed into the shared bias's gradient, 40 tokens: two blocks with

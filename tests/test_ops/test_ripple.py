@@ -16,7 +16,7 @@ from mmvisattn.ops.ripple.pytorch import TILED
 from mmvisattn.ops.ripple.triton import TRITON_WEIGHTS
 from mmvisattn.ops.ripple.weights import query_reach, ring_weights_reference
 
-from ..conftest import KERNEL_DEVICE, kernel_tolerance
+from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance
 
 
 def inputs(hw_shape, r_max, batch=2, heads=3, dims=4, value_dims=5, dtype=torch.float64, scale=2.0, device='cpu'):
@@ -132,6 +132,7 @@ def test_fused_equals_reference(height, width, r_max, tau, dims):
                              tol=kernel_tolerance(KERNEL_DEVICE), batch=2, heads=2, dims=dims, device=KERNEL_DEVICE)
 
 
+@float64_dot
 def test_gradcheck_fused_forward_with_its_backward():
     """The kernel's forward (float64 under the interpreter) with the dense blocks' backward, the weight
     table a leaf: 70 queries over two blocks, heads 3 and values 5 wide."""

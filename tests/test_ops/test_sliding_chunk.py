@@ -27,7 +27,7 @@ from mmvisattn.ops.sliding_chunk.layout import slot_tables
 from mmvisattn.ops.sliding_chunk.pytorch import chunk_groups
 
 
-from ..conftest import KERNEL_DEVICE, kernel_tolerance, saved_elements
+from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance, saved_elements
 
 
 def make_inputs(batch=2, heads=2, num_global=1, hw=(5, 7), dims=4, window=2, rel_pos=True, dtype=torch.float64,
@@ -143,7 +143,7 @@ def test_dense_refuses_keys_visited_twice():
     with pytest.raises(ValueError, match=r"impl='dense' with masking='cyclic' on a 3x10 map of window 3 visits "
                                          r"some keys twice; expected impl='torch' there"):
         sliding_chunk_attention(q, k, v, (3, 10), 3, 1, 'cyclic', rel_pos=tables, impl='dense')
-    assert not dense_is_faster((3, 10), 3, 1, 'cyclic', 0, q.device)
+    assert not dense_is_faster((3, 10), 3, 1, 'cyclic', 0)
 
 
 @pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
@@ -270,10 +270,9 @@ def test_saved_tensors_grow_linearly_like_sdpa(impl, masking):
 def test_auto_follows_the_measured_crossover(monkeypatch):
     """On CPU ``auto`` runs the dense form while the map holds at most 0.8 of a query's slots (w 7, one
     global token, mode 0: 353 of 442 tokens, 19x18), the C++ sliding chunks beyond; ``impl`` forces any."""
-    cpu = torch.device('cpu')
-    assert dense_is_faster((18, 18), 7, 1, 'chunk', 0, cpu) and dense_is_faster((19, 18), 7, 1, 'chunk', 0, cpu) \
-        and not dense_is_faster((19, 19), 7, 1, 'chunk', 0, cpu)
-    assert dense_is_faster((6, 6), 7, 0, 'chunk', -1, cpu) and not dense_is_faster((6, 7), 7, 0, 'chunk', -1, cpu)
+    assert dense_is_faster((18, 18), 7, 1, 'chunk', 0) and dense_is_faster((19, 18), 7, 1, 'chunk', 0) \
+        and not dense_is_faster((19, 19), 7, 1, 'chunk', 0)
+    assert dense_is_faster((6, 6), 7, 0, 'chunk', -1) and not dense_is_faster((6, 7), 7, 0, 'chunk', -1)
     picked = []
     # stand-ins that record the path and return their queries (shaped as each path's output)
     monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_attention_dense',
@@ -382,6 +381,7 @@ def test_triton_odd_grids_and_key_blocks(hw, window, masking):
                              tol=kernel_tolerance(KERNEL_DEVICE), batch=2, device=KERNEL_DEVICE)
 
 
+@float64_dot
 def test_triton_gradcheck_float64():
     """The kernels' hand-written backward in float64 (which the op refuses: only this test passes it, to the
     kernels' function), gradcheck's fast mode (random projections of the Jacobian: the interpreter is slow),

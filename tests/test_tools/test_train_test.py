@@ -35,7 +35,7 @@ def warnings_of_ours(done) -> list:
     """Python warnings a run printed from this repository's code (not from the installed packages)."""
     located = re.findall(r'^(\S+\.py):\d+: (\w*Warning)', done.stdout + done.stderr, flags=re.MULTILINE)
     return [(path, kind) for path, kind in located
-            if Path(path).resolve().is_relative_to(REPO) and '.venv' not in Path(path).parts]
+            if Path(path).resolve().is_relative_to(REPO) and 'site-packages' not in Path(path).parts]
 
 
 @pytest.fixture(scope='module')

@@ -85,7 +85,7 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
         return position_logits_reference(params, hw_shape, eps)
     if impl == 'triton':
         from .position_triton import position_window_logits
-        return position_window_logits(first_projection(params, hw_shape), *params[4:], hw_shape, eps)
+        return position_window_logits(first_projection(params, hw_shape), *params.window_params(), hw_shape, eps)
     return _position_logits_torch(params, hw_shape, eps)
 
 

@@ -15,7 +15,7 @@ official code) are never formed. The windows, the second projection and its norm
 (H + 2P) x (W + 2P)`` numbers) exist for one chunk of queries at a time on large maps, recomputed in
 the backward. The literal form is ``reference.position_logits_reference``.
 """
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,16 @@ class PositionParams(NamedTuple):
     conv2_bias: Tensor
     norm2_weight: Tensor
     norm2_bias: Tensor
+
+    # by name, not sliced: torch 2.6's dynamo fails on a slice of a NamedTuple
+    def first_projection_params(self) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The parameters of the first projection: ``R``'s weight and bias, the first convolution's."""
+        return self.distance_weight, self.distance_bias, self.conv1_weight, self.conv1_bias
+
+    def window_params(self) -> Tuple[Tensor, ...]:
+        """The parameters applied per query window: the first norm, the second projection and its norm."""
+        return (self.norm1_weight, self.norm1_bias, self.conv2_weight, self.conv2_bias, self.norm2_weight,
+                self.norm2_bias)
 
 
 def peripheral_padding(kernel_size: int) -> int:
@@ -118,7 +128,7 @@ def first_projection(params: PositionParams, hw_shape: Sequence[int]) -> Tensor:
     height, width = hw_shape
     kernel_size = int(params.conv1_weight.shape[-1])  # a 0-d tensor under tracing, which unfold refuses
     with no_autocast(params.conv1_weight.device.type):
-        distance_weight, distance_bias, weight, bias = upcast(*params[:4])
+        distance_weight, distance_bias, weight, bias = upcast(*params.first_projection_params())
         distances = relative_distances(height, width, peripheral_padding(kernel_size), weight)
         weighted = distances * distance_weight.view(-1, 1, 1) + distance_bias.view(-1, 1, 1)
         taps = F.unfold(weighted.unsqueeze(0), kernel_size)[0]
@@ -156,7 +166,7 @@ def _row_logits(rows: slice, relative: Tensor, params: PositionParams, hw_shape:
     """``(heads, n W, HW)`` logits of the queries of ``n`` query ``rows`` from the ``(D_hid, 2H - 1 + P,
     2W - 1 + P)`` first projection: each query's window cropped, normalised, the second projection
     and its norm; in float32 (half parameters upcast) but for the second projection under autocast."""
-    norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight, norm2_bias = upcast(*params[4:])
+    norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight, norm2_bias = upcast(*params.window_params())
     hidden = query_windows(relative, hw_shape, rows)
     hidden = F.relu(instance_norm(hidden, norm1_weight, norm1_bias, eps))
     # the second projection in channels-last memory: few channels over many windows, where CPU

@@ -6,7 +6,6 @@ memory, no summed-area tables and no local/global split.
 """
 from typing import Sequence
 
-import torch
 from torch import Tensor
 
 from ..utils.amp import float32_math

@@ -32,7 +32,6 @@ inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the s
 from numbers import Integral
 from typing import Optional, Sequence
 
-import torch
 from torch import Tensor
 
 from ..utils.dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
@@ -55,8 +54,7 @@ def _dense_refusal(request: Request) -> Optional[str]:
     if request.fact('mode') == 'drawn':
         return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
     hw_shape, window, num_global = request.fact('hw_shape'), request.fact('window'), request.fact('num_global')
-    if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode'),
-                           torch.device('cpu')):
+    if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode')):
         slots = query_slots(window, num_global, request.fact('mode'))
         return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {slots} slots a query: past the '
                 'crossover where the sliding chunks are faster (or some keys are visited twice)')

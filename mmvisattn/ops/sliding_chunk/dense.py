@@ -41,28 +41,36 @@ def query_slots(window: int, num_global: int, mode: int) -> int:
     return num_global + len(visited_neighbours(mode)) * window * window
 
 
-def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int,
-                    device: torch.device) -> bool:
+def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int) -> bool:
     """Whether ``auto`` runs the dense form on CPU: the map holds at most :data:`DENSE_SHARE` of a
     query's slots and every allowed pair is visited once."""
     return (num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global, mode)
-            and pair_index(tuple(hw_shape), window, num_global, masking, mode, device) is not None)
+            and visits_once(tuple(hw_shape), window, masking, mode))
+
+
+@torch.compiler.assume_constant_result  # of the layout alone; a tensor read back would break torch.compile's graph
+def visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int) -> bool:
+    """Whether the layout visits every allowed key of a local query once (cyclic wrapping on a grid of
+    fewer than three chunks visits some twice)."""
+    return _visits_once(hw_shape, window, masking, mode)
+
+
+@lru_cache(maxsize=16)
+def _visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int) -> bool:
+    visits = sum(match.long() for match, _ in visited_pairs(hw_shape, window, masking, mode, torch.device('cpu')))
+    return bool((visits <= 1).all())
 
 
 @lru_cache(maxsize=16)
 def pair_index(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
-               device: torch.device) -> Optional[Tensor]:
-    """``(G + N, G + N)`` position of every pair's bias in a head's row of :func:`bias_rows`, or ``None``
-    where some key is visited twice. Cached: a map size recurs in every layer and every step."""
+               device: torch.device) -> Tensor:
+    """``(G + N, G + N)`` position of every pair's bias in a head's row of :func:`bias_rows`, for a
+    layout that :func:`visits_once`. Cached: a map size recurs in every layer and every step."""
     tokens, side = hw_shape[0] * hw_shape[1], 4 * window - 1
     forbidden = side * side + 2 * num_global + num_global ** 2 + 1
     local = torch.full((tokens, tokens), forbidden, dtype=torch.long, device=device)
-    visits = torch.zeros(tokens, tokens, dtype=torch.long, device=device)
     for match, rel in visited_pairs(hw_shape, window, masking, mode, device):
         local = torch.where(match, rel, local)
-        visits += match
-    if bool((visits > 1).any()):
-        return None
     if num_global == 0:
         return local
     glob = torch.arange(num_global, device=device)
@@ -112,10 +120,10 @@ def sliding_chunk_attention_dense(q: Tensor, k: Tensor, v: Tensor, hw_shape: Seq
                                   num_global: int, masking: str, mode: int,
                                   rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
     """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (arguments checked)."""
-    index = pair_index(tuple(hw_shape), window, num_global, masking, mode, q.device)
-    if index is None:
+    if not visits_once(tuple(hw_shape), window, masking, mode):
         raise ValueError(f"sliding_chunk_attention: impl='dense' with masking={masking!r} on a "
                          f'{hw_shape[0]}x{hw_shape[1]} map of window {window} visits some keys twice; '
                          "expected impl='torch' there")
+    index = pair_index(tuple(hw_shape), window, num_global, masking, mode, q.device)
     bias = apply_function(GatherBias, bias_rows(rel_pos, window, num_global, q.shape[1], q), index)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

@@ -30,23 +30,33 @@ from torch import Tensor
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
+# Devices with autocast in every torch of the range. Asking torch only about the others keeps torch.compile's
+# graph whole: torch 2.6's dynamo cannot trace ``torch.amp.is_autocast_available`` and breaks the graph there.
+AUTOCAST_DEVICES = ('cpu', 'cuda')
+
+
+def has_autocast(device_type: str) -> bool:
+    """Whether ``device_type`` has autocast (``meta``, where tools run models with no data, has none)."""
+    return device_type in AUTOCAST_DEVICES or torch.amp.is_autocast_available(device_type)
+
+
 def no_autocast(device_type: str) -> ContextManager:
     """Autocast disabled on ``device_type``; nothing to disable where the device has no autocast."""
-    if torch.amp.is_autocast_available(device_type):
+    if has_autocast(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
 
 
 def autocast_state(device_type: str) -> Tuple[str, torch.dtype, bool]:
     """``(device type, autocast dtype, enabled)`` of ``device_type`` now, for :func:`restore_autocast`."""
-    if torch.amp.is_autocast_available(device_type):
+    if has_autocast(device_type):
         return device_type, torch.get_autocast_dtype(device_type), torch.is_autocast_enabled(device_type)
     return device_type, torch.float32, False
 
 
 def restore_autocast(state: Tuple[str, torch.dtype, bool]) -> ContextManager:
     """Autocast as :func:`autocast_state` recorded it (a recomputation replays its forward's)."""
-    if torch.amp.is_autocast_available(state[0]):
+    if has_autocast(state[0]):
         return torch.autocast(state[0], state[1], enabled=state[2])
     return contextlib.nullcontext()
 

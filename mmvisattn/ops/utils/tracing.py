@@ -7,8 +7,8 @@ as plain ops, with a context that keeps nothing: the same arithmetic, one copy o
 sliding-chunk and RWGK ops have their own traced forms, whole-tensor formulas: their Functions
 write slice by slice into preallocated outputs.)
 """
-from contextlib import contextmanager
-from typing import Any, Iterator, Type
+from contextlib import nullcontext
+from typing import Any, ContextManager, Type
 
 import torch
 
@@ -34,18 +34,21 @@ def apply_function(function: Type[torch.autograd.Function], *args: Any) -> Any:
     return function.apply(*args)
 
 
-@contextmanager
-def onnx_constants() -> Iterator[None]:
+class _TracingPaused:
+    """The context of :func:`onnx_constants` under ONNX export: the tracer's state set aside, then restored."""
+
+    def __enter__(self) -> None:
+        self.state = torch._C._get_tracing_state()
+        torch._C._set_tracing_state(None)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        torch._C._set_tracing_state(self.state)
+
+
+def onnx_constants() -> ContextManager:
     """Under ONNX export, tracing paused: what is computed inside enters the graph as constants. For
     tensors of the weights and the map size alone (PerViT's position attention, ripple attention's ring
     index), which a model exported for one input size holds as initializers. Other tracing (mmengine's
-    FLOP counter) records them as usual."""
-    if not torch.onnx.is_in_onnx_export():
-        yield
-        return
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)
-    try:
-        yield
-    finally:
-        torch._C._set_tracing_state(state)
+    FLOP counter) records them as usual. Outside export a ``nullcontext``, which torch.compile traces
+    through in every torch of the range (torch 2.6's dynamo cannot enter a generator's context)."""
+    return _TracingPaused() if torch.onnx.is_in_onnx_export() else nullcontext()
