@@ -90,8 +90,9 @@ def device(request) -> torch.device:
 
 
 def tool_env() -> dict:
-    """The environment of a tool subprocess: this interpreter's venv first on PATH."""
-    env = dict(os.environ)
+    """The environment of a tool subprocess: this interpreter's venv first on PATH, and this interpreter the
+    launch scripts' ``PYTHON`` (tools/pick_python.sh would take the checkout's .venv, not .venv-oldest)."""
+    env = dict(os.environ, PYTHON=sys.executable)
     env['PATH'] = f'{Path(sys.executable).parent}{os.pathsep}{env.get("PATH", "")}'
     env.setdefault('OMP_NUM_THREADS', str(THREADS))
     return env

@@ -137,7 +137,7 @@ def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> Optional
         await_rank_0(host, port, rank, world_size, timeout)
     try:
         return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
-    except dist.DistNetworkError as error:
+    except RuntimeError as error:  # DistNetworkError from torch 2.7 on, a plain RuntimeError before
         if 'EADDRINUSE' not in str(error):
             raise
         raise SystemExit(f'error: MASTER_PORT {port} on {host} is taken by another program (EADDRINUSE); set '

@@ -27,11 +27,13 @@ spills, compile time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on
 memory above the architecture's per-block limit, on register spills, or on a kernel of the package
 that no launch reached (neither launched nor called from a launched kernel). The tool unsets
 ``TRITON_INTERPRET`` before triton loads (the interpreter compiles nothing); :func:`main` refuses a
-process where it was set when the kernels were made.
+process where it was set when the kernels were made. The recorder follows Triton's own launch path
+(``triton.knobs``, ``JITFunction._pack_args``: Triton 3.6 and 3.9 have them); an older Triton is refused in one line.
 """
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -53,6 +55,21 @@ DTYPES = ('float32', 'float16', 'bfloat16')
 GRIDS = ((16, 16), (13, 11))  # token counts divisible by 16 and not: both specialisations
 # Backbones whose sizes the papers give but which no detection or segmentation config builds
 EXTRA_MODELS = {'DeiT-Ripple': dict(type='DeiTRipple'), 'PerViT-M': dict(type='PerViT', arch='medium')}
+
+
+# What JITFunction.run passes from triton.knobs.compilation to the compiler, where the release has it
+RUN_KNOBS = ('instrumentation_mode', 'fpsan_homomorphic_casts')
+
+
+def unsupported_triton() -> Optional[str]:
+    """Why the installed Triton's launch path is not the one :class:`LaunchRecorder` follows (``triton.knobs``
+    and ``JITFunction._pack_args``), or ``None``."""
+    import triton
+    from triton.runtime.jit import JITFunction
+    if importlib.util.find_spec('triton.knobs') is None or not hasattr(JITFunction, '_pack_args'):
+        return (f'Triton {triton.__version__} launches kernels without triton.knobs and JITFunction._pack_args, '
+                'the launch path this tool records (Triton 3.6 and 3.9 have both)')
+    return None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -137,9 +154,9 @@ class LaunchRecorder:
     def add(self, kernel, args: tuple, kwargs: dict) -> None:
         from triton import knobs
         from triton.runtime.jit import create_function_from_signature
-        kwargs = dict(kwargs, debug=kwargs.get('debug', kernel.debug) or knobs.runtime.debug,
-                      instrumentation_mode=knobs.compilation.instrumentation_mode,
-                      fpsan_homomorphic_casts=knobs.compilation.fpsan_homomorphic_casts)  # as JITFunction.run
+        # the options JITFunction.run adds from the compilation knobs, those of this Triton's release
+        knobbed = {name: getattr(knobs.compilation, name) for name in RUN_KNOBS if hasattr(knobs.compilation, name)}
+        kwargs = dict(kwargs, debug=kwargs.get('debug', kernel.debug) or knobs.runtime.debug, **knobbed)
         for arch, backend in self.backends.items():
             binder = create_function_from_signature(kernel.signature, kernel.params, backend)
             bound, specialization, options = binder(*args, **kwargs)
@@ -324,6 +341,9 @@ def main(argv=None) -> int:
     if os.environ.get('TRITON_INTERPRET', '0') not in ('', '0'):
         sys.exit('error: TRITON_INTERPRET is set, so the kernels are interpreted ones; run '
                  'tools/analysis_tools/compile_kernels.py, which unsets it before triton loads')
+    reason = unsupported_triton()
+    if reason is not None:
+        sys.exit(f'error: {reason}')
     with tempfile.TemporaryDirectory() as cache:
         os.environ['TRITON_CACHE_DIR'] = cache  # a fresh cache: every launch is really compiled
         import mmvisattn  # noqa: F401  (registers the models)

@@ -5,10 +5,13 @@ import json
 import re
 from importlib import import_module
 
+import pytest
+
+from mmvisattn.proof.compile_kernels import main, unsupported_triton
+
 from ..conftest import REPO, run_tool
 
 TOOL = 'tools/analysis_tools/compile_kernels.py'
-
 
 
 def jit_functions_in_source() -> int:
@@ -24,6 +27,17 @@ NEW_KERNELS = (*FLASH_BACKWARD, 'masked_softmax.triton._forward', 'linear_angula
 FUSED_RIPPLE = ('ripple.fused._forward', 'ripple.fused._grad_queries', 'ripple.fused._grad_keys')
 
 
+def test_a_triton_without_the_recorded_launch_path_is_refused_in_one_line(monkeypatch, tmp_path):
+    from triton.runtime.jit import JITFunction
+    monkeypatch.delattr(JITFunction, '_pack_args', raising=False)
+    monkeypatch.delenv('TRITON_INTERPRET', raising=False)
+    with pytest.raises(SystemExit, match=r'^error: Triton \S+ launches kernels without triton.knobs and '
+                                         r'JITFunction._pack_args, the launch path this tool records'):
+        main(['--out-dir', str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(unsupported_triton() is not None, reason=str(unsupported_triton()))
 def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     # one config suffices for coverage: every attention type with a Triton implementation is also
     # recorded at the widest head its op accepts

@@ -11,6 +11,7 @@ Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Fun
 is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
 it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
 """
+from types import EllipsisType
 from typing import Callable, Iterator, Optional, Tuple, Union
 
 import torch
@@ -30,19 +31,23 @@ def _softmax_backward(probs: Tensor, grad: Tensor) -> Tensor:
     return grad.sub_(row).mul_(probs)
 
 
-def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Union[int, slice], Union[int, slice], slice]]:
-    """``(images, anchor images, heads)`` slices of ``(B, h, N, d)`` whose graphs hold at most the
-    device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of :data:`GRAPH_BUDGET`): the whole
-    batch where it fits, else one image and a run of heads at a time; the anchor image is 0 where one
-    set of anchors serves all images."""
+Index = Union[EllipsisType, Tuple[int, slice]]
+
+
+def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Index, Index]]:
+    """Indices ``(images and heads, anchor images and heads)`` of slices of ``(B, h, N, d)`` whose graphs
+    hold at most the device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of
+    :data:`GRAPH_BUDGET`): ``...`` (one aten call, where ``[:, :]`` is two on some torch releases) for the whole
+    batch where it fits, else one image and a run of heads at a time; the anchor image is 0 where one set of
+    anchors serves all images."""
     batch, heads, tokens = q.shape[:3]
     budget = step_budget(GRAPH_BUDGET, q.device)
     if batch * heads * tokens * anchor.shape[-2] <= budget:
-        yield slice(None), slice(None), slice(None)
+        yield ..., ...
         return
     for image in range(batch):
         for part in runs(heads, max(1, budget // max(1, tokens * anchor.shape[-2]))):
-            yield image, 0 if anchor.shape[0] == 1 else image, part
+            yield (image, part), (0 if anchor.shape[0] == 1 else image, part)
 
 
 def solve(system: Tensor, rhs: Tensor) -> Tensor:
@@ -102,10 +107,9 @@ class RandomWalkAttention(torch.autograd.Function):
         out = q.new_empty(q.shape)
         system = q.new_empty(*q.shape[:2], anchors, anchors)
         walked = q.new_empty(*q.shape[:2], anchors, v.shape[-1])
-        for image, shared, heads in _slices(q, anchor_q):
-            out[image, heads], system[image, heads], walked[image, heads] = random_walk(
-                q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads], anchor_k[shared, heads],
-                lam)
+        for part, anchors_part in _slices(q, anchor_q):
+            out[part], system[part], walked[part] = random_walk(
+                q[part], k[part], v[part], anchor_q[anchors_part], anchor_k[anchors_part], lam)
         ctx.save_for_backward(*inputs, system, walked)
         ctx.lam = lam
         return out.to(inputs[0].dtype)
@@ -117,14 +121,13 @@ class RandomWalkAttention(torch.autograd.Function):
         q, k, v, anchor_q, anchor_k, grad_out = upcast(*inputs, grad_out)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grad_anchor_q, grad_anchor_k = torch.zeros_like(anchor_q), torch.zeros_like(anchor_k)
-        for image, shared, heads in _slices(q, anchor_q):
-            grads = _backward_slice(q[image, heads], k[image, heads], v[image, heads], anchor_q[shared, heads],
-                                    anchor_k[shared, heads], system[image, heads], walked[image, heads],
-                                    grad_out[image, heads], ctx.lam)
-            grad_q[image, heads], grad_k[image, heads], grad_v[image, heads] = grads[:3]
+        for part, anchors_part in _slices(q, anchor_q):
+            grads = _backward_slice(q[part], k[part], v[part], anchor_q[anchors_part], anchor_k[anchors_part],
+                                    system[part], walked[part], grad_out[part], ctx.lam)
+            grad_q[part], grad_k[part], grad_v[part] = grads[:3]
             # summed over the images that share one set of anchors
-            grad_anchor_q[shared, heads] += grads[3].sum_to_size(grad_anchor_q[shared, heads].shape)
-            grad_anchor_k[shared, heads] += grads[4].sum_to_size(grad_anchor_k[shared, heads].shape)
+            grad_anchor_q[anchors_part] += grads[3].sum_to_size(grad_anchor_q[anchors_part].shape)
+            grad_anchor_k[anchors_part] += grads[4].sum_to_size(grad_anchor_k[anchors_part].shape)
         grads = (grad_q, grad_k, grad_v, grad_anchor_q, grad_anchor_k)
         return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None)
 
