@@ -12,6 +12,7 @@ from mmvisattn.proof.compile_kernels import main, unsupported_triton
 from ..conftest import REPO, run_tool
 
 TOOL = 'tools/analysis_tools/compile_kernels.py'
+needs_launch_path = pytest.mark.skipif(unsupported_triton() is not None, reason=str(unsupported_triton()))
 
 
 def jit_functions_in_source() -> int:
@@ -37,7 +38,7 @@ def test_a_triton_without_the_recorded_launch_path_is_refused_in_one_line(monkey
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(unsupported_triton() is not None, reason=str(unsupported_triton()))
+@needs_launch_path
 def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     # one config suffices for coverage: every attention type with a Triton implementation is also
     # recorded at the widest head its op accepts
@@ -100,6 +101,10 @@ def test_unknown_arch_and_dtype_are_one_line(tmp_path):
     assert 'Traceback' not in done.stderr
     done = run_tool([TOOL, '--dtypes', 'float64', '--out-dir', tmp_path], cwd=tmp_path, check=False)
     assert done.returncode == 2 and 'unknown --dtypes float64; known: float32 float16 bfloat16' in done.stderr
+
+
+@needs_launch_path
+def test_a_file_that_builds_no_model_is_one_line(tmp_path):
     not_a_config = tmp_path / 'notes.py'
     not_a_config.write_text('x = 1\n')
     done = run_tool([TOOL, '--configs', not_a_config, '--out-dir', tmp_path], cwd=tmp_path, check=False)
