@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
@@ -56,12 +56,19 @@ DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
 # Where the Triton kernels run: compiled on CUDA, or interpreted on CPU tensors without a GPU.
 KERNEL_DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
+
+def release(version: str) -> Tuple[int, int]:
+    """``(major, minor)`` of a version string such as ``'2.6.0+cu124'``, to compare with a release."""
+    major, minor = version.split('+')[0].split('.')[:2]
+    return int(major), int(minor)
+
+
 # The kernels' float64 gradchecks (their hand-written backwards, under the interpreter) need float64 operands of
 # `tl.dot`, which Triton takes from 3.5 on (the oldest torch of the range, 2.6, comes with Triton 3.2).
 TRITON_VERSION = importlib.metadata.version('triton') if importlib.util.find_spec('triton') else None
-float64_dot = pytest.mark.skipif(
-    TRITON_VERSION is not None and tuple(int(part) for part in TRITON_VERSION.split('.')[:2]) < (3, 5),
-    reason=f"Triton {TRITON_VERSION}'s tl.dot takes no float64 operands (Triton 3.5 and later do)")
+float64_dot = pytest.mark.skipif(TRITON_VERSION is not None and release(TRITON_VERSION) < (3, 5),
+                                 reason=f"Triton {TRITON_VERSION}'s tl.dot takes no float64 operands "
+                                        '(Triton 3.5 and later do)')
 
 # Tolerances of float32 results against a float64 reference (or another float32 path), by how the
 # products were computed:

@@ -23,7 +23,7 @@ import mmvisattn  # noqa: F401  (applies the allowlist)
 from mmvisattn.compat import (ADDITIONS, FIXES, PATCHES, SKIP_VARIABLE, TOOL_PATCHES, history_buffer_statistic,
                               runner_checkpoint_globals)
 
-from .conftest import REPO, run_command, tool_env
+from .conftest import REPO, release, run_command, tool_env
 from .patch_triggers import TRIGGERS
 
 
@@ -403,7 +403,7 @@ def outcomes_without_patches(tmp_path_factory) -> dict:
 
 # The patches whose defect only some releases of the declared range have (docs/advanced/compat.md): where this
 # torch has it not, the trigger runs without the patch, and the test says so instead of failing
-TORCH = tuple(int(part) for part in torch.__version__.split('+')[0].split('.')[:2])
+TORCH = release(torch.__version__)
 DEFECT_WHERE = dict(
     export_onnx_with_torchscript=('torch >= 2.9, whose torch.onnx.export defaults to dynamo', TORCH >= (2, 9)),
     restore_onnx_cast_long=('torch >= 2.13, which removed _cast_Long', TORCH >= (2, 13)),

@@ -12,7 +12,8 @@ from mmvisattn.proof.compile_kernels import main, unsupported_triton
 from ..conftest import REPO, run_tool
 
 TOOL = 'tools/analysis_tools/compile_kernels.py'
-needs_launch_path = pytest.mark.skipif(unsupported_triton() is not None, reason=str(unsupported_triton()))
+LAUNCH_PATH_MISSING = unsupported_triton()
+needs_launch_path = pytest.mark.skipif(LAUNCH_PATH_MISSING is not None, reason=str(LAUNCH_PATH_MISSING))
 
 
 def jit_functions_in_source() -> int:
