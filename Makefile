@@ -9,6 +9,7 @@ OLDEST_VENV  ?= .venv-oldest
 OLDEST_RECORD ?= work_dirs/tests-oldest/durations.json
 TEST_WORKERS ?= 2
 TEST_RECORD  ?= work_dirs/tests/durations.json
+LAB_RECORD   ?= work_dirs/tests-lab/durations.json
 PEERS_DIR    ?=
 BENCH_ARGS   ?=
 STOCK_ARGS   ?=
@@ -29,7 +30,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install docs test test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
+.PHONY: install docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
 	gpu-proof-models-smoke kernels bench bench-models bench-deploy demo clean
 
 install:
@@ -40,10 +41,18 @@ install:
 docs: install
 	$(PYTHON) -m sphinx -b html -W --keep-going -q docs $(DOCS_OUT)
 
-# on TEST_WORKERS pytest-xdist workers (the tests of one xdist_group on one); the suite's wall time and slowest tests recorded in TEST_RECORD
+# the library's tests on TEST_WORKERS pytest-xdist workers (the tests of one xdist_group on one); the suite's wall
+# time and slowest tests recorded in TEST_RECORD
 test: install
-	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow" \
+	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "not slow and not lab" \
 		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(TEST_RECORD) $(PYTEST_ARGS)
+
+# the maintainers' checks (tests/lab and the Slurm cluster's): the experimental kernels, the GPU proofs' CPU runs,
+# the kernels' ahead-of-time compile, the step audits, the benchmarks and records, the GPU wheelhouse, mmdeploy's
+# own tools, OpenMMLab's own suites with mmvisattn imported; .ci/run runs it after make test
+test-lab: install
+	TRITON_INTERPRET=$(INTERPRET) PATH="$(CURDIR)/.venv/bin:$$PATH" $(PYTHON) -m pytest tests -m "lab and not slow" \
+		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(LAB_RECORD) $(PYTEST_ARGS)
 
 # the same suite on the oldest torch the package declares (requirements/oldest.txt: torch 2.6.0), in $(OLDEST_VENV),
 # made and cached as make install makes .venv (mmcv compiled against that torch, for the CPU); what needs a newer

@@ -29,7 +29,7 @@ from typing import Callable, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from mmvisattn.benchmarks.official_code import (CASTLING, PERVIT, SMCA, VIL, checkout_on_path, commit_of,
+from lab.bench.official_code import (CASTLING, PERVIT, SMCA, VIL, checkout_on_path, commit_of,
                                                 cuda_calls_stay_on_cpu, default_dtype, import_file, stub_timm)
 
 REPOS = (VIL, SMCA, PERVIT, CASTLING)

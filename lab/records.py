@@ -1,7 +1,7 @@
 """The records' tables, as the docs build renders them (``docs/_ext/records.py``) and
 ``tools/analysis_tools/gpu_records.py`` prints them: the newest GPU record of each kind and GPU, the
-CPU records newest first, and where the newest GPU records disagree with the tables ``auto`` follows.
-Their schema: :mod:`mmvisattn.benchmarks.records`.
+CPU records newest first.
+Their schema: :mod:`lab.bench.records`.
 
     python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
 """
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from mmvisattn.proof.records import fastest_rows, goals_table, number, shown, unrecorded_crossovers
+from lab.proof.records import goals_table, number, shown
 
 
 def cpu_stamp(record: Dict) -> str:
@@ -38,32 +38,6 @@ def newest(records_dir: Path, kind: str) -> List[Dict]:
                                                                        by_gpu[data['gpu']]['_file']):
             by_gpu[data['gpu']] = dict(data, _file=path.name)
     return [by_gpu[gpu] for gpu in sorted(by_gpu)]
-
-
-def measured_fastest(records: Sequence[Dict]) -> Dict[Tuple[str, str], Dict]:
-    """``(op, layer) -> {impl, gpu, date}``: each op's own fastest implementation at each layer
-    (least forward + backward time, SDPA left out) in the newest of ``records`` that times the layer
-    (:func:`newest`'s records; where GPUs disagree, the newest record wins)."""
-    fastest: Dict[Tuple[str, str], Dict] = {}
-    for data in sorted(records, key=lambda data: (data['date'], data.get('_file', ''))):
-        fastest.update({key: dict(impl=row['impl'], gpu=data['gpu'], date=data['date'])
-                        for key, row in fastest_rows(data).items()})
-    return fastest
-
-
-def crossover_disagreements(records_dir: Path, table: Dict[str, Dict[str, int]]) -> List[str]:
-    """:func:`unrecorded_crossovers` of the newest proof record of each GPU that swept them."""
-    return [line for data in newest(records_dir, 'proof') if data.get('crossovers')
-            for line in unrecorded_crossovers(data['crossovers'], table, data['gpu'])]
-
-
-def auto_disagreements(records_dir: Path, fastest_on_cuda: Dict[Tuple[str, str], str]) -> List[str]:
-    """A line per layer where the newest proof records measured another fastest implementation than
-    ``fastest_on_cuda`` (:data:`mmvisattn.proof.cases.FASTEST_ON_CUDA`, which auto's CUDA order follows)."""
-    return [f'{op} at {layer}: {found["impl"]} measured fastest on {found["gpu"]} ({found["date"]}); '
-            f'FASTEST_ON_CUDA says {fastest_on_cuda.get((op, layer))}'
-            for (op, layer), found in sorted(measured_fastest(newest(records_dir, 'proof')).items())
-            if fastest_on_cuda.get((op, layer)) != found['impl']]
 
 
 def notes(data: Dict) -> List[str]:

@@ -13,7 +13,7 @@ come pre-imported, as ``register_all_modules`` would import them anyway. Runs th
 read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
 A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER`` and, in ``$MMVISATTN_PYTHON_RUNNER``, this module's
 :func:`run_python` as the runner of the package's measurement children
-(:func:`mmvisattn.benchmarks.processes.run_python`), so that they are forked from the server too.
+(:func:`lab.bench.processes.run_python`), so that they are forked from the server too.
 
 Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
 ``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
@@ -46,7 +46,7 @@ PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engi
 
 # where a run forked from a server finds it (:func:`run_python`)
 SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
-# the package's measurements start their children through the runner this names (mmvisattn.benchmarks.processes)
+# the package's measurements start their children through the runner this names (lab.bench.processes)
 # (named here, not imported: the server never imports mmvisattn; the runner by its module's name, as the server
 # itself runs as __main__)
 RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'
@@ -244,7 +244,7 @@ class ToolServer:
 
 def run_python(args: List[str], timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
                cwd: Optional[Path] = None, output: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """``python args`` (a script or ``-m module``), as :func:`mmvisattn.benchmarks.processes.run_python` runs
+    """``python args`` (a script or ``-m module``), as :func:`lab.bench.processes.run_python` runs
     it: forked from the tool server this process was forked from, where
     ``env`` keeps its start-up variables, else a fresh interpreter."""
     env = dict(os.environ if env is None else env)
@@ -253,7 +253,7 @@ def run_python(args: List[str], timeout: Optional[float] = None, env: Optional[D
     server = ToolServer.of_this_run()
     if server is not None and server.serves(env):
         return server.run(command, timeout or CHILD_TIMEOUT, Path(cwd or os.getcwd()), env, output)
-    from mmvisattn.benchmarks.processes import run_fresh  # a client's: the package is imported there
+    from lab.bench.processes import run_fresh  # a client's: the package is imported there
     return run_fresh(args, timeout, env, cwd, output)
 
 

@@ -4,13 +4,15 @@ command-line tools as a user calls them (a subprocess in a scratch working direc
 
 This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
 not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Iterator, List, Tuple
+from unittest import mock
 
 import pytest
 
@@ -46,9 +48,16 @@ MODEL_CONFIGS = sorted(path for path in (REPO / 'configs').rglob('*.py')
                        if not {'_base_', '_deploy_'} & set(path.parts))
 
 
+LAB_TESTS = Path(__file__).resolve().parent / 'lab'
+
+
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Tests marked ``starts_first`` first (the order is otherwise kept): pytest-xdist hands tests out in
-    this order, so a long one overlaps the rest of the suite on its worker instead of ending it alone."""
+    """Every test of ``tests/lab`` marked ``lab``; tests marked ``starts_first`` first (the order is otherwise
+    kept): pytest-xdist hands tests out in this order, so a long one overlaps the rest of the suite on its
+    worker instead of ending it alone."""
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(LAB_TESTS):
+            item.add_marker(pytest.mark.lab)
     items.sort(key=lambda item: item.get_closest_marker('starts_first') is None)
 
 # Every test of an op or attention that takes the `device` fixture runs on each of these.
@@ -179,7 +188,29 @@ def workspace(tmp_path_factory) -> Path:
     return root
 
 
+@contextlib.contextmanager
+def recorded_choices() -> Iterator[List[Tuple[str, str, str]]]:
+    """``(op, impl asked, backend chosen)`` of every op call made inside, the ops' decision watched from
+    outside."""
+    from mmvisattn.ops.utils.dispatch import Op
+    records, choose = [], Op.choose
+
+    def record(op, impl, request):
+        chosen = choose(op, impl, request)
+        records.append((op.name, impl, chosen))
+        return chosen
+
+    with mock.patch.object(Op, 'choose', record):
+        yield records
+
+
+def running_reference(op, reference):
+    """Inside, every call of ``op`` runs ``reference`` (a function of the backends' arguments) whatever
+    backend it chooses: a module's output with its op's reference in place, to compare with."""
+    return mock.patch.object(op, 'function', lambda impl: reference)
+
+
 def saved_elements(fn) -> int:
     """Elements autograd saves for the backward while ``fn()`` runs (each storage counted once)."""
-    from mmvisattn.utils.complexity import saved_for_backward  # after the interpreter choice above
+    from lab.bench.saved_tensors import saved_for_backward
     return saved_for_backward(fn, in_elements=True)

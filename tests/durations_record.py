@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mmvisattn.benchmarks.records import cpu_machine
+from lab.bench.records import cpu_machine
 
 SLOWEST = 15
 REPO = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ def bench_models_record(tmp_path, name: str, when: str, pairs: dict) -> None:
 def test_each_pair_is_rendered_from_the_newest_record_that_measured_it(tmp_path, monkeypatch):
     """A run of some pairs (``--pairs``) updates theirs alone; a pair no record holds is named; a mark
     naming no records fails the build in one line."""
-    from mmvisattn.benchmarks import models
+    from lab.bench import models
     extension = records_extension()
     monkeypatch.setattr(extension, 'RECORDS', tmp_path)
     monkeypatch.setattr(models, 'tables', lambda pairs, batch, threads: ''.join(
@@ -71,7 +71,7 @@ def test_each_pair_is_rendered_from_the_newest_record_that_measured_it(tmp_path,
 
 
 def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it(tmp_path, monkeypatch):
-    from mmvisattn.benchmarks import suite
+    from lab.bench import suite
     extension = records_extension()
     monkeypatch.setattr(extension, 'RECORDS', tmp_path)
     monkeypatch.setattr(suite, 'tables', lambda results: ''.join(

@@ -41,10 +41,11 @@ def test_there_are_op_packages():
 
 
 def test_ops_holds_the_ops_and_one_package_of_what_they_share():
-    """``mmvisattn/ops`` lists the ops alone (packages, and ``linearized.py``, an op of one file);
-    dispatch, autocast rules, the kernels' build and the rest of the machinery sit in ``ops/utils``."""
+    """``mmvisattn/ops`` lists the ops alone (packages, and ``linearized.py``, an op of one file) and the
+    check of their backends against their references (``check.py``); dispatch, autocast rules, the kernels'
+    build and the rest of the machinery sit in ``ops/utils``."""
     modules = sorted(p.name for p in (PACKAGE / 'ops').glob('*.py'))
-    assert modules == ['__init__.py', 'linearized.py'], modules
+    assert modules == ['__init__.py', 'check.py', 'linearized.py'], modules
     assert (PACKAGE / 'ops' / SHARED / 'dispatch.py').is_file()
 
 
@@ -101,9 +102,9 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, '\n'.join(cycles)
 
 
-def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
-    """A ``reference`` module is the slow twin: the op package's ``__init__`` imports it for
-    ``impl='reference'``; no other production module (nor a tool but the visualiser) may build on it."""
+def test_only_tests_the_visualiser_and_the_op_packages_import_a_reference():
+    """A ``reference`` module is what the backends are tested against: the op package's ``__init__``
+    exports it; no other production module (nor a tool but the visualiser) may build on it."""
     files = list(PACKAGE.rglob('*.py')) + list((REPO / 'tools').rglob('*.py'))
     visualiser = REPO / 'tools' / 'analysis_tools' / 'visualize_attention.py'
     found = []
@@ -118,8 +119,8 @@ def test_only_tests_the_visualiser_and_the_dispatcher_import_a_reference():
     assert not found, '\n'.join(found)
 
 
-# The GPU proof compares the implementations with their twins, as the op tests do
-PROOF_TOOLS = ('mmvisattn/proof/ops.py', 'mmvisattn/proof/cases.py')
+# The check of a user's machine compares the backends with their references, as the op tests do
+CHECK_TOOLS = ('mmvisattn/ops/check.py',)
 
 
 def called_names(path: Path) -> Iterator[Tuple[int, str]]:
@@ -130,25 +131,24 @@ def called_names(path: Path) -> Iterator[Tuple[int, str]]:
 
 
 def test_no_production_code_calls_a_reference():
-    """A ``*_reference`` function runs only where the twin is asked for: in its op package's
-    ``__init__`` (``impl='reference'``), inside the twins themselves and in the proof tools, which
-    compare against it; never on a model's path, imported under whatever name (the import rule
+    """A ``*_reference`` function runs only inside the references themselves and in the check, which
+    compares against them; never on a model's path, imported under whatever name (the import rule
     above sees only ``reference`` modules, not the names an op package exports)."""
     files = list(PACKAGE.rglob('*.py')) + list((REPO / 'tools').rglob('*.py'))
     found = []
     for path in files:
         relative = str(path.relative_to(REPO))
         twin_side = path.name == 'reference.py' or (path.name == '__init__.py' and path.parent.parent.name == 'ops')
-        if twin_side or relative in PROOF_TOOLS:
+        if twin_side or relative in CHECK_TOOLS:
             continue
         found += [f'{relative}:{line} calls {name}' for line, name in called_names(path) if name.endswith('_reference')]
     assert not found, '\n'.join(found)
 
 
 def test_tools_are_front_doors_that_import_no_sibling_and_leave_sys_path_alone():
-    """No tool over 400 lines; none imports another tool (what tools share lives in the package:
-    ``mmvisattn.benchmarks``, ``mmvisattn.proof``, ``mmvisattn.analysis``) and none edits ``sys.path``
-    anywhere (a checkout's packages go on it only inside ``mmvisattn.benchmarks.official_code``)."""
+    """No tool over 400 lines; none imports another tool (what tools share lives in the package,
+    ``mmvisattn.analysis``, or the lab) and none edits ``sys.path`` anywhere (a checkout's packages go on it
+    only inside ``lab.bench.official_code``)."""
     tools = sorted((REPO / 'tools').rglob('*.py'))
     names = {path.stem for path in tools}
     found = []
@@ -180,14 +180,11 @@ def test_the_tests_mirror_the_package():
 
 # An implementation builds on another one only where it is that one plus something, each edge with its reason
 # (docs/advanced/layout.md); anything both need otherwise sits in a module named for what it is.
-IMPLEMENTATIONS = ('reference', 'pytorch', 'triton', 'cpu', 'dense', 'sat', 'fused', 'flex')
+IMPLEMENTATIONS = ('reference', 'pytorch', 'triton', 'cpu', 'dense')
 BUILDS_ON = {
     ('linear_angular', 'triton', 'pytorch'): "the kernel's backward is the torch path's closed form",
-    ('ripple', 'cpu', 'pytorch'): 'the C++ kernels tile as the torch path does, which runs under tracing',
+    ('ripple', 'cpu', 'pytorch'): 'the C++ kernels tile as the torch path does',
     ('ripple', 'dense', 'pytorch'): "the dense form's crossover is measured against the torch path's cost",
-    ('ripple', 'fused', 'triton'): 'the fused form takes the Triton ring weights',
-    ('sliding_chunk', 'cpu', 'pytorch'): 'the torch path runs in place of the C++ kernels under tracing',
-    ('trig_relu_features', 'cpu', 'pytorch'): 'the torch passes run in place of the C++ kernels under tracing',
 }
 
 
@@ -212,8 +209,7 @@ LAB = REPO / 'lab'
 def test_the_package_leaves_the_lab_and_the_checkout_alone():
     """No module of the package imports the lab (or the tests), finds the repository by path (a
     ``parents[k]`` from ``__file__`` leaving the package) or names a file of the checkout's ``tools/`` or
-    ``docs/`` (config names are resolved by ``mmvisattn.configs``, in the package's own copy);
-    ``benchmarks`` never imports ``proof`` (the proofs build on the benchmarks' models, not the reverse)."""
+    ``docs/`` (config names are resolved by ``mmvisattn.configs``, in the package's own copy)."""
     found = []
     for path in sorted(PACKAGE.rglob('*.py')):
         relative = path.relative_to(REPO)
@@ -221,8 +217,6 @@ def test_the_package_leaves_the_lab_and_the_checkout_alone():
         for line, module in imported_modules(path):
             if module.split('.')[0] in ('lab', 'tests'):
                 found.append(f'{relative}:{line} imports {module}')
-            if relative.parts[1] == 'benchmarks' and module.startswith('mmvisattn.proof'):
-                found.append(f'{relative}:{line} imports {module} (benchmarks -> proof)')
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body
                       and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}

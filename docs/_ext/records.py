@@ -70,8 +70,8 @@ def by_newest_record(records: List[dict], keys: List, held) -> Tuple[List[Tuple[
 def bench_tables(_: Optional[str]) -> str:
     """The side-by-side tables, each op and model group from the newest record that measured it (a run
     may measure some: ``--cases``)."""
-    from mmvisattn.benchmarks.cases import MODEL_GROUPS, OP_CASES
-    from mmvisattn.benchmarks.suite import tables
+    from lab.bench.cases import MODEL_GROUPS, OP_CASES
+    from lab.bench.suite import tables
     from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench')
     if not records:
@@ -90,8 +90,8 @@ def bench_tables(_: Optional[str]) -> str:
 def bench_models_tables(family: Optional[str]) -> str:
     """The model pairs' tables, each pair from the newest record that measured it (a run may measure
     some pairs only: ``--pairs``), of one family's pairs where ``family`` is given."""
-    from mmvisattn.benchmarks.model_pairs import PAIRS
-    from mmvisattn.benchmarks.models import tables
+    from lab.bench.model_pairs import PAIRS
+    from lab.bench.models import tables
     from lab.records import cpu_records, cpu_stamp
     wanted = [key for key, pair in PAIRS.items() if family in (None, pair.family)]
     groups, missing = by_newest_record(cpu_records(RECORDS / 'bench_models'), wanted,

@@ -10,9 +10,7 @@ papers report as "FLOPs"; one MAC is two floating-point operations. Element-wise
 activations, additions) is not counted, as in those tools; norms and resampling count a few
 operations per element, as mmengine's handles do.
 """
-import gc
 import math
-import weakref
 from typing import Callable, Dict
 
 import torch
@@ -123,53 +121,3 @@ def count_flops(forward: Callable[[], object]) -> Dict[str, int]:
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
-
-
-class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
-    """Records what autograd saves for the backward while the context is active, each tensor under
-    ``label()`` (for example the module running); :meth:`alive` counts the storages still held once
-    the graph has been built. Each storage counts once, whole, however many views of it are saved (a
-    view keeps its whole storage alive); what was saved for a graph that has died (a cost computed
-    and thrown away, a block recomputed and freed) is not counted."""
-
-    def __init__(self, label: Callable[[], str] = str):
-        self.saved = []
-        self.label = label
-        super().__init__(self.pack, lambda alias: alias)
-
-    def __enter__(self) -> 'SavedTensors':
-        super().__enter__()
-        return self
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        # an alias without the grad_fn, held by the graph alone (an output packed as itself would hold
-        # its own grad_fn, a cycle that keeps a dead graph alive)
-        alias = tensor.detach()
-        self.saved.append((self.label(), weakref.ref(alias)))
-        return alias
-
-    def alive(self, in_elements: bool = False) -> Dict[str, int]:
-        """Bytes (or elements) per label of the saved storages still alive."""
-        gc.collect()  # graphs that died in reference cycles of Python objects
-        by_storage = {}
-        for label, ref in self.saved:
-            tensor = ref()
-            if tensor is not None:
-                storage = tensor.untyped_storage()
-                size = storage.nbytes() // (tensor.element_size() if in_elements else 1)
-                by_storage.setdefault(storage.data_ptr(), (label, size))
-        totals = {}
-        for label, size in by_storage.values():
-            totals[label] = totals.get(label, 0) + size
-        return totals
-
-
-def saved_for_backward(run: Callable[[], object], in_elements: bool = False) -> int:
-    """Bytes (or elements) that autograd holds for the backward once ``run()`` has returned (its result
-    kept alive until they are counted): the activations a training step holds at its peak, the same on
-    any device (:class:`SavedTensors` says what counts)."""
-    with SavedTensors() as saved:
-        result = run()  # holds the graph, and what it saved, alive until they are counted
-    total = sum(saved.alive(in_elements).values())
-    del result
-    return total

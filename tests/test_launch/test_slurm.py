@@ -3,8 +3,8 @@
 of the docs preempted mid-run (it checkpoints, requeues itself and resumes to the weights of an
 uninterrupted run), a rank that never joins, and requests Slurm cannot place.
 
-Without Slurm, or without root, the module is skipped with one line saying why; ``.ci/run`` installs
-Slurm and sets ``MMVISATTN_REQUIRE_SLURM=1``, under which the tests fail instead."""
+Run by ``make test-lab``. Without Slurm, or without root, the module is skipped with one line saying why;
+``.ci/run`` installs Slurm and sets ``MMVISATTN_REQUIRE_SLURM=1``, under which the tests fail instead."""
 import json
 import os
 import re
@@ -26,7 +26,8 @@ from .test_training_faults import RWGKA_DEMO, logged_losses
 WHY_NOT = why_not()
 if WHY_NOT and os.environ.get(REQUIRED) != '1':
     pytest.skip(f'the Slurm tests need a one-node Slurm on this machine: {WHY_NOT}', allow_module_level=True)
-pytestmark = pytest.mark.xdist_group('slurm')  # one cluster, on one worker
+# one cluster, on one worker; a cluster is a lab's machine: `make test-lab`
+pytestmark = [pytest.mark.xdist_group('slurm'), pytest.mark.lab]
 
 CONFIG = RWGKA_DEMO.relative_to(REPO)
 ITERS = 6

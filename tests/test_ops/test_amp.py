@@ -19,11 +19,15 @@ def autograd_functions():
                 yield cls
 
 
+# every wrapper autocast_off makes runs this code
+AUTOCAST_OFF = autocast_off(lambda ctx: None).__code__
+
+
 def test_every_function_declares_its_autocast_behaviour():
     functions = list(autograd_functions())
     assert len(functions) >= 8
     for cls in functions:
-        wrapped = all(getattr(inspect.getattr_static(cls, name).__func__, 'autocast_off', False)
+        wrapped = all(inspect.getattr_static(cls, name).__func__.__code__ is AUTOCAST_OFF
                       for name in ('forward', 'backward'))
         assert wrapped or 'Autocast:' in (cls.__doc__ or ''), cls.__qualname__
 

@@ -1,4 +1,4 @@
-"""Linear-angular op: the torch, dense and Triton forms equal the explicit N x N angular kernel, in value
+"""Linear-angular op: the torch and Triton forms equal the explicit N x N angular kernel, in value
 and gradient, for odd sizes and batch > 1, on every device of the suite; the kernel is positive and
 its rows normalise. The Triton kernels run compiled on a GPU, else on CPU under TRITON_INTERPRET=1
 (set by `make test` and tests/conftest.py)."""
@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from mmvisattn.ops.linear_angular import (angular_kernel_reference, linear_angular_attention,
-                                          linear_angular_attention_reference)
+from mmvisattn.ops.linear_angular import linear_angular_attention, linear_angular_attention_reference
+from mmvisattn.ops.linear_angular.reference import angular_kernel_reference
 
-from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance
+from ..conftest import KERNEL_DEVICE, kernel_tolerance
 
 
 def inputs(batch=2, heads=3, tokens=17, dims=8, value_dims=8, device='cpu'):
@@ -36,53 +36,6 @@ def test_gradients_equal_explicit_kernel(device):
     slow = torch.autograd.grad((linear_angular_attention_reference(q, k, v) * weights).sum(), (q, k, v))
     for a, b in zip(fast, slow):
         torch.testing.assert_close(a, b)
-
-
-@pytest.mark.parametrize('tokens,dims,value_dims', SIZES + [(40, 70, 66)])
-def test_dense_form_equals_explicit_kernel(tokens, dims, value_dims):
-    """The kernels over whole and partial blocks (130 tokens: three blocks of 64 queries and five of 32
-    keys), heads 3 to 33 wide and 70 (the wide launches' smaller blocks), in value and gradient."""
-    q, k, v = (t.detach().float().requires_grad_()
-               for t in inputs(tokens=tokens, dims=dims, value_dims=value_dims, device=KERNEL_DEVICE))
-    fast, slow = linear_angular_attention(q, k, v, impl='dense'), linear_angular_attention_reference(q, k, v)
-    tolerance = kernel_tolerance(KERNEL_DEVICE)
-    torch.testing.assert_close(fast, slow, **tolerance)
-    weights = torch.randn_like(slow)
-    for a, b in zip(torch.autograd.grad((fast * weights).sum(), (q, k, v)),
-                    torch.autograd.grad((slow * weights).sum(), (q, k, v))):
-        torch.testing.assert_close(a, b, **tolerance)
-
-
-@float64_dot
-def test_dense_gradcheck_in_float64():
-    """The kernel in float64 (only this test passes it float64, under the interpreter on CPU) with the
-    backward's products: more queries than keys, each over a partial block."""
-    from mmvisattn.ops.linear_angular.dense import DenseAngular
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 1, n, 3, dtype=torch.float64, device=KERNEL_DEVICE, requires_grad=True)
-               for n in (70, 40, 40))
-    assert torch.autograd.gradcheck(DenseAngular.apply, (q, k, v), fast_mode=True)
-
-
-@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
-def test_dense_form_in_half_precision(dtype):
-    """Half products (tensor cores on a GPU) within the dtype's bound of the float64 kernel; a zero query
-    row (the float16 norm clamp) stays finite in value and gradient."""
-    q, k, v = (t.detach().to(dtype) for t in inputs(tokens=64, dims=16, value_dims=16, device=KERNEL_DEVICE))
-    q[0, 0, 0] = 0
-    q.requires_grad_()
-    out = linear_angular_attention(q, k, v, impl='dense')
-    assert out.dtype == dtype
-    torch.testing.assert_close(out.double(), linear_angular_attention_reference(q.double(), k.double(), v.double()),
-                               atol=2e-2, rtol=2e-2)
-    grad = torch.autograd.grad(out.float().sum(), q)[0]
-    assert grad.dtype == dtype and torch.isfinite(grad).all()
-
-
-def test_dense_form_names_what_its_kernel_refuses():
-    q, k, v = inputs(tokens=6)
-    with pytest.raises(ValueError, match=r"linear_angular_attention\(impl='dense'\): dtype float64 is not supported"):
-        linear_angular_attention(q, k, v, impl='dense')
 
 
 @pytest.mark.parametrize('tokens,dims,value_dims', SIZES)

@@ -1,5 +1,4 @@
-"""Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA and Triton mixing equal the explicit
-Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
+"""Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA mixing equals the explicit Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
 value and gradient, for odd and non-square grids and batch > 1, on every device of the suite. Triton
 runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (tests/conftest.py)."""
 import math
@@ -8,12 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.peripheral import (PositionParams, key_distances, mixed_attention_reference, mixed_attention_weights,
-                                      peripheral_attention, peripheral_attention_reference, peripheral_padding,
-                                      position_logits)
+from mmvisattn.ops.peripheral import (PositionParams, mixed_attention_weights, peripheral_attention,
+                                      peripheral_attention_reference, position_logits, position_logits_reference)
 from mmvisattn.ops.peripheral import position
+from mmvisattn.ops.peripheral.position import key_distances, peripheral_padding
+from mmvisattn.ops.peripheral.reference import mixed_attention_reference
 
-from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance, saved_elements
+from ..conftest import KERNEL_DEVICE, kernel_tolerance, saved_elements
 
 
 def attention_inputs(batch=2, heads=3, tokens=17, dims=8, dtype=torch.float64, device='cpu'):
@@ -57,45 +57,6 @@ def test_sdpa_form_equals_explicit_mixing(batch, tokens, dims, device):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize('batch,tokens,dims', [(2, 17, 8), (1, 40, 5), (2, 9, 70)])
-def test_triton_equals_reference_forward_and_gradients(batch, tokens, dims):
-    q, k, v, log_phi_p = (t.detach().float().requires_grad_()
-                          for t in attention_inputs(batch, 2, tokens, dims, device=KERNEL_DEVICE))
-    fast = peripheral_attention(q, k, v, log_phi_p, 0.4, impl='triton')
-    slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.4)
-    tolerance = kernel_tolerance(KERNEL_DEVICE)
-    torch.testing.assert_close(fast, slow, **tolerance)
-    weights = torch.randn_like(fast)
-    inputs = (q, k, v, log_phi_p)
-    for a, b in zip(torch.autograd.grad((fast * weights).sum(), inputs),
-                    torch.autograd.grad((slow * weights).sum(), inputs)):
-        torch.testing.assert_close(a, b, **tolerance)
-
-
-@float64_dot
-def test_triton_gradcheck_float64():
-    """The flash backward's three kernels in float64 (which only this test passes them, under the
-    interpreter on CPU), two images summed into the shared bias's gradient, 40 tokens: two blocks with
-    a partial one."""
-    from mmvisattn.ops.peripheral.triton import PeripheralAttentionTriton
-    inputs = [t.detach().requires_grad_() for t in attention_inputs(2, 1, 40, 3, device=KERNEL_DEVICE)]
-    assert torch.autograd.gradcheck(lambda *xs: PeripheralAttentionTriton.apply(*xs, 0.4), inputs, fast_mode=True)
-
-
-def test_triton_takes_more_keys_than_queries():
-    q, k, v, log_phi_p = (t.detach().float() for t in attention_inputs(2, 2, 37, 4, device=KERNEL_DEVICE))
-    k, v = torch.cat([k, k[:, :, :5]], 2).requires_grad_(), torch.cat([v, v[:, :, :5]], 2).requires_grad_()
-    log_phi_p = torch.cat([log_phi_p, log_phi_p[..., :5]], -1).requires_grad_()
-    q.requires_grad_()
-    fast = peripheral_attention(q, k, v, log_phi_p, 0.4, impl='triton')
-    slow = peripheral_attention_reference(q, k, v, log_phi_p, 0.4)
-    tolerance = kernel_tolerance(KERNEL_DEVICE)
-    torch.testing.assert_close(fast, slow, **tolerance)
-    for a, b in zip(torch.autograd.grad(fast.sum(), (q, k, v, log_phi_p)),
-                    torch.autograd.grad(slow.sum(), (q, k, v, log_phi_p))):
-        torch.testing.assert_close(a, b, **tolerance)
-
-
 def test_mixed_attention_is_content_times_position_normalised():
     """The twin's weights are Eq. 5 literally; the softmax with the log position bias (the attention
     maps' weights) equals them."""
@@ -124,7 +85,7 @@ def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shap
     rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size)
     params = position_params(kernel_size, device=device)
     fast = position_logits(params, hw_shape, impl='torch')
-    slow = position_logits(params, hw_shape, impl='reference')
+    slow = position_logits_reference(params, hw_shape)
     assert fast.shape == (2, hw_shape[0] * hw_shape[1], hw_shape[0] * hw_shape[1])
     torch.testing.assert_close(fast, slow)
     weights = torch.randn_like(fast)
@@ -142,7 +103,7 @@ def test_triton_position_equals_full_distance_tensor(hw_shape, kernel_size, head
     exact = position_params(kernel_size, heads, hidden)
     params = PositionParams(*(p.detach().float().to(KERNEL_DEVICE).requires_grad_() for p in exact))
     fast = position_logits(params, hw_shape, impl='triton')
-    slow = position_logits(exact, hw_shape, impl='reference')
+    slow = position_logits_reference(exact, hw_shape)
     tolerance = kernel_tolerance(KERNEL_DEVICE)
     torch.testing.assert_close(fast.double().cpu(), slow, **tolerance)
     weights = torch.randn_like(slow)
@@ -161,7 +122,7 @@ def test_triton_position_under_bfloat16_autocast():
     params = PositionParams(*(p.detach().float().to(KERNEL_DEVICE).requires_grad_() for p in exact))
     with torch.autocast(KERNEL_DEVICE.type, dtype=torch.bfloat16):
         fast = position_logits(params, (3, 5), impl='triton')
-    slow = position_logits(exact, (3, 5), impl='reference')
+    slow = position_logits_reference(exact, (3, 5))
     assert fast.dtype == torch.float32
     torch.testing.assert_close(fast.double().cpu(), slow, **kernel_tolerance(KERNEL_DEVICE, torch.bfloat16))
     grads = gradients(fast, params, torch.ones_like(fast))
@@ -211,7 +172,7 @@ def test_chunks_take_parameters_without_gradients(monkeypatch):
     params = position_params()
     params = params._replace(conv2_bias=params.conv2_bias.detach())
     fast = position_logits(params, (3, 5), impl='torch')
-    slow = position_logits(params, (3, 5), impl='reference')
+    slow = position_logits_reference(params, (3, 5))
     weights = torch.randn_like(fast)
     wanted = [p for p in params if p.requires_grad]
     for a, b in zip(gradients(fast, wanted, weights), gradients(slow, wanted, weights)):
@@ -225,4 +186,4 @@ def test_chunks_of_a_frozen_position_network(monkeypatch):
     frozen = position_params()._replace(**{name: t.detach() for name, t in position_params()._asdict().items()})
     fast = position_logits(frozen, (3, 5), impl='torch')
     assert fast.grad_fn is None
-    torch.testing.assert_close(fast.double(), position_logits(frozen, (3, 5), impl='reference'))
+    torch.testing.assert_close(fast.double(), position_logits_reference(frozen, (3, 5)))

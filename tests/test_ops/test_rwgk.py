@@ -5,7 +5,9 @@ of the suite."""
 import pytest
 import torch
 
-from mmvisattn.ops.rwgk import bipartite_graphs, rwgk_attention, rwgk_attention_reference, rwgk_kernel_reference
+from mmvisattn.ops.rwgk import rwgk_attention, rwgk_attention_reference
+from mmvisattn.ops.rwgk.common import bipartite_graphs
+from mmvisattn.ops.rwgk.reference import rwgk_kernel_reference
 
 from ..conftest import saved_elements
 
@@ -107,14 +109,14 @@ def test_saved_memory_is_the_inputs():
 
 
 def test_impl_selects_the_implementation():
-    """``impl='reference'`` is the explicit N x N form, ``'torch'`` and ``'auto'`` the linear one."""
+    """``'torch'`` and ``'auto'`` run the linear form; the reference is no backend."""
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 10, 4, generator=generator, dtype=torch.float64) for _ in range(3))
     anchor_q, anchor_k = (torch.randn(1, 2, 3, 4, generator=generator, dtype=torch.float64) for _ in range(2))
     expected = rwgk_attention_reference(q, k, v, anchor_q, anchor_k, 0.3)
-    for impl in ('reference', 'torch', 'auto'):
+    for impl in ('torch', 'auto'):
         torch.testing.assert_close(rwgk_attention(q, k, v, anchor_q, anchor_k, 0.3, impl=impl), expected)
-    with pytest.raises(ValueError, match=r"^rwgk_attention: impl='triton'; expected one of \('auto', 'reference', "):
+    with pytest.raises(ValueError, match=r"^rwgk_attention: impl='triton'; expected one of \('auto', 'torch'\)$"):
         rwgk_attention(q, k, v, anchor_q, anchor_k, impl='triton')
 
 

@@ -20,11 +20,10 @@ import torch.nn.functional as F
 
 from mmvisattn.ops.utils import cpu_extension
 from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
-from mmvisattn.ops.sliding_chunk import MASKINGS, sliding_chunk_attention, sliding_chunk_attention_reference
-from mmvisattn.ops.sliding_chunk.cpu import sliding_chunk_local_cpu
-from mmvisattn.ops.sliding_chunk.dense import dense_is_faster
-from mmvisattn.ops.sliding_chunk.layout import slot_tables
-from mmvisattn.ops.sliding_chunk.pytorch import chunk_groups
+from mmvisattn.ops.sliding_chunk import MASKINGS, OP, sliding_chunk_attention, sliding_chunk_attention_reference
+from mmvisattn.ops.sliding_chunk.dense import dense_is_faster, visits_once
+from mmvisattn.ops.sliding_chunk.layout import MODES, chunk_groups, slot_tables
+from mmvisattn.ops.sliding_chunk.pattern import visited_pairs
 
 
 from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance, saved_elements
@@ -137,13 +136,22 @@ def test_dense_equals_reference_odd_grids(hw, window, masking):
 
 def test_dense_refuses_keys_visited_twice():
     """Cyclic wrapping on a grid of one or two chunks visits a key in several slots, each with its own
-    bias, which one additive bias per pair cannot hold: forced dense fails in one line, auto stays on
+    bias, which one additive bias per pair cannot hold: dense asked for fails in one line, auto stays on
     the sliding chunks."""
     q, k, v, tables = make_inputs(hw=(3, 10), window=3)
-    with pytest.raises(ValueError, match=r"impl='dense' with masking='cyclic' on a 3x10 map of window 3 visits "
-                                         r"some keys twice; expected impl='torch' there"):
+    with pytest.raises(ValueError, match=r"^sliding_chunk_attention\(impl='dense'\): masking='cyclic' on a 3x10 "
+                                         r'map of window 3 visits some keys twice; the dense bias holds one per pair$'):
         sliding_chunk_attention(q, k, v, (3, 10), 3, 1, 'cyclic', rel_pos=tables, impl='dense')
-    assert not dense_is_faster((3, 10), 3, 1, 'cyclic', 0)
+    assert dense_is_faster((3, 10), 3, 1, 0) and not visits_once((3, 10), 3, 'cyclic', 0)
+
+
+@pytest.mark.parametrize('masking', MASKINGS)
+def test_visits_once_on_the_chunk_grid_equals_the_pattern(masking):
+    """The chunk-grid answer against the count of every query's visits to every key, from token
+    coordinates: grids of one to four chunks a side, every mode."""
+    for hw, window, mode in itertools.product([(3, 10), (4, 7), (5, 5), (7, 12), (2, 2)], (2, 3), MODES):
+        visits = sum(match.long() for match, _ in visited_pairs(hw, window, masking, mode))
+        assert visits_once(hw, window, masking, mode) == bool((visits <= 1).all()), (hw, window, mode)
 
 
 @pytest.mark.parametrize('impl', ['torch', 'cpu', 'dense'])
@@ -182,8 +190,8 @@ def test_chunk_groups_keep_exactly_the_live_slots(masking):
     the tables' order; on a 28x28 map at w 7 (4x4 chunks) corner chunks keep 1 + 4 w^2 slots, edge
     chunks 1 + 6 w^2, inner ones all 1 + 9 w^2."""
     index, invalid = slot_tables((28, 28), 7, 1, masking, 0, torch.device('cpu'))
-    groups = chunk_groups(index, invalid)
-    assert chunk_groups(index, invalid) is groups  # cached
+    groups = chunk_groups((28, 28), 7, 1, masking, 0, torch.device('cpu'))
+    assert chunk_groups((28, 28), 7, 1, masking, 0, torch.device('cpu')) is groups  # cached
     seen = torch.zeros(index.shape[0], dtype=torch.long)
     for group in groups:
         chunks = torch.arange(index.shape[0]) if group.chunks is None else group.chunks
@@ -270,16 +278,11 @@ def test_saved_tensors_grow_linearly_like_sdpa(impl, masking):
 def test_auto_follows_the_measured_crossover(monkeypatch):
     """On CPU ``auto`` runs the dense form while the map holds at most 0.8 of a query's slots (w 7, one
     global token, mode 0: 353 of 442 tokens, 19x18), the C++ sliding chunks beyond; ``impl`` forces any."""
-    assert dense_is_faster((18, 18), 7, 1, 'chunk', 0) and dense_is_faster((19, 18), 7, 1, 'chunk', 0) \
-        and not dense_is_faster((19, 19), 7, 1, 'chunk', 0)
-    assert dense_is_faster((6, 6), 7, 0, 'chunk', -1) and not dense_is_faster((6, 7), 7, 0, 'chunk', -1)
+    assert dense_is_faster((18, 18), 7, 1, 0) and dense_is_faster((19, 18), 7, 1, 0) \
+        and not dense_is_faster((19, 19), 7, 1, 0)
+    assert dense_is_faster((6, 6), 7, 0, -1) and not dense_is_faster((6, 7), 7, 0, -1)
     picked = []
-    # stand-ins that record the path and return their queries (shaped as each path's output)
-    monkeypatch.setattr('mmvisattn.ops.sliding_chunk.sliding_chunk_attention_dense',
-                        lambda q, *args: picked.append('dense') or q)
-    for name in ('sliding_chunk_local_torch', 'cpu.sliding_chunk_local_cpu'):
-        monkeypatch.setattr(f'mmvisattn.ops.sliding_chunk.{name}',
-                            lambda chunks, *args, name=name: picked.append(name.split('_')[-1]) or chunks)
+    monkeypatch.setattr(OP, 'function', lambda impl: lambda q, *args: picked.append(impl) or q)
     for hw, impl in [((19, 18), 'auto'), ((19, 19), 'auto'), ((19, 18), 'torch'), ((19, 18), 'cpu'),
                      ((19, 19), 'dense')]:
         q, k, v, _ = make_inputs(batch=1, heads=1, num_global=1, hw=hw, dims=2, window=7, rel_pos=False)
@@ -288,9 +291,10 @@ def test_auto_follows_the_measured_crossover(monkeypatch):
 
 
 def test_cpu_kernels_refuse_other_devices():
-    q = torch.zeros(1, 1, 4, 2, device='meta')
-    with pytest.raises(ValueError, match=r"^sliding_chunk_attention: impl='cpu' needs CPU tensors; got meta$"):
-        sliding_chunk_local_cpu(q, q, q, None, None, None)
+    q = torch.zeros(1, 1, 5, 2, device='meta')
+    with pytest.raises(ValueError, match=r"^sliding_chunk_attention\(impl='cpu'\): C\+\+ kernels for CPU tensors; "
+                                         r'these are on meta$'):
+        sliding_chunk_attention(q, q, q, (2, 2), 2, 1, impl='cpu')
 
 
 def test_failed_kernel_build_is_one_line(monkeypatch):

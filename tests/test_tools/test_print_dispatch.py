@@ -1,7 +1,9 @@
 """print_dispatch.py: for every attention layer of every config, at its test input size, the
-implementation a training step runs on CPU and on CUDA (answered on this CPU, on meta tensors), and
-why the others were passed over; unknown devices and dtypes, and a config naming an implementation
-its device refuses, end in one line."""
+backend each op runs on CPU and on CUDA (answered on this CPU, on meta tensors) in a training step,
+compiled, under the FLOP counters and in ONNX export, and why the others were passed over; every backend
+of the package is one of those choices; unknown devices, dtypes and contexts, and a config naming a
+backend its device cannot run, end in one line."""
+import itertools
 import json
 from importlib import import_module
 
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 from mmvisattn.launch.runner import load_config
+from mmvisattn.ops.utils.dispatch import CONTEXTS
 
 from ..conftest import REPO, run_tool
 from ..test_configs import CONFIGS
@@ -22,25 +25,36 @@ def tool():
     return import_module('mmvisattn.analysis.print_dispatch')
 
 
-def every_config_dispatch_problems() -> list:
-    """The rows of every config whose choice is refused or passed over, replayed for both devices."""
-    tool = import_module('mmvisattn.analysis.print_dispatch')
-    problems = []
+@pytest.fixture(scope='module')
+def every_config(tool) -> dict:
+    """``{config: rows}`` of every shipped config replayed on both devices, in float32 and bfloat16, in
+    every context (one forward per config records its op calls; load_config's checks pass on the way)."""
+    rows = {}
     for path in CONFIGS:
         cfg = load_config(str(path))
         records = tool.attention_requests(cfg, tool.test_input_size(cfg)[0])
-        for device in tool.DEVICES:
-            for dtype in (torch.float32, torch.bfloat16):
-                problems += [(str(path), row) for row in tool.dispatch_rows(records, device, dtype)
-                             if 'refused' in row or row['runs'] in row['passed_over']]
-    return problems
+        rows[str(path)] = [row for device, dtype, context in itertools.product(
+                               tool.DEVICES, (torch.float32, torch.bfloat16), CONTEXTS)
+                           for row in tool.dispatch_rows(records, device, dtype, context)]
+    return rows
 
 
-def test_every_layer_of_every_config_runs_on_both_devices():
-    """One forward per config records the requests; each is replayed for CPU and CUDA in float32
-    and bfloat16: something runs everywhere, and auto never names a refused implementation. Every
-    config passes load_config's checks on the way (no shipped config is refused by them)."""
-    assert every_config_dispatch_problems() == []
+def test_every_layer_of_every_config_runs_on_both_devices(every_config):
+    """Something runs everywhere, and auto never names a backend it passed over."""
+    problems = [(config, row) for config, rows in every_config.items() for row in rows
+                if 'refused' in row or row['runs'] in row['passed_over']]
+    assert problems == []
+
+
+def test_every_backend_of_the_package_is_chosen_for_some_shipped_config(every_config):
+    """The backends auto takes for the shipped configs, on CPU or CUDA, in any context, are all the
+    package has: none is there that nothing reaches."""
+    from mmvisattn.ops import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_chunk
+    from mmvisattn.ops import trig_relu_features
+    ops = (linear_angular.OP, masked_softmax.OP, peripheral.OP, peripheral.POSITION_OP, ripple.OP, rwgk.OP,
+           sliding_chunk.OP, trig_relu_features.OP)
+    chosen = {(row['op'], row['runs']) for rows in every_config.values() for row in rows}
+    assert chosen == {(op.name, backend) for op in ops for backend in op.backends}
 
 
 def test_building_every_config_leaves_later_models_as_they_were():
@@ -92,13 +106,23 @@ def test_a_named_implementation_refusing_the_device_fails(tmp_path):
                      'model.backbone.attn_cfg.type=LongformerAttention', 'model.backbone.attn_cfg.impl=cpu'],
                     cwd=REPO, check=False)
     assert done.returncode == 1
-    assert 'runs: cpu (asked; REFUSES: C++ kernels for CPU tensors; these are on cuda)' in done.stdout
+    assert ("runs: cpu (asked; UNSUPPORTED: sliding_chunk_attention(impl='cpu'): C++ kernels for CPU tensors; "
+            'these are on cuda)') in done.stdout
     assert done.stderr.strip().splitlines()[-1] == (
-        'error: 12 layers name an implementation that refuses cuda float32 (first: backbone.stages.0.blocks.0.attn)')
+        'error: 12 layers name a backend that cannot run a training step on cuda in float32 '
+        '(first: backbone.stages.0.blocks.0.attn)')
+
+
+def test_an_export_of_smca_ripple_takes_the_dense_form_on_cuda(tmp_path):
+    done = run_tool([TOOL, 'configs/smca/smca-ripple_r50_8xb2-50e_coco.py', '--device', 'cuda', '--context',
+                     'export'], cwd=REPO)
+    assert 'ONNX export on cuda in float32' in done.stdout and 'runs: dense' in done.stdout
+    assert 'runs: triton' not in done.stdout and 'not triton: an ONNX export cannot hold a Triton kernel' in done.stdout
 
 
 @pytest.mark.parametrize('flag,value,known', [('--device', 'tpu', 'cpu, cuda'),
-                                              ('--dtype', 'float64', 'float32, float16, bfloat16')])
+                                              ('--dtype', 'float64', 'float32, float16, bfloat16'),
+                                              ('--context', 'jit', ', '.join(CONTEXTS))])
 def test_unknown_device_or_dtype_lists_the_known_ones(tmp_path, flag, value, known):
     done = run_tool([TOOL, VIL, flag, value], cwd=tmp_path, check=False)
     assert done.returncode == 1

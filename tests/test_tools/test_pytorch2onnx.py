@@ -119,7 +119,7 @@ def test_a_checkpoint_of_another_model_and_an_existing_output_fail_in_one_line(t
 
 def test_inference_benchmark_prints_the_table_and_writes_json(tmp_path, capsys):
     import json
-    import_module('mmvisattn.benchmarks.inference').main(
+    import_module('lab.bench.inference').main(
         ['--models', 'picodet-s-esnet', 'picodet-s-castling', '--shape', '64', '64', '--repeats', '1', '--warmup', '0',
          '--out-dir', str(tmp_path)])
     printed = capsys.readouterr().out

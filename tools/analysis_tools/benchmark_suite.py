@@ -2,8 +2,8 @@
 torch SDPA, mmseg's spatial-reduction attention (SRA) and, given ``--peers``, the official modules;
 then whole models end to end.
 
-The tool's logic: :mod:`mmvisattn.benchmarks.suite`."""
-from mmvisattn.benchmarks.suite import main
+The tool's logic: :mod:`lab.bench.suite`."""
+from lab.bench.suite import main
 
 if __name__ == '__main__':
     main()

@@ -2,10 +2,10 @@
 config trained by ``tools/train.py`` (the real Runner, hooks and optimizer wrapper), tested by
 ``tools/test.py`` and resumed, beside the stock model it replaces.
 
-The tool's logic: :mod:`mmvisattn.proof.models`."""
+The tool's logic: :mod:`lab.proof.models`."""
 import sys
 
-from mmvisattn.proof.models import main
+from lab.proof.models import main
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -2,8 +2,8 @@
 the per-module profile behind the explanation in docs/records/models.md of a pair of ``benchmark_models.py`` that is
 heavier than its stock counterpart.
 
-The tool's logic: :mod:`mmvisattn.benchmarks.profile`."""
-from mmvisattn.benchmarks.profile import main
+The tool's logic: :mod:`lab.bench.profile`."""
+from lab.bench.profile import main
 
 if __name__ == '__main__':
     main()

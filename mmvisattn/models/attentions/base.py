@@ -11,7 +11,7 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_impl
+from mmvisattn.ops.utils.dispatch import Op, check_choice
 
 COMPLEXITIES = ('linear', 'quadratic')
 
@@ -23,10 +23,8 @@ class BaseAttention(BaseModule):
     of tokens; for modules with a train-only quadratic branch, the value after
     ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``. A module whose op has
     several implementations takes ``impl=`` and lists the values in the class attribute ``impls``;
-    attributes choosing the implementation of a further op the module calls map to that op's name in
-    ``extra_impls`` (PerViT's ``position_impl``: ``position_logits``), so that tools running every
-    kernel, or replaying ``auto``'s choice for another device, can set them too; ``kernel_impls`` names
-    the values of ``impl`` that launch Triton kernels (each of which those tools run).
+    attributes choosing the backend of a further op the module calls map to that op in ``extra_impls``
+    (PerViT's ``position_impl``: :data:`mmvisattn.ops.peripheral.POSITION_OP`).
     A module that cannot drop attention weights says why in ``attn_drop_unsupported``: it then
     refuses a non-zero ``attn_drop`` when it is built (:meth:`check_attn_drop`) instead of ignoring it.
 
@@ -38,8 +36,7 @@ class BaseAttention(BaseModule):
 
     complexity: str = ''
     impls: Tuple[str, ...] = ()
-    extra_impls: Dict[str, str] = {}  # read, never written
-    kernel_impls: Tuple[str, ...] = ('triton',)
+    extra_impls: Dict[str, Op] = {}  # read, never written
     attn_drop_unsupported: str = ''
 
     def __init_subclass__(cls, **kwargs):
@@ -49,7 +46,7 @@ class BaseAttention(BaseModule):
 
     def check_impl(self, impl: str) -> str:
         """``impl`` if it is one of the class's ``impls``, else a one-line ``ValueError``."""
-        return check_impl(type(self).__name__, impl, self.impls)
+        return check_choice(type(self).__name__, impl, self.impls)
 
     def check_attn_drop(self, attn_drop: float) -> float:
         """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot drop

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.utils.amp import norm_eps, upcast
-from mmvisattn.ops.utils.dispatch import check_impl
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
 from mmvisattn.ops.masked_softmax import OP as AUX_OP
 from mmvisattn.ops.masked_softmax import masked_softmax_attention
@@ -65,8 +64,7 @@ class LinearAngularAttention(QKVAttention):
 
     complexity = 'linear'
     impls = IMPLS
-    extra_impls = {'aux_impl': AUX_OP.name}
-    kernel_impls = ('triton', 'dense')  # the O(N) passes and the one-program dense form
+    extra_impls = {'aux_impl': AUX_OP}
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',
@@ -82,7 +80,7 @@ class LinearAngularAttention(QKVAttention):
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
         self.impl = self.check_impl(impl)
-        self.aux_impl = check_impl(type(self).__name__, aux_impl, AUX_OP.impls, 'aux_impl')
+        self.aux_impl = AUX_OP.check_impl(aux_impl, type(self).__name__, 'aux_impl')
         self.conv = conv
         self.normalisation = normalisation
         self.mask_threshold = mask_threshold

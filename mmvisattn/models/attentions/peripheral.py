@@ -21,8 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_impl
-from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, POSITION_OP, PositionParams, mixed_attention_weights
+from mmvisattn.ops.peripheral import IMPLS, POSITION_OP, PositionParams, mixed_attention_weights
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.ops.utils.tracing import onnx_constants
 from mmvisattn.registry import ATTENTIONS
@@ -88,7 +87,7 @@ class PeripheralAttention(QKVAttention):
 
     complexity = 'quadratic'
     impls = IMPLS
-    extra_impls = {'position_impl': POSITION_OP.name}
+    extra_impls = {'position_impl': POSITION_OP}
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
@@ -101,7 +100,7 @@ class PeripheralAttention(QKVAttention):
                          init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
-        check_impl(type(self).__name__, position_impl, POSITION_IMPLS, name='position_impl')
+        POSITION_OP.check_impl(position_impl, type(self).__name__, 'position_impl')
         hidden_dims = 4 * num_heads if hidden_dims is None else hidden_dims
         self.scale = self.head_dims ** -0.5
         self.impl, self.position_impl = self.check_impl(impl), position_impl

@@ -108,7 +108,6 @@ class RippleAttention(RippleLinearAttention):
     """
 
     impls = IMPLS
-    kernel_impls = ('triton', 'fused')  # the local kernels and the one-program N x N form
 
     def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3, qkv_bias: bool = True,
                  attn_drop: float = 0.0, proj_drop: float = 0.0, num_features: Optional[int] = None,

@@ -46,8 +46,7 @@ class RWGKAttention(BaseAttention):
         attn_drop: Taken for interface parity with SegFormer and must be 0: the mechanism forms
             no ``N x N`` weights to drop.
         proj_drop: Dropout after ``proj``.
-        impl: Operator implementation, one of :data:`mmvisattn.ops.rwgk.IMPLS` (``'reference'``
-            forms the ``N x N`` kernel: tests only).
+        impl: Operator implementation, one of :data:`mmvisattn.ops.rwgk.IMPLS`.
         init_cfg: mmengine initialisation config.
     """
 

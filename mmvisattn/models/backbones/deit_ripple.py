@@ -6,7 +6,7 @@ from typing import Dict, Optional, Tuple
 
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_impl
+from mmvisattn.ops.utils.dispatch import check_choice
 from mmvisattn.registry import build_attention, register_model
 from .castling_vit import CastlingViT
 
@@ -44,7 +44,7 @@ class DeiTRipple(CastlingViT):
                  final_norm: bool = True, norm_cfg: Optional[Dict] = None, **kwargs) -> None:
         if not 0 <= num_ripple_layers <= num_layers:
             raise ValueError(f'DeiTRipple: num_ripple_layers={num_ripple_layers}; expected 0 .. {num_layers}')
-        check_impl('DeiTRipple', out_type, OUT_TYPES, 'out_type')
+        check_choice('DeiTRipple', out_type, OUT_TYPES, 'out_type')
         if with_cls_token:
             raise ValueError('DeiTRipple: with_cls_token=True; ripple attention needs every token on the grid '
                              '(the model mean-pools instead, C.5)')

@@ -16,7 +16,7 @@ from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
 from mmengine.model import BaseModule, ModuleList
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_impl
+from mmvisattn.ops.utils.dispatch import check_choice
 from mmvisattn.registry import build_attention, register_model
 from ..layers.weight_init import init_embedding, init_linear_layers
 from .contract import BackboneContract, checkpointed, resolve_arch
@@ -206,7 +206,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             self.norm = build_norm_layer(norm_cfg, self.arch['embed_dims'][-1])[1]
 
     def _check_out_type(self, out_type: str) -> str:
-        check_impl('ViL', out_type, OUT_TYPES, 'out_type')
+        check_choice('ViL', out_type, OUT_TYPES, 'out_type')
         last = len(self.stages) - 1
         if out_type == 'cls_token' and (tuple(self.out_indices) != (last,) or not self.stages[last].num_global):
             raise ValueError(f"ViL: out_type='cls_token' reads the last stage's global token; expected "

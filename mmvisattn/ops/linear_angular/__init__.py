@@ -9,25 +9,26 @@ never needed::
 
     out_i = (1/2 sum_j v_j + 1/pi q^_i (K^T V)) / (N/2 + 1/pi q^_i . sum_j k^_j)
 
-Implementations: ``reference`` (explicit N x N kernel, tests only), ``torch`` (the form above),
-``triton`` (two fused passes) and ``dense`` (the ``N x N`` kernel tile by tile in one Triton program,
-flash-attention style, :mod:`.dense`); ``auto`` (:data:`OP`) takes, on CUDA, ``dense`` up to the
-crossover measured on the GPU (:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then
-``triton`` where its kernels take the inputs (measured faster than torch there by the GPU proof,
-forward and forward + backward), and torch otherwise.
-:func:`linear_angular_unnormalised` is the official module's form without the row-sum division.
+Backends, in ``auto``'s order (:data:`OP`): ``triton`` (two fused passes, CUDA) and ``torch`` (the form
+above). :func:`linear_angular_attention_reference` (the explicit ``N x N`` kernel) is what they are tested
+against. :func:`linear_angular_unnormalised` is the official module's form without the row-sum division.
 """
 from torch import Tensor
 
-from ..utils.crossover import dense_on_cuda
-from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
+from ..utils.dispatch import Backend, Op, Request, interpreted, triton_kernels
 from .pytorch import linear_angular_attention_torch, linear_angular_unnormalised
-from .reference import angular_kernel_reference, linear_angular_attention_reference
+from .reference import linear_angular_attention_reference
 
-OP = Op('linear_angular_attention',
-        dict(reference=reference_only, torch=runs_anywhere, triton=triton_kernels(),
-             dense=dense_on_cuda('linear_angular_attention', triton_kernels())),
-        dict(cuda=('dense', 'triton', 'torch')))
+
+def _triton(*args) -> Tensor:
+    from .triton import linear_angular_attention_triton  # Triton loads on the first call
+    return linear_angular_attention_triton(*args)
+
+
+OP = Op('linear_angular_attention', [
+    Backend('triton', _triton, triton_kernels(), interpreted),
+    Backend('torch', linear_angular_attention_torch),
+])
 IMPLS = OP.impls
 
 
@@ -42,19 +43,8 @@ def linear_angular_attention(q: Tensor, k: Tensor, v: Tensor, impl: str = 'auto'
     Returns:
         ``(B, heads, N, e)``.
     """
-    impl = OP.choose(impl, Request.of((q, k, v), tokens=k.shape[-2]))
-    if impl == DRY_RUN:
-        return dry_output(q, v)
-    if impl == 'reference':
-        return linear_angular_attention_reference(q, k, v)
-    if impl == 'triton':
-        from .triton import linear_angular_attention_triton
-        return linear_angular_attention_triton(q, k, v)
-    if impl == 'dense':
-        from .dense import linear_angular_attention_dense
-        return linear_angular_attention_dense(q, k, v)
-    return linear_angular_attention_torch(q, k, v)
+    return OP(impl, Request.of((q, k, v)), q, k, v)
 
 
-__all__ = ['linear_angular_attention', 'linear_angular_unnormalised', 'linear_angular_attention_reference',
-           'angular_kernel_reference', 'IMPLS', 'OP']
+__all__ = ['linear_angular_attention', 'linear_angular_unnormalised', 'linear_angular_attention_reference', 'IMPLS',
+           'OP']

@@ -24,7 +24,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off, norm_eps
-from ..utils.triton_launch import check_kernel_inputs, dot_operands, head_block, launch, num_warps
+from ..utils.triton_launch import dot_operands, head_block, num_warps
 from .pytorch import linear_angular_backward
 
 
@@ -87,7 +87,6 @@ def _mix(q_ptr, kv_ptr, kmean_ptr, vmean_ptr, out_ptr, tokens, dims, value_dims,
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
-    check_kernel_inputs('linear_angular_attention', (q, k, v))
     *batch, tokens, dims = q.shape
     value_dims = v.shape[-1]
     heads = q.numel() // (tokens * dims)
@@ -99,11 +98,11 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
     key_mean = torch.empty(heads, block_d, device=q.device, dtype=torch.float32)
     value_mean = torch.empty(heads, block_dv, device=q.device, dtype=torch.float32)
     # one stage: software pipelining of the token loop made ptxas spill (compile_kernels.py, sm_90)
-    launch(_summarise, (heads,), k, v, key_values, key_mean, value_mean, tokens, dims, value_dims,
-           norm_eps(k.dtype), num_stages=1, **sizes)
+    _summarise[(heads,)](k, v, key_values, key_mean, value_mean, tokens, dims, value_dims,
+                         norm_eps(k.dtype), num_stages=1, **sizes)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
-    launch(_mix, (heads, triton.cdiv(tokens, block_n)), q, key_values, key_mean, value_mean, out, tokens, dims,
-           value_dims, 1.0 / math.pi, norm_eps(q.dtype), **sizes)
+    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_mean, value_mean, out, tokens, dims,
+                                                value_dims, 1.0 / math.pi, norm_eps(q.dtype), **sizes)
     return out
 
 

@@ -6,14 +6,11 @@ softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
 
 It trains beside the linear-angular branch and is removed for inference.
 
-Implementations (``impl=``): ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written
-out: it saves only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix
-outlives its block; ``triton`` (:mod:`.triton`), flash-attention kernels (tiles of weights in registers,
-the output and one log-sum-exp per query saved), which ``auto`` takes on CUDA once a GPU proof has
-measured them faster than ``torch`` (``FASTEST_ON_CUDA`` in :mod:`mmvisattn.proof.cases`; not yet);
-``dense`` (:mod:`.dense`), the whole weights under autograd, which ``auto`` takes for dropout on the
-weights (a recomputed block would draw another mask) and under ``torch.compile``; ``reference``
-(:mod:`.reference`), the literal form in float32, for tests.
+Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd,
+which ``auto`` takes for dropout on the weights (a recomputed block would draw another mask) and under
+``torch.compile``; ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written out: it saves
+only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix outlives its block.
+:func:`masked_softmax_attention_reference` (the literal form in float32) is what they are tested against.
 
 Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as
 operands (float16/bfloat16 under AMP, on the tensor cores) and give float32 (:func:`.pytorch.product`):
@@ -24,25 +21,30 @@ its input's.
 """
 from typing import Optional
 
-import torch
 from torch import Tensor
 
-from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere, triton_kernels
+from ..utils.dispatch import Backend, Op, Request
 from .dense import masked_softmax_attention_dense
-from .pytorch import masked_softmax_attention_torch, query_block
+from .pytorch import masked_softmax_attention_torch
 from .reference import masked_softmax_attention_reference
 
 
-def _dense_refusal(request: Request) -> Optional[str]:
-    if request.fact('dropout') > 0 or request.fact('compiling'):
+def _dense_slower(request: Request) -> Optional[str]:
+    if request.fact('dropout') > 0 or request.context == 'compile':
         return None
     return 'no dropout on the weights and not compiled: the blocks of the torch path hold no N x N matrix'
 
 
-_ORDER = ('dense', 'torch')
-OP = Op('masked_softmax_attention',
-        dict(reference=reference_only, dense=_dense_refusal, triton=triton_kernels(), torch=runs_anywhere),
-        dict(cpu=_ORDER, cuda=_ORDER, meta=_ORDER))
+def _torch_unsupported(request: Request) -> Optional[str]:
+    if request.fact('dropout') > 0:
+        return f"dropout={request.fact('dropout')} on the weights: a recomputed block would draw another mask"
+    return None
+
+
+OP = Op('masked_softmax_attention', [
+    Backend('dense', masked_softmax_attention_dense, slower=_dense_slower),
+    Backend('torch', masked_softmax_attention_torch, _torch_unsupported),
+])
 IMPLS = OP.impls
 
 
@@ -61,20 +63,8 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
     Returns:
         ``(..., N, E)`` in ``v``'s dtype.
     """
-    impl = OP.choose(impl, Request.of((q, k, v), dropout=dropout, compiling=torch.compiler.is_compiling()))
-    if impl == DRY_RUN:
-        return dry_output(q, v)
-    if impl == 'dense':
-        return masked_softmax_attention_dense(q, k, v, threshold, scale, dropout)
-    if dropout > 0:
-        raise ValueError(f"masked_softmax_attention: dropout={dropout} with impl={impl!r}; only impl='dense' "
-                         "(or 'auto') draws a dropout mask")
-    if impl == 'reference':
-        return masked_softmax_attention_reference(q, k, v, threshold, scale)
-    if impl == 'triton':
-        from .triton import masked_softmax_attention_triton
-        return masked_softmax_attention_triton(q, k, v, threshold, scale)
-    return masked_softmax_attention_torch(q, k, v, threshold, scale)
+    request = Request.of((q, k, v), dropout=dropout)
+    return OP(impl, request, q, k, v, threshold, scale, dropout)
 
 
-__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'query_block', 'IMPLS', 'OP']
+__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'IMPLS', 'OP']

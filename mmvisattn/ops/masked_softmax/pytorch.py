@@ -86,9 +86,9 @@ class MaskedSoftmax(torch.autograd.Function):
 
 
 def masked_softmax_attention_torch(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
-                                   block: Optional[int] = None) -> Tensor:
+                                   dropout: float = 0.0, block: Optional[int] = None) -> Tensor:
     """:class:`MaskedSoftmax` with the logits' ``scale`` (``D ** -0.5`` by default) and ``block`` queries a
-    block (:func:`query_block` by default)."""
+    block (:func:`query_block` by default); ``dropout`` must be 0 (a recomputed block would draw another mask)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     block = query_block(q, k) if block is None else block
     return apply_function(MaskedSoftmax, q, k, v, scale, threshold, block)

@@ -36,7 +36,8 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off, autocast_state
-from ..utils.triton_launch import UnsupportedInput, dot_operands, head_block, launch, unsupported_kernel_input
+from ..utils.triton_launch import dot_operands, head_block
+from .position import PositionParams, first_projection
 
 # Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
 # size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).
@@ -378,9 +379,6 @@ class PositionLogitsTriton(torch.autograd.Function):
     def forward(ctx, relative: Tensor, norm1_weight: Tensor, norm1_bias: Tensor, conv2_weight: Tensor,
                 conv2_bias: Tensor, norm2_weight: Tensor, norm2_bias: Tensor, hw_shape: Tuple[int, int],
                 eps: float, operands: torch.dtype) -> Tensor:
-        reason = unsupported_kernel_input(relative.dtype, 1)
-        if reason is not None:
-            raise UnsupportedInput(f"position_logits(impl='triton'): {reason} (impl='torch' takes any floating dtype)")
         relative = relative.contiguous()
         heads, kernel_size = conv2_weight.shape[0], conv2_weight.shape[-1]
         height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative, hw_shape,
@@ -390,15 +388,15 @@ class PositionLogitsTriton(torch.autograd.Function):
                                                              norm2_weight, norm2_bias)]
         mean1, rstd1 = (relative.new_empty(tokens, channels, dtype=torch.float32) for _ in range(2))
         mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
-        launch(_window_stats, (tokens,), relative, mean1, rstd1, height, width, channels, map_rows, map_cols,
-               window_rows, window_cols, eps, BLOCK_C=triton.next_power_of_2(channels),
-               BLOCK_W=_window_cells(channels, WINDOW_TILE), num_warps=WARPS, num_stages=STAGES)
+        _window_stats[(tokens,)](relative, mean1, rstd1, height, width, channels, map_rows, map_cols, window_rows,
+                                 window_cols, eps, BLOCK_C=triton.next_power_of_2(channels),
+                                 BLOCK_W=_window_cells(channels, WINDOW_TILE), num_warps=WARPS, num_stages=STAGES)
         logits = relative.new_empty(heads, tokens, tokens, dtype=torch.float32)
         g1, b1, w2, b2, g2, bb2 = params
-        launch(_logits_forward, (tokens,), relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2,
-               height, width, channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), DOT=dot_operands(operands), num_warps=FORWARD_WARPS,
-               num_stages=STAGES)
+        _logits_forward[(tokens,)](relative, mean1, rstd1, g1, b1, w2, b2, g2, bb2, logits, mean2, rstd2, height, width,
+                                   channels, heads, map_rows, map_cols, eps, K=kernel_size, BLOCK_K=BLOCK_KEYS,
+                                   BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), DOT=dot_operands(operands),
+                                   num_warps=FORWARD_WARPS, num_stages=STAGES)
         ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
         ctx.hw_shape, ctx.operands = hw_shape, operands
         ctx.param_dtypes = [p.dtype for p in (norm1_weight, norm1_bias, conv2_weight,
@@ -418,20 +416,20 @@ class PositionLogitsTriton(torch.autograd.Function):
         dz = torch.empty_like(grad_logits)
         dw2 = relative.new_empty(tokens, *w2.shape, dtype=torch.float32)
         dhead = relative.new_empty(tokens, 3, heads, dtype=torch.float32)
-        launch(_logits_backward, (tokens,), grad_logits, relative, mean1, rstd1, g1, b1, w2, b2, g2, mean2, rstd2,
-               dz, dw2, dhead, height, width, channels, heads, map_rows, map_cols, BLOCK_K=BACKWARD_KEYS,
-               BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), **dot)
+        _logits_backward[(tokens,)](grad_logits, relative, mean1, rstd1, g1, b1, w2, b2, g2, mean2, rstd2, dz, dw2,
+                                    dhead, height, width, channels, heads, map_rows, map_cols, BLOCK_K=BACKWARD_KEYS,
+                                    BLOCK_T=BLOCK_TAPS, BLOCK_H=head_block(heads), **dot)
         sums = relative.new_empty(tokens, 2, channels, dtype=torch.float32)
         window = dict(BLOCK_J=BLOCK_TAPS, BLOCK_C=head_block(channels), **dot)
-        launch(_window_grad_sums, (tokens,), dz, relative, mean1, rstd1, g1, b1, w2, sums, height, width, channels,
-               heads, map_rows, map_cols, window_rows, window_cols, BLOCK_P=_window_cells(channels, WINDOW_TILE),
-               **window)
+        _window_grad_sums[(tokens,)](dz, relative, mean1, rstd1, g1, b1, w2, sums, height, width, channels, heads,
+                                     map_rows, map_cols, window_rows, window_cols,
+                                     BLOCK_P=_window_cells(channels, WINDOW_TILE), **window)
         grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
         tile_cols = MAP_TILE_COLS
         tile_rows = _window_cells(channels, GRAD_TILE // head_block(channels)) // tile_cols
-        launch(_window_grad, (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols)), dz,
-               relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads, map_rows,
-               map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
+        grid = (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols))
+        _window_grad[grid](dz, relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads,
+                           map_rows, map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
         head_grads = dhead.sum(0)
         norm1_grads = sums.sum(0)
         grads = (norm1_grads[0], norm1_grads[1], dw2.sum(0), head_grads[2], head_grads[0], head_grads[1])
@@ -448,3 +446,8 @@ def position_window_logits(relative: Tensor, norm1_weight: Tensor, norm1_bias: T
     operands = autocast_dtype if autocast else conv2_weight.dtype
     return PositionLogitsTriton.apply(relative, norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight,
                                       norm2_bias, tuple(hw_shape), eps, operands)
+
+
+def position_logits_triton(params: PositionParams, hw_shape: Sequence[int], eps: float) -> Tensor:
+    """:func:`.position.position_logits` with the windows in the kernels: the first projection in torch."""
+    return position_window_logits(first_projection(params, hw_shape), *params.window_params(), hw_shape, eps)

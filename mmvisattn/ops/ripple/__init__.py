@@ -1,70 +1,64 @@
 """Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity" (arXiv:2110.02453,
-§3, Eq. 4-9, Algorithm 1, Appendix B): linearized attention in which the tokens of each vicinal
-group (same Chebyshev distance ``r`` to the query) share a spatial weight ``alpha_r(i, j)`` given by
-a stick-breaking transform; groups from ``r_hat`` (threshold ``tau``, at most ``R_max``) on share
-the merged stick equally (Eq. 6)::
+§3, Eq. 4-9): linearized attention in which the tokens of each vicinal group (same Chebyshev distance ``r``
+to the query) share a spatial weight ``alpha_r(i, j)`` given by a stick-breaking transform; groups from
+``r_hat`` (threshold ``tau``, at most ``R_max``) on share the merged stick equally (Eq. 6)::
 
     out_ij = phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k) v^T
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
-Implementations (``impl=``):
+Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and
+the merged groups (global sums, :mod:`.local_global`); they differ in the local part. In ``auto``'s order:
 
-* ``reference``: explicit per-token group weights, O(H^2 W^2) (tests and benchmarks only);
-* ``sat``: the paper's dynamic programming over summed-area tables (Algorithm 1) with the
-  hand-written backward of Appendix B, O(H W R_max D E) time, O(H W D E) memory;
-* ``torch``: groups inside ``R_max`` as a distance-weighted local attention on tiles plus the merged
-  groups through global sums, hand-written backward, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory;
-* ``dense``: the same split with the local part as ``N x N`` products by blocks of queries
-  (:mod:`.dense`), O(H^2 W^2 (D + E)) time, O(H W (D + E)) saved memory plus a cached index of
-  ``8 H^2 W^2`` bytes: faster where the window ``(2 R_max - 1)^2`` covers much of the map;
-* ``cpu``: the same local/global split with the local part in C++ (:mod:`.cpu`, forward and backward);
-* ``triton``: the same local/global split with the local part in Triton kernels (forward and backward);
-* ``fused``: both parts as one ``N x N`` weighting of every pair in one Triton program per block of
-  queries (:mod:`.fused`, forward and backward): for small maps on a GPU.
+* ``triton``: Triton kernels, forward and backward (CUDA);
+* ``dense``: ``N x N`` products by blocks of queries (:mod:`.dense`), on CPU for maps small against the
+  window ``(2 R_max - 1)^2`` (:func:`~.dense.dense_is_faster`), and the one form that exports to ONNX;
+* ``cpu``: C++ kernels on tiles of queries (:mod:`.cpu`);
+* ``torch``: the same tiles in torch, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory.
 
-``auto`` (:data:`OP`) takes, on CUDA, ``fused`` up to the crossover measured on the GPU
-(:mod:`mmvisattn.ops.utils.crossover`; on a GPU without one, never), then ``triton`` where its kernels
-take the heads (else ``torch``): the fastest of the local/global forms there at SMCA's size (the GPU
-proof's benchmark rows, recorded beside its cases);
-on CPU ``dense`` below the crossover measured in :mod:`.dense` (:func:`~.dense.dense_is_faster`) and
-``cpu`` above it: with the ``R_max`` of the paper (2-16) the local form needs fewer operations than
-the tables and far less memory.
+:func:`ripple_attention_reference` (:mod:`.reference`) is the explicit O(H^2 W^2) form the backends are
+tested against.
 """
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
-import torch
 from torch import Tensor
 
-from ..utils.crossover import dense_on_cuda
-from ..utils.dispatch import (DRY_RUN, Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere,
+from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch,
                               triton_kernels)
+from .cpu import ripple_attention_cpu
 from .dense import dense_is_faster, ripple_attention_dense
 from .pytorch import ripple_attention_torch
 from .reference import ripple_attention_reference
-from .sat import ripple_attention_sat, vicinal_sum
-from .weights import chebyshev_distances, group_weights, ring_weights, stick_breaking, truncate
+from .weights import chebyshev_distances, group_weights
 
 
-def _sat_refusal(request: Request) -> str:
-    return ('summed-area tables (Algorithm 1) hold D x E numbers a token; the local/global split is faster and '
-            'lighter at R_max 2-16')
-
-
-def _dense_refusal(request: Request) -> Optional[str]:
-    if torch.onnx.is_in_onnx_export():  # the local part that traces right (see _check_exportable)
+def _dense_slower(request: Request) -> Optional[str]:
+    if request.context == 'export':
         return None
-    if request.device == 'cuda':
-        return "the dense blocks' crossover is measured on CPU; on CUDA impl='fused' takes small maps"
+    if request.device != 'cpu':
+        return 'its crossover is measured on CPU; on other devices the local part runs on tiles'
     hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
     if dense_is_faster(hw_shape, r_max):
         return None
     return f'a {hw_shape[0]}x{hw_shape[1]} map at R_max {r_max} is past the crossover where the tiles are faster'
 
 
-OP = Op('ripple_attention',
-        dict(reference=reference_only, sat=_sat_refusal, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
-             triton=triton_kernels(), fused=dense_on_cuda('ripple_attention', triton_kernels(), impl='fused')),
-        dict(cpu=('dense', 'cpu', 'torch'), cuda=('fused', 'triton', 'dense', 'torch')))
+def _not_exportable(request: Request) -> Optional[str]:
+    if request.context == 'export':
+        return "ONNX export cannot trace the tiles' writes into preallocated outputs; impl='dense' exports"
+    return None
+
+
+def _triton(*args) -> Tensor:
+    from .triton import ripple_attention_triton  # Triton loads on the first call
+    return ripple_attention_triton(*args)
+
+
+OP = Op('ripple_attention', [
+    Backend('triton', _triton, triton_kernels(), interpreted),
+    Backend('dense', ripple_attention_dense, slower=_dense_slower),
+    Backend('cpu', ripple_attention_cpu, cpu_kernels, opaque_to_dispatch),
+    Backend('torch', ripple_attention_torch, _not_exportable),
+])
 IMPLS = OP.impls
 
 
@@ -106,37 +100,10 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
         ``(..., N, E)``.
     """
     _check_inputs(q, k, v, logits, hw_shape, tau)
-    impl = OP.choose(impl, Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1],
-                                      tokens=q.shape[-2]))
-    if impl == DRY_RUN:
-        return dry_output(q, v)
-    _check_exportable(impl)
-    return _implementation(impl)(q, k, v, logits, hw_shape, tau, eps)
+    request = Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1])
+    return OP(impl, request, q, k, v, logits, hw_shape, tau, eps)
 
 
-def _check_exportable(impl: str) -> None:
-    """Under ONNX export only the dense local part (and the reference) trace right: the tiles write into
-    preallocated outputs, and the kernels are opaque calls; ``auto`` takes the dense one there."""
-    if torch.onnx.is_in_onnx_export() and impl not in ('dense', 'reference'):
-        raise ValueError(f"ripple_attention: impl={impl!r} does not export to ONNX; expected 'auto' or 'dense'")
-
-
-def _implementation(impl: str) -> Callable[..., Tensor]:
-    """The function of ``impl``; the C++ and Triton ones imported on first use (their compilers may be absent)."""
-    if impl == 'cpu':
-        from .cpu import ripple_attention_cpu
-        return ripple_attention_cpu
-    if impl == 'triton':
-        from .triton import ripple_attention_triton
-        return ripple_attention_triton
-    if impl == 'fused':
-        from .fused import ripple_attention_fused
-        return ripple_attention_fused
-    return dict(reference=ripple_attention_reference, sat=ripple_attention_sat, dense=ripple_attention_dense,
-                torch=ripple_attention_torch)[impl]
-
-
-# group_weights and chebyshev_distances: the explicit spatial weights, which the modules'
-# attention maps (visualisation only) are drawn from.
-__all__ = ['ripple_attention', 'check_tau', 'ripple_attention_reference', 'chebyshev_distances',
-           'group_weights', 'stick_breaking', 'truncate', 'ring_weights', 'vicinal_sum', 'IMPLS', 'OP']
+# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on
+__all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances', 'group_weights',
+           'IMPLS', 'OP']

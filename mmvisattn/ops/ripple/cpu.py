@@ -6,8 +6,7 @@ of :func:`.pytorch.tile_size`, as :class:`.local_global.LocalKernels` for
 queries' scores against their halo, the ring weights gathered onto them, and the products, with the
 halos gathered from the maps in place and their gradients added straight back (one task per (slice,
 tile) in the forward; per band of tile rows of a slice in the backward, in two passes so that no two
-bands add into the same keys). Under tracing (ONNX export, mmengine's FLOP counter) and dispatch
-modes (``FlopCounterMode``) the torch tiles run instead (:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
+bands add into the same keys).
 
 Mixed precision: :class:`.local_global.RippleLocalGlobal` hands float32 (or float64) tensors to the
 kernels, with autocast off.
@@ -17,9 +16,9 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
+from ..utils.cpu_extension import load_cpu_kernels
 from .local_global import LocalKernels, local_plus_global
-from .pytorch import TILED, tile_size
+from .pytorch import tile_size
 
 
 @torch.library.custom_op('mmvisattn::ripple_cpu_forward', mutates_args=())
@@ -54,17 +53,12 @@ def _operands(*tensors: Tensor) -> Tuple[Tensor, ...]:
 
 def cpu_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """``(num, den)`` of the local part, as :func:`.pytorch.tiled_forward`."""
-    check_cpu_tensor('ripple_attention', q)
-    if kernels_hidden():
-        return TILED.forward(q, k, v, beta, hw_shape)
     return _forward_kernel(*_operands(q, k, v, beta), *hw_shape, tile_size(beta.shape[-1]))
 
 
 def cpu_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
                  grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of :func:`cpu_forward` for ``q, k, v, beta``, as :func:`.pytorch.tiled_backward`."""
-    if kernels_hidden():
-        return TILED.backward(q, k, v, beta, hw_shape, grad_num, grad_den)
     grads = _backward_kernel(*_operands(q, k, v, beta), *hw_shape, tile_size(beta.shape[-1]),
                              *_operands(grad_num, grad_den))
     return tuple(grads)

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ..utils.triton_launch import check_kernel_inputs, launch, num_warps
+from ..utils.triton_launch import num_warps
 from .local_global import LocalKernels, local_plus_global
 from .weights import WeightKernels
 
@@ -208,8 +208,8 @@ WEIGHT_ROWS = 128  # query rows per program of the ring-weight kernels
 
 def _launch_weights(kernel, logits: Tensor, reach: Tensor, tau: float, *tensors: Tensor) -> None:
     rows, r_max = logits.numel() // logits.shape[-1], logits.shape[-1]
-    launch(kernel, (triton.cdiv(rows, WEIGHT_ROWS),), logits, reach, *tensors, rows, reach.shape[0], r_max, tau,
-           BLOCK=WEIGHT_ROWS, BLOCK_R=triton.next_power_of_2(r_max))
+    kernel[(triton.cdiv(rows, WEIGHT_ROWS),)](logits, reach, *tensors, rows, reach.shape[0], r_max, tau,
+                                              BLOCK=WEIGHT_ROWS, BLOCK_R=triton.next_power_of_2(r_max))
 
 
 def triton_weights_forward(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
@@ -240,13 +240,13 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], dims: in
             r_max: int) -> None:
     slices, tokens = tensors[0].shape[:2]
     block_d, block_e = triton.next_power_of_2(dims), triton.next_power_of_2(value_dims)  # no tl.dot: no minimum
-    launch(kernel, (slices, triton.cdiv(tokens, BLOCK)), *tensors, *hw_shape, dims, value_dims, r_max, BLOCK=BLOCK,
-           BLOCK_D=block_d, BLOCK_E=block_e, num_warps=num_warps(max(block_d, block_e)))
+    grid = (slices, triton.cdiv(tokens, BLOCK))
+    kernel[grid](*tensors, *hw_shape, dims, value_dims, r_max, BLOCK=BLOCK, BLOCK_D=block_d, BLOCK_E=block_e,
+                 num_warps=num_warps(max(block_d, block_e)))
 
 
 def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """The local part of :func:`.pytorch.tiled_forward` in Triton; same arguments and results."""
-    check_kernel_inputs('ripple_attention', (q, k, v))
     q, k, v, beta = (t.contiguous() for t in (q, k, v, beta))
     num, den = torch.empty_like(v), v.new_empty(*v.shape[:-1], 1)
     _launch(_forward, (q, k, v, beta, num, den), hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])

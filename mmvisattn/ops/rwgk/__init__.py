@@ -16,26 +16,23 @@ push-through identity it equals Eq. (8), which only inverts an ``M x M`` matrix:
 ``s`` is ``1 / sqrt(d)`` as in Eq. (2); Eq. (6) writes the softmax without it, which saturates the
 graphs as ``d`` grows.
 
-Two implementations share :func:`bipartite_graphs` (``common.py``), chosen by ``impl=``:
-
-* ``'reference'`` (``reference.py``) builds the ``N x N`` kernel and inverts it (Eq. 5): O(N^3),
-  obviously correct, for tests at small ``N``;
-* ``'torch'`` (``pytorch.py``, the default for ``'auto'`` on every device: there is no kernel)
-  follows Algorithm 1 with a linear solve instead of an explicit inverse: O(N M d + N M^2 + M^3)
-  time; one autograd Function that saves the inputs and O(M^2 + M d) per head and recomputes the
-  ``N x M`` graphs in the backward, slice by slice of heads.
+One backend, ``torch`` (:mod:`.pytorch`), follows Algorithm 1 with a linear solve instead of an
+explicit inverse: O(N M d + N M^2 + M^3) time; one autograd Function that saves the inputs and
+O(M^2 + M d) per head and recomputes the ``N x M`` graphs in the backward, slice by slice of heads.
+:func:`rwgk_attention_reference` builds the ``N x N`` kernel and inverts it (Eq. 5, O(N^3)): what the
+backend is tested against. Both share :func:`bipartite_graphs` (:mod:`.common`).
 
 The torch path runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
 (:mod:`mmvisattn.ops.utils.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
 """
 from torch import Tensor
 
-from ..utils.dispatch import DRY_RUN, Op, Request, dry_output, reference_only, runs_anywhere
-from .common import bipartite_graphs, check_lam
+from ..utils.dispatch import Backend, Op, Request
+from .common import check_lam
 from .pytorch import neumann_solve, rwgk_attention_torch
-from .reference import rwgk_attention_reference, rwgk_kernel_reference
+from .reference import rwgk_attention_reference
 
-OP = Op('rwgk_attention', dict(reference=reference_only, torch=runs_anywhere), {})
+OP = Op('rwgk_attention', [Backend('torch', rwgk_attention_torch)])
 IMPLS = OP.impls
 
 
@@ -53,15 +50,9 @@ def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: 
     Returns:
         ``(B, heads, N, e)``.
     """
-    impl = OP.choose(impl, Request.of((q, k, v), anchors=anchor_q.shape[-2]))
-    if impl == DRY_RUN:
-        return dry_output(q, v)
-    if impl == 'reference':
-        return rwgk_attention_reference(q, k, v, anchor_q, anchor_k, lam)
-    return rwgk_attention_torch(q, k, v, anchor_q, anchor_k, lam)
+    return OP(impl, Request.of((q, k, v)), q, k, v, anchor_q, anchor_k, lam)
 
 
 # neumann_solve: the solve in matrix products that mmvisattn.deploy.mmdeploy_support exports for backends
 # without one
-__all__ = ['rwgk_attention', 'rwgk_attention_reference', 'rwgk_kernel_reference', 'bipartite_graphs', 'check_lam',
-           'neumann_solve', 'IMPLS', 'OP']
+__all__ = ['rwgk_attention', 'rwgk_attention_reference', 'check_lam', 'neumann_solve', 'IMPLS', 'OP']

@@ -15,16 +15,12 @@ Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: 
 ``((4w-1)^2, heads)`` for local-local pairs, ``g2l`` ``(2, heads, G)`` (row 0: global query to a
 local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
 
-Implementations (:data:`OP` says which runs where and why): ``reference`` (masked full
-attention, tests only), ``dense`` (one SDPA call with the pattern as an additive bias,
-:mod:`.dense`), ``torch`` (sliding chunks, hand-written backward), ``cpu`` (the same fused per chunk
-in C++, :mod:`.cpu`), ``triton`` (block-sparse flash attention over whole chunks, CUDA, :mod:`.triton`)
-and ``flex`` (PyTorch's FlexAttention with a block mask of the chunks, :mod:`.flex`; trains on CUDA,
-forward only on CPU); ``auto`` takes Triton on CUDA where its kernels take the heads and window (else
-torch) and, on CPU, ``dense`` on maps no larger than a query's window (the crossover measured in
-:mod:`.dense`), ``cpu`` on larger ones. ``auto`` leaves ``flex`` to be asked for: the GPU proof times
-it beside the Triton kernels at the shipped sizes and found them faster (the GPU records:
-docs/records/gpu.md, docs/records/gpu_runs.md).
+Backends, in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention over whole chunks,
+CUDA, :mod:`.triton`), ``dense`` (one SDPA call with the pattern as an additive bias, on CPU for maps no
+larger than a query's window, :mod:`.dense`), ``cpu`` (the sliding chunks fused per chunk in C++,
+:mod:`.cpu`) and ``torch`` (sliding chunks, hand-written backward, :mod:`.pytorch`).
+:func:`sliding_chunk_attention_reference` (masked full attention, :mod:`.reference`) is what they are
+tested against.
 
 Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
 inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.
@@ -34,56 +30,57 @@ from typing import Optional, Sequence
 
 from torch import Tensor
 
-from ..utils.dispatch import (Op, Request, cpu_kernels, dry_output, reference_only, runs_anywhere, triton_kernels,
-                        DRY_RUN)
-from ..utils.triton_launch import UnsupportedInput, check_kernel_inputs
-from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense
-from .flex import flex_refusal, sliding_chunk_attention_flex
+from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch,
+                              triton_kernels)
+from .cpu import sliding_chunk_attention_cpu
+from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense, visits_once
 from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn
-from .local_global import local_plus_global
-from .pytorch import sliding_chunk_local_torch
+from .pytorch import sliding_chunk_attention_torch
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 TRITON_MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
 TRITON_MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
-
-
-def _dense_refusal(request: Request) -> Optional[str]:
-    if request.device != 'cpu':
-        return 'taken on CPU below a crossover measured there (an N x N bias); elsewhere the sliding chunks run'
-    if request.fact('mode') == 'drawn':
-        return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
-    hw_shape, window, num_global = request.fact('hw_shape'), request.fact('window'), request.fact('num_global')
-    if not dense_is_faster(hw_shape, window, num_global, request.fact('masking'), request.fact('mode')):
-        slots = query_slots(window, num_global, request.fact('mode'))
-        return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {slots} slots a query: past the '
-                'crossover where the sliding chunks are faster (or some keys are visited twice)')
-    return None
-
-
-def _unsupported_window(window: int) -> Optional[str]:
-    """Why the Triton kernels cannot take ``window``, or ``None``."""
-    if window > TRITON_MAX_WINDOW:
-        return f'window={window} is outside the supported range 1..{TRITON_MAX_WINDOW}'
-    return None
-
-
 _triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
 
 
-def _flex_refusal(request: Request) -> Optional[str]:
-    return flex_refusal(request.device, request.grad, request.fact('hw_shape'), request.fact('window'),
-                        request.fact('masking'), request.fact('mode'))
+def _triton_unsupported(request: Request) -> Optional[str]:
+    reason, window = _triton_kernels(request), request.fact('window')
+    if reason is None and window > TRITON_MAX_WINDOW:
+        return f'window={window} is outside the supported range 1..{TRITON_MAX_WINDOW}'
+    return reason
 
 
-def _triton_refusal(request: Request) -> Optional[str]:
-    return _triton_kernels(request) or _unsupported_window(request.fact('window'))
+def _dense_unsupported(request: Request) -> Optional[str]:
+    hw_shape, window, masking, mode = (request.fact(name) for name in ('hw_shape', 'window', 'masking', 'mode'))
+    if mode == 'drawn':
+        return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
+    if not visits_once(hw_shape, window, masking, mode):
+        return (f'masking={masking!r} on a {hw_shape[0]}x{hw_shape[1]} map of window {window} visits some keys '
+                'twice; the dense bias holds one per pair')
+    return None
 
 
-OP = Op('sliding_chunk_attention',
-        dict(reference=reference_only, dense=_dense_refusal, torch=runs_anywhere, cpu=cpu_kernels,
-             triton=_triton_refusal, flex=_flex_refusal),
-        dict(cpu=('dense', 'cpu', 'torch'), cuda=('triton', 'torch')))
+def _dense_slower(request: Request) -> Optional[str]:
+    if request.device != 'cpu':
+        return 'its crossover is measured on CPU; on other devices the sliding chunks run'
+    hw_shape, window, num_global, mode = (request.fact(name) for name in ('hw_shape', 'window', 'num_global', 'mode'))
+    if dense_is_faster(hw_shape, window, num_global, mode):
+        return None
+    return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {query_slots(window, num_global, mode)} '
+            'slots a query: past the crossover where the sliding chunks are faster')
+
+
+def _triton(*args) -> Tensor:
+    from .triton import sliding_chunk_attention_triton  # Triton loads on the first call
+    return sliding_chunk_attention_triton(*args)
+
+
+OP = Op('sliding_chunk_attention', [
+    Backend('triton', _triton, _triton_unsupported, interpreted),
+    Backend('dense', sliding_chunk_attention_dense, _dense_unsupported, _dense_slower),
+    Backend('cpu', sliding_chunk_attention_cpu, cpu_kernels, opaque_to_dispatch),
+    Backend('torch', sliding_chunk_attention_torch),
+])
 IMPLS = OP.impls
 
 
@@ -99,14 +96,6 @@ def check_masking(masking: str, owner: str = 'sliding_chunk_attention') -> str:
     if masking not in MASKINGS:
         raise ValueError(f'{owner}: masking={masking!r}; expected one of {MASKINGS}')
     return masking
-
-
-def check_triton_inputs(q: Tensor, k: Tensor, v: Tensor, window: int) -> None:
-    """Fail in one line, before any work, on what the Triton kernels cannot take."""
-    check_kernel_inputs('sliding_chunk_attention', (q, k, v), TRITON_MAX_HEAD_DIMS)
-    reason = _unsupported_window(window)
-    if reason is not None:
-        raise UnsupportedInput(f"sliding_chunk_attention(impl='triton'): {reason} (impl='torch' takes any window)")
 
 
 def _check_mode(mode: Mode, q: Tensor) -> None:
@@ -155,35 +144,11 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     window = _check(q, hw_shape, window, num_global, masking, mode)
     request = Request.of((q, k, v), hw_shape=hw_shape, window=window, num_global=num_global, masking=masking,
                          mode='drawn' if is_drawn(mode) else mode)
-    impl = OP.choose(impl, request)
-    if impl == DRY_RUN:
-        return dry_output(q, v)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    if impl == 'reference':
-        return sliding_chunk_attention_reference(q, k, v, hw_shape, window, num_global, masking,
-                                                 int(mode), rel_pos, scale)
-    if impl == 'dense':
-        if is_drawn(mode):
-            raise ValueError(f"sliding_chunk_attention(impl='dense'): {_dense_refusal(request)}; "
-                             "expected impl='torch', 'cpu' or 'triton' for random shifting")
-        return sliding_chunk_attention_dense(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
-    if impl == 'flex':
-        reason = _flex_refusal(request)
-        if reason is not None:
-            raise UnsupportedInput(f"sliding_chunk_attention(impl='flex'): {reason}")
-        return sliding_chunk_attention_flex(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
-    if impl == 'triton':
-        check_triton_inputs(q, k, v, window)
-        from .triton import sliding_chunk_attention_triton
-        return sliding_chunk_attention_triton(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
-    if impl == 'cpu':
-        from .cpu import sliding_chunk_local_cpu as local_attention
-    else:
-        local_attention = sliding_chunk_local_torch
-    return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale, local_attention)
+    return OP(impl, request, q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
 
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
 # separate global projections compute themselves; dense_bias: the attention map's additive bias.
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
-           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'MASKINGS', 'MODES', 'DRAWN']
+           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'MASKINGS']

@@ -5,22 +5,21 @@ chunk: the live slots' keys and values gathered, the scores, bias, mask, softmax
 computed while the chunk's ``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) in
 the forward and per row in the backward. The forward keeps the log-sum-exp of every query beside the
 output, so the backward rebuilds the probabilities without storing them, and the saved tensors grow
-with ``N * d`` as SDPA's do (measured against the torch path: docs/records/benchmarks.md). Under tracing (ONNX
-export, mmengine's FLOP counter) and dispatch modes (``FlopCounterMode``) the torch path runs instead
-(:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
+with ``N * d`` as SDPA's do.
 
 Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the kernels
 compute in float32 (float64 stays float64, for ``gradcheck``); the output comes back in ``v``'s
 dtype, each gradient in its input's.
 """
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from ..utils.amp import autocast_off, upcast
-from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
-from .pytorch import sliding_chunk_local_torch
+from ..utils.cpu_extension import load_cpu_kernels
+from .layout import Mode
+from .local_global import local_plus_global
 
 
 @torch.library.custom_op('mmvisattn::sliding_chunk_cpu_forward', mutates_args=())
@@ -84,11 +83,15 @@ class SlidingChunkCpu(torch.autograd.Function):
 
 
 def sliding_chunk_local_cpu(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                            bias: Optional[Tensor], drawn: bool = False) -> Tensor:
-    """The local attention of every chunk (:class:`SlidingChunkCpu`) for CPU tensors; traced, the
-    torch path's plain ops (see the module docstring). The kernels find each chunk's live slots
-    themselves, so tables picked for a drawn mode (``drawn``) need nothing more."""
-    check_cpu_tensor('sliding_chunk_attention', q)
-    if kernels_hidden():
-        return sliding_chunk_local_torch(q, k, v, index, invalid, bias, drawn)
+                            bias: Optional[Tensor], groups: object = None) -> Tensor:
+    """The local attention of every chunk (:class:`SlidingChunkCpu`); the kernels find each chunk's live
+    slots themselves, so they take no ``groups``."""
     return SlidingChunkCpu.apply(q, k, v, index, invalid, bias)
+
+
+def sliding_chunk_attention_cpu(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+                                num_global: int, masking: str, mode: Mode,
+                                rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
+    """Vision Longformer attention with the local queries by the C++ kernels."""
+    return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale,
+                             sliding_chunk_local_cpu)

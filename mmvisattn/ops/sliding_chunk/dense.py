@@ -8,14 +8,11 @@ additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allo
 (:func:`.pattern.visited_pairs`, the definition from token coordinates).
 
 :func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
-the slots of a query (``S = G + 9 w^2`` in mode 0), measured on two cores (docs/records/benchmarks.md, the size-aware
-dispatch table; re-measure with ``benchmark_attention.py --types
-LongformerAttention:window=7,num_global=1,impl=cpu LongformerAttention:window=7,num_global=1,impl=dense``).
-The C++ kernels (:mod:`.cpu`) cost about the same on every map of 3 x 3 chunks, the dense form
-grows with ``N^2`` and holds the ``N^2`` probabilities for the backward (SDPA's math path, which a
-bias with a gradient takes), so it stops at 0.8 ``S``. Layouts in which a key is visited twice
-(cyclic wrapping on a grid of fewer than three chunks, where the reference merges the copies' biases)
-have no single bias per pair and stay on the sliding chunks.
+the slots of a query (``S = G + 9 w^2`` in mode 0). The C++ kernels (:mod:`.cpu`) cost about the same on
+every map of 3 x 3 chunks, the dense form grows with ``N^2`` and holds the ``N^2`` probabilities for the
+backward (SDPA's math path, which a bias with a gradient takes). Layouts in which a key is visited twice
+(cyclic wrapping on a grid of fewer than three chunks, where the reference merges the copies' biases) have
+no single bias per pair: :func:`visits_once` says which.
 
 Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.utils.amp`).
 """
@@ -28,11 +25,11 @@ from torch import Tensor
 
 from ..utils.amp import autocast_off, float32_math
 from ..utils.tracing import apply_function
-from .layout import visited_neighbours
+from ..utils.token_grid import window_grid
+from .layout import neighbour_chunk, visited_neighbours
 from .pattern import visited_pairs
 
-# Tokens per slot of a query up to which the dense form is faster than the C++ sliding chunks (the
-# table above: 18x18 at w 7 and one global token is the largest such map, 19x19 a tie).
+# Tokens per slot of a query up to which the dense form is faster than the C++ sliding chunks on CPU
 DENSE_SHARE = 0.8
 
 
@@ -41,11 +38,10 @@ def query_slots(window: int, num_global: int, mode: int) -> int:
     return num_global + len(visited_neighbours(mode)) * window * window
 
 
-def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int) -> bool:
-    """Whether ``auto`` runs the dense form on CPU: the map holds at most :data:`DENSE_SHARE` of a
-    query's slots and every allowed pair is visited once."""
-    return (num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global, mode)
-            and visits_once(tuple(hw_shape), window, masking, mode))
+def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, mode: int) -> bool:
+    """Whether the dense form beats the sliding chunks on CPU: the map holds at most :data:`DENSE_SHARE`
+    of a query's slots."""
+    return num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global, mode)
 
 
 @torch.compiler.assume_constant_result  # of the layout alone; a tensor read back would break torch.compile's graph
@@ -57,8 +53,15 @@ def visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int)
 
 @lru_cache(maxsize=16)
 def _visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int) -> bool:
-    visits = sum(match.long() for match, _ in visited_pairs(hw_shape, window, masking, mode, torch.device('cpu')))
-    return bool((visits <= 1).all())
+    """Whether every chunk's visited neighbour chunks are distinct, on the chunk grid: every chunk holds a
+    token of the map, so a repeated chunk is a repeated key."""
+    grid = window_grid(hw_shape, window)
+    chunks = []
+    for offset in visited_neighbours(mode):
+        rows, cols, outside = neighbour_chunk(grid, masking, offset)
+        chunks.append(torch.where(outside, -1 - offset, rows * grid[1] + cols))  # each outside one its own
+    ordered = torch.stack(chunks, dim=1).sort(dim=1).values
+    return bool((ordered[:, 1:] != ordered[:, :-1]).all())
 
 
 @lru_cache(maxsize=16)
@@ -119,11 +122,8 @@ class GatherBias(torch.autograd.Function):
 def sliding_chunk_attention_dense(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
                                   num_global: int, masking: str, mode: int,
                                   rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
-    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (arguments checked)."""
-    if not visits_once(tuple(hw_shape), window, masking, mode):
-        raise ValueError(f"sliding_chunk_attention: impl='dense' with masking={masking!r} on a "
-                         f'{hw_shape[0]}x{hw_shape[1]} map of window {window} visits some keys twice; '
-                         "expected impl='torch' there")
+    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`, for a layout that
+    :func:`visits_once` and a mode that is not drawn."""
     index = pair_index(tuple(hw_shape), window, num_global, masking, mode, q.device)
     bias = apply_function(GatherBias, bias_rows(rel_pos, window, num_global, q.shape[1], q), index)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

@@ -15,7 +15,7 @@ modes, which share one slot count, are stacked once and the drawn one picked by 
 so the step neither reads the draw back nor changes shape (one compiled graph for all draws).
 """
 from functools import lru_cache
-from typing import Optional, Sequence, Tuple, Union
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +90,37 @@ def _drawn_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, 
                        device: torch.device) -> Tuple[Tensor, Tensor]:
     tables = [mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu')) for mode in DRAWN]
     return tuple(torch.stack(parts).to(device) for parts in zip(*tables))
+
+
+class ChunkGroup(NamedTuple):
+    """Chunks whose live slots are the same columns of the slot tables: the slots their queries may
+    use. Border chunks lose the neighbours outside the map (5 of 9 at a corner), so computing only the
+    live columns saves a third of the work on a 4x4 chunk grid and a sixth on 8x8."""
+    chunks: Optional[Tensor]  # (c,) chunk numbers; None: every chunk, in order
+    columns: Optional[Tensor]  # (s,) the live slot columns; None: all of them
+    index: Tensor  # (c, s) table rows of the live slots
+    invalid: Optional[Tensor]  # (c, 1 or w^2, s) masked slots among them; None: none is
+
+
+@lru_cache(maxsize=64)
+def chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+                 device: torch.device) -> Tuple[ChunkGroup, ...]:
+    """The chunks of :func:`mode_slot_tables` grouped by their live columns (a column is dead where every
+    query of the chunk masks it), found on the host from the tables of the layout alone and cached on
+    ``device``: no step reads the device for them."""
+    index, invalid = mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu'))
+    dead = invalid.all(dim=1)
+    patterns, group_of = torch.unique(dead, dim=0, return_inverse=True)
+    groups = []
+    for number, pattern in enumerate(patterns):
+        chunks = (group_of == number).nonzero().squeeze(1)
+        columns = (~pattern).nonzero().squeeze(1)
+        masked = invalid.index_select(0, chunks).index_select(2, columns)
+        groups.append(ChunkGroup(None if len(chunks) == len(dead) else chunks.to(device),
+                                 None if len(columns) == dead.shape[1] else columns.to(device),
+                                 index.index_select(0, chunks).index_select(1, columns).to(device),
+                                 masked.to(device) if bool(masked.any()) else None))
+    return tuple(groups)
 
 
 def chunk_coordinates(grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:

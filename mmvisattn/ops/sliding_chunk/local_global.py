@@ -10,11 +10,13 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .layout import (Mode, from_chunks, global_rows, is_drawn, key_table, slot_bias, slot_tables, table_padding,
-                     to_chunks)
+from .layout import (ChunkGroup, Mode, chunk_groups, from_chunks, global_rows, is_drawn, key_table, slot_bias,
+                     slot_tables, table_padding, to_chunks)
 
-# (chunks, keys, values, index, invalid, bias, drawn) -> the local queries' outputs, chunk by chunk
-LocalAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Optional[Tensor], bool], Tensor]
+# (chunks, keys, values, index, invalid, bias, groups) -> the local queries' outputs, chunk by chunk; groups:
+# the layout's chunk groups, None for tables picked on the device for a drawn mode
+LocalAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Optional[Tensor],
+                           Optional[Tuple[ChunkGroup, ...]]], Tensor]
 
 
 def key_tables(k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tuple[Tensor, Tensor]:
@@ -35,7 +37,8 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], 
     bias = slot_bias(rel_pos, window, num_global, mode, heads)
     chunks = to_chunks(q[:, :, num_global:] * scale, hw_shape, window)
     keys, values = key_tables(k, v, hw_shape, window, num_global)
-    local = local_attention(chunks, keys, values, index, invalid, bias, is_drawn(mode))
+    groups = None if is_drawn(mode) else chunk_groups(hw_shape, window, num_global, masking, mode, q.device)
+    local = local_attention(chunks, keys, values, index, invalid, bias, groups)
     local = from_chunks(local, batch, hw_shape, window)
     if num_global == 0:
         return local

@@ -12,8 +12,7 @@ Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Fun
 is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
 the output comes back in ``v``'s dtype, each gradient in its input's.
 """
-from functools import lru_cache
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -21,48 +20,12 @@ from torch import Tensor
 from ..utils.amp import autocast_off, upcast
 from ..utils.recompute import runs
 from ..utils.token_grid import add_rows_
+from .layout import ChunkGroup, Mode
+from .local_global import local_plus_global
 
 # Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Larger slices leave the
 # cache, and a larger budget adds its transient to the peak of large maps (docs/records/benchmarks.md, tuned constants).
 SCORE_BUDGET = 1 << 18
-
-
-class ChunkGroup(NamedTuple):
-    """Chunks whose live slots are the same columns of the slot tables: the slots their queries may
-    use. Border chunks lose the neighbours outside the map (5 of 9 at a corner), so computing only the
-    live columns saves a third of the work on a 4x4 chunk grid (a 28x28 map at w 7) and a sixth on 8x8."""
-    chunks: Optional[Tensor]  # (c,) chunk numbers; None: every chunk, in order
-    columns: Optional[Tensor]  # (s,) the live slot columns; None: all of them
-    index: Tensor  # (c, s) table rows of the live slots
-    invalid: Optional[Tensor]  # (c, 1 or w^2, s) masked slots among them; None: none is
-
-
-@lru_cache(maxsize=64)
-def chunk_groups(index: Tensor, invalid: Tensor) -> Tuple[ChunkGroup, ...]:
-    """The chunks of :func:`.layout.slot_tables`' ``(C, S)`` index and ``(C, 1 or w^2, S)`` mask,
-    grouped by their live columns (a column is dead where every query of the chunk masks it). Cached
-    by the tables' identity: ``slot_tables`` hands out the same cached tensors, which the cache keeps
-    alive, so an identity is never reused while its entry lives. Built once per table (the unique
-    patterns are counted on the host, a read of the device where the tables live there)."""
-    dead = invalid.all(dim=1)
-    patterns, group_of = torch.unique(dead, dim=0, return_inverse=True)
-    groups = []
-    for number, pattern in enumerate(patterns):
-        chunks = (group_of == number).nonzero().squeeze(1)
-        columns = (~pattern).nonzero().squeeze(1)
-        masked = invalid.index_select(0, chunks).index_select(2, columns)
-        groups.append(ChunkGroup(None if len(chunks) == len(dead) else chunks,
-                                 None if len(columns) == dead.shape[1] else columns,
-                                 index.index_select(0, chunks).index_select(1, columns),
-                                 masked if bool(masked.any()) else None))
-    return tuple(groups)
-
-
-def table_groups(index: Tensor, invalid: Tensor, drawn: bool) -> Tuple[ChunkGroup, ...]:
-    """The groups the passes run: :func:`chunk_groups` of cached tables; tables picked on the device
-    for a drawn mode (:func:`.layout.pick_drawn`, new tensors every step, their live slots unknown to
-    the host) run as one group of every chunk on all slots, the masked ones included."""
-    return (ChunkGroup(None, None, index, invalid),) if drawn else chunk_groups(index, invalid)
 
 
 class Slice(NamedTuple):
@@ -244,15 +207,24 @@ def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], groups: Tup
 
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                              bias: Optional[Tensor], drawn: bool = False) -> Tensor:
+                              bias: Optional[Tensor], groups: Optional[Tuple[ChunkGroup, ...]]) -> Tensor:
     """The local attention of every chunk (:class:`SlidingChunkAttention`) on the slot tables
-    ``index``, ``invalid``; ``drawn``: they were picked for a drawn mode (:func:`table_groups`). Traced
+    ``index``, ``invalid``, by the layout's chunk ``groups`` (:func:`.layout.chunk_groups`); tables picked
+    on the device for a drawn mode (``groups=None``) run as one group of every chunk on all slots. Traced
     (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops
     (:func:`_traced`): not through :func:`mmvisattn.ops.utils.tracing.apply_function`, because the Function's
     forward writes slice by slice into a preallocated output, which tracing records wrongly."""
-    groups = table_groups(index, invalid, drawn)
+    groups = (ChunkGroup(None, None, index, invalid),) if groups is None else groups
     if torch.jit.is_tracing():
         dtype = v.dtype
         q, k, v = upcast(q, k, v)
         return _traced(q, k, v, None if bias is None else upcast(bias)[0], groups).to(dtype)
     return SlidingChunkAttention.apply(q, k, v, bias, groups)
+
+
+def sliding_chunk_attention_torch(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+                                  num_global: int, masking: str, mode: Mode,
+                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
+    """Vision Longformer attention with the local queries by torch chunks."""
+    return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale,
+                             sliding_chunk_local_torch)

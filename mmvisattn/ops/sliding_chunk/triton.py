@@ -42,7 +42,7 @@ from torch import Tensor
 from ..utils.amp import autocast_off
 from ..utils.token_grid import to_windows, window_grid
 from ..utils.flash import log_sum_exp, online_softmax, precision, score_grads
-from ..utils.triton_launch import head_block, launch, num_warps
+from ..utils.triton_launch import head_block, num_warps
 from .layout import CENTRE, Mode, global_rows, is_drawn, slot_bias, visited_neighbours
 
 # keys per product: blocks of 64 x 32 scores spilled registers on sm_80 (compile_kernels.py's report)
@@ -359,9 +359,10 @@ class SlidingChunkTriton(torch.autograd.Function):
         slots = bias_arg.shape[-1] if bias is not None else 0
         rows, cols = layout.grid
         meta = _meta(layout, dims, value_dims, q.dtype)
-        launch(_forward, (batch * heads, rows * cols), q, k, v, bias_arg, visited, out, lse, scale, heads,
-               tokens, *layout.args(), dims, value_dims, slots, **_tiles(visited, bias), **_global_tile_args(layout),
-               num_warps=_warps(_forward, meta, q.dtype), **meta)
+        _forward[(batch * heads, rows * cols)](q, k, v, bias_arg, visited, out, lse, scale, heads, tokens,
+                                               *layout.args(), dims, value_dims, slots, **_tiles(visited, bias),
+                                               **_global_tile_args(layout), num_warps=_warps(_forward, meta, q.dtype),
+                                               **meta)
         ctx.save_for_backward(q, k, v, bias_arg, visited, out, lse)
         ctx.layout, ctx.scale, ctx.has_bias = layout, scale, bias is not None
         return out
@@ -385,10 +386,10 @@ class SlidingChunkTriton(torch.autograd.Function):
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         global_probs = lse.new_empty(*lse.shape, num_global)
         global_grads = torch.empty_like(global_probs)
-        launch(_grad_queries, grid, *reads, grad_q, global_probs, global_grads, scale, *sizes, **tiles,
-               **_global_tile_args(layout), num_warps=_warps(_grad_queries, meta, q.dtype), **meta)
-        launch(_grad_keys, (*grid, _key_parts(meta)), *reads, grad_k, grad_v, scale, *sizes, **tiles,
-               num_warps=_warps(_grad_keys, meta, q.dtype), **meta)
+        _grad_queries[grid](*reads, grad_q, global_probs, global_grads, scale, *sizes, **tiles,
+                            **_global_tile_args(layout), num_warps=_warps(_grad_queries, meta, q.dtype), **meta)
+        _grad_keys[(*grid, _key_parts(meta))](*reads, grad_k, grad_v, scale, *sizes, **tiles,
+                                              num_warps=_warps(_grad_keys, meta, q.dtype), **meta)
         grad_q[:, :, :num_global] = 0
         local_q = q[:, :, num_global:].to(lse.dtype) * scale
         grad_k[:, :, :num_global] = torch.einsum('bhng,bhnd->bhgd', global_grads, local_q).to(k.dtype)
@@ -408,8 +409,8 @@ def _bias_grad(reads: Tuple[Tensor, ...], global_grads: Tensor, layout: Layout, 
     rows, cols = layout.grid
     shares = min(BIAS_SHARES, batch * rows * cols)
     partial = global_grads.new_empty(shares, heads, window ** 2, visited.shape[0] * window ** 2)
-    launch(_grad_bias, (heads, visited.shape[0] * _key_parts(meta), shares), *reads, partial, scale, batch, *sizes,
-           shares, num_warps=_warps(_grad_bias, meta, q.dtype), **meta)
+    grid = (heads, visited.shape[0] * _key_parts(meta), shares)
+    _grad_bias[grid](*reads, partial, scale, batch, *sizes, shares, num_warps=_warps(_grad_bias, meta, q.dtype), **meta)
     local = partial.sum(dim=0)
     if num_global == 0:
         return local

@@ -5,31 +5,32 @@ with sub-quadratic complexity" (arXiv:2110.02453, Appendix C.1, Eq. 13)::
 
 with ``s`` the temperature the modules split between queries and keys.
 
-Implementations (``impl=``):
-
-* ``reference``: Eq. 13 under autograd (:mod:`.reference`), which keeps six token-sized
-  intermediates for the backward and, through ``sin`` and ``cos``, evaluates each of them twice more;
-* ``torch``: the same forward without a graph and the backward written out (:mod:`.pytorch`), saving
-  only the input and the output and recomputing ``W1 s x`` and its sine and cosine once, by chunks of
-  rows;
-* ``cpu``: the arithmetic of ``torch`` in C++ by blocks of rows (:mod:`.cpu`), the heads read in place
-  from the ``qkv`` projection.
-
-``auto`` (:data:`OP`) takes ``cpu`` for CPU tensors (``torch`` under tracing and dispatch modes) and
-``torch`` elsewhere.
+Backends, in ``auto``'s order (:data:`OP`): ``cpu``, the arithmetic of ``torch`` in C++ by blocks of rows
+(:mod:`.cpu`), the heads read in place from the ``qkv`` projection; ``torch``, the forward without a graph
+and the backward written out (:mod:`.pytorch`), saving only the input and the output and recomputing
+``W1 s x`` and its sine and cosine once, by chunks of rows. :func:`trig_relu_features_reference` (Eq. 13
+under autograd) is what they are tested against.
 """
+from typing import Optional
+
 from torch import Tensor
 
-from ..utils.dispatch import DRY_RUN, Op, Request, cpu_kernels, runs_anywhere
+from ..utils.dispatch import Backend, Op, Request, cpu_kernels, opaque_to_dispatch
+from .cpu import trig_relu_features_cpu
+from .pytorch import trig_relu_features_torch
 from .reference import trig_relu_features_reference
 
 
-def _reference_refusal(request: Request) -> str:
-    return 'Eq. 13 under autograd, for tests: keeps six token-sized intermediates for the backward'
+def _cpu_unsupported(request: Request) -> Optional[str]:
+    if request.fact('row_stride') != 1:
+        return f"the kernels read rows in place: the last dimension has stride {request.fact('row_stride')}, not 1"
+    return cpu_kernels(request)
 
 
-OP = Op('trig_relu_features', dict(reference=_reference_refusal, torch=runs_anywhere, cpu=cpu_kernels),
-        dict(cpu=('cpu', 'torch')))
+OP = Op('trig_relu_features', [
+    Backend('cpu', trig_relu_features_cpu, _cpu_unsupported, opaque_to_dispatch),
+    Backend('torch', trig_relu_features_torch),
+])
 IMPLS = OP.impls
 
 
@@ -48,16 +49,7 @@ def trig_relu_features(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: flo
     Returns:
         ``(..., d')`` non-negative features in ``x``'s dtype.
     """
-    impl = OP.choose(impl, Request.of((x,)))
-    if impl == DRY_RUN:
-        return x.new_empty(*x.shape[:-1], w2.shape[0])
-    if impl == 'reference':
-        return trig_relu_features_reference(x, w1, w2, b2, scale)
-    if impl == 'cpu':
-        from .cpu import trig_relu_features_cpu
-        return trig_relu_features_cpu(x, w1, w2, b2, scale)
-    from .pytorch import trig_relu_features_torch
-    return trig_relu_features_torch(x, w1, w2, b2, scale)
+    return OP(impl, Request.of((x,), row_stride=x.stride(-1)), x, w1, w2, b2, scale)
 
 
 __all__ = ['trig_relu_features', 'trig_relu_features_reference', 'IMPLS', 'OP']

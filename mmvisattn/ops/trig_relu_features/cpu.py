@@ -1,8 +1,7 @@
 """The feature map's passes in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 13): the
 arithmetic of :data:`.pytorch.TORCH` by blocks of 256 rows, each block's projections, sines and
-cosines and products in cache, the heads read in place from the ``qkv`` projection. Under tracing
-(ONNX export, mmengine's FLOP counter) and dispatch modes, and for inputs whose last dimension is
-strided, the torch passes run instead (:func:`mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
+cosines and products in cache, the heads read in place from the ``qkv`` projection (a last dimension of
+stride 1).
 
 Mixed precision: :class:`.passes.TrigReLUFeatures` hands float32 (or float64) tensors to the kernels,
 with autocast off.
@@ -12,9 +11,8 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from ..utils.cpu_extension import check_cpu_tensor, kernels_hidden, load_cpu_kernels
+from ..utils.cpu_extension import load_cpu_kernels
 from .passes import FeatureKernels, run_passes
-from .pytorch import TORCH
 
 
 def _operands(*tensors: Tensor) -> Tuple[Tensor, ...]:
@@ -47,17 +45,12 @@ def _backward_shapes(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_o
 def features_forward(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:
     """Eq. 13, as :func:`.pytorch.torch_forward`; ``x`` may be a strided view whose last dimension
     is contiguous (the heads of the ``qkv`` projection), read in place."""
-    check_cpu_tensor('trig_relu_features', x)
-    if kernels_hidden() or x.stride(-1) != 1:
-        return TORCH.forward(x, w1, w2, b2, scale)
     return _forward_kernel(x, *_operands(w1, w2, b2), scale)
 
 
 def features_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                       scale: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of :func:`features_forward`, as :func:`.pytorch.torch_backward`."""
-    if kernels_hidden() or x.stride(-1) != 1:
-        return TORCH.backward(x, w1, w2, features, grad_out, scale)
     return tuple(_backward_kernel(x, *_operands(w1, w2, features, grad_out), scale))
 
 

@@ -56,24 +56,6 @@ def load_cpu_kernels(op: str) -> Any:
     return getattr(torch.ops, f'mmvisattn_{op}_cpu')
 
 
-def check_cpu_tensor(owner: str, tensor: torch.Tensor) -> None:
-    """A one-line ``ValueError`` unless ``tensor`` lives on the CPU, where the kernels run."""
-    if tensor.device.type != 'cpu':
-        raise ValueError(f"{owner}: impl='cpu' needs CPU tensors; got {tensor.device}")
-
-
-def kernels_hidden() -> bool:
-    """Whether the ops run under ``torch.jit`` tracing (ONNX export, mmengine's FLOP counter) or a
-    dispatch mode (torch's ``FlopCounterMode``, which :func:`mmvisattn.utils.count_flops` uses): there
-    each op's torch path runs in place of its C++ kernels, whose one opaque call those would record
-    wrongly or count as nothing, while the torch path shows them the same arithmetic op by op.
-    ``torch.compile`` keeps the kernels (custom operators); it is asked first, so that its tracer
-    meets no call returning a plain int."""
-    if torch.compiler.is_compiling():
-        return False
-    return torch.jit.is_tracing() or bool(torch._C._len_torch_dispatch_stack())
-
-
 def _put_ninja_on_path() -> None:
     """torch builds with the ``ninja`` first on ``PATH``; this puts the pip ``ninja`` (``make install``
     installs it) there whenever it is installed. One ninja for every process, whatever its ``PATH``: two

@@ -1,198 +1,184 @@
-"""The one dispatch rule of every op with several implementations (NATTEN's ``choose_backend``).
+"""How an op picks its implementation: one chain of backends per op (NATTEN's ``choose_backend``).
 
-Each op lists its implementations in an :class:`Op`, one file per value (``reference.py``, the torch
-path, ``cpu.py`` with its C++ ``cpu.cpp``, ``triton.py``, ``dense.py``), each with a *refusal*: a
-function of the call's :class:`Request` (device, dtype, head width, gradients, tracing and the op's
-own facts, such as a window) that says why the implementation cannot, or should not, run it, or
-``None`` where it can. ``impl='auto'`` takes the first implementation of the device's order that
-does not refuse; every order ends with ``'torch'``, which refuses nothing, so ``auto`` never raises
-where ``impl='torch'`` runs. An explicit ``impl`` runs as asked (the implementation itself refuses
-what it cannot take, in one line).
+An op lists its backends in :class:`Op`, in the order ``impl='auto'`` tries them. Each backend has two
+checks of a :class:`Request` (the call without its data), each returning a reason or ``None``:
 
-A :class:`Request` holds no data, so the choice can be made for another device or dtype than the
-one at hand: :func:`record_dispatch` collects the requests of a forward pass, which
-``tools/analysis_tools/print_dispatch.py`` replays for ``--device cuda`` on a machine without a GPU
-(with ``dry_run``, on meta tensors, where every op returns an empty result of its output's shape).
+* ``unsupported``: why the backend cannot run the call (a device, a dtype, a head width, tracing);
+* ``slower``: why ``auto`` passes it over although it could run it (a crossover measured on CPU).
+
+``auto`` runs the first backend that neither check stops; the last backend of every chain supports
+whatever reaches it, so ``auto`` never fails. A backend asked for by name runs wherever it is
+supported and raises :class:`UnsupportedInput` in one line where it is not: no backend falls back on
+its own. :meth:`Op.explain` gives ``auto``'s choice and why each other backend was passed over, which
+``tools/analysis_tools/print_dispatch.py`` prints for every layer of a config.
 """
-import contextlib
-import dataclasses
+import os
 from importlib.util import find_spec
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from .cpu_extension import kernels_hidden
 from .triton_launch import unsupported_kernel_input
 
-# auto's order on devices that have none of their own: the torch path runs wherever torch does
-DEFAULT_ORDER = ('torch',)
-# the value ops receive from Op.choose during a dry run (record_dispatch(dry_run=True))
-DRY_RUN = 'dry-run'
+# What runs the call: plain eager, torch.compile's tracer, a dispatch mode (torch's FLOP counter), torch.jit
+# tracing (mmengine's FLOP counter), ONNX export
+CONTEXTS = ('eager', 'compile', 'dispatch', 'trace', 'export')
+TRACERS = dict(trace='a torch.jit trace', export='an ONNX export')  # the contexts that record a graph
 MIN_TRITON = (3, 0)
+# Triton's interpreter runs the kernels on CPU tensors (read once, as Triton reads it when a kernel is defined)
+INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
 
 
-def check_impl(owner: str, impl: str, impls: Sequence[str], name: str = 'impl') -> str:
-    """``impl``, or a one-line ``ValueError`` naming ``owner``, the argument ``name`` and the
-    values it accepts."""
-    if impl not in impls:
-        raise ValueError(f'{owner}: {name}={impl!r}; expected one of {tuple(impls)}')
-    return impl
+class UnsupportedInput(ValueError):
+    """A call the backend asked for by name cannot run (a device, a dtype, a head width, a window)."""
+
+
+def check_choice(owner: str, value: str, choices: Sequence[str], name: str = 'impl') -> str:
+    """``value``, or a one-line ``ValueError`` naming ``owner``, the argument ``name`` and the choices."""
+    if value not in choices:
+        raise ValueError(f'{owner}: {name}={value!r}; expected one of {tuple(choices)}')
+    return value
+
+
+def current_context() -> str:
+    """What runs the ops now, one of :data:`CONTEXTS`. ``torch.compile`` is asked first: it keeps
+    custom operators and kernels, and its tracer must meet no call that returns a plain int."""
+    if torch.compiler.is_compiling():
+        return 'compile'
+    if torch.onnx.is_in_onnx_export():
+        return 'export'
+    if torch.jit.is_tracing():
+        return 'trace'
+    return 'dispatch' if torch._C._len_torch_dispatch_stack() else 'eager'
 
 
 class Request(NamedTuple):
-    """An op call as dispatch sees it, without its data (a named tuple: ``torch.compile`` traces it).
+    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces it).
 
     Attributes:
         device: Device type of the inputs (``'cpu'``, ``'cuda'``, ``'meta'``, ...).
         dtype: Their dtype.
         head_dims: The widest last dimension among them (the head width).
         grad: Whether a gradient is wanted (grad mode on and an input requiring it).
-        traced: Under ``torch.jit`` tracing or a dispatch mode, where opaque kernels would be
-            recorded as one call (:func:`~mmvisattn.ops.utils.cpu_extension.kernels_hidden`).
+        context: What runs the call, one of :data:`CONTEXTS`: a tracer (``'trace'``, ``'export'``)
+            records no kernel of its own, a dispatch mode sees one as a single opaque call.
         facts: The op's own arguments that decide (window, map size, ...), as ``(name, value)`` pairs.
     """
     device: str
     dtype: torch.dtype
     head_dims: int
     grad: bool
-    traced: bool
+    context: str = 'eager'
     facts: Tuple[Tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, tensors: Sequence[Tensor], **facts: Any) -> 'Request':
         """The request of a call on ``tensors`` (the first decides device and dtype)."""
         return cls(tensors[0].device.type, tensors[0].dtype, max(t.shape[-1] for t in tensors),
-                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors), kernels_hidden(),
+                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors), current_context(),
                    tuple(sorted(facts.items())))
 
     def fact(self, name: str) -> Any:
         return dict(self.facts)[name]
 
-    def on(self, device: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> 'Request':
-        """The same call on another device or in another dtype, untraced (a training step there)."""
-        return self._replace(device=device or self.device, dtype=dtype or self.dtype, traced=False)
+    @property
+    def traced(self) -> bool:
+        """Under ``torch.jit`` tracing or ONNX export, whose graphs cannot hold a C++ or Triton kernel."""
+        return self.context in TRACERS
 
     def describe(self) -> str:
         facts = ''.join(f', {name}={value}' for name, value in self.facts)
         return (f'{self.device} {str(self.dtype).replace("torch.", "")}, head {self.head_dims}'
-                f'{", grad" if self.grad else ""}{facts}')
+                f'{", grad" if self.grad else ""}{"" if self.context == "eager" else ", " + self.context}{facts}')
 
 
-Refusal = Callable[[Request], Optional[str]]
+Check = Callable[[Request], Optional[str]]
+
+
+def always(request: Request) -> None:
+    return None
+
+
+class Backend(NamedTuple):
+    """One implementation of an op: its ``impl`` name, its function and its two checks."""
+    name: str
+    function: Callable
+    unsupported: Check = always
+    slower: Check = always
 
 
 class Op:
-    """The implementations of one op, their refusals and ``auto``'s order per device type.
+    """The backends of one op in ``auto``'s order.
 
     Args:
         name: The op's public function, for messages.
-        refusals: ``{impl: refusal}`` in the order of the op's ``IMPLS`` (after ``'auto'``);
-            a refusal returns why the implementation passes the request over, or ``None``.
-        orders: ``{device type: impls}``, auto's order there; every order ends with ``'torch'``.
+        backends: The chain; its last backend supports every request ``auto`` meets.
     """
 
-    def __init__(self, name: str, refusals: Dict[str, Refusal], orders: Dict[str, Sequence[str]]) -> None:
-        for device, order in orders.items():
-            if order[-1] != 'torch' or not set(order) <= set(refusals):
-                raise ValueError(f'{name}: the {device} order {order} must name known implementations and end '
-                                 "with 'torch'")
-        self.name, self.refusals, self.orders = name, refusals, orders
-        self.impls = ('auto', *refusals)
+    def __init__(self, name: str, backends: Sequence[Backend]) -> None:
+        self.name = name
+        self.backends = {backend.name: backend for backend in backends}
+        self.impls = ('auto', *self.backends)
 
-    def order(self, device: str) -> Sequence[str]:
-        return self.orders.get(device, DEFAULT_ORDER)
+    def check_impl(self, impl: str, owner: Optional[str] = None, name: str = 'impl') -> str:
+        """``impl`` if it names a backend or ``'auto'``, else a one-line ``ValueError``."""
+        return check_choice(owner or self.name, impl, self.impls, name)
 
-    def refusal(self, impl: str, request: Request) -> Optional[str]:
-        """Why ``impl`` passes ``request`` over in ``auto``, or ``None``; also for implementations
-        outside the device's order (the reason they are not in it)."""
-        reason = self.refusals[impl](request)
-        if reason is None and impl not in self.order(request.device):
-            return f'not in auto\'s {request.device} order {tuple(self.order(request.device))}'
-        return reason
-
-    def auto(self, request: Request) -> str:
-        """The implementation ``impl='auto'`` runs for ``request``."""
-        return next(impl for impl in self.order(request.device) if self.refusals[impl](request) is None)
-
-    def explain(self, request: Request) -> Tuple[str, Dict[str, str]]:
-        """``auto``'s choice for ``request`` and, for every other implementation, why not."""
-        chosen = self.auto(request)
-        return chosen, {impl: self.refusal(impl, request) or f'after {chosen!r} in auto\'s order'
-                        for impl in self.refusals if impl != chosen}
+    def reasons(self, request: Request) -> Dict[str, Optional[str]]:
+        """For each backend in order, why ``auto`` passes it over for ``request``, or ``None``."""
+        return {name: backend.unsupported(request) or backend.slower(request)
+                for name, backend in self.backends.items()}
 
     def choose(self, impl: str, request: Request) -> str:
-        """``impl`` checked, or ``auto`` resolved for ``request``; recorded where
-        :func:`record_dispatch` is active (which, in a dry run, makes the op return at once)."""
-        chosen = check_impl(self.name, impl, self.impls)
-        if chosen == 'auto':
-            chosen = self.auto(request)
-        if _RECORDS:
-            _RECORDS[-1].add(self, impl, request, chosen)
-            if _RECORDS[-1].dry_run:
-                return DRY_RUN
-        return chosen
+        """The backend that runs ``request``: ``auto``'s choice, or ``impl`` checked (a one-line
+        :class:`UnsupportedInput` where it cannot run the request)."""
+        if impl == 'auto':
+            return next(name for name, backend in self.backends.items()
+                        if backend.unsupported(request) is None and backend.slower(request) is None)
+        reason = self.backends[self.check_impl(impl)].unsupported(request)
+        if reason is not None:
+            raise UnsupportedInput(f'{self.name}(impl={impl!r}): {reason}')
+        return impl
+
+    def explain(self, request: Request) -> Tuple[str, Dict[str, str]]:
+        """``auto``'s choice for ``request`` and, for every other backend, why not."""
+        chosen = self.choose('auto', request)
+        return chosen, {name: reason or f'after {chosen!r} in auto\'s order'
+                        for name, reason in self.reasons(request).items() if name != chosen}
+
+    def function(self, impl: str) -> Callable:
+        return self.backends[impl].function
+
+    def __call__(self, impl: str, request: Request, *args: Any) -> Any:
+        """Run the backend :meth:`choose` picks on ``args``."""
+        return self.function(self.choose(impl, request))(*args)
 
 
-def dry_output(q: Tensor, v: Tensor) -> Tensor:
-    """What an op returns in a dry run: ``(..., N, E)``, the shape of every op's output, with no data."""
-    return v.new_empty(*q.shape[:-1], v.shape[-1])
-
-
-@dataclasses.dataclass
-class DispatchRecord:
-    """One op call: the op, the ``impl`` asked for, the request, the implementation chosen, and the
-    ``layer`` (a name the caller sets, e.g. the attention module's) it was made in."""
-    op: Op
-    asked: str
-    request: Request
-    chosen: str
-    layer: str
-
-
-class DispatchLog:
-    """The calls made while :func:`record_dispatch` is active; ``layer`` names the records that follow."""
-
-    def __init__(self, dry_run: bool) -> None:
-        self.dry_run, self.layer = dry_run, ''
-        self.records: List[DispatchRecord] = []
-
-    def add(self, op: Op, asked: str, request: Request, chosen: str) -> None:
-        self.records.append(DispatchRecord(op, asked, request, chosen, self.layer))
-
-
-_RECORDS: List[DispatchLog] = []
-
-
-@contextlib.contextmanager
-def record_dispatch(dry_run: bool = False) -> Iterator[DispatchLog]:
-    """Record every op call made inside; with ``dry_run``, ops compute nothing and return
-    :func:`dry_output` (for meta tensors, where the choice is all that is wanted)."""
-    log = DispatchLog(dry_run)
-    _RECORDS.append(log)
-    try:
-        yield log
-    finally:
-        _RECORDS.remove(log)
-
-
-# refusals shared by the ops
-
-def reference_only(request: Request) -> str:
-    return 'the obviously-correct twin, for tests (quadratic memory)'
-
-
-def runs_anywhere(request: Request) -> None:
-    return None
-
+# checks shared by the ops
 
 def cpu_kernels(request: Request) -> Optional[str]:
-    """The C++ kernels: CPU tensors, not under tracing or a dispatch mode."""
+    """The C++ kernels: CPU tensors, not traced."""
     if request.device != 'cpu':
         return f'C++ kernels for CPU tensors; these are on {request.device}'
     if request.traced:
-        return 'traced or under a dispatch mode, which would record the C++ kernels as one opaque call'
+        return f'{TRACERS[request.context]} cannot hold the C++ kernels'
     return None
+
+
+def opaque_to_dispatch(request: Request) -> Optional[str]:
+    """Kernels under a dispatch mode (torch's FLOP counter) are one call it cannot see into; the torch
+    path shows it the arithmetic."""
+    if request.context == 'dispatch':
+        return 'a dispatch mode (a FLOP counter) sees a kernel as one opaque call'
+    return None
+
+
+def interpreted(request: Request) -> Optional[str]:
+    """Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors, for tests only."""
+    if request.device != 'cuda':
+        return "on CPU tensors the Triton kernels are interpreted (TRITON_INTERPRET=1), for tests"
+    return opaque_to_dispatch(request)
 
 
 def _installed_triton() -> Optional[Tuple[int, ...]]:
@@ -205,26 +191,22 @@ def _installed_triton() -> Optional[Tuple[int, ...]]:
         return None
 
 
-# read once: the refusal of the Triton kernels runs on every call, torch.compile's tracer included
+# read once: the checks run on every call, torch.compile's tracer included
 INSTALLED_TRITON = _installed_triton()
 
 
-def triton_version() -> Optional[Tuple[int, ...]]:
-    """The installed Triton's ``(major, minor)``, or ``None`` where it is not installed."""
-    return INSTALLED_TRITON
-
-
-def triton_kernels(max_head_dims: Optional[int] = None) -> Refusal:
-    """The refusal of Triton kernels that take heads up to ``max_head_dims`` wide (default
+def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
+    """The check of Triton kernels that take heads up to ``max_head_dims`` wide (default
     :data:`~mmvisattn.ops.utils.triton_launch.MAX_HEAD_DIMS`)."""
-    def refusal(request: Request) -> Optional[str]:
-        if request.device != 'cuda':
-            return (f'Triton kernels for CUDA tensors; these are on {request.device} (TRITON_INTERPRET=1 runs '
-                    "them on CPU for tests, with impl='triton')")
-        found = triton_version()
-        if found is None or found < MIN_TRITON:
+    def unsupported(request: Request) -> Optional[str]:
+        if request.device != 'cuda' and not (INTERPRETED and request.device == 'cpu'):
+            return f'Triton kernels for CUDA tensors; these are on {request.device}'
+        if request.traced:
+            return f'{TRACERS[request.context]} cannot hold a Triton kernel'
+        if INSTALLED_TRITON is None or INSTALLED_TRITON < MIN_TRITON:
             wanted = '.'.join(map(str, MIN_TRITON))
-            return f'needs triton >= {wanted}; ' + ('none is installed' if found is None else
-                                                    f'{".".join(map(str, found))} is installed')
+            found = 'none is installed' if INSTALLED_TRITON is None else \
+                f'{".".join(map(str, INSTALLED_TRITON))} is installed'
+            return f'needs triton >= {wanted}; {found}'
         return unsupported_kernel_input(request.dtype, request.head_dims, max_head_dims)
-    return refusal
+    return unsupported

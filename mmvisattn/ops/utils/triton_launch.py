@@ -1,28 +1,16 @@
-"""What the Triton kernels of :mod:`mmvisattn.ops` accept, checked before any launch, and how many
-warps they launch with.
+"""What the Triton kernels of :mod:`mmvisattn.ops` accept and how many warps they launch with.
 
 The kernels load float32, float16 or bfloat16, multiply in that precision (:func:`dot_operands`) and
 accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are
-at most :data:`MAX_HEAD_DIMS` wide, or less where an op's kernels keep more rows in registers (the
-shipped models use 16 to 70);
-``tools/analysis_tools/compile_kernels.py`` compiles every kernel at the widest head its op accepts
-too and reports registers, spills and shared memory per GPU architecture.
+at most :data:`MAX_HEAD_DIMS` wide, or less where an op's kernels keep more rows in registers.
 """
 import os
-from typing import Any, Optional, Sequence
+from typing import Optional
 
 import torch
-from torch import Tensor
-from torch.utils._python_dispatch import _disable_current_modes
-
-from .launch_count import count_triton_launch
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIMS = 128
-
-
-class UnsupportedInput(ValueError):
-    """An input the Triton kernels of an op do not take (a dtype, a head width, a window)."""
 
 
 def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: Optional[int] = None) -> Optional[str]:
@@ -35,17 +23,6 @@ def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: 
     if not 1 <= head_dims <= max_head_dims:
         return f'head width {head_dims} is outside the supported range 1..{max_head_dims}'
     return None
-
-
-def check_kernel_inputs(op: str, tensors: Sequence[Tensor], max_head_dims: int = MAX_HEAD_DIMS,
-                        impl: str = 'triton') -> None:
-    """One-line :class:`UnsupportedInput` naming the value when a tensor's dtype or last dimension
-    (the head width) is outside what the kernels of ``op`` (its implementation ``impl``) support."""
-    for tensor in tensors:
-        reason = unsupported_kernel_input(tensor.dtype, tensor.shape[-1], max_head_dims)
-        if reason is not None:
-            takes = 'any floating dtype' if tensor.dtype not in KERNEL_DTYPES else 'any width'
-            raise UnsupportedInput(f"{op}(impl={impl!r}): {reason} (impl='torch' takes {takes})")
 
 
 def head_block(width: int) -> int:
@@ -68,12 +45,3 @@ def num_warps(head_block: int) -> int:
     """Warps per program for a head padded to ``head_block`` columns: 8 above 64, where 4 warps left
     the kernels' register-held rows spilling (compile_kernels.py at 128 on sm_80 and sm_90)."""
     return 4 if head_block <= 64 else 8
-
-
-def launch(kernel, grid: Sequence[int], *args: Any, **meta: Any) -> None:
-    """``kernel[grid](*args, **meta)``, counted by an active :class:`~.launch_count.LaunchCounter` (and
-    skipped in its dry count); outside dispatch modes, so that the interpreter's own tensor calls under
-    ``TRITON_INTERPRET=1`` are not taken for the op's."""
-    if count_triton_launch(kernel.fn.__name__ if hasattr(kernel, 'fn') else kernel.__name__):
-        with _disable_current_modes():
-            kernel[tuple(grid)](*args, **meta)

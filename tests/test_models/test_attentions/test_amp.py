@@ -47,8 +47,7 @@ X100_OUTPUT_BOUNDS = {torch.bfloat16: 0.5, torch.float16: 0.1}
 
 def cases():
     for attn_type in sorted(ATTENTIONS.module_dict):
-        # 'flex' trains on CUDA only (no CPU backward); its CPU forward is tested in test_sliding_chunk_flex
-        impls = [impl for impl in ATTENTIONS.get(attn_type).impls if impl not in ('auto', 'flex')] or [None]
+        impls = [impl for impl in ATTENTIONS.get(attn_type).impls if impl != 'auto'] or [None]
         for impl in impls:
             yield pytest.param(attn_type, impl, id=f'{attn_type}-{impl or "only"}')
 

@@ -9,9 +9,8 @@ import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.ops.masked_softmax import masked_softmax_attention_reference
-from mmvisattn.ops.utils.dispatch import record_dispatch
 from mmvisattn.registry import build_attention
-from ...conftest import saved_elements
+from ...conftest import recorded_choices, saved_elements
 
 
 def castling(**options):
@@ -115,22 +114,22 @@ def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
     torch.testing.assert_close(torch.autograd.grad(branch, (q, k, v), upstream),
                                torch.autograd.grad(literal, (q, k, v), upstream))
     dropped = castling(mask_threshold=0.05, attn_drop=0.5).train()
-    with record_dispatch() as log:
+    with recorded_choices() as choices:
         assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
         torch.testing.assert_close(dropped.eval().auxiliary(q, k, v), literal)
-    assert [record.chosen for record in log.records] == ['dense', 'torch']
+    assert [chosen for _, _, chosen in choices] == ['dense', 'torch']
 
 
-def test_both_branches_on_their_kernels_equal_the_torch_paths():
-    """impl='dense' (the one-program deploy kernel) and aux_impl='triton' (the masked softmax's flash
-    kernels), under the interpreter on CPU, against the torch paths: value and every parameter's gradient."""
+def test_both_branches_on_their_other_backends_equal_the_torch_paths():
+    """impl='triton' (the linear-angular kernels, under the interpreter on CPU) and aux_impl='dense' (every
+    weight under autograd) against the torch paths: value and every parameter's gradient."""
     x = torch.randn(2, 5 * 7, 24, requires_grad=True)
     outputs, grads = [], []
-    for options in (dict(impl='torch', aux_impl='torch'), dict(impl='dense', aux_impl='triton')):
+    for options in (dict(impl='torch', aux_impl='torch'), dict(impl='triton', aux_impl='dense')):
         attn = castling(**options).float().train()
-        with record_dispatch() as log:
+        with recorded_choices() as choices:
             out = attn(x, (5, 7))
-        assert {record.op.name: record.chosen for record in log.records} == {
+        assert {op: chosen for op, _, chosen in choices} == {
             'linear_angular_attention': options['impl'], 'masked_softmax_attention': options['aux_impl']}
         outputs.append(out)
         grads.append(torch.autograd.grad(out.square().sum(), (x, *attn.parameters())))

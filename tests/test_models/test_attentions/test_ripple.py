@@ -41,11 +41,12 @@ def test_linear_twin_equals_explicit_quadratic_form():
     torch.testing.assert_close(attn(x, (5, 6)), expected)
 
 
-@pytest.mark.parametrize('impl', ['sat', 'dense', 'torch'])
+@pytest.mark.parametrize('impl', ['dense', 'cpu'])
 @pytest.mark.parametrize('hw_shape,r_max', [((5, 7), 3), ((3, 3), 8)])
 def test_implementations_agree_in_the_module(impl, hw_shape, r_max):
+    """Each backend against the torch tiles (each tested against the op's reference), in the module."""
     torch.manual_seed(0)
-    reference = build_attention(dict(type='RippleAttention', r_max=r_max, impl='reference'), embed_dims=24,
+    reference = build_attention(dict(type='RippleAttention', r_max=r_max, impl='torch'), embed_dims=24,
                                 num_heads=3).double()
     fast = build_attention(dict(type='RippleAttention', r_max=r_max, impl=impl), embed_dims=24, num_heads=3).double()
     fast.load_state_dict(reference.state_dict())

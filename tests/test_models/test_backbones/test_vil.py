@@ -11,9 +11,10 @@ from mmengine.registry import init_default_scope
 from mmvisattn.engine import ViLRandomShiftHook
 from mmvisattn.models.attentions import LongformerAttention
 from mmvisattn.models.backbones.vil import ViL
+from mmvisattn.ops import sliding_chunk
 from mmvisattn.registry import models_of_scope
 
-from ...conftest import REPO
+from ...conftest import REPO, running_reference
 
 SMALL_ARCH = dict(embed_dims=(8, 16, 24), depths=(1, 2, 1), num_heads=(1, 2, 3), patch_sizes=(4, 2, 2),
                   windows=(3, 2, 2), num_global=(1, 2, 0), abs_pos=(True, False, True))
@@ -29,8 +30,8 @@ def test_attention_equals_reference_and_names_its_extra_tokens():
     x = tokens(num_global=2)
     assert attn.num_extra_tokens == 2 and attn.complexity == 'linear'
     fast = attn(x, (5, 6))
-    attn.impl = 'reference'
-    torch.testing.assert_close(fast, attn(x, (5, 6)), rtol=1e-5, atol=1e-6)
+    with running_reference(sliding_chunk.OP, sliding_chunk.sliding_chunk_attention_reference):
+        torch.testing.assert_close(fast, attn(x, (5, 6)), rtol=1e-5, atol=1e-6)
 
 
 def test_separate_global_weights_equal_shared_ones_when_copied():
@@ -52,9 +53,10 @@ def test_random_shifting_draws_a_neighbour_in_training_only():
     drawn = int(torch.randint(1, 9, ()))
     torch.manual_seed(5)
     shifted = attn(x, (5, 6))
-    attn.mode, attn.impl = 0, 'reference'
-    with pytest.MonkeyPatch.context() as patch:  # the reference with the neighbour the module drew
-        patch.setattr(attn, 'step_mode', lambda device: drawn)
+    attn.mode = 0
+    with pytest.MonkeyPatch.context() as patch, running_reference(
+            sliding_chunk.OP, sliding_chunk.sliding_chunk_attention_reference):
+        patch.setattr(attn, 'step_mode', lambda device: drawn)  # the reference with the neighbour the module drew
         torch.testing.assert_close(shifted, attn(x, (5, 6)), rtol=1e-5, atol=1e-6)
     attn.mode = 1
     draws = [attn.step_mode(x.device) for _ in range(40)]

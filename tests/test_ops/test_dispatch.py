@@ -1,0 +1,130 @@
+"""Each op's choice is one chain of backends (mmvisattn.ops.utils.dispatch): ``auto`` runs the first backend
+that supports a call and is not slower there, never failing; a backend asked for by name runs wherever it is
+supported and otherwise raises, in one line, the very reason ``auto`` skipped it for. Decided on requests
+alone (no data), so CUDA is tested without a GPU."""
+import itertools
+
+import pytest
+import torch
+
+from mmvisattn.ops import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_chunk
+from mmvisattn.ops import trig_relu_features as feature_map
+from mmvisattn.ops.utils import dispatch
+from mmvisattn.ops.utils.dispatch import CONTEXTS, Request, UnsupportedInput
+from mmvisattn.ops.utils.triton_launch import head_block, num_warps
+
+# each op with the facts of a few calls: small and large maps, every masking, a drawn mode, dropout, strides
+FACTS = {
+    ripple.OP: [dict(hw_shape=(5, 7), r_max=3), dict(hw_shape=(100, 100), r_max=8)],
+    sliding_chunk.OP: [dict(hw_shape=hw, window=window, num_global=1, masking=masking, mode=mode)
+                       for hw, window, masking, mode in [((7, 7), 7, 'chunk', 0), ((56, 56), 7, 'exact', 0),
+                                                         ((3, 10), 3, 'cyclic', 0), ((56, 56), 7, 'chunk', 'drawn'),
+                                                         ((28, 28), 9, 'chunk', 0)]],
+    linear_angular.OP: [{}],
+    masked_softmax.OP: [dict(dropout=0.0), dict(dropout=0.1)],
+    peripheral.OP: [{}],
+    peripheral.POSITION_OP: [{}],
+    rwgk.OP: [{}],
+    feature_map.OP: [dict(row_stride=1), dict(row_stride=3)],
+}
+OPS = list(FACTS)
+IDS = [op.name for op in OPS]
+
+
+def requests(op):
+    """Requests over devices, dtypes, head widths, gradients and contexts, with each set of the op's facts."""
+    for device, dtype, dims, grad, context, facts in itertools.product(
+            ('cpu', 'cuda', 'meta'), (torch.float32, torch.bfloat16, torch.float64), (32, 96, 160), (True, False),
+            CONTEXTS, FACTS[op]):
+        yield Request(device, dtype, dims, grad, context, tuple(sorted(facts.items())))
+
+
+@pytest.mark.parametrize('op', OPS, ids=IDS)
+def test_auto_always_runs_something(op):
+    for request in requests(op):
+        chosen = op.choose('auto', request)
+        assert op.backends[chosen].unsupported(request) is None, (request, chosen)
+
+
+@pytest.mark.parametrize('op', OPS, ids=IDS)
+def test_a_named_backend_raises_the_reason_auto_skipped_it_for(op):
+    for request in requests(op):
+        chosen, passed_over = op.explain(request)
+        for name, backend in op.backends.items():
+            reason = backend.unsupported(request)
+            if reason is None:
+                assert op.choose(name, request) == name
+                continue
+            assert passed_over[name] == reason
+            with pytest.raises(UnsupportedInput) as error:
+                op.choose(name, request)
+            assert str(error.value) == f'{op.name}(impl={name!r}): {reason}' and '\n' not in str(error.value)
+
+
+@pytest.mark.parametrize('op', OPS, ids=IDS)
+def test_unknown_backends_are_refused_with_the_choices(op):
+    with pytest.raises(ValueError, match=rf"^{op.name}: impl='reference'; expected one of \('auto', "):
+        op.choose('reference', next(requests(op)))
+
+
+def ripple_request(device, context='eager', hw_shape=(20, 20)):
+    return Request(device, torch.float32, 32, context == 'eager', context, (('hw_shape', hw_shape), ('r_max', 4)))
+
+
+def test_ripple_exports_through_its_dense_form_on_every_device(monkeypatch):
+    """Under ONNX export the Triton kernels, the C++ kernels and the tiles cannot be traced: on CUDA with
+    Triton installed and on CPU, at any size, auto takes the dense form; the tiles named refuse."""
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', (3, 6))
+    for device, hw_shape in itertools.product(('cuda', 'cpu'), ((20, 20), (100, 100))):
+        request = ripple_request(device, 'export', hw_shape)
+        assert ripple.OP.choose('auto', request) == 'dense'
+        with pytest.raises(UnsupportedInput, match=r"^ripple_attention\(impl='torch'\): ONNX export cannot trace"):
+            ripple.OP.choose('torch', request)
+    assert ripple.OP.choose('auto', ripple_request('cuda')) == 'triton'
+
+
+def test_triton_needs_cuda_a_release_and_supported_inputs(monkeypatch):
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', None)
+    assert ripple.OP.explain(ripple_request('cuda'))[1]['triton'] == 'needs triton >= 3.0; none is installed'
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', (2, 3))
+    assert ripple.OP.explain(ripple_request('cuda'))[1]['triton'] == 'needs triton >= 3.0; 2.3 is installed'
+    assert ripple.OP.choose('auto', ripple_request('cuda')) == 'torch'
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', (3, 6))
+    float64 = ripple_request('cuda')._replace(dtype=torch.float64)
+    with pytest.raises(UnsupportedInput, match=r"^ripple_attention\(impl='triton'\): dtype float64 is not supported; "
+                                               r'expected one of float32, float16, bfloat16$'):
+        ripple.OP.choose('triton', float64)
+    wide = Request('cuda', torch.float16, 65, True, 'eager', (('hw_shape', (56, 56)), ('window', 7),
+                                                             ('num_global', 1), ('masking', 'chunk'), ('mode', 0)))
+    assert sliding_chunk.OP.explain(wide)[1]['triton'] == 'head width 65 is outside the supported range 1..64'
+    window = wide._replace(head_dims=64, facts=(('hw_shape', (56, 56)), ('window', 9), ('num_global', 1),
+                                                ('masking', 'chunk'), ('mode', 0)))
+    assert sliding_chunk.OP.explain(window)[1]['triton'] == 'window=9 is outside the supported range 1..8'
+    assert sliding_chunk.OP.choose('auto', window) == 'torch'
+
+
+def test_interpreted_kernels_run_only_when_named(monkeypatch):
+    """Under TRITON_INTERPRET=1 the kernels take CPU tensors when asked for (the tests), and auto keeps the
+    CPU backends."""
+    monkeypatch.setattr(dispatch, 'INTERPRETED', True)
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', (3, 6))
+    request = ripple_request('cpu', hw_shape=(8, 8))
+    assert ripple.OP.choose('triton', request) == 'triton' and ripple.OP.choose('auto', request) == 'dense'
+    assert 'interpreted' in ripple.OP.explain(request)[1]['triton']
+    monkeypatch.setattr(dispatch, 'INTERPRETED', False)
+    with pytest.raises(UnsupportedInput, match='Triton kernels for CUDA tensors; these are on cpu$'):
+        ripple.OP.choose('triton', request)
+
+
+def test_dispatch_modes_see_the_torch_paths():
+    """Under a dispatch mode (torch's FLOP counter) auto passes the kernels over, which the mode would see
+    as one opaque call; asked for by name they still run."""
+    request = ripple_request('cpu', 'dispatch', (100, 100))
+    assert ripple.OP.choose('auto', request) == 'torch' and ripple.OP.choose('cpu', request) == 'cpu'
+    assert feature_map.OP.choose('auto', Request('cpu', torch.float32, 32, False, 'dispatch',
+                                                 (('row_stride', 1),))) == 'torch'
+
+
+def test_launch_sizes():
+    assert [head_block(w) for w in (1, 16, 17, 64, 70, 128)] == [16, 16, 32, 64, 128, 128]
+    assert [num_warps(b) for b in (16, 64, 128)] == [4, 4, 8]
