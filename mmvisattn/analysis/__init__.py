@@ -1,4 +1,3 @@
-"""What ``tools/analysis_tools/get_flops.py`` and ``print_dispatch.py`` do: the parameters and FLOPs of a
-config's model at its test input size (:mod:`.flops`), and the implementation every attention layer
-dispatches to on a device and dtype (:mod:`.print_dispatch`); :mod:`.input_size` reads that size from a
-config's test pipeline."""
+"""What a user measures of a config or a layer: the backend every attention layer runs and why not the others
+(:mod:`.print_dispatch`), the parameters and FLOPs at the test input size (:mod:`.flops`, the size read by
+:mod:`.input_size`) and one layer's time and memory over growing maps (:mod:`.benchmark_attention`)."""

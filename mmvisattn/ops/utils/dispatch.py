@@ -54,17 +54,11 @@ def current_context() -> str:
 
 
 class Request(NamedTuple):
-    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces it).
-
-    Attributes:
-        device: Device type of the inputs (``'cpu'``, ``'cuda'``, ``'meta'``, ...).
-        dtype: Their dtype.
-        head_dims: The widest last dimension among them (the head width).
-        grad: Whether a gradient is wanted (grad mode on and an input requiring it).
-        context: What runs the call, one of :data:`CONTEXTS`: a tracer (``'trace'``, ``'export'``)
-            records no kernel of its own, a dispatch mode sees one as a single opaque call.
-        facts: The op's own arguments that decide (window, map size, ...), as ``(name, value)`` pairs.
-    """
+    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces it):
+    the inputs' device type and dtype, the widest last dimension among them (the head width), whether a
+    gradient is wanted, what runs the call (one of :data:`CONTEXTS`: a tracer records no kernel of its
+    own, a dispatch mode sees one as a single opaque call) and the op's own arguments that decide (window,
+    map size, ...) as ``(name, value)`` pairs."""
     device: str
     dtype: torch.dtype
     head_dims: int
