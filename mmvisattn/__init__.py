@@ -8,9 +8,9 @@ project's models, and names stock does not have. It alters nothing else of the s
 apply their conveniences themselves (:func:`mmvisattn.compat.apply_tool_patches`).
 
 The ops layer, :mod:`mmvisattn.ops`, stands alone: it needs torch (and triton for its kernels), as
-NATTEN and flash-linear-attention do. Where OpenMMLab is not installed (a bare GPU machine proving
-the kernels, ``tools/analysis_tools/gpu_proof.py``) the package imports without registering
-anything, and ``mmvisattn.models`` fails on its first OpenMMLab import, naming the package.
+NATTEN and flash-linear-attention do. Where OpenMMLab is not installed (a bare GPU machine checking the
+kernels, ``python -m mmvisattn.ops.check``) the package imports without registering anything, and
+``mmvisattn.models`` fails on its first OpenMMLab import, naming the package.
 """
 from importlib.util import find_spec
 

@@ -1,53 +1,15 @@
 """Every change the package makes to another library's code, each one function named in :data:`PATCHES`
 (docs/advanced/compat.md gives each: what it alters, who meets the defect, how to opt in or out, upstream).
 
-``import mmvisattn`` adds and does not alter: on import it applies only
-
-- :data:`FIXES`, fixes of defects of the pinned stack that a user meets without the project's models
-  (checkpoints that torch >= 2.6 cannot load, torchvision that does not import beside a CPU torch,
-  mmcv's shared dropout default, checkpoints lost to a kill, a test metrics file written by every rank);
-- :data:`ADDITIONS`, names stock does not have (``Hardsigmoid`` in ``MODELS``; FLOP handles for ops
-  mmengine's counter does not count).
-
-What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are applied by the project's own
-tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`),
-``count_dropped_annotations`` by ``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES`
-by :mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The environment
-variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out wherever they would
-be applied; :data:`APPLIED` holds the names applied, which :func:`patches_line` puts in the one line every
-run of the tools logs.
-
-Runner checkpoints (weights_only). Since torch 2.6 ``torch.load`` defaults to ``weights_only=True`` and
-mmengine 0.10.7 calls it without the argument, so every checkpoint the Runner saves fails to load: the
-message hub stores ``HistoryBuffer`` objects holding numpy arrays and scalars, and each buffer pickles its
-statistics methods (``getattr(HistoryBuffer, 'mean')``, a registered statistic by its module and name;
-an empty buffer's history as ``bytes()``). Upstream's proposed fix turns ``weights_only`` off, which lets
-any pickle run code. Instead the few types a Runner checkpoint contains, and each statistic registered
-with ``HistoryBuffer.register_statistics`` (then or later), are added to torch's allowlist, and the
-``getattr`` and ``bytes`` globals are bound to stand-ins that only return HistoryBuffer's statistics
-methods and ``b''``: loading stays restricted.
-
-mmengine's checkpoints. ``CheckpointHook`` removes the checkpoint beyond ``max_keep_ckpts`` (and the
-previous ``save_best`` one) before it writes the new one, and a local checkpoint is written straight into
-its final file: a kill in between left no checkpoint while ``last_checkpoint`` named a removed one, a kill
-during the write a truncated file. A local checkpoint goes through a partial file renamed into place,
-every other one through the file backend that its URI or ``backend_args`` names, as stock writes it; the
-hook removes old checkpoints once the new one and ``last_checkpoint`` are written
-(:mod:`mmvisattn.utils.checkpoint`).
-
-mmengine's test metrics file. ``LoggerHook.after_test_epoch`` dumps the metrics to ``<timestamp>.json``
-from every rank into the one log folder the ranks share, and two writers truncating and writing one file
-leave it unreadable now and then (``{...}}``). Only the main process writes it; every rank logs.
-
-mmcv's ``MultiheadAttention`` defaults. Given the deprecated ``dropout=`` (every DETR-family config of
-mmdet), ``MultiheadAttention.__init__`` writes it into ``dropout_layer``, which is its default dict when
-the caller gave none: every ``MultiheadAttention`` built later in the process without a
-``dropout_layer`` (mmseg's ViT layers) got that dropout on its residual. Such a call gets a copy.
-
-The tools' conveniences: mmcv's CPU ``nms`` and ``RoIAlign`` run half inputs in float32 (``--amp`` on a
-CPU); mmseg's ``LoadAnnotations`` names a label map it cannot decode; mmengine's ``package::`` config
-lookups parse a package's metafiles once per process, and yapf's formatting of a config text is
-remembered (a training run formats its config five times before its first iteration).
+``import mmvisattn`` adds and does not alter: on import it applies only :data:`FIXES`, fixes of defects of
+the pinned stack that a user meets without the project's models, and :data:`ADDITIONS`, names stock does not
+have. What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are applied by the project's own
+tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`), ``count_dropped_annotations``
+by ``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES` by
+:mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The environment variable
+``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out wherever they would be applied;
+:data:`APPLIED` holds the names applied, which :func:`patches_line` puts in the one line every run of the
+tools logs.
 """
 import copy
 import functools
@@ -150,8 +112,12 @@ def allowing_registered_statistics(register: Callable) -> Callable:
 
 
 def allow_runner_checkpoints() -> None:
-    """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints, with the statistics
-    registered now and later."""
+    """Let ``torch.load(..., weights_only=True)`` (torch's default since 2.6) read mmengine Runner
+    checkpoints, which mmengine 0.10.7 loads without the argument. Their message hub stores ``HistoryBuffer``
+    objects holding numpy arrays and scalars, each pickling its statistics methods by ``getattr`` and an empty
+    history as ``bytes()``: those types, each statistic registered now and later, and stand-ins for
+    ``getattr`` and ``bytes`` that return nothing else join torch's allowlist (upstream's fix turns
+    ``weights_only`` off, which lets any pickle run code)."""
     torch.serialization.add_safe_globals(runner_checkpoint_globals() + registered_statistics())
     register = HistoryBuffer.register_statistics
     if not getattr(register, 'allows_checkpoints', False):
@@ -298,7 +264,8 @@ def formatted_once(format_code: Callable) -> Callable:
 
 
 def format_each_config_once() -> None:
-    """``Config.pretty_text`` formats a config text once per process (see the module docstring)."""
+    """``Config.pretty_text`` formats a config text once per process (a training run formats its config five
+    times before its first iteration)."""
     from mmengine.config import config as config_module
     if not getattr(config_module.FormatCode, 'remembered', False):
         config_module.FormatCode = formatted_once(config_module.FormatCode)
@@ -323,15 +290,19 @@ def dropout_written_into_a_copy(init: Callable) -> Callable:
 
 
 def keep_attention_dropout_defaults() -> None:
-    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is (see the module docstring)."""
+    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is: given the deprecated
+    ``dropout=`` (every DETR-family config of mmdet), it wrote it into that default dict, and every
+    ``MultiheadAttention`` built later without a ``dropout_layer`` (mmseg's ViT layers) got the dropout."""
     from mmcv.cnn.bricks.transformer import MultiheadAttention
     if not getattr(MultiheadAttention.__init__, 'copies_dropout_layer', False):
         MultiheadAttention.__init__ = dropout_written_into_a_copy(MultiheadAttention.__init__)
 
 
 def write_checkpoints_atomically() -> None:
-    """Runner checkpoints written through a partial file, and the expired one removed after the new
-    one (see the module docstring)."""
+    """Runner checkpoints written through a partial file renamed into place (a URI or ``backend_args``
+    through its file backend, as stock writes it), and the checkpoint beyond ``max_keep_ckpts`` removed
+    after the new one and ``last_checkpoint`` are written: a kill left a truncated file, or no checkpoint
+    while ``last_checkpoint`` named a removed one (:mod:`mmvisattn.utils.checkpoint`)."""
     from mmengine.hooks import CheckpointHook
     from mmengine.runner import runner as runner_module
 
@@ -363,7 +334,8 @@ def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
 
 
 def dump_test_metrics_once() -> None:
-    """The test metrics file written by the main process alone (see the module docstring)."""
+    """The test metrics file written by the main process alone: every rank dumped it into the log folder
+    the ranks share, and two writers leave it unreadable now and then."""
     from mmengine.hooks import LoggerHook
     if not getattr(LoggerHook.after_test_epoch, 'main_process_dumps', False):
         LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(LoggerHook.after_test_epoch)

@@ -1,19 +1,16 @@
 """The configs the package ships, for configs and tools of one's own outside a checkout.
 
-As OpenMMLab's packages do, the installed package carries its configs, tools and ``model-index.yml``
-under ``mmvisattn/.mim/`` (copied in when a wheel is built, linked to the checkout's folders by
-``make install``'s editable install), where ``mim search``, ``mim train mmvisattn CONFIG`` and ``mim test``
-find them. mmengine 0.10 resolves ``package::`` base configs for OpenMMLab's own packages only, so a config
-of one's own starts from one of ours through its file, in one of two ways:
+The installed package carries its configs, tools and ``model-index.yml`` under ``mmvisattn/.mim/`` (as
+OpenMMLab's packages do), where ``mim search``, ``mim train mmvisattn CONFIG`` and ``mim test`` find them.
+mmengine 0.10 resolves ``package::`` bases for OpenMMLab's own packages only, so a config of one's own
+starts from one of ours through its file:
 
     python -m mmvisattn.configs list [PATTERN]                     # the shipped model configs
     python -m mmvisattn.configs path vil/retinanet_vil-small_fpn_1x_coco.py
     python -m mmvisattn.configs copy vil/retinanet_vil-small_fpn_1x_coco.py my_configs/
 
-``path`` prints the shipped file, to name in ``_base_`` as it is; ``copy`` writes the config with its bases
-merged into one self-contained file (as ``mim download`` does), so that a config beside it starts with
-``_base_ = './retinanet_vil-small_fpn_1x_coco.py'`` wherever the package is installed.
-"""
+``path`` prints the shipped file, to name in ``_base_``; ``copy`` writes the config with its bases merged
+into one file (as ``mim download`` does), which a config beside it names as its ``_base_``."""
 import argparse
 import fnmatch
 import sys

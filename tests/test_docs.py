@@ -9,6 +9,8 @@ import pytest
 
 from .conftest import REPO, run_command, tool_env
 
+pytestmark = pytest.mark.lab  # a check of the maintainers: make test-lab
+
 
 def test_the_docs_build_without_a_warning(tmp_path):
     done = run_command(['make', '-s', '-C', str(REPO), 'docs', f'DOCS_OUT={tmp_path}'], timeout=600, env=tool_env())

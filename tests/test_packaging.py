@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import REPO, run_command
 
-pytestmark = [pytest.mark.xdist_group('packaging'), pytest.mark.starts_first]
+pytestmark = [pytest.mark.xdist_group('packaging'), pytest.mark.starts_first, pytest.mark.lab]  # make test-lab
 DEMO = 'retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'
 # a short run of the demo: a few iterations, two images a batch, no workers, the data read small
 SHORT = ['train_cfg.max_iters=4', 'train_cfg.val_interval=4', 'train_dataloader.batch_size=2',

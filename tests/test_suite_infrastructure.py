@@ -10,11 +10,14 @@ import pytest
 
 from .conftest import FORK_TOOLS, REPO, TOOLS, run_command, tool_env
 
+pytestmark = pytest.mark.lab  # a check of the maintainers: make test-lab
+
 # where tools start fresh interpreters, there is no server to test
 forking = pytest.mark.skipif(not FORK_TOOLS, reason='MMVISATTN_TEST_FRESH_TOOLS=1, or no OpenMMLab')
 
 PROBE = """\
 import json, os, sys
+
 print(json.dumps(dict(argv=sys.argv[1:], cwd=os.getcwd(), marker=os.environ.get('PROBE_MARKER'),
                       path0=sys.path[0], main=__name__, project='mmvisattn' in sys.modules,
                       stock='mmdet.datasets' in sys.modules, pid=os.getpid())))

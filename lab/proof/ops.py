@@ -39,6 +39,7 @@ cannot rot between GPU sessions. Without CUDA (and without ``--cpu-smoke``), or 
 for the kernels, it fails in one line naming what is missing.
 """
 import argparse
+import functools
 import io
 import json
 import os
@@ -174,8 +175,8 @@ class Proof:
                 for dtype in DTYPES:
                     row = dict(op=case.op.name, impl=impl, dtype=dtype)
                     try:
-                        row.update(self.check.compare(case.check, lambda size, *leaves: case.call(impl, size, *leaves), size,
-                                           self.device, dtype))
+                        row.update(self.check.compare(case.check, functools.partial(case.call, impl), size,
+                                                      self.device, dtype))
                     except Exception as error:  # a failure of an implementation is this row's finding
                         row.update(ok=False, error=first_line(error))
                     rows.append(row)

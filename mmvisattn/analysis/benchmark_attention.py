@@ -3,19 +3,12 @@
     python -m mmvisattn.analysis.benchmark_attention --types SoftmaxAttention LinearAttention \
         'SpatialReductionAttention:sr_ratio=8' --grids 16 32 64 128 --dims 96 --heads 3 --batch 4
 
-A type is ``NAME`` or ``NAME:key=value,key=value`` (values are Python literals), passed to
-``ATTENTIONS.build`` with ``embed_dims`` and ``num_heads``. A dotted ``NAME`` is imported instead, to
-time a stock module with the same ``forward(x, hw_shape)`` beside ours, e.g.
-``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8`` (SegFormer's attention, which
-adds its residual inside). Every (type, grid) runs in a process
-of its own, so its peak memory is its own: on CPU the growth of the peak resident set
-(``ru_maxrss``) from after the module and input exist to the end of the runs, on CUDA
-``torch.cuda.max_memory_allocated`` above the memory held before the first forward. Times are medians over ``--repeats`` after
-``--warmup`` runs: forward under ``no_grad``, and forward + backward of ``out.sum()``.
-
-Prints a table and the fitted time exponent per type (slope of log time against log tokens, least
-squares), writes ``results.json`` and ``scaling.png`` (log-log time and memory) into ``--out-dir``.
-"""
+A type is ``NAME`` or ``NAME:key=value,...`` (Python literals), built by ``ATTENTIONS`` with ``embed_dims`` and
+``num_heads``; a dotted ``NAME`` is imported instead (a stock module with the same ``forward(x, hw_shape)``,
+e.g. ``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8``). Every (type, grid) runs in a
+process of its own, so its peak memory is its own (on CPU the growth of the peak resident set, on CUDA
+``max_memory_allocated``); times are medians of forward under ``no_grad`` and of forward + backward. Prints
+a table and the fitted time exponents, writes ``results.json`` and ``scaling.png`` into ``--out-dir``."""
 import argparse
 import ast
 import json

@@ -4,18 +4,12 @@
         [--context eager|compile|dispatch|trace|export] [--input-size H W] [--json OUT]
         [--cfg-options KEY=VALUE ...] [--cfg-new-keys]
 
-The model is built on the meta device and runs one training-mode forward at the config's test input
-size with no data, while every op's choice (:meth:`mmvisattn.ops.utils.dispatch.Op.choose`) is recorded;
-so any config, at any size, is answered in seconds on a machine without a GPU. Each request is then
-replayed for ``--device`` and ``--dtype`` (the inputs' dtype under that autocast) and ``--context``: a
-training step (``eager``), under ``compile=True`` (``compile``), torch's FLOP counter (``dispatch``),
-mmengine's FLOP counter behind ``get_flops.py`` (``trace``) or ONNX export (``export``). A layer whose
-named backend cannot run there fails the run (exit 1).
-
-The test input size is the test pipeline's ``Resize`` scale as (shorter, longer) side, the crop of a
-``mode='slide'`` segmentor, padded to the data preprocessor's ``pad_size_divisor`` (COCO's 1333x800
-runs at 800x1344); ``--input-size`` overrides it.
-"""
+The model runs one training-mode forward on the meta device at the config's test input size while every
+op's choice (:meth:`mmvisattn.ops.utils.dispatch.Op.choose`) is recorded, so any config answers in seconds
+without a GPU. Each request is replayed for ``--device``, ``--dtype`` and ``--context`` (a training step,
+``compile=True``, torch's FLOP counter, mmengine's FLOP counter behind ``get_flops.py``, ONNX export); a
+layer whose named backend cannot run there fails the run. The test input size is the test pipeline's
+``Resize`` scale as (shorter, longer) side, or a slide segmentor's crop, padded to ``pad_size_divisor``."""
 import argparse
 import contextlib
 import json

@@ -1,36 +1,21 @@
-"""What mmdeploy 1.3.1 needs from the pinned torch and from the project's ops, opt-in and visible.
+"""What mmdeploy 1.3.1 needs from the pinned torch and from the project's ops, opt-in and visible: a deploy
+config that names this module in ``custom_imports`` (those under ``configs/_deploy_/`` do) gets
 
-mmdeploy's ``tools/deploy.py`` builds the model from its config, calls ``model.backbone.switch_to_deploy()``
-(every backbone of the project has it: Castling's training-only softmax branches go) and exports through
-``torch.onnx.export``. What stands in its way, and a deploy config that names this module in
-``custom_imports`` (the project's deploy configs under ``configs/_deploy_/`` do) removes:
+* the TorchScript exporter by default (torch >= 2.9 takes the dynamo one, which breaks mmdeploy's
+  rewriters) and ``torch.onnx.symbolic_opset9._cast_Long`` again (mmdeploy's RoIAlign needs it;
+  :data:`mmvisattn.compat.DEPLOY_PATCHES`);
+* RWGK attention's ``M x M`` solve as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``, and as the
+  Neumann product (:func:`mmvisattn.ops.rwgk.neumann_solve`) for the backends without ``Inverse``;
+* ``F.scaled_dot_product_attention`` with the reciprocal of its ``scale`` (mmdeploy's export form divides
+  by it: PerViT exported wrong, silently; :func:`scaled_dot_product_attention_scaled`);
+* an aligned RoIAlign refused below opset 16, where ONNX's ``RoiAlign`` widens small RoIs and every
+  Mask R-CNN drifts silently (:func:`aligned_roi_align_from_opset_16`);
+* a dynamic deploy config refused in one line for the attentions whose graph holds tables of one map size
+  (:data:`~.onnx_export.FIXED_SIZE`).
 
-* torch >= 2.9 exports with the dynamo exporter by default, which needs ``onnxscript`` and breaks
-  mmdeploy's rewriters; ``torch.onnx.export`` here takes the TorchScript exporter (``dynamo=False``)
-  unless its caller asks for the other (:data:`mmvisattn.compat.DEPLOY_PATCHES`);
-* mmdeploy 1.3.1 translates RoIAlign (Mask R-CNN) with ``torch.onnx.symbolic_opset9._cast_Long``,
-  which torch 2.13 no longer has; it is defined again (:func:`mmvisattn.compat.restore_onnx_cast_long`);
-* RWGK attention (SegFormer-RWGKA) solves an ``M x M`` system, ``aten::linalg_solve``, which has no
-  standard ONNX operator. For ONNX Runtime it is translated to its ``com.microsoft::Inverse`` and ``MatMul``
-  from opset 11 (mmdeploy's) up; for every other backend (TensorRT, OpenVINO, ncnn have no ``Inverse``)
-  an mmdeploy rewriter solves by the Neumann product in matrix products
-  (:func:`mmvisattn.ops.rwgk.neumann_solve`).
-
-mmdeploy 1.3.1's export form of ``F.scaled_dot_product_attention`` divides the scores by its ``scale``
-argument, which torch multiplies them by: every model that passes one (PerViT) exported wrong, silently.
-A rewriter of every backend passes the reciprocal (:func:`scaled_dot_product_attention_scaled`).
-
-mmdeploy 1.3.1 exports mmcv's ``RoIAlign(aligned=True)`` (every Mask R-CNN of mmdet) for ONNX Runtime below
-opset 16 as ONNX's ``RoiAlign`` of opset 10, which widens an RoI under one feature pixel to one: boxes and masks
-drift from the model's, silently. Such an export is refused in one line (:func:`aligned_roi_align_from_opset_16`);
-the project's instance segmentation deploy configs export at opset 16, where it is exact.
-
-The attentions whose graph holds tables of one map size (:data:`~.onnx_export.FIXED_SIZE`: ViL, ripple
-attention, PerViT) get an mmdeploy rewriter that refuses a deploy config with dynamic height and width in
-one line; the static deploy configs export them.
-
-Importing the module logs one line saying what it changed. Nothing of this happens on ``import mmvisattn``.
-"""
+mmdeploy's ``tools/deploy.py`` calls ``model.backbone.switch_to_deploy()`` itself (Castling's training-only
+branches go). Importing the module logs one line saying what it changed; ``import mmvisattn`` changes none
+of this."""
 from functools import partial
 
 from mmdeploy.core import FUNCTION_REWRITER

@@ -1,20 +1,12 @@
-"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product"
-check of Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
+"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product" check of
+Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
 
-Export goes through ``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``: the
-dynamo one needs ``onnxscript``, which the stack does not pin) of the network up to its raw head
-outputs, ``model._forward(images)``: boxes and scores per level for detectors, logits for
-segmentors; pre- and post-processing (resizing, NMS) stay with the caller, as in mmdeploy. What
-the ops need:
-
-* sliding-chunk attention (ViL) traces as plain gathers and a softmax (its ``autograd.Function``
-  steps aside under tracing, :func:`mmvisattn.ops.sliding_chunk.pytorch.sliding_chunk_local_torch`);
-* RWGK attention's ``M x M`` solve has no standard ONNX operator: it exports as ONNX Runtime's
-  ``com.microsoft::Inverse`` followed by ``MatMul`` (:func:`register_symbolics`);
-* ripple attention (its dense local part) and PerViT's peripheral attention hold tables of one map size
-  (ring index, position attention), constants of the graph: they export for one input size only
-  (:data:`FIXED_SIZE`).
-"""
+``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``) of the network up to its raw head outputs
+(``model._forward(images)``); pre- and post-processing stay with the caller, as in mmdeploy. Under export
+every op takes a backend that traces (:mod:`mmvisattn.ops.utils.dispatch`); RWGK attention's ``M x M``
+solve exports as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul`` (:func:`register_symbolics`);
+ripple attention and PerViT's peripheral attention hold tables of one map size, constants of the graph,
+and export for one input size only (:data:`FIXED_SIZE`)."""
 import io
 from typing import Dict, List, Sequence, Tuple
 

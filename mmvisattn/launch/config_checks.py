@@ -1,25 +1,13 @@
 """One-line answers to config mistakes, before anything is built or written.
 
-mmengine merges ``--cfg-options`` into the config without asking whether the keys exist, builds
-every ``type=`` only when the Runner reaches it and reports a bad name or argument through a
-traceback of registry frames (after the Runner has created its work folder and dumped the config).
-A misspelt key is worse: ``optim_wraper.optimizer.lr=0.1`` adds a top-level entry that nothing reads,
-and the run trains to the end with the default rate. :func:`check_config` catches all four before the
-Runner exists:
-
-* a ``--cfg-options`` key whose path is not in the config (unless new keys are allowed), with the
-  nearest existing keys at the level where it leaves the config;
-* a top-level key a letter or two from a Runner argument that it is not (``optim_wraper``);
-* a ``type`` no registry of the config's scope holds, with the nearest registered names;
-* a constructor argument the registered class does not take, with the nearest accepted ones.
-
-Each names the config path of the dict (``model.backbone.attn_cfg.type``). Arguments are read from
-the signatures of the class and of the classes its ``**kwargs`` reach through ``super().__init__``;
-a class or function whose ``**kwargs`` go anywhere else (another class built from them, as mmcv's
-``RandomResize`` does) accepts anything and is not checked. Keys that mmengine's and mmcv's builders
-consume before the constructor sees them (:data:`BUILDER_KEYS`) are allowed, and the dicts whose
-``type`` names a function rather than a registered class (:data:`NOT_REGISTERED`) are skipped.
-"""
+mmengine merges ``--cfg-options`` without asking whether the keys exist and reports a bad ``type`` or
+argument through a traceback once the Runner reaches it; a misspelt key (``optim_wraper.optimizer.lr``)
+trains to the end with the default. :func:`check_config` names, with the config path of the dict and the
+nearest right names: a ``--cfg-options`` key the config lacks (unless new keys are allowed), a top-level key
+a letter or two from a Runner argument, a ``type`` no registry of the scope holds, and a constructor
+argument the class does not take (read from the signatures its ``**kwargs`` reach through
+``super().__init__``; a class whose ``**kwargs`` go elsewhere is not checked). :data:`BUILDER_KEYS` are
+consumed by the builders; the dicts of :data:`NOT_REGISTERED` name functions and are skipped."""
 import ast
 import difflib
 import importlib

@@ -1,24 +1,17 @@
 """Joining the process group of a distributed run, on CPU (gloo) and CUDA (NCCL) alike.
 
-``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists, so mmengine's
-``init_dist`` (which sees it started) does not. What that adds to stock mmengine 0.10.7:
+``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists (mmengine's ``init_dist``
+then does not). What that adds to stock mmengine 0.10.7:
 
-- **CPU-only machines.** mmengine's pytorch launcher calls ``torch.cuda.set_device``
-  unconditionally and its Runner wraps the model in DDP with ``device_ids=[LOCAL_RANK]``, which DDP
-  rejects for CPU modules; here the group is gloo and the wrapper gets ``device_ids=None``.
-- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take
-  torch's 29500 (the second one's ``EADDRINUSE``).
-- **A roll call** (:func:`roll_call`): every rank reports to the rendezvous store before the group
-  starts, so a rank that never comes (killed before it started, stuck on its node) ends the others
-  after ``env_cfg.dist_cfg.timeout`` seconds (mmengine's key; torch's default, 30 minutes, when
-  unset) with one line naming it, where torch only counts the clients that came.
-- A rendezvous port another program holds ends in one line naming it.
-- **An orderly end** (:func:`leave_process_group`): a finished run leaves the group together, and
-  rank 0, the store's host, closes it only after every other rank has let go of it. Left to the
-  interpreter's exit, the store's server thread and the group's were torn down in no order: now
-  and then rank 0 aborted (``terminate called without an active exception``) after a run that
-  had trained and checkpointed, and Slurm reported the job failed.
-"""
+- **CPU-only machines**: a gloo group, and the DDP wrapper without ``device_ids`` (mmengine calls
+  ``torch.cuda.set_device`` unconditionally and passes ``device_ids=[LOCAL_RANK]``, which DDP rejects
+  for CPU modules).
+- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take 29500.
+- **A roll call** (:func:`roll_call`): a rank that never comes ends the others after
+  ``env_cfg.dist_cfg.timeout`` seconds with one line naming it; a rendezvous port another program holds
+  is named too.
+- **An orderly end** (:func:`leave_process_group`): the ranks leave together, rank 0 (the store's host)
+  last, so no rank aborts at exit after a finished run."""
 import os
 import socket
 import subprocess

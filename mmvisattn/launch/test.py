@@ -1,17 +1,13 @@
-"""Evaluate a checkpoint on a config's test set (COCO mAP for mmdet configs, mIoU for mmseg ones,
-top-1 / top-5 accuracy for mmpretrain ones), as the stock ``tools/test.py`` of mmdet, mmseg and
-mmpretrain do; the scope comes from ``default_scope``.
+"""Evaluate a checkpoint on a config's test set (COCO mAP, mIoU or top-1 / top-5 accuracy), as the stock
+``tools/test.py`` of mmdet, mmseg and mmpretrain do; the scope comes from ``default_scope``.
 
     python -m mmvisattn.launch.test CONFIG CHECKPOINT [--work-dir DIR] [--out OUT] [--out-item pred|metrics] [--show]
                                     [--show-dir DIR] [--wait-time S] [--interval N] [--tta] [--amp] [--no-pin-memory]
                                     [--allow-partial-checkpoint] [--cfg-options k=v ...] [--cfg-new-keys]
 
-Every flag of mmdet's, mmseg's and mmpretrain's own ``tools/test.py`` is taken, with their meaning for the
-config's scope (:mod:`mmvisattn.launch.options`).
-
-Unlike the stock tools, a checkpoint that does not set every weight of the model (one of another
-model, or of another width) is refused in one line instead of scoring a partly random model.
-"""
+Every flag of the stock tools is taken, with their meaning for the config's scope (:mod:`mmvisattn.launch.options`).
+A checkpoint that does not set every weight of the model is refused in one line instead of scoring a partly
+random model."""
 import argparse
 
 import mmengine

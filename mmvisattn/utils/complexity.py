@@ -1,15 +1,9 @@
-"""Parameter and FLOP counting that sees attention: torch's dispatch-level ``FlopCounterMode``
-counts every matmul (so ``q @ k^T`` and ``attn @ v``), convolutions and SDPA kernels; this module
-adds what it lacks here: the CPU SDPA kernel, the ``M x M`` linear solve of random-walk attention,
-and mmengine's conventions for norms, upsampling and pooling, so that the figures equal those of
-mmengine's ``get_model_complexity_info`` (which mmdet's and mmseg's ``get_flops.py`` call) once
-:data:`MMENGINE_FLOP_HANDLES` are registered there (``import mmvisattn`` does it).
-
-Products count as multiply-accumulates (MACs), the unit OpenMMLab's ``get_flops`` and most vision
-papers report as "FLOPs"; one MAC is two floating-point operations. Element-wise work (softmax,
-activations, additions) is not counted, as in those tools; norms and resampling count a few
-operations per element, as mmengine's handles do.
-"""
+"""Parameter and FLOP counting that sees attention: torch's ``FlopCounterMode`` counts every matmul, convolution
+and SDPA kernel; this module adds the CPU SDPA kernel, RWGK attention's ``M x M`` solve and mmengine's
+conventions for norms, upsampling and pooling, so that the figures equal those of mmengine's
+``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``) once :data:`MMENGINE_FLOP_HANDLES` are
+registered there (``import mmvisattn`` does it). Products count as multiply-accumulates (OpenMMLab's
+"FLOPs"); element-wise work is not counted, as in those tools."""
 import math
 from typing import Callable, Dict
 

@@ -3,29 +3,21 @@
     python -m mmvisattn.utils.demo_data --out data/shapes    # = python tools/misc/make_demo_data.py
 
 Every image is a textured background with one to three non-overlapping circles, rectangles and
-triangles. Each shape is a polygon: the same polygon paints the image, the instance mask, the
-semantic maps and the COCO ``segmentation`` entry, so masks are exact. Output (``--out DIR``)::
+triangles, each a polygon that paints the image, the masks and the COCO ``segmentation``, so masks are
+exact. Output (``--out DIR``)::
 
     DIR/coco/{train2017,val2017}/*.jpg, DIR/coco/annotations/instances_{train,val}2017.json
     DIR/cityscapes/leftImg8bit/{train,val}/shapes/*_leftImg8bit.png
     DIR/cityscapes/gtFine/{train,val}/shapes/*_gtFine_labelTrainIds.png   (0 background, 1-3 shapes)
     DIR/ade20k/ADEChallengeData2016/{images,annotations}/{training,validation}/*   (1 background, 2-4 shapes;
                                                                            0 is ADE's "other")
-    DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg   (classification: one shape an image, the
-                                                                 classes in turn, so balanced)
+    DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg   (one shape an image, classes balanced)
 
-The classification split has CLASSIFICATION_SCALE times as many images as the others, at half their side (a
-classifier from scratch needs more images than a detector, which sees several shapes in each), drawn from a
-random stream of its own, so the other layouts are the same with or without it.
-
-The output is a pure function of the arguments. Writing is transactional: the data is written
-into the sibling folder ``.NAME.partial`` and renamed into place when complete, so a run that is
-killed leaves ``--out`` as it was (the next run removes the staging folder). The marker file
-``.mmvisattn-demo-data`` lists every file a run wrote; a later run with other arguments replaces
-exactly those, keeps any other file in the folder, and never writes or deletes through a
-symbolic link. ``--out`` that is a file, a symbolic link or a non-empty folder the script did not
-write is refused in one line; a folder it wrote is left alone when the arguments are unchanged.
-"""
+The classification split has CLASSIFICATION_SCALE times as many images at half the side, from a random
+stream of its own. The output is a pure function of the arguments, written into ``.NAME.partial`` and
+renamed into place (a killed run leaves ``--out`` as it was); the marker ``.mmvisattn-demo-data`` lists
+every file a run wrote, and a later run replaces exactly those, never through a symbolic link. An
+``--out`` that is a file, a link or a folder the script did not write is refused in one line."""
 import argparse
 import json
 import math

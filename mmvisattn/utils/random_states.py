@@ -1,6 +1,6 @@
 """The random-number states of a process, captured for a checkpoint and restored from one.
 
-Torch-only (with numpy), so the GPU proof checks the CUDA generators on a machine without
+Torch-only (with numpy), so the CUDA generators can be checked on a machine without
 OpenMMLab; :class:`mmvisattn.engine.hooks.RandomStateHook` saves them with every checkpoint.
 """
 import random

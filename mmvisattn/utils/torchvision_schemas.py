@@ -1,15 +1,11 @@
 """torchvision without its compiled ops: the two schemas torchvision 0.28 needs to import at all.
 
-mmpretrain imports torchvision, whose PyPI wheels for x86_64 are CUDA builds: beside a CPU torch their
-``_C`` library does not load, and torchvision 0.28 then fails to import ("operator torchvision::nms does
-not exist"), because its ``_meta_registrations`` registers fake kernels for ``nms`` and ``qnms`` without
-checking that the ops exist (its other registrations check). Where the library does not load, the two
-schemas are defined (no kernel behind them): torchvision imports, its transforms (pure PyTorch) work, and
-a call of a compiled op still fails with torchvision's own "Couldn't load custom C++ ops".
-
-This module imports torch alone, so that a process may apply the fix without importing the rest of the
-package (the stock test suites' plain pass loads this file by its path).
-"""
+mmpretrain imports torchvision, whose x86_64 PyPI wheels are CUDA builds whose ``_C`` library does not
+load beside a CPU torch; torchvision 0.28 then fails to import ("operator torchvision::nms does not
+exist"), registering fake kernels for ``nms`` and ``qnms`` without checking that they exist. Where the
+library does not load, the two schemas are defined with no kernel behind them: torchvision imports, and a
+call of a compiled op fails with torchvision's own message. This module imports torch alone (the stock
+suites' plain pass loads it by its path)."""
 import importlib.machinery
 import importlib.util
 import os

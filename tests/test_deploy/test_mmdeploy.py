@@ -16,6 +16,8 @@ mmdeploy_apis = pytest.importorskip('mmdeploy.apis', reason='mmdeploy is not ins
 from lab import deploy_benchmark as benchmark  # noqa: E402
 from lab.deploy_benchmark import CASES, parity, random_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.lab  # a check of the maintainers: make test-lab
+
 # one demo per family (a case of make bench-deploy), random weights, at the demo's size
 FAMILIES = ['smca-ripple', 'vil-retinanet', 'segformer-rwgka', 'castling-segformer', 'picodet-castling',
             'pervit-mask-rcnn', 'castling-vit-classifier']

@@ -1,5 +1,5 @@
-"""Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA mixing equals the explicit Eq. 5, and the relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in
-value and gradient, for odd and non-square grids and batch > 1, on every device of the suite. Triton
+"""Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA mixing equals the explicit Eq. 5, and the
+relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in value and gradient, for odd and non-square grids and batch > 1, on every device of the suite. Triton
 runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (tests/conftest.py)."""
 import math
 

@@ -16,24 +16,19 @@ from .random_state_hook import RandomStateHook, checkpoint_due
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """Stops training cleanly when the job is told it will be stopped: Slurm's warning signal
-    (``sbatch --signal=USR1@120``, or ``scancel --signal=USR1 JOB``) or the SIGTERM that precedes a
-    kill at preemption (the partition's ``GraceTime``) or at ``scancel``.
+    (``sbatch --signal=USR1@120``, ``scancel --signal=USR1 JOB``) or the SIGTERM before a kill.
 
-    The signal only sets a flag (a second SIGTERM ends the process as SIGTERM does, for a run stuck
-    inside an iteration). Every rank finishes its iteration; after it the ranks agree through
-    that flag, summed over a gloo group on the CPU (no device synchronisation: with NCCL training a
-    gloo side group), so all stop at the same iteration even when the signal reached them at
-    different times. Then ``CheckpointHook`` writes one checkpoint of that iteration (atomically, and
-    ``last_checkpoint`` names it), unless it has just written it, and the loop stops: the run ends
-    as a finished one does. ``tools/train.py --resume`` continues from it exactly. An epoch-based
-    loop (mmengine resumes those at epoch boundaries only) stops without a checkpoint of its own:
-    it resumes from its last epoch's.
+    The signal only sets a flag (a second SIGTERM ends the process). Every rank finishes its iteration and
+    the ranks agree through the flag, summed over a gloo group on the CPU, so all stop at the same
+    iteration; ``CheckpointHook`` writes a checkpoint of it (unless it just did) and the run ends as a
+    finished one does; ``tools/train.py --resume`` continues from it exactly. An epoch-based loop, which
+    mmengine resumes at epoch boundaries only, stops without a checkpoint of its own.
 
     Args:
         signals: The signals that ask for a stop.
-        requeue: After the checkpoint, rank 0 runs ``scontrol requeue $SLURM_JOB_ID``; a requeued
-            job keeps its id, runs its batch script again, and ``tools/train.py`` resumes by itself
-            when ``SLURM_RESTART_COUNT`` is set. Only ``sbatch`` jobs can be requeued.
+        requeue: After the checkpoint, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` (``sbatch`` jobs
+            only); the requeued job runs its batch script again and ``tools/train.py`` resumes by itself
+            when ``SLURM_RESTART_COUNT`` is set.
         interval: Agree every ``interval`` iterations (one small CPU all-reduce each time).
     """
 

@@ -34,30 +34,19 @@ def saves_best(runner) -> bool:
 @HOOKS.register_module()
 class RandomStateHook(Hook):
     """Save the random-number states of every rank with each checkpoint and restore them on
-    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and the same
-    augmentations as a run that never stopped: identical losses and bit-identical weights on CPU.
+    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and augmentations as a
+    run that never stopped: identical losses and bit-identical weights on CPU. Stock mmengine (0.10.7)
+    stores only the seed and re-seeds on resume.
 
-    Stock mmengine (0.10.7) stores only the seed and re-seeds on resume, so every draw after the
-    checkpoint differs. No stock hook saves the states; this one does, in
-    ``checkpoint['random_states']`` (one entry per rank).
-
-    When states are taken: in the state the run has when its checkpoint is written (the end of a
-    training iteration or epoch; this hook runs just before ``CheckpointHook``); a best checkpoint,
-    written after a validation, gets the training stream's states from before the validation. Only
-    rank 0 writes checkpoints, so in distributed runs every rank's states are gathered to it, and only
-    where a checkpoint is due (``CheckpointHook``'s own rule) or may follow a validation (``save_best``):
-    one ``all_gather_object`` per checkpoint, not per iteration. Validation leaves the states as it found
-    them: a new validation dataloader iterator draws a seed from torch's generator, which would
-    otherwise shift the training stream of a run that validated at its checkpoint against the run
-    resumed from it.
-
-    When states are restored: ``IterBasedTrainLoop`` replays the batches already trained through
-    the dataloader before it continues, which draws from the main process's generators when
-    ``num_workers=0``, so the states are put back after that replay, right before the first new
-    batch is loaded. Epoch-based loops start a new epoch and are restored before training starts.
-    States are restored whatever device the checkpoint was mapped to (mmengine maps it to the
-    training device). A checkpoint without states (an older one) or from another number of ranks
-    is reported in the log and resumes with mmengine's re-seeding.
+    The states are those of the run when its checkpoint is written (this hook runs just before
+    ``CheckpointHook``); a best checkpoint, written after a validation, gets the training stream's from
+    before the validation, and validation leaves the states as it found them. Every rank's states are
+    gathered to rank 0 only where a checkpoint is due or may follow a validation (one
+    ``all_gather_object`` per checkpoint), into ``checkpoint['random_states']``. On resume they are put
+    back after ``IterBasedTrainLoop`` replays the batches already trained (which draws from the main
+    process's generators when ``num_workers=0``), whatever device the checkpoint was mapped to; a
+    checkpoint without states, or from another number of ranks, is reported and resumes with mmengine's
+    re-seeding.
     """
 
     priority = 'LOW'  # after the logger, before CheckpointHook (VERY_LOW)

@@ -19,14 +19,11 @@ COMPLEXITIES = ('linear', 'quadratic')
 class BaseAttention(BaseModule):
     """Base class of every attention in ``ATTENTIONS``.
 
-    Subclasses set the class attribute ``complexity`` (``'linear'`` or ``'quadratic'`` in the number
-    of tokens; for modules with a train-only quadratic branch, the value after
-    ``switch_to_deploy()``) and may set ``num_extra_tokens`` in ``__init__``. A module whose op has
-    several implementations takes ``impl=`` and lists the values in the class attribute ``impls``;
-    attributes choosing the backend of a further op the module calls map to that op in ``extra_impls``
-    (PerViT's ``position_impl``: :data:`mmvisattn.ops.peripheral.POSITION_OP`).
-    A module that cannot drop attention weights says why in ``attn_drop_unsupported``: it then
-    refuses a non-zero ``attn_drop`` when it is built (:meth:`check_attn_drop`) instead of ignoring it.
+    Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` in the tokens, after
+    ``switch_to_deploy()``) and may set ``num_extra_tokens``. A module whose op has several backends takes
+    ``impl=`` and lists the values in ``impls``; attributes naming the backend of a further op map to that op
+    in ``extra_impls`` (PerViT's ``position_impl``). A module that cannot drop attention weights says why in
+    ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop`` when built (:meth:`check_attn_drop`).
 
     Args:
         embed_dims: Channels ``C`` of the tokens.

@@ -31,8 +31,8 @@ NORMALISATIONS = ('kernel', 'token')
 
 @ATTENTIONS.register_module()
 class LinearAngularAttention(QKVAttention):
-    """Multi-head linear-angular attention with a depthwise-conv residual and a train-only masked
-    softmax branch. Parameter names follow the official module (``qkv``, ``proj``, ``dconv``).
+    """Multi-head linear-angular attention with a depthwise-conv residual and a train-only masked softmax
+    branch. Parameter names follow the official module (``qkv``, ``proj``, ``dconv``).
 
     Args:
         embed_dims: Channels ``C``.
@@ -40,26 +40,19 @@ class LinearAngularAttention(QKVAttention):
         qkv_bias: Whether ``qkv`` has a bias (the official default is False).
         attn_drop: Dropout on the weights of the auxiliary softmax branch.
         proj_drop: Dropout after ``proj``.
-        conv: Where the depthwise convolution on V runs: ``'tokens'`` (the official one, a
-            ``(kernel_size, 1)`` convolution along the token axis with one channel per head) or
-            ``'spatial'`` (a ``kernel_size x kernel_size`` convolution over the H x W map, one
-            channel per feature).
-        kernel_size: Size of that convolution (official: 9 along tokens; 3 is usual spatially).
-        normalisation: ``'kernel'`` divides by the kernel's row sums, so the linear term is a
-            weighted average of the values (the kernel view of the talk); ``'token'`` follows the
-            official code for checkpoint compatibility: ``0.5 v + (1/pi) q^ (k^T v)`` (plus the
-            auxiliary term), each output token L2-normalised, then the convolution added.
+        conv: The depthwise convolution on V: ``'tokens'`` (the official ``(kernel_size, 1)`` one along the
+            token axis, a channel per head) or ``'spatial'`` (``kernel_size x kernel_size`` over the map).
+        kernel_size: Its size (official: 9 along tokens; 3 is usual spatially).
+        normalisation: ``'kernel'`` divides by the kernel's row sums (a weighted average of the values);
+            ``'token'`` follows the official code: ``0.5 v + (1/pi) q^ (k^T v)``, each output token
+            L2-normalised, then the convolution added.
         aux_branch: Build the auxiliary masked softmax attention (training only).
-        mask_threshold: Softmax weights at or below this are masked out of the auxiliary branch
-            (official: 0.02).
-        impl: Implementation of the linear-angular op (``normalisation='kernel'``), one of
-            :data:`mmvisattn.ops.linear_angular.IMPLS`.
-        aux_impl: Implementation of the auxiliary branch's op, one of
-            :data:`mmvisattn.ops.masked_softmax.IMPLS`.
+        mask_threshold: Softmax weights at or below this are masked out of the auxiliary branch (official 0.02).
+        impl: Backend of the linear-angular op, one of :data:`mmvisattn.ops.linear_angular.IMPLS`.
+        aux_impl: Backend of the auxiliary branch, one of :data:`mmvisattn.ops.masked_softmax.IMPLS`.
         init_cfg: mmengine initialisation config.
 
-    Mixed precision: the attention terms are computed in float32 whatever the inputs' dtype (the
-    op's rule, :mod:`mmvisattn.ops.utils.amp`), the depthwise convolution in the inputs' dtype.
+    Mixed precision: the attention terms in float32 whatever the inputs' dtype, the convolution in theirs.
     """
 
     complexity = 'linear'
@@ -120,8 +113,8 @@ class LinearAngularAttention(QKVAttention):
 
     def token_conv(self, v: Tensor) -> Tensor:
         """``dconv`` (one ``(kernel_size, 1)`` kernel per head along the tokens) computed as a 1-D
-        depthwise convolution over ``heads x d`` rows: the same weights, and on CPU faster forward +
-        backward than ``conv2d`` with a one-wide kernel (docs/records/benchmarks.md, tuned constants)."""
+        depthwise convolution over ``heads x d`` rows: the same weights, and on CPU faster than ``conv2d``
+        with a one-wide kernel."""
         batch, heads, tokens, dims = v.shape
         rows = v.transpose(-1, -2).reshape(batch, heads * dims, tokens)
         # the module's sizes, not the input's: a traced weight must keep a constant shape (ONNX's Conv)

@@ -18,13 +18,11 @@ RANDOM_SHIFT_MODES = (-1, 0, 1)  # own chunk only, all neighbours, random shifti
 
 @ATTENTIONS.register_module()
 class LongformerAttention(BaseAttention):
-    """Sliding-chunk local attention with global tokens (the ViL attention).
-
-    No stock module computes 2-D local attention with global memory; the op is
-    :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`. Parameter names follow the
-    official ``Long2DSCSelfAttention`` (``query``, ``kv``, ``proj``, their ``*_global`` twins when
-    global weights are not shared, ``local_relative_position_bias_table``,
-    ``g2l_relative_position_bias``, ``g2g_relative_position_bias``).
+    """Sliding-chunk local attention with global tokens (the ViL attention), through
+    :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`. Parameter names follow the official
+    ``Long2DSCSelfAttention`` (``query``, ``kv``, ``proj``, their ``*_global`` copies when global weights are
+    not shared, ``local_relative_position_bias_table``, ``g2l_relative_position_bias``,
+    ``g2g_relative_position_bias``).
 
     Args:
         embed_dims: Channels ``C``.
@@ -32,16 +30,14 @@ class LongformerAttention(BaseAttention):
         window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: ``15 = 2*7+1``).
         num_global: Global tokens ``G`` in front of the map (``num_extra_tokens``).
         masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'`` (App. C).
-        mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D): in
-            training each step draws one neighbour in 1..8; evaluation uses all eight.
-            ``ViLRandomShiftHook`` switches it to 0 late in training.
+        mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D: each training step
+            draws a neighbour, evaluation uses all eight; ``ViLRandomShiftHook`` switches it to 0 late).
         rel_pos: Learn relative-position biases (the ``ViL-*-RPB`` models).
         share_global_weights: Global queries use the local projections (as the detection models).
         qkv_bias: Bias of the query / key-value projections.
-        attn_drop: Must be 0: the op fuses the softmax with the value product (the official module's
-            attention dropout, 0 by default in the official MsViT, is not reproduced).
+        attn_drop: Must be 0: the op fuses the softmax with the value product.
         proj_drop: Dropout after the output projection.
-        impl: Op implementation, one of :data:`mmvisattn.ops.sliding_chunk.IMPLS`.
+        impl: Backend of the op, one of :data:`mmvisattn.ops.sliding_chunk.IMPLS`.
         init_cfg: mmengine initialisation config.
     """
 

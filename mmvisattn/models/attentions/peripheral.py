@@ -1,18 +1,14 @@
 """Multi-head peripheral attention (MPA), "Peripheral Vision Transformer" (Min et al., NeurIPS 2022;
 arXiv:2206.06801): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention ``Phi_p``
-learnt from Euclidean query-key distances (Eq. 6), broken out of rotational symmetry by two
-``3 x 3`` peripheral projections over key neighbourhoods, each followed by instance norm (Eq. 7-8);
-peripheral initialization (Eq. 9) sets the second norm by layer depth.
+learnt from Euclidean query-key distances (Eq. 6) and two ``3 x 3`` peripheral projections over key
+neighbourhoods, each followed by instance norm (Eq. 7-8); peripheral initialization (Eq. 9) sets the
+second norm by layer depth.
 
-Attention-map protocol (used by ``tools/analysis_tools/visualize_attention.py``): an attention
-that can show its weights defines ``attention_maps(x, hw_shape, query) -> Dict[str, Tensor]``,
-named ``(heads, H, W)`` maps of what the spatial token at ``query = (row, col)`` attends to, for
-the first image of the tokens ``x`` (the module's own input). :class:`PeripheralAttention` returns
-``'position'`` (``Phi_p``) and ``'mixed'`` (the normalised ``Phi_c * Phi_p``) and also
-``position_attention(hw_shape)``, the full ``(heads, HW, HW)`` ``Phi_p`` for the region
-classification (Eq. 11, radii of Appendix B Eq. 38) and the nonlocality (Eq. 13), which the
-visualisation tool computes.
-"""
+Attention-map protocol (``tools/analysis_tools/visualize_attention.py``): an attention that can show its
+weights defines ``attention_maps(x, hw_shape, query) -> Dict[str, Tensor]``, named ``(heads, H, W)`` maps
+of what the token at ``query = (row, col)`` attends to in the first image; :class:`PeripheralAttention`
+returns ``'position'`` and ``'mixed'``, and ``position_attention(hw_shape)`` the full ``Phi_p`` for the
+region classification (Eq. 11) and the nonlocality (Eq. 13)."""
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -56,31 +52,28 @@ def build_distance_proj(distance_dims: int) -> nn.Linear:
 class PeripheralAttention(QKVAttention):
     """``Normalize[exp(tau q k^T) * Phi_p] V`` per head (Eq. 5), ``tau = d^-1/2``.
 
-    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted
-    ``D_r`` ways (Eq. 6-8); coordinates normalised so the longer side spans ``[-1, 1]``. It is
-    recomputed at every forward in training and cached per resolution, device and dtype in eval
-    mode (and always with ``freeze_position``); the cache notices changed weights. The ops are
+    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted ``D_r`` ways
+    (Eq. 6-8), the longer side spanning ``[-1, 1]``; recomputed at every training forward and cached per
+    resolution, device and dtype in eval mode (and with ``freeze_position``). The ops are
     :mod:`mmvisattn.ops.peripheral`. Takes no extra tokens.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Heads ``N_h``.
         qkv_bias: Bias of the ``qkv`` projection (PerViT has none).
-        attn_drop: Must be 0: the op fuses the weights with the value product, and the official
-            ``MPA`` takes ``attn_drop`` but never applies it.
+        attn_drop: Must be 0: the op fuses the weights with the value product (the official ``MPA`` takes
+            ``attn_drop`` and never applies it).
         proj_drop: Dropout after the output projection.
         kernel_size: ``K`` of the peripheral projections (odd; 1 drops the neighbourhoods, Eq. 6).
-        hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own);
-            defaults to ``4 N_h`` (Appendix E).
+        hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own); defaults to
+            ``4 N_h`` (Appendix E).
         norm_init: ``(bias, weight)`` of the second instance norm (Eq. 9's ``s_l, v_l``); see
             :func:`peripheral_initialization`.
-        distance_proj: A ``Linear(1, D_r)`` shared across layers (the paper's ``w_r``); the owner
-            (the backbone) keeps its parameters. ``None`` builds this module's own.
-        freeze_position: Keep ``Phi_p`` fixed (no gradient, cached in training too), as in the
-            paper's fixed-``Phi_p`` ablation (Table A4).
-        impl: Op implementation of the mixing, see :func:`mmvisattn.ops.peripheral.peripheral_attention`.
-        position_impl: Op implementation of ``Phi_p``, see :func:`mmvisattn.ops.peripheral.position_logits`
-            (``'auto'``: Triton kernels on CUDA, the relative-offset form in torch elsewhere).
+        distance_proj: A ``Linear(1, D_r)`` shared across layers (the paper's ``w_r``), owned by the backbone;
+            ``None`` builds this module's own.
+        freeze_position: Keep ``Phi_p`` fixed (no gradient), the fixed-``Phi_p`` ablation of Table A4.
+        impl: Backend of the mixing, one of :data:`mmvisattn.ops.peripheral.IMPLS`.
+        position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_OP`'s.
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).
         init_cfg: mmengine initialisation config.
     """

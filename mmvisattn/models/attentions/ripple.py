@@ -1,24 +1,13 @@
-"""Ripple attention and its linearized twin, "Ripple attention for visual perception with
-sub-quadratic complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the deterministic adaptive feature
-map of Eq. 13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid).
+"""Ripple attention and its linearized form, "Ripple attention for visual perception with sub-quadratic
+complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the feature map of Eq. 13), C.2 (``R_max``,
+``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid). No stock module has a linearized
+attention with a learnable trig+ReLU feature map; the operator is :func:`mmvisattn.ops.ripple.ripple_attention`.
 
-No stock module fits: mmcv/mmdet/mmseg have no linearized attention with a learnable trig+ReLU
-feature map, nor spatially weighted linearized attention. The operator itself is
-:func:`mmvisattn.ops.ripple.ripple_attention`.
-
-Parameters per module (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features,
-default ``d``; with ``qkv_bias``):
-
-* :class:`RippleLinearAttention`: ``qkv`` ``3C^2 + 3C``, ``proj`` ``C^2 + C``, feature map
-  ``W1`` ``m d`` + ``W2, b2`` ``2 m d + d`` (shared by the heads) ->
-  ``4C^2 + 4C + 3md + d`` (``4C^2 + 4C + 3d^2 + d`` by default).
-* :class:`RippleAttention`: that plus the stick units of C.3 -- the value projection
-  ``d^2 + d`` (shared by the heads) and ``R_max`` embeddings of size ``d`` per head ``C R_max`` ->
-  ``4C^2 + 4C + 3md + 2d + d^2 + C R_max``.
-
-E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and 153,152; ``C = 256, h = 8``
-(SMCA, Table 3): 266,272 and 268,352 with ``R_max = 4``.
-"""
+Parameters (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features, default ``d``; with
+``qkv_bias``): :class:`RippleLinearAttention` ``4C^2 + 4C + 3md + d`` (``qkv``, ``proj`` and the feature
+map, shared by the heads); :class:`RippleAttention` that plus the stick units of C.3, ``d^2 + d + C R_max``.
+E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and 153,152; ``C = 256, h = 8`` (SMCA,
+Table 3): 266,272 and 268,352."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch

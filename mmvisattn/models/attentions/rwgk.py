@@ -27,26 +27,21 @@ def adaptive_pooling_matrix(size: int, bins: int, like: Tensor) -> Tensor:
 
 @ATTENTIONS.register_module()
 class RWGKAttention(BaseAttention):
-    """Multi-head random-walk graph kernel attention over all ``H * W`` tokens in linear time.
-
-    Parameter names follow SegFormer's attention (``q``, ``kv``, ``proj``), so a MiT checkpoint
-    supplies everything but the anchors.
+    """Multi-head random-walk graph kernel attention over all ``H * W`` tokens in linear time. Parameter names
+    follow SegFormer's attention (``q``, ``kv``, ``proj``), so a MiT checkpoint supplies all but the anchors.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Number of heads (Table 5 doubles them at half the anchors).
-        num_anchors: Anchors ``M`` per head. ``'pooled'`` rounds it to the nearest square grid; a
-            grid larger than the token map is legal (pooling then repeats tokens).
+        num_anchors: Anchors ``M`` per head; ``'pooled'`` rounds it to a square grid, which may exceed the map.
         lam: Random-walk decay in (0, 1) (Table 5: 0.1, 0.5, 0.9; 0.5 by default).
-        anchor_mode: ``'learnable'`` (RWGKA: ``B_Q``, ``B_K`` are parameters of shape
-            ``(heads, M, C / heads)``, Xavier-initialised as the paper's new layers) or ``'pooled'``
-            (RWGKP: ``B_Q`` and ``B_K`` are the queries and keys average-pooled to a
+        anchor_mode: ``'learnable'`` (RWGKA: ``B_Q``, ``B_K`` parameters of shape ``(heads, M, C / heads)``,
+            Xavier-initialised) or ``'pooled'`` (RWGKP: the queries and keys average-pooled to a
             ``sqrt(M) x sqrt(M)`` grid).
         qkv_bias: Whether ``q`` and ``kv`` have a bias.
-        attn_drop: Taken for interface parity with SegFormer and must be 0: the mechanism forms
-            no ``N x N`` weights to drop.
+        attn_drop: Must be 0 (SegFormer's interface): the mechanism forms no ``N x N`` weights.
         proj_drop: Dropout after ``proj``.
-        impl: Operator implementation, one of :data:`mmvisattn.ops.rwgk.IMPLS`.
+        impl: Backend of the op, one of :data:`mmvisattn.ops.rwgk.IMPLS`.
         init_cfg: mmengine initialisation config.
     """
 

@@ -15,16 +15,15 @@ from .base import BaseAttention
 class SpatialReductionAttention(BaseAttention):
     """Softmax attention of all queries against ``(H / r) * (W / r)`` reduced keys and values.
 
-    mmseg's ``EfficientMultiheadAttention`` computes the same thing but adds the residual inside
-    its forward and wraps ``nn.MultiheadAttention``; this class keeps the project's interface
-    (no residual, ``forward(x, hw_shape)``) and uses ``F.scaled_dot_product_attention``.
-    Parameter names follow mmseg (``sr``, ``norm``) with the SegFormer split into ``q`` and ``kv``.
+    mmseg's ``EfficientMultiheadAttention`` computes the same but adds the residual inside and wraps
+    ``nn.MultiheadAttention``; this keeps the project's interface and uses
+    ``F.scaled_dot_product_attention``. Parameter names follow mmseg (``sr``, ``norm``), ``q`` and ``kv`` split.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Number of heads.
-        sr_ratio: Reduction ratio ``r`` of the key/value map (a stride-``r`` ``r x r`` conv and
-            LayerNorm); 1 means plain softmax attention.
+        sr_ratio: Reduction ratio ``r`` of the key/value map (a stride-``r`` conv and LayerNorm); 1 means
+            plain softmax attention.
         qkv_bias: Whether the ``q`` and ``kv`` projections have a bias.
         attn_drop: Dropout on the attention weights.
         proj_drop: Dropout after the output projection.

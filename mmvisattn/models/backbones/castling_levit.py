@@ -1,21 +1,13 @@
 """A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526: the Castling-ViT
 talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no layout).
 
-The layout follows LeViT (Graham et al. 2021, §4: a convolutional stem, BatchNorm instead of
-LayerNorm, attention and 2x MLP blocks as residuals, hard swish), with three changes for dense,
-linear-time detection:
-
-* The stem has three stride-2 convolutions instead of four, so the stages run at strides 8, 16
-  and 32: the levels PicoDet's CSP-PAN takes from ESNet.
-* The stages are joined by a stride-2 depthwise-separable convolution instead of LeViT's shrink
-  attention, whose subsampled queries against all keys form a softmax over N/4 x N scores; with
-  the convolution every block stays linear in the tokens once the auxiliary branch is removed.
-* Attention is :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its 3x3
-  depthwise convolution over the map (``conv='spatial'``), the usual choice for images of any size.
-
-Widths are chosen so that PicoDet with each arch is within 2 % of the size of PicoDet with the
-ESNet of the same letter (0.99 M, 2.15 M, 3.30 M): comparisons are at equal size.
-"""
+LeViT's layout (Graham et al. 2021, §4: a convolutional stem, BatchNorm, residual attention and 2x MLP
+blocks, hard swish) with three changes for dense, linear-time detection: a stem of three stride-2
+convolutions (stages at strides 8, 16, 32, the levels PicoDet's CSP-PAN takes from ESNet); stride-2
+depthwise-separable convolutions between the stages instead of LeViT's shrink attention (a softmax over
+N/4 x N scores); :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its 3x3 depthwise
+convolution over the map (``conv='spatial'``). Widths put PicoDet with each arch within 2 % of PicoDet
+with the ESNet of the same letter (0.99 M, 2.15 M, 3.30 M)."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch.nn as nn

@@ -22,28 +22,18 @@ DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
 class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
 
-    Takes every constructor argument of mmseg's ``VisionTransformer``, so a stock ViT config (for
-    example the ViT-UperNet ones) switches by changing ``type``; patch embedding, position
-    embedding, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
-    The class token, when present, reaches every attention as one extra token
-    (``num_extra_tokens = 1``); the token grid is recorded from the patch embedding, since mmseg's
-    layers call their attention without it.
-
-    Parameter names follow mmseg's ViT but for the attention internals
-    (``layers.{i}.attn.attn.{qkv, proj, dconv}``). ``init_cfg=dict(type='Pretrained', checkpoint=...)``
-    reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading with the
-    position embedding resized as mmseg's ViT does (:mod:`.pretrained`);
-    ``tools/model_converters/vit2mmvisattn.py`` is the offline form for timm / MAE.
-
-    The backbone contract (:mod:`.contract`) on mmseg's arguments: ``out_indices`` counts layers
-    (negative ones from the last), ``norm_eval`` is mmseg's, and ``frozen_stages`` freezes the patch
-    and position embeddings and class token (0) and the first layers.
+    Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by changing
+    ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
+    The class token reaches every attention as one extra token; the token grid is recorded from the patch
+    embedding (mmseg's layers call their attention without it). Parameter names are mmseg's but for the
+    attention internals (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``init_cfg=dict(type='Pretrained')``
+    reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading (:mod:`.pretrained`).
+    ``out_indices`` counts layers (negative from the last) and ``frozen_stages`` freezes the embeddings (0)
+    and the first layers (the contract of :mod:`.contract`).
 
     Args:
-        attn_cfg: The attention of every layer; ``embed_dims``, ``num_heads``, ``qkv_bias``,
-            ``attn_drop`` and ``proj_drop`` are filled in. Defaults to ``LinearAngularAttention``
-            (linear-angular kernel, depthwise conv along the tokens, auxiliary softmax branch that
-            ``CastlingScheduleHook`` fades out and ``switch_to_deploy()`` removes).
+        attn_cfg: The attention of every layer; ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop`` and
+            ``proj_drop`` are filled in. Defaults to ``LinearAngularAttention``.
         frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first ``k`` layers.
         **kwargs: The arguments of mmseg's ``VisionTransformer``.
     """

@@ -1,26 +1,20 @@
 """The contract every backbone of the project keeps, as timm holds its models to one
 (``tests/test_models/test_backbones/test_contract.py`` checks every registered backbone):
 
-* ``arch``: a name of the class's ``arch_zoo`` or a dict holding the same keys (:func:`resolve_arch`,
-  as mmdet's Swin and mmpretrain's models read it);
-* ``out_indices``: the stages whose outputs are returned, in stage order; negative indices count
-  from the last stage (:func:`check_out_indices`);
-* ``frozen_stages``: ``-1`` freezes nothing, ``0`` the stem (what turns pixels into the first
-  stage's input), ``k >= 1`` the stem and the first ``k`` stages: no gradient, eval mode (the
-  reading of mmdet's Swin and ResNet);
-* ``norm_eval``: the normalisation layers stay in eval mode while training (BatchNorm statistics
-  frozen; LayerNorm and GroupNorm behave alike in both modes);
-* ``out_channels`` and ``out_strides``: channels and stride of each returned output;
-* ``forward(images)`` returns a tuple of contiguous maps: mmcv's C++ ops read a map's memory as NCHW
-  whatever its strides (RoIAlign, and with it every two-stage head, pools garbage from a transposed view);
-* ``with_cp``: a block is recomputed in the backward pass when its input needs a gradient
-  (:func:`checkpointed`): the rule of mmcv's and mmseg's layers, which the backbones built on
-  mmseg's ViT and MiT run, so every backbone gates the same way.
+* ``arch``: a name of the class's ``arch_zoo`` or a dict of the same keys (:func:`resolve_arch`);
+* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the last;
+* ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages (no
+  gradient, eval mode: mmdet's Swin and ResNet);
+* ``norm_eval``: the normalisation layers stay in eval mode while training;
+* ``out_channels`` and ``out_strides`` of each returned output;
+* ``forward(images)`` returns contiguous maps (mmcv's C++ ops, RoIAlign among them, read a map's memory
+  as NCHW whatever its strides);
+* ``with_cp``: a block is recomputed in the backward when its input needs a gradient (:func:`checkpointed`,
+  the rule of mmcv's and mmseg's layers).
 
-:class:`BackboneContract` implements the freezing and ``norm_eval`` once; a backbone names its stem
-and its stages (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
-:meth:`~BackboneContract.set_contract` at the end of its ``__init__``.
-"""
+:class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and stages
+(:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
+:meth:`~BackboneContract.set_contract` at the end of its ``__init__``."""
 from numbers import Integral
 from typing import Callable, Dict, List, Sequence, Tuple, Union
 

@@ -15,22 +15,18 @@ OUT_TYPES = ('featmap', 'avg_featmap')
 
 @register_model
 class DeiTRipple(CastlingViT):
-    """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`, which puts ``ATTENTIONS`` into
-    its layers) with DeiT-Tiny's sizes and the hybrid attention of C.5.
-
-    Ripple attention works on the 2-D token grid, so there is no class token: for classification
-    the tokens are mean-pooled (``out_type='avg_featmap'``, C.5); dense heads take the
-    ``(B, C, H, W)`` maps of ``out_indices`` (``out_type='featmap'``). Every other argument of
-    mmseg's ``VisionTransformer`` (``img_size``, ``patch_size``, ``out_indices``, ``final_norm``,
-    ``init_cfg`` ...) passes through.
+    """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`) with DeiT-Tiny's sizes and the hybrid
+    attention of C.5. Ripple attention works on the token grid, so there is no class token: classification
+    mean-pools the tokens (``out_type='avg_featmap'``), dense heads take the maps of ``out_indices``
+    (``'featmap'``). The other arguments of mmseg's ``VisionTransformer`` pass through.
 
     Args:
-        num_ripple_layers: How many of the lowest layers use ``ripple_cfg`` (9 by default, C.5 and
-            Table 7); the rest use ``attn_cfg``.
+        num_ripple_layers: How many of the lowest layers use ``ripple_cfg`` (9, C.5 and Table 7); the rest
+            use ``attn_cfg``.
         ripple_cfg: Attention of the lower layers.
         attn_cfg: Attention of the upper layers.
-        out_type: ``'featmap'`` or ``'avg_featmap'`` (mean of each output map's tokens).
-        embed_dims, num_layers, num_heads: as in mmseg's ``VisionTransformer``; DeiT-Tiny's 192, 12, 6 (C.4).
+        out_type: ``'featmap'`` or ``'avg_featmap'``.
+        embed_dims, num_layers, num_heads: DeiT-Tiny's 192, 12, 6 (C.4).
         qkv_bias, drop_rate, attn_drop_rate: as in mmseg's ``VisionTransformer``.
         drop_path_rate: Stochastic depth, DeiT-Tiny's 0.1.
         with_cls_token, final_norm, norm_cfg: as in mmseg's ``VisionTransformer`` (LayerNorm eps 1e-6).

@@ -34,27 +34,20 @@ def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
 class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTransformer):
     """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
 
-    Takes every constructor argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer
-    config switches by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path,
-    ``with_cp``, ``out_indices``, ``init_cfg`` and the forward are mmseg's. Parameter names match
-    mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so
-    ``init_cfg=dict(type='Pretrained', checkpoint=...)`` reads mmseg's MiT weights (the ImageNet ones
-    stock SegFormer configs start from, or a whole SegFormer checkpoint under ``backbone.``) and
-    NVlabs' SegFormer weights, converted while loading (:mod:`.pretrained`);
-    ``tools/model_converters/mit2mmvisattn.py`` is the offline form.
+    Takes every argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer config switches by
+    changing ``type``; patch embeddings, Mix-FFNs, norms, drop path, ``with_cp`` and the forward are mmseg's.
+    Parameter names are mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``),
+    so ``init_cfg=dict(type='Pretrained')`` reads mmseg's and NVlabs' MiT and SegFormer weights, converted
+    while loading (:mod:`.pretrained`).
 
     Args:
-        attn_cfg: The attention of every block: one config for all stages or a list with one per
-            stage (Table 5's anchors / lambda per stage). ``embed_dims``, ``num_heads`` (from
-            ``num_heads``), ``qkv_bias``, ``attn_drop`` and ``proj_drop`` are filled in; so is
-            ``sr_ratio`` (from ``sr_ratios``) for attentions that take one, so
-            ``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer. Defaults to
+        attn_cfg: The attention of every block, one for all stages or one per stage (Table 5). ``embed_dims``,
+            ``num_heads``, ``qkv_bias``, ``attn_drop``, ``proj_drop`` and, where taken, ``sr_ratio`` are filled
+            in (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
             ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
-        frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first
-            ``k`` stages (the backbone contract of :mod:`.contract`, which mmseg's MiT lacks).
+        frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
-        **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from
-            the last stage.
+        **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from the last.
     """
 
     pretrained_formats = (

@@ -1,17 +1,12 @@
 """PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; arXiv:2206.06801, §3.2,
 Eq. 10, Appendix E Table A5) for detection and segmentation.
 
-A columnar ViT: a convolutional stem (four stride-2 ``3 x 3`` conv-BN-ReLU and a ``1 x 1`` conv)
-makes stride-16 tokens, then 12 blocks ``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') +
-FFN(LN(x'))`` in four stages of widths ``embed_dims``; the last block of a stage changes the width
-in its FFN and a linear residual path (as the official code). Every stage output has stride 16, so
-dense heads need a simple feature pyramid (the configs use stock ``ChannelMapper`` +
-``Feature2Pyramid`` + ``FPN``).
-
-Parameter names follow the official code (``stem`` for ``conv_layers``, ``blocks.{i}.{cpe, norm1,
-attn, norm2, res_path, mlp}``, one ``rpe_proj`` shared by every layer's peripheral attention);
-``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them.
-"""
+A columnar ViT: a convolutional stem makes stride-16 tokens, then 12 blocks
+``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') + FFN(LN(x'))`` in four stages; the last block of a stage
+changes the width in its FFN and a linear residual path. Every output has stride 16, so dense heads take a
+simple feature pyramid (stock ``ChannelMapper`` + ``Feature2Pyramid`` + ``FPN``). Parameter names follow
+the official code (``stem``, ``blocks.{i}.{cpe, norm1, attn, norm2, res_path, mlp}``, one shared
+``rpe_proj``); ``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them."""
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -75,26 +70,23 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
     """Peripheral Vision Transformer for dense prediction (mmdet and mmseg).
 
     Args:
-        arch: ``'tiny'``, ``'small'``, ``'medium'`` (Table A5) or a dict with ``num_heads``,
-            ``depths``, ``embed_dims`` and ``stem_channels``.
+        arch: ``'tiny'``, ``'small'``, ``'medium'`` (Table A5) or a dict with ``num_heads``, ``depths``,
+            ``embed_dims`` and ``stem_channels``.
         in_channels: Image channels.
         mlp_ratio: FFN expansion.
         drop_rate: Dropout in the FFNs and after each attention's projection.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (paper: 0 / 0.1 / 0.2).
-        out_indices: Stages whose outputs are returned (each ``(B, C_i, H / 16, W / 16)``; stage
-            ``i`` ends with the width of stage ``i + 1``).
-        frozen_stages: -1 freezes nothing, 0 the convolutional stem, ``k`` the stem and the first
-            ``k`` stages (the distance projection every block shares stays trainable).
-        norm_eval: Keep the norm layers in eval mode while training (the stem's BatchNorm statistics).
-        attn_cfg: Attention of every block; ``embed_dims`` and ``num_heads`` are filled in, and for
-            attentions that take them (``PeripheralAttention``) also the shared distance weighting
-            and the peripheral initialization of the layer (Eq. 9). Any attention of ``ATTENTIONS`` fits.
+        out_indices: Stages whose ``(B, C_i, H / 16, W / 16)`` outputs are returned.
+        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages (the shared
+            distance projection stays trainable).
+        norm_eval: Keep the norm layers in eval mode while training.
+        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, where taken, the shared
+            distance weighting and the layer's peripheral initialization (Eq. 9) are filled in.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
-        with_cp: Recompute each block in the backward pass (``torch.utils.checkpoint``) instead of
-            keeping its activations. Training ``Phi_p`` keeps several ``N x 4 N_h x (H + 2) x (W + 2)``
-            maps per layer (about 5 GB for PerViT-T at COCO's 50x84 grid), so the COCO configs set it.
-        init_cfg: mmengine initialisation config, e.g. ``Pretrained`` with an official PerViT
-            checkpoint (converted while loading, :mod:`.pretrained`) or a converted one.
+        with_cp: Recompute each block in the backward (training ``Phi_p`` keeps several
+            ``N x 4 N_h x (H + 2) x (W + 2)`` maps a layer; the COCO configs set it).
+        init_cfg: mmengine initialisation config, e.g. ``Pretrained`` with an official PerViT checkpoint
+            (converted while loading, :mod:`.pretrained`).
     """
 
     arch_zoo = ARCH_ZOO

@@ -1,20 +1,13 @@
 """Weights in from ``init_cfg``: a backbone named with ``init_cfg=dict(type='Pretrained',
-checkpoint=PATH_OR_URL)`` recognises, from the key layout alone, the formats its family is published
-in, and converts while loading with the functions the offline converters of
-``tools/model_converters/`` use, as mmdet's Swin converts official Swin keys on load.
+checkpoint=PATH_OR_URL)`` recognises the formats its family is published in from the key layout, and
+converts while loading with the functions of ``tools/model_converters/``, as mmdet's Swin does.
 
-Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout (keys
-of its ``state_dict``) is always read. A checkpoint that mmpretrain wrote for an ``ImageClassifier``
-(``backbone.`` prefix) hands its backbone on; of one that mmengine's ``EMAHook`` wrote, the raw
-weights are taken, or the averaged ones with ``use_ema=True`` in the ``init_cfg``. Loading logs one
-line: the format found, how many tensors were loaded, which parameters stay newly initialised (the
-RWGK anchors, for instance) and which tensors of the checkpoint were dropped (a classifier's head, and
-what detection does not build, such as ViL's last-stage class token). A checkpoint in no known layout,
-of another model, or whose tensors do not fit (another width) fails in one line naming the file and
-how many of its keys do not fit. URLs go through torch's hub cache, and a file name that carries a
-hash (``name-<sha256 prefix>.pth``, as OpenMMLab's and torchvision's do) is checked against it;
-reading is always ``weights_only``.
-"""
+Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout is always
+read, an mmpretrain ``ImageClassifier``'s (``backbone.`` prefix) too, and of an ``EMAHook`` checkpoint the
+raw weights (the averaged ones with ``use_ema=True``). Loading logs one line: the format, the tensors
+loaded, the parameters left newly initialised and the tensors dropped. A checkpoint of no known layout,
+of another model or of another width fails in one line naming the file; URLs go through torch's hub cache,
+a hash in the file name is checked, and reading is always ``weights_only``."""
 import os.path as osp
 import re
 from urllib.parse import urlparse

@@ -130,37 +130,30 @@ class ViLStage(BaseModule):
 class ViL(LoadsPretrained, BackboneContract, BaseModule):
     """Multi-scale Vision Longformer backbone for mmdet and mmseg.
 
-    No stock backbone stacks E-ViT stages with global tokens, so this is new; patch embedding,
-    MLP, norms and drop path are mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the
-    stages in ``out_indices`` (global tokens dropped), strides 4, 8, 16, 32 for the 4-stage models.
+    No stock backbone stacks E-ViT stages with global tokens; patch embedding, MLP, norms and drop path are
+    mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the stages in ``out_indices`` (global tokens
+    dropped), strides 4, 8, 16, 32 for the 4-stage models.
 
     Args:
-        arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token
-            in the first three stages as the official detection models) or a dict with per-stage
-            ``embed_dims``, ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global``
-            and optionally ``abs_pos`` (any layout, the 3-stage variants of Table 8 included).
+        arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token in the
+            first three stages as the official detection models) or a dict with per-stage ``embed_dims``,
+            ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global`` and optionally ``abs_pos``.
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
-        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, for attentions that
-            take them (``LongformerAttention``), ``window``, ``num_global`` and ``rel_pos`` of the stage
-            are filled in. ``rel_pos`` is off in stages with an absolute position embedding, as the
-            official ``rpe = not ape``; ``attn_cfg=dict(type='LongformerAttention', rel_pos=True)`` keeps
-            both.
-            Another registered attention brings its own extra tokens (``num_extra_tokens``).
+        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, where taken, ``window``,
+            ``num_global`` and ``rel_pos`` of the stage are filled in (``rel_pos`` off where the stage has an
+            absolute position embedding, as the official ``rpe = not ape``).
         out_indices: Stages whose maps are returned (default: all).
-        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global
-            tokens and position embeddings), ``k`` the stem and the first ``k`` stages.
+        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global tokens and
+            position embeddings), ``k`` the stem and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
-        out_type: ``'featmap'`` (the maps, for dense heads) or ``'cls_token'`` (classification: the
-            last stage's first global token after the final LayerNorm ``norm``, ``(B, C)``, for a
-            linear head; needs ``out_indices`` of the last stage alone and a global token there, as
-            the ``-cls`` layouts have).
-        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an official
-            MsViT or detectron2 checkpoint (converted while loading, :mod:`.pretrained`) or of one
-            converted by ``tools/model_converters/vil2mmvisattn.py``.
+        out_type: ``'featmap'`` (the maps) or ``'cls_token'`` (the last stage's first global token after the
+            final LayerNorm, ``(B, C)``, for a linear head; needs ``out_indices`` of the last stage alone).
+        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an official MsViT or
+            detectron2 checkpoint (converted while loading, :mod:`.pretrained`).
     """
 
     arch_zoo = ARCH_ZOO

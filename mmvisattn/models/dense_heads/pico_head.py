@@ -31,15 +31,14 @@ class PicoHead(GFLHead):
     Args:
         num_classes: Object classes.
         in_channels: Channels of every neck level.
-        feat_channels: Width of the towers (PicoDet: equal to ``in_channels``).
+        feat_channels: Width of the towers (PicoDet: ``in_channels``).
         stacked_convs: Depthwise-separable convolutions per tower (2 for s, 4 for m and l).
         kernel_size: Their depthwise kernel.
         strides: Strides of the levels (PicoDet v1: 8, 16, 32, 64).
         reg_max: Largest distance bin of the integral regression, in strides.
         norm_cfg / act_cfg: Tower norms and activations (BatchNorm, hard swish).
         loss_cls / loss_bbox / loss_dfl: VFL (IoU-weighted), GIoU and DFL.
-        train_cfg: Needs ``assigner`` (SimOTA).
-        test_cfg: ``nms_pre``, ``score_thr``, ``nms``, ``max_per_img``.
+        train_cfg: Needs ``assigner`` (SimOTA); test_cfg: ``nms_pre``, ``score_thr``, ``nms``, ``max_per_img``.
     """
 
     def __init__(self, num_classes: int, in_channels: int, feat_channels: Optional[int] = None,

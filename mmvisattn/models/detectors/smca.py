@@ -32,16 +32,13 @@ def reference_scale(batch_data_samples: OptSampleList, feat: Tensor) -> Tensor:
 
 @register_model
 class SMCA(DETR):
-    """Single-scale SMCA: DETR whose decoder modulates its co-attention with a Gaussian-like map
-    around centres and scales predicted from every object query (see
-    :mod:`mmvisattn.models.layers.smca_transformer`).
+    """Single-scale SMCA: DETR whose decoder modulates its co-attention with a Gaussian-like map around
+    centres and scales predicted from every object query (:mod:`mmvisattn.models.layers.smca_transformer`).
 
-    mmdet has no SMCA. ``DETR`` supplies the backbone / neck / positional encoding / query flow and
-    mmdet's ``ConditionalDETRHead`` serves as the head unchanged: it adds the decoder's reference
-    centres (as logits) to the box-centre logits of every layer and trains with sigmoid focal loss,
-    L1 and GIoU under Hungarian matching, which is SMCA's head. New here: the encoder takes its
-    attention from ``ATTENTIONS`` (``encoder.layer_cfg.attn_cfg``), and the decoder gets the
-    feature grid and the reference span of each image.
+    mmdet has no SMCA. ``DETR`` supplies the backbone, neck, positional encoding and query flow, and
+    ``ConditionalDETRHead`` is SMCA's head unchanged (reference centres added to the box-centre logits;
+    sigmoid focal, L1 and GIoU under Hungarian matching). New: the encoder's attention comes from
+    ``ATTENTIONS`` (``encoder.layer_cfg.attn_cfg``), and the decoder gets each image's grid and reference span.
 
     Args: those of mmdet's ``DETR``; ``encoder`` configures :class:`SMCATransformerEncoder`,
     ``decoder`` :class:`SMCATransformerDecoder`.

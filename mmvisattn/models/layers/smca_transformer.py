@@ -81,12 +81,10 @@ def valid_sizes(key_padding_mask: Optional[Tensor], hw_shape: Sequence[int]) -> 
 class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
     """DETR's post-norm encoder layer whose self-attention comes from ``ATTENTIONS``.
 
-    mmcv's ``MultiheadAttention`` of the stock layer cannot hold a linearized or ripple attention;
-    this layer keeps its FFN and norms and calls any attention of the project through the shared
-    ``forward(x, hw_shape)`` interface. That interface has one input, so the positional encoding is
-    added to the tokens before the attention (DETR adds it to queries and keys only), and it has no
-    padding mask: a padded batch runs each image's unpadded grid on its own, which equals key
-    padding for softmax and gives grid-based attentions (ripple) the true image borders.
+    mmcv's ``MultiheadAttention`` cannot hold a linearized or ripple attention; this layer keeps the stock
+    FFN and norms and calls the attention through ``forward(x, hw_shape)``: the positional encoding is added
+    to the tokens first (DETR adds it to queries and keys only), and a padded batch runs each image's
+    unpadded grid on its own (key padding for softmax, the true borders for ripple).
 
     Args:
         attn_cfg: Config of the attention (``ATTENTIONS``); ``embed_dims``, ``num_heads``,
@@ -152,12 +150,11 @@ class SMCATransformerEncoder(DetrTransformerEncoder):
 class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
     """DETR's post-norm decoder layer with SMCA's spatially modulated co-attention.
 
-    The stock self- and cross-attention, FFN and norms are kept; the layer adds the query norm and
-    the heads that predict, from ``LayerNorm(query + query_pos)``, the per-head centre offsets
-    (``offset_proj``, official ``point2``), the per-head scales (``scale_proj``, ``point3``; squared,
-    starting at weight 0 and bias 1, i.e. scale 1) and, in the first layer only, the normalised
-    reference centre (``ref_point_head``, ``point1``: a 3-layer MLP). The Gaussian log-weights
-    reach the stock cross-attention as its float ``attn_mask`` (``-inf`` on padded keys).
+    The stock attentions, FFN and norms are kept; from ``LayerNorm(query + query_pos)`` the layer predicts
+    per-head centre offsets (``offset_proj``, official ``point2``), per-head scales (``scale_proj``,
+    ``point3``; squared, starting at scale 1) and, in the first layer, the reference centre
+    (``ref_point_head``, ``point1``). The Gaussian log-weights reach the stock cross-attention as its float
+    ``attn_mask``.
 
     Args:
         scale_type: ``'fixed'`` (official ``type1``), ``'per_head'`` (``type2``), ``'per_head_xy'``

@@ -1,16 +1,11 @@
 """Linear-angular attention in O(N d^2) with torch operations and a hand-written backward.
 
-With ``q^``, ``k^`` the L2-normalised queries and keys, the keys and values are summarised once per
-head into ``S = [K^T V, sum_j k^_j] / pi`` (``d x (d_v + 1)``); one matmul ``q^ S`` then gives the
-numerator's linear term and the normaliser's together. The backward saves only ``q``, ``k`` and
-``v`` and recomputes the summaries (O(N d^2)), so nothing token-sized is stored beyond the inputs
-(autograd through the forward would keep the normalised copies, ``q^ S``, the numerator and the
-normaliser).
+The keys and values are summarised once per head into ``S = [K^T V, sum_j k^_j] / pi``; one matmul ``q^ S``
+gives the numerator's linear term and the normaliser together. The backward saves ``q``, ``k`` and ``v``
+only and recomputes the summaries.
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
-is float32 whatever the inputs' dtype, because ``K^T V`` sums over every token and leaves float16's
-range for large inputs; the norm clamp follows :func:`~mmvisattn.ops.utils.amp.norm_eps`.
-"""
+Mixed precision: autocast off inside the Function, float32 arithmetic (``K^T V`` sums over every token and
+leaves float16's range); the norm clamp follows :func:`~mmvisattn.ops.utils.amp.norm_eps`."""
 import math
 from typing import Tuple
 

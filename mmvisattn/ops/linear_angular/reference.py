@@ -1,4 +1,4 @@
-"""The slow twin: the ``N x N`` angular kernel built explicitly (tests only)."""
+"""The reference implementation: the ``N x N`` angular kernel built explicitly."""
 import math
 
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ def angular_kernel_reference(q: Tensor, k: Tensor) -> Tensor:
     return 0.5 + F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2) / math.pi
 
 
-@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
+@float32_math  # in float32 whatever the dtype (float64 stays)
 def linear_angular_attention_reference(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Row-normalised angular kernel times ``v`` with the explicit ``N x N`` matrix."""
     kernel = angular_kernel_reference(q, k)

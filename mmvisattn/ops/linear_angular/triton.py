@@ -1,21 +1,12 @@
-"""Triton kernels for the linear-angular core.
+"""Triton kernels for the linear-angular core: two passes per (batch, head). ``_summarise`` normalises
+blocks of keys and accumulates the means of ``K^T V``, ``k^`` and ``v`` over the ``N`` tokens; ``_mix``
+normalises each block of queries into ``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)``
+(the paper's ratio with ``N`` divided out, so the summary stays in the values' range). The backward is
+the torch one (:func:`.pytorch.linear_angular_backward`), which recomputes the O(d^2) summaries.
 
-Two passes per (batch, head): ``_summarise`` normalises blocks of keys and accumulates ``K^T V``,
-``sum_j k^_j`` and ``sum_j v_j`` over them and stores their means over the ``N`` tokens; ``_mix``
-normalises each block of queries and turns it into
-``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)``, the paper's ratio with ``N``
-divided out of both sides, so the summary stays in the range of the values it averages. The
-backward is the torch one (:func:`.linear.linear_angular_backward`), which recomputes the O(d^2) summaries, so nothing
-token-sized beyond the inputs is kept. Used for CUDA tensors; on CPU the tests run it under ``TRITON_INTERPRET=1``.
-
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernels read float32, float16 or bfloat16 inputs as
-they are and normalise and accumulate in float32 registers; both products take their operands in the
-inputs' precision (``DOT``: half-precision tensor cores, TF32 for float32): the normalised rows and
-the mean summary, which a float16 operand holds without overflow, are rounded to it as operands
-only. They
-write the result in ``v``'s dtype;
-autocast is off in the Function, whose backward computes in float32.
-"""
+Mixed precision: the kernels read float32, float16 or bfloat16 and normalise and accumulate in float32;
+both products take their operands in the inputs' precision (half tensor cores, TF32 for float32). The
+result in ``v``'s dtype; autocast off in the Function, whose backward computes in float32."""
 import math
 
 import torch

@@ -4,21 +4,11 @@ softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
 
     P = softmax(s Q K^T),    out = (P * [P > t]) V
 
-It trains beside the linear-angular branch and is removed for inference.
-
-Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd,
-which ``auto`` takes for dropout on the weights (a recomputed block would draw another mask) and under
-``torch.compile``; ``torch`` (:mod:`.pytorch`) by blocks of queries with the backward written out: it saves
-only the inputs and recomputes a block's weights in the backward, so no ``N x N`` matrix outlives its block.
-:func:`masked_softmax_attention_reference` (the literal form in float32) is what they are tested against.
-
-Mixed precision (the ``torch`` path; :mod:`.dense` says its own): the products take the inputs' dtype as
-operands (float16/bfloat16 under AMP, on the tensor cores) and give float32 (:func:`.pytorch.product`):
-half logits of large inputs would overflow before the softmax. Logits, softmax, mask and the softmax's
-backward are float32; the weights and their gradient enter the next products in the inputs' dtype, as in
-FlashAttention. Autocast is off in both passes; the output comes back in ``v``'s dtype, each gradient in
-its input's.
-"""
+It trains beside the linear-angular branch and is removed for inference. Backends, in ``auto``'s order
+(:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd, for dropout on the weights (a
+recomputed block would draw another mask) and under ``torch.compile``; ``torch`` (:mod:`.pytorch`), blocks
+of queries recomputed in the backward, so no ``N x N`` matrix outlives its block.
+:func:`masked_softmax_attention_reference` is the literal form in float32."""
 from typing import Optional
 
 from torch import Tensor

@@ -1,4 +1,4 @@
-"""The literal masked softmax attention (``impl='reference'``; see :mod:`mmvisattn.ops.masked_softmax`):
+"""The reference implementation of the masked softmax attention (:mod:`mmvisattn.ops.masked_softmax`):
 the whole ``N x N`` weights under autograd, in float32."""
 from typing import Optional
 

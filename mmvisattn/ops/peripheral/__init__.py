@@ -1,18 +1,10 @@
 """Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): content attention
-``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key distances,
-normalised over the keys::
-
-    out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V
-
-Two ops, each tested against its explicit reference (:mod:`.reference`):
-
-* :func:`peripheral_attention` mixes and normalises: SDPA with ``log Phi_p`` as additive bias
-  (``torch``, :mod:`.pytorch`).
-* :func:`position_logits` computes ``Phi_p``'s pre-sigmoid logits (Eq. 7-8), in ``auto``'s order
-  (:data:`POSITION_OP`): ``triton`` (the windows in registers, one program per query,
-  :mod:`.position_triton`), then ``torch``, which runs the first peripheral projection on the map of
-  relative offsets and the rest on each query's window of it by chunks of queries (:mod:`.position`).
-"""
+``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key distances, normalised
+over the keys: ``out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V``. Two ops, each
+tested against its reference (:mod:`.reference`): :func:`peripheral_attention` (``torch``: SDPA with
+``log Phi_p`` as additive bias) and :func:`position_logits`, ``Phi_p``'s pre-sigmoid logits (Eq. 7-8;
+``triton``, the windows in registers on CUDA, then ``torch``, the first projection on the map of relative
+offsets and the rest by chunks of queries, :mod:`.position`)."""
 from typing import Sequence
 
 from torch import Tensor

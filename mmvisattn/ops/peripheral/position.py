@@ -1,20 +1,12 @@
 """Position-based attention ``Phi_p`` of PerViT (arXiv:2206.06801, Eq. 6-8) without the ``N x N x D_r`` tensor.
 
-Coordinates are normalised as in the paper (Appendix E): the longer side of the ``H x W`` token
-grid spans ``[-1, 1]`` and the shorter one uses the same step, so distances stay Euclidean on
-non-square maps (for a square map this is the official ``linspace(-1, 1, side)``). Keys are padded
-by ``P = 2 * (K // 2)`` cells of extrapolated coordinates on every side and the two ``K x K``
-peripheral projections are valid convolutions, as in the official code.
-
-Because the weighted distances ``R_{q,k} = w ||k - q|| + b`` depend on ``k - q`` only, the first
-peripheral projection is translation invariant: it is computed once on the ``(2H - 1 + 2P) x
-(2W - 1 + 2P)`` map of relative offsets, and each query's ``(H + P) x (W + P)`` key window is a
-crop of it (a strided view, copied once). Only the instance norms depend on the query, so the
-``N x N x D_r`` distance tensor and the first projection over it (the dominant cost of the
-official code) are never formed. The windows, the second projection and its norm (``N x D_hid x
-(H + 2P) x (W + 2P)`` numbers) exist for one chunk of queries at a time on large maps, recomputed in
-the backward. The literal form is ``reference.position_logits_reference``.
-"""
+Coordinates are normalised as in the paper (Appendix E): the longer side spans ``[-1, 1]`` and the shorter
+one uses the same step. Keys are padded by ``P = 2 * (K // 2)`` cells of extrapolated coordinates, and the
+two ``K x K`` projections are valid convolutions, as in the official code. The weighted distances depend on
+``k - q`` only, so the first projection runs once on the ``(2H - 1 + 2P) x (2W - 1 + 2P)`` map of relative
+offsets and each query's key window is a crop of it; only the instance norms depend on the query. The
+windows and the second projection exist for one chunk of queries at a time on large maps, recomputed in the
+backward. The literal form is ``reference.position_logits_reference``."""
 from typing import NamedTuple, Sequence, Tuple
 
 import torch
@@ -26,8 +18,7 @@ from ..utils.recompute import checkpointed_chunks, step_budget
 
 # Numbers in the key windows of one chunk of query rows (``D_hid (H + 2P) (W + 2P)`` per query) on CPU
 # (on a GPU, :func:`~mmvisattn.ops.utils.recompute.step_budget`). Maps below it run under autograd in one piece;
-# larger ones chunk by chunk, recomputed in the backward (the fastest budget measured, and a third of
-# the peak memory at 28x28: docs/records/benchmarks.md, tuned constants).
+# larger ones chunk by chunk, recomputed in the backward.
 CHUNK_ELEMENTS = 2 ** 20
 
 

@@ -1,33 +1,17 @@
 """Triton kernels of PerViT's position network after the first peripheral projection (arXiv:2206.06801,
-Eq. 7-8): for every query, its key window cropped from the ``(D_hid, 2H - 1 + P, 2W - 1 + P)`` map of
-the first projection (:func:`.position.query_windows`), the first instance norm, ReLU, the second
-``K x K`` projection and its instance norm, one program per query, so the ``N x D_hid x (H + P) x
-(W + P)`` windows are never written (the torch path builds them a chunk of queries at a time, some
-sixty launches a chunk forward and backward). Five kernels, each one launch:
-
-* ``_window_stats``: mean and reciprocal deviation of each query's window per channel (first norm);
-* ``_logits_forward``: the second projection as a product of the ``(heads, D_hid K K)`` weights with a
-  tile of keys' ReLU-normalised neighbourhoods ``(D_hid K K, keys)`` (keys along the contiguous axis,
-  as along the map's rows, so gathers and stores coalesce), then its norm over the keys (the raw
-  projection written, read back after a barrier, normalised in place);
-* ``_logits_backward``: the second norm's backward into ``dz`` (the projection's gradient, written
-  over a scratch of the logits' size) and the second projection's weight gradient per query;
-* ``_window_grad_sums``: the neighbourhood's gradient ``dh = dz * w2`` (a product with the flipped
-  weights) and, per channel, the two sums the first norm's backward needs, with the norm's parameter
-  gradients;
-* ``_window_grad``: the window gradients added onto the map: one program per query row and map tile
-  accumulates the row's queries (they cover the same map rows) and adds once, so each map cell
-  takes ``H`` atomic adds instead of ``N``.
-
-Per-query parameter gradients are written per program and summed by torch (no atomics on shared
-weights). Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``.
+Eq. 7-8): for every query, its key window cropped from the ``(D_hid, 2H - 1 + P, 2W - 1 + P)`` map of the
+first projection (:func:`.position.query_windows`), the first instance norm, ReLU, the second ``K x K``
+projection and its instance norm, one program per query, so the windows are never written. Five kernels:
+``_window_stats`` (the first norm's statistics), ``_logits_forward`` (the second projection as a product
+of its weights with a tile of keys' neighbourhoods, then its norm), ``_logits_backward`` (the second
+norm's and projection's backward), ``_window_grad_sums`` (the neighbourhood's gradient and the first
+norm's sums) and ``_window_grad`` (the window gradients added onto the map, one program per query row
+and map tile: ``H`` atomic adds a cell instead of ``N``). Parameter gradients are written per program and
+summed by torch.
 
 Mixed precision: the map comes in float32 (:func:`.position.first_projection` says why); the products
-take the autocast dtype as operands where autocast is on (bfloat16 or float16 on the tensor cores), the
-second projection's weights' otherwise (a half model's on the tensor cores, TF32 for float32);
-everything else is float32 (norm statistics, accumulators, the logits). Autocast is off in the Function;
-each gradient comes back in its input's dtype.
-"""
+take the autocast dtype where autocast is on, else the second projection's weights'; norm statistics,
+accumulators and the logits are float32. Autocast off in the Function; each gradient in its input's dtype."""
 from typing import Sequence, Tuple
 
 import torch
@@ -40,8 +24,7 @@ from ..utils.triton_launch import dot_operands, head_block
 from .position import PositionParams, first_projection
 
 # Tiles and warps: the largest that compile without register spills for sm_80 and sm_90 at every PerViT
-# size (compile_kernels.py), one pipeline stage (the loops gather; deeper pipelines held more registers).
-# An H200 sweep at PerViT-T's size alone timed larger settings (docs/records/gpu_runs.md).
+# size, one pipeline stage (the loops gather; deeper pipelines hold more registers).
 BLOCK_KEYS = 128  # keys (output positions) a tile of the second projection
 FORWARD_WARPS = 8
 BACKWARD_KEYS = 32  # the same in its backward, whose three passes hold more (64 spilled on sm_90 at 2 heads)

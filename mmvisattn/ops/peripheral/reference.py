@@ -1,4 +1,5 @@
-"""Obviously-correct twins of the peripheral-attention ops (tests and pictures only).
+"""The reference implementations of the peripheral-attention ops (what the backends and the attention maps
+are checked against).
 
 :func:`peripheral_attention_reference` writes Eq. 5 out: the content attention
 ``exp(tau q k^T)`` (shifted by its row maximum, which the normalisation cancels) times the
@@ -23,7 +24,7 @@ def mixed_attention_reference(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: fl
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
-@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
+@float32_math  # in float32 whatever the dtype (float64 stays)
 def peripheral_attention_reference(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
     """Eq. 5 with the ``N x N`` mixed attention materialised."""
     return mixed_attention_reference(q, k, log_phi_p, scale) @ v

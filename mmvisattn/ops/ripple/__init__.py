@@ -6,18 +6,11 @@ to the query) share a spatial weight ``alpha_r(i, j)`` given by a stick-breaking
     out_ij = phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k) v^T
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
-Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and
-the merged groups (global sums, :mod:`.local_global`); they differ in the local part. In ``auto``'s order:
-
-* ``triton``: Triton kernels, forward and backward (CUDA);
-* ``dense``: ``N x N`` products by blocks of queries (:mod:`.dense`), on CPU for maps small against the
-  window ``(2 R_max - 1)^2`` (:func:`~.dense.dense_is_faster`), and the one form that exports to ONNX;
-* ``cpu``: C++ kernels on tiles of queries (:mod:`.cpu`);
-* ``torch``: the same tiles in torch, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory.
-
-:func:`ripple_attention_reference` (:mod:`.reference`) is the explicit O(H^2 W^2) form the backends are
-tested against.
-"""
+Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and the
+merged groups (global sums, :mod:`.local_global`), and differs in the local part. In ``auto``'s order:
+``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU, and ONNX export),
+``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
+:func:`ripple_attention_reference`, the explicit O(H^2 W^2) form, is what they are tested against."""
 from typing import Optional, Sequence
 
 from torch import Tensor

@@ -1,15 +1,9 @@
 """The local part of ripple attention in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 4-6).
 
-The arithmetic of :data:`.pytorch.TILED` (``tiled_forward`` / ``tiled_backward``) on the same tiles
-of :func:`.pytorch.tile_size`, as :class:`.local_global.LocalKernels` for
-:class:`.local_global.RippleLocalGlobal`, which adds the global sums and normalises: per tile, the
-queries' scores against their halo, the ring weights gathered onto them, and the products, with the
-halos gathered from the maps in place and their gradients added straight back (one task per (slice,
-tile) in the forward; per band of tile rows of a slice in the backward, in two passes so that no two
-bands add into the same keys).
-
-Mixed precision: :class:`.local_global.RippleLocalGlobal` hands float32 (or float64) tensors to the
-kernels, with autocast off.
+The arithmetic of :data:`.pytorch.TILED` on the same tiles, the halos read from the maps in place and
+their gradients added straight back: one task per (slice, tile) forward, per band of tile rows backward,
+in two passes so that no two bands add into the same keys. Mixed precision:
+:class:`.local_global.RippleLocalGlobal` hands the kernels float32 (or float64) tensors, autocast off.
 """
 from typing import List, Sequence, Tuple
 

@@ -1,23 +1,11 @@
 """The local part of ripple attention in dense form, for maps small against ``R_max`` (arXiv:2110.02453, Eq. 4).
 
-The local part of :mod:`.pytorch` weights the scores ``phi(q_ij) . phi(k_mn)`` of the groups
-``r < R_max`` by ``beta_r(i, j)``. Where the window ``(2 R_max - 1)^2`` covers much of the map, the
-tiles' halos overlap so much that one ``N x N`` matrix product per block of queries is cheaper:
-every key meets every query, ``beta`` is gathered by the pair's Chebyshev group (a zero weight from
-``R_max`` on), and the key and value gradients are accumulated by matrix products instead of being
-folded back from overlapping halos. Exactly the tiled arithmetic, in another order.
-
-:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU, where the tiled local part
-beyond it is the C++ one (:mod:`.cpu`): measured on two cores against the C++ tiles (docs/records/benchmarks.md,
-the size-aware dispatch table; re-measure with ``benchmark_attention.py --types
-RippleAttention:r_max=8,impl=cpu RippleAttention:r_max=8,impl=dense``), the tiles win from ``N / cost``
-of about 0.8 at ``R_max = 8`` and 1.0 at 4, dense stays a little faster further out at ``R_max = 2``:
-one line for every ``R_max``, :data:`DENSE_CROSSOVER` is 0.8 (``cost`` = :func:`~.pytorch.tiled_cost`).
-Memory: the saved tensors are the tiled part's (inputs, output, normaliser), the blocks' scores hold at most
-:data:`SCORE_BUDGET` entries on CPU and the device's step budget elsewhere
-(:func:`~mmvisattn.ops.utils.recompute.step_budget`: on a GPU a block costs launches, so a small map runs in
-one), and the cached pair index takes ``8 N^2`` bytes (0.8 MB at the
-crossover of ``R_max = 8``; forcing ``impl='dense'`` on a 128x128 map would take 2 GB).
+Where the window ``(2 R_max - 1)^2`` covers much of the map, one ``N x N`` product per block of queries
+is cheaper than the tiles of :mod:`.pytorch`: every key meets every query, ``beta`` is gathered by the
+pair's Chebyshev group (zero from ``R_max`` on), and the key and value gradients are matrix products
+instead of halos added back. The tiled arithmetic in another order; it saves what the tiled part saves
+(inputs, output, normaliser), holds at most :data:`SCORE_BUDGET` scores a block on CPU, and caches an
+index of ``8 N^2`` bytes. :func:`dense_is_faster` is the CPU crossover ``auto`` follows.
 """
 from functools import lru_cache
 from typing import List, Sequence, Tuple
@@ -33,7 +21,7 @@ from .pytorch import tiled_cost
 from .weights import chebyshev_distances
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call) on CPU
-DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max); see the module docstring
+DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max), against the C++ tiles on CPU
 
 
 def dense_is_faster(hw_shape: Sequence[int], r_max: int) -> bool:

@@ -7,14 +7,11 @@ weights of :func:`~.weights.ring_weights`, every token carries the merged weight
     den_ij = the same with v = 1
 
 The global part is Eq. 2 (``D x E`` statistics per head); the local part is a pair of passes
-(:class:`LocalKernels`) that each implementation supplies: the torch tiles (:mod:`.pytorch`), the
-dense blocks (:mod:`.dense`), the C++ tiles (:mod:`.cpu`) and the Triton kernels (:mod:`.triton`).
-:class:`RippleLocalGlobal` adds the global sums to a local part and normalises, with the backward
-written out.
+(:class:`LocalKernels`) each backend supplies. :class:`RippleLocalGlobal` adds the global sums to a local
+part and normalises, with the backward written out.
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): :class:`RippleLocalGlobal` turns autocast off and computes
-in float32 whatever the inputs' dtype (the global sums run over every token and leave float16's
-range), for every local part alike; the output comes back in ``v``'s dtype.
+Mixed precision: autocast off, float32 whatever the inputs' dtype (the global sums run over every token and
+leave float16's range), for every local part; the output in ``v``'s dtype.
 """
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -26,8 +23,7 @@ from ..utils.recompute import runs, step_budget
 from ..utils.tracing import apply_function
 from .weights import WeightKernels, ring_weights
 
-# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds the memory
-# of one step; fewer, larger steps stop paying off beyond it (docs/records/benchmarks.md, tuned constants).
+# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds a step's memory
 CHUNK_ELEMENTS = 2 ** 17
 
 

@@ -1,15 +1,11 @@
 """The local part of ripple attention on torch tiles (``impl='torch'``; arXiv:2110.02453, Eq. 4),
 for :class:`~.local_global.RippleLocalGlobal`, which adds the global sums.
 
-:func:`tiled_forward` and :func:`tiled_backward` run on tiles of ``T x T`` queries: each tile's
-queries meet its halo of ``(T + 2 R_max - 2)^2`` keys in two batched matrix products, the scores are
-weighted by ``beta`` of their Chebyshev group (zero beyond ``R_max - 1``), and the work runs in chunks
-of slices, or of tile rows of one slice on large maps, so the scores exist for one chunk at a time.
-The backward recomputes the scores chunk by chunk -- O(H W R_max^2) time, O(H W) memory; it never
-forms ``phi(k) v^T`` per position, which is what keeps memory near the inputs' size where the
-summed-area tables of :mod:`.sat` need ``D E`` channels per position. Halos of neighbouring tiles
-overlap; their key and value gradients are added back by one ``index_add_`` per step. The C++
-kernels (:mod:`.cpu`) do the same arithmetic on the same tiles (:func:`tile_size`).
+Each tile of ``T x T`` queries meets its halo of ``(T + 2 R_max - 2)^2`` keys in two batched products,
+the scores weighted by ``beta`` of their Chebyshev group (zero from ``R_max`` on), in chunks of slices (or
+of tile rows on large maps), so the scores exist for one chunk at a time; the backward recomputes them:
+O(H W R_max^2) time, O(H W) memory. The halos' key and value gradients are added back by one
+``index_add_`` per step. The C++ kernels (:mod:`.cpu`) run the same arithmetic on the same tiles.
 """
 from functools import cached_property, lru_cache
 from typing import List, NamedTuple, Sequence, Tuple
@@ -32,8 +28,7 @@ def _tile_costs(r_max: int) -> Tuple[float, int]:
 
 
 def tile_size(r_max: int) -> int:
-    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`); the model's ``T = 4`` for
-    ``R_max`` 4 and 8 is also the fastest measured (docs/records/benchmarks.md, tuned constants)."""
+    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`)."""
     return _tile_costs(r_max)[1]
 
 

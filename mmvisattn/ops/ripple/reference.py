@@ -1,4 +1,4 @@
-"""The slow twin of ripple attention (tests and benchmarks only): Eq. 4 with every vicinal group
+"""The reference implementation of ripple attention: Eq. 4 with every vicinal group
 weighted explicitly. Each query gets the Chebyshev distance to every token, hence its group, and the
 group's weight -- ``alpha_r`` for ``r < r_hat``, Eq. 6's equal share of the merged stick beyond --
 so the sums over groups are written out token by token: ``N x N`` weights, O(H^2 W^2) time and
@@ -12,7 +12,7 @@ from ..utils.amp import float32_math
 from .weights import chebyshev_distances, group_weights
 
 
-@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
+@float32_math  # in float32 whatever the dtype (float64 stays)
 def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
                                tau: float = 1e-3, eps: float = 1e-6) -> Tensor:
     """Eq. 4 with explicit group weights; arguments as :func:`mmvisattn.ops.ripple.ripple_attention`."""

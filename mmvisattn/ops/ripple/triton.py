@@ -1,26 +1,12 @@
 """Triton kernels for the local part of ripple attention (see :mod:`.pytorch`): every query visits the
-``(2 R_max - 1)^2`` offsets of its groups ``r < R_max`` in registers, so nothing beyond the inputs
-and outputs is ever written -- O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory, forward and
-backward. The merged groups stay global sums in torch (:func:`.local_global.local_plus_global`).
-
-Three kernels over blocks of positions of one ``(batch, head)`` slice:
-
-* ``_forward``: ``num_i = sum_j beta_{r(i, j)}(i) (q_i . k_j) v_j`` and ``den_i`` (the same without ``v_j``);
-* ``_backward_queries``: ``dq_i`` and ``dbeta_r(i)``, with ``dA_ij = g_i . v_j + g_den_i``;
-* ``_backward_keys``: ``dk_j`` and ``dv_j``, visiting the queries ``i = j - offset`` of each key
-  (groups are symmetric, Appendix B), so no two programs write the same row.
-
-Two more compute the ring weights (:func:`.weights.ring_weights`) a block of query rows at a time, each
-row's ``R_max`` sticks as one tile (their products by a scan), one launch a pass where torch takes
-some thirty small ops each:
-
-* ``_ring_weights_forward``: ``beta`` and ``w_m`` from the logits;
-* ``_ring_weights_backward``: the reverse sweep of :class:`.weights.RingWeights` (its tail sums a
-  reversed scan).
-
-Used for CUDA tensors; on CPU the tests run them under ``TRITON_INTERPRET=1``. Mixed precision:
-:class:`.local_global.RippleLocalGlobal` hands the kernels float32 (see :mod:`.local_global`).
-"""
+``(2 R_max - 1)^2`` offsets of its groups ``r < R_max`` in registers, so nothing beyond the inputs and
+outputs is written, forward and backward; the merged groups stay global sums in torch
+(:func:`.local_global.local_plus_global`). ``_forward`` gives ``num`` and ``den``, ``_backward_queries``
+``dq`` and ``dbeta``, ``_backward_keys`` ``dk`` and ``dv`` through the queries ``i = j - offset`` of each key
+(groups are symmetric, Appendix B: no two programs write one row). ``_ring_weights_forward`` and
+``_ring_weights_backward`` compute the ring weights (:func:`.weights.ring_weights`) a block of query rows
+at a time, each row's sticks one tile. Mixed precision: :class:`.local_global.RippleLocalGlobal` hands the
+kernels float32."""
 from typing import Sequence, Tuple
 
 import torch

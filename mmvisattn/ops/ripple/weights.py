@@ -93,8 +93,8 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
     ``w_m`` is Eq. 6: the merged mass shared equally by the ``reach - r_hat + 1`` non-empty groups
     ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the non-empty
     groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``, in float32
-    (:class:`RingWeights` with ``kernels``, :data:`TORCH_WEIGHTS` by default; its twin under autograd is
-    :func:`ring_weights_reference`).
+    (:class:`RingWeights` with ``kernels``, :data:`TORCH_WEIGHTS` by default; its reference under autograd
+    is :func:`ring_weights_reference`).
     """
     reach = query_reach(tuple(hw_shape), logits.device).unsqueeze(-1)
     beta, merged_weight = apply_function(RingWeights, logits, reach, tau, kernels or TORCH_WEIGHTS)
@@ -149,7 +149,7 @@ class RingWeights(torch.autograd.Function):
     ``r < r_hat`` carry gradient, and there ``c_r >= tau``, so the division is safe; ``r_hat`` is
     piecewise constant.
 
-    Autocast off in both passes; float32 arithmetic (float64 stays), as in the twin. The weights come
+    Autocast off in both passes; float32 arithmetic (float64 stays), as in the reference. The weights come
     back in float32 (float64 for float64 logits), the logits' gradient in their dtype."""
 
     @staticmethod
@@ -170,8 +170,8 @@ class RingWeights(torch.autograd.Function):
 def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:
     """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each query:
     ``alpha_r`` before ``r_hat``, and from ``r_hat`` on ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)``
-    (Eq. 6; ``reach`` is the query's farthest non-empty group). Explicit, for the slow twin and the
-    attention maps; the implementations weight the groups without it."""
+    (Eq. 6; ``reach`` is the query's farthest non-empty group). Explicit, for the reference and the
+    attention maps; the backends weight the groups without it."""
     alpha, r_hat, _ = truncate(logits, tau)
     groups = max(hw_shape)  # R + 1 groups, R = max(H, W) - 1
     padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1], max(groups - alpha.shape[-1], 0))], dim=-1)

@@ -6,25 +6,15 @@ Queries and keys are joined through ``M`` anchors by a bipartite graph (Eq. 6)::
     G_Q = softmax(Q B_K^T * s)   (N x M, rows sum to 1)
     G_K = softmax(B_Q K^T * s)   (M x N, rows sum to 1)
 
-and the row-stochastic one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised
-random-walk (Katz) kernel of Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, a weighted sum of
-all path lengths ``sum_n (1 - lam) lam^(n-1) A^n`` whose rows still sum to 1 (Lemma 1). With the
-push-through identity it equals Eq. (8), which only inverts an ``M x M`` matrix::
+and the one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised random-walk kernel of
+Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, whose rows still sum to 1 (Lemma 1); by the
+push-through identity it is Eq. (8), which inverts an ``M x M`` matrix only::
 
     (1 - lam) * G_Q (I_M - lam G_K G_Q)^-1 (G_K V)
 
-``s`` is ``1 / sqrt(d)`` as in Eq. (2); Eq. (6) writes the softmax without it, which saturates the
-graphs as ``d`` grows.
-
-One backend, ``torch`` (:mod:`.pytorch`), follows Algorithm 1 with a linear solve instead of an
-explicit inverse: O(N M d + N M^2 + M^3) time; one autograd Function that saves the inputs and
-O(M^2 + M d) per head and recomputes the ``N x M`` graphs in the backward, slice by slice of heads.
-:func:`rwgk_attention_reference` builds the ``N x N`` kernel and inverts it (Eq. 5, O(N^3)): what the
-backend is tested against. Both share :func:`bipartite_graphs` (:mod:`.common`).
-
-The torch path runs in float32 (float64 stays float64) even under float16 / bfloat16 autocast
-(:mod:`mmvisattn.ops.utils.amp`), where ``I - lam G_K G_Q`` would lose the digits that make it invertible.
-"""
+``s`` is ``1 / sqrt(d)`` as in Eq. (2) (Eq. 6 omits it, which saturates the graphs as ``d`` grows). One
+backend, ``torch`` (:mod:`.pytorch`): Algorithm 1 with a linear solve, O(N M d + N M^2 + M^3);
+:func:`rwgk_attention_reference` inverts the ``N x N`` kernel (Eq. 5)."""
 from torch import Tensor
 
 from ..utils.dispatch import Backend, Op, Request

@@ -1,16 +1,11 @@
 """RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``).
 
-One autograd Function with the backward written out. The forward saves the inputs, the ``M x M``
-system and its ``M x d`` solution, never the ``N x M`` graphs: the backward recomputes them (two
-``N x M x d`` products), so the saved memory is that of the inputs, as SDPA's. On CPU both passes
-run in slices of images and heads, so the graphs and their gradients exist for one slice at a time and
-stay near the cache; on a GPU the whole batch is one slice up to a larger budget, as the launches of
-each slice (some 200 a step) would cost more than the memory.
+One autograd Function: the forward saves the inputs, the ``M x M`` system and its ``M x d`` solution, never
+the ``N x M`` graphs, which the backward recomputes, so the saved memory is the inputs', as SDPA's. On CPU
+both passes run in slices of images and heads; on a GPU the batch is one slice up to a larger budget.
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
-is float32 whatever the inputs' dtype (``I - lam G_K G_Q`` in half would lose the digits that make
-it invertible); the output comes back in ``q``'s dtype, each gradient in its input's.
-"""
+Mixed precision: autocast off inside the Function, float32 arithmetic (``I - lam G_K G_Q`` in half would
+lose the digits that make it invertible); the output in ``q``'s dtype, each gradient in its input's."""
 from types import EllipsisType
 from typing import Callable, Iterator, Optional, Tuple, Union
 

@@ -1,5 +1,5 @@
-"""The slow twin of RWGK attention: the explicit ``N x N`` kernel of Eq. (5) and its inverse
-(``impl='reference'``; tests only, O(N^3))."""
+"""The reference implementation of RWGK attention: the explicit ``N x N`` kernel of Eq. (5) and its
+inverse, O(N^3)."""
 import torch
 from torch import Tensor
 
@@ -17,5 +17,5 @@ def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tens
 
 def rwgk_attention_reference(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                              lam: float = 0.5) -> Tensor:
-    """Eq. (5) with the explicit ``N x N`` inverse: the slow twin of :func:`~mmvisattn.ops.rwgk.rwgk_attention`."""
+    """Eq. (5) with the explicit ``N x N`` inverse: the reference of :func:`~mmvisattn.ops.rwgk.rwgk_attention`."""
     return rwgk_kernel_reference(q, k, anchor_q, anchor_k, lam) @ v

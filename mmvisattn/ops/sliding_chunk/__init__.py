@@ -1,30 +1,20 @@
 """Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, App. C, D).
 
-Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global
-tokens and to a 2-D window of the map; a global query attends to every token. The window is
-computed with sliding chunks: the map is cut into ``w x w`` chunks and the queries of a chunk attend
-to the ``3 x 3`` chunks around it (window ``2w+1`` or more), under one of three masking modes:
-
-* ``'exact'``: only keys within ``w`` of the query along both axes (the conv-like ``(2w+1)^2`` window);
-* ``'chunk'`` (default): whole neighbour chunks, none beyond the border ("without padding");
-* ``'cyclic'``: whole neighbour chunks, the chunk grid wrapped around at the border.
-
-``mode`` selects the neighbour chunks (App. D): 0 all eight, -1 none (own chunk only), ``i`` in
-1..8 the own chunk and neighbour ``i`` (random-shifting training draws ``i`` per step).
-Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: ``table``
-``((4w-1)^2, heads)`` for local-local pairs, ``g2l`` ``(2, heads, G)`` (row 0: global query to a
-local key, row 1: local query to a global key), ``g2g`` ``(heads, G, G)``.
+Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global tokens and
+to a 2-D window of the map, a global query to every token. The window comes from sliding chunks: the map is
+cut into ``w x w`` chunks and the queries of a chunk attend to the ``3 x 3`` chunks around it, masked as
+``'exact'`` (keys within ``w`` along both axes: the ``(2w+1)^2`` window), ``'chunk'`` (whole neighbour
+chunks, none beyond the border; the default) or ``'cyclic'`` (the chunk grid wrapped around). ``mode``
+selects the neighbour chunks (App. D): 0 all eight, -1 none, ``i`` in 1..8 one of them (random shifting
+passes the drawn ``i`` as a 0-dim integer tensor on the device: nothing read back, one graph for every
+draw). Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: ``table``
+``((4w-1)^2, heads)``, ``g2l`` ``(2, heads, G)`` (global query to local key, local query to global key),
+``g2g`` ``(heads, G, G)``.
 
 Backends, in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention over whole chunks,
-CUDA, :mod:`.triton`), ``dense`` (one SDPA call with the pattern as an additive bias, on CPU for maps no
-larger than a query's window, :mod:`.dense`), ``cpu`` (the sliding chunks fused per chunk in C++,
-:mod:`.cpu`) and ``torch`` (sliding chunks, hand-written backward, :mod:`.pytorch`).
-:func:`sliding_chunk_attention_reference` (masked full attention, :mod:`.reference`) is what they are
-tested against.
-
-Random shifting passes ``mode`` as a 0-dim integer tensor holding the drawn neighbour (1..8) on the
-inputs' device (:mod:`.layout`): nothing is read back, and every draw runs the same graph.
-"""
+CUDA), ``dense`` (one SDPA call with the pattern as a bias, CPU maps no larger than a query's window),
+``cpu`` (the sliding chunks in C++) and ``torch`` (sliding chunks, hand-written backward).
+:func:`sliding_chunk_attention_reference` (masked full attention) is what they are tested against."""
 from numbers import Integral
 from typing import Optional, Sequence
 

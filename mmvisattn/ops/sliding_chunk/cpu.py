@@ -1,15 +1,11 @@
 """Sliding-chunk local attention in C++ on CPU (``cpu.cpp``; App. C of arXiv:2103.15358).
 
-The arithmetic of :class:`.pytorch.SlidingChunkAttention` on the same tensors, fused per query
-chunk: the live slots' keys and values gathered, the scores, bias, mask, softmax and products
-computed while the chunk's ``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) in
-the forward and per row in the backward. The forward keeps the log-sum-exp of every query beside the
-output, so the backward rebuilds the probabilities without storing them, and the saved tensors grow
-with ``N * d`` as SDPA's do.
+The arithmetic of :class:`.pytorch.SlidingChunkAttention` fused per query chunk while its ``w^2 x S``
+scores are in cache, one task per (row of ``B*H``, chunk) forward and per row backward; the forward keeps
+each query's log-sum-exp, from which the backward rebuilds the probabilities.
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the kernels
-compute in float32 (float64 stays float64, for ``gradcheck``); the output comes back in ``v``'s
-dtype, each gradient in its input's.
+Mixed precision: autocast off inside the Function, float32 kernels (float64 stays, for ``gradcheck``);
+the output in ``v``'s dtype, each gradient in its input's.
 """
 from typing import List, Optional, Sequence, Tuple
 

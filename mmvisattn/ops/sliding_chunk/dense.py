@@ -1,21 +1,12 @@
 """Vision Longformer attention in dense form, for maps no larger than a query's window (arXiv:2103.15358, App. C).
 
-Where the ``3 x 3`` chunks a query visits hold as many slots as the map has tokens, the sliding
-chunks only add work: padded slots beyond the border, the gathering of nine neighbour chunks per
-chunk, a score matrix per chunk. The dense form is one SDPA call over all ``G + N`` tokens with an
-additive ``(heads, G + N, G + N)`` bias: the relative-position bias of each allowed pair and
-``-inf`` on the forbidden ones, gathered from one row per head by a cached index of the pattern
-(:func:`.pattern.visited_pairs`, the definition from token coordinates).
+One SDPA call over all ``G + N`` tokens with an additive ``(heads, G + N, G + N)`` bias: the relative-position
+bias of each allowed pair and ``-inf`` on the others, gathered from one row per head by a cached index of
+the pattern (:func:`.pattern.visited_pairs`). :func:`dense_is_faster` is the CPU crossover ``auto`` follows
+(``G + N <= 0.8 S``, ``S`` the slots of a query); a layout that visits a key twice (cyclic wrapping on a
+grid of fewer than three chunks) has no single bias per pair (:func:`visits_once`).
 
-:func:`dense_is_faster` is the crossover ``impl='auto'`` uses on CPU: ``G + N <= 0.8 S``, with ``S``
-the slots of a query (``S = G + 9 w^2`` in mode 0). The C++ kernels (:mod:`.cpu`) cost about the same on
-every map of 3 x 3 chunks, the dense form grows with ``N^2`` and holds the ``N^2`` probabilities for the
-backward (SDPA's math path, which a bias with a gradient takes). Layouts in which a key is visited twice
-(cyclic wrapping on a grid of fewer than three chunks, where the reference merges the copies' biases) have
-no single bias per pair: :func:`visits_once` says which.
-
-Mixed precision: autocast off and float32 arithmetic, as the other paths (:mod:`mmvisattn.ops.utils.amp`).
-"""
+Mixed precision: autocast off and float32 arithmetic, as the other backends."""
 from functools import lru_cache
 from typing import Optional, Sequence, Tuple
 

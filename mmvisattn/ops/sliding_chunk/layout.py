@@ -6,13 +6,12 @@ for each neighbour chunk the mode visits (all 3 x 3 for mode 0, the own chunk fo
 and neighbour ``i`` for mode ``i`` in 1..8, App. D), in the neighbour order of the official code:
 (-1,-1), (-1,0), (-1,1), (0,-1), (0,0), (0,1), (1,-1), (1,0), (1,1). Slots index a flat key table
 ``[globals, padded local map, one zero row]``; the masking mode decides which slots a query may use.
-The fast paths (torch, C++ and Triton) share these tables; the reference builds its mask independently.
+The torch and C++ backends read these tables; the reference builds its mask independently.
 
-Every table is built once per (map, window, mode, device) and cached on that device, so a step
-copies nothing from the host and reads nothing back. Random shifting draws its neighbour on the
-device (a 0-dim integer tensor ``mode`` holding 1..8, :data:`DRAWN`): the tables of the eight
-modes, which share one slot count, are stacked once and the drawn one picked by ``index_select``,
-so the step neither reads the draw back nor changes shape (one compiled graph for all draws).
+Every table is built once per (map, window, mode, device) and cached on that device, so a step reads
+nothing back. A neighbour drawn on the device (random shifting: a 0-dim integer tensor ``mode`` holding
+one of :data:`DRAWN`) picks its tables from the eight modes' stacked ones by ``index_select``: one graph
+for every draw.
 """
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence, Tuple, Union

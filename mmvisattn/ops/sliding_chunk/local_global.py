@@ -1,9 +1,7 @@
 """What the slot-table paths of Vision Longformer share (arXiv:2103.15358, Sec. 3.2, App. C): the
 map cut into ``w x w`` chunks, the key and value tables every chunk's queries read through the slot
-tables (:mod:`.layout`), and the global queries' rows in full. Each implementation supplies the
-attention of the local queries (:data:`LocalAttention`): the torch chunks (:mod:`.pytorch`) and the C++
-kernels (:mod:`.cpu`). The Triton kernels (:mod:`.triton`) read the chunks from the token rows
-themselves and need no tables.
+tables (:mod:`.layout`), and the global queries' rows in full; the torch and C++ backends supply the
+attention of the local queries (:data:`LocalAttention`).
 """
 from typing import Callable, Optional, Sequence, Tuple
 

@@ -1,6 +1,6 @@
 """The sliding-chunk pattern of Vision Longformer from token coordinates alone (arXiv:2103.15358, App. C):
-which key each query meets through each visited neighbour chunk, and where the fast paths place it in
-the relative-position table. The reference and the dense path are built from it, independently of
+which key each query meets through each visited neighbour chunk, and where the backends place it in
+the relative-position table. The reference and the dense backend are built from it, independently of
 the slot tables (:mod:`.layout`) the sliding chunks run on, so each checks the other.
 """
 from typing import Iterator, Sequence, Tuple

@@ -1,16 +1,13 @@
 """Sliding-chunk local attention in torch with a hand-written backward (App. C of arXiv:2103.15358).
 
-Every query chunk multiplies its ``w^2`` queries with the ``S`` keys its slots gather (see
-:mod:`.layout`), so the scores are ``(B*H, C, w^2, S)``: ``N * S`` numbers with ``S <= G + 9 w^2``.
-The forward keeps only the inputs, the output and the slot tables; the probabilities and the keys
-and values gathered per chunk (nine copies of the map under autograd) are rebuilt slice by slice in
-the backward and never stored, so the saved tensors grow with ``N * d`` as SDPA's do, and the
-transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run in groups by their live slots
-(:func:`chunk_groups`): border chunks skip the neighbours outside the map instead of masking them.
+Every query chunk multiplies its ``w^2`` queries with the ``S <= G + 9 w^2`` keys its slots gather
+(:mod:`.layout`). The forward keeps the inputs, the output and the slot tables; the probabilities and the
+gathered keys and values are rebuilt slice by slice in the backward, so the saved tensors grow with
+``N * d`` as SDPA's and the transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run in groups by
+their live slots (:func:`.layout.chunk_groups`).
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast is off inside the Function and the arithmetic
-is float32 whatever the inputs' dtype (half logits of large inputs overflow before the softmax);
-the output comes back in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off inside the Function, float32 arithmetic (half logits of large inputs
+overflow before the softmax); the output in ``v``'s dtype, each gradient in its input's.
 """
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -23,8 +20,7 @@ from ..utils.token_grid import add_rows_
 from .layout import ChunkGroup, Mode
 from .local_global import local_plus_global
 
-# Score entries of one slice (rows of B*H by chunks): bounds the transient memory. Larger slices leave the
-# cache, and a larger budget adds its transient to the peak of large maps (docs/records/benchmarks.md, tuned constants).
+# Score entries of one slice (rows of B*H by chunks): bounds the transient memory; larger slices leave the cache
 SCORE_BUDGET = 1 << 18
 
 
@@ -117,17 +113,10 @@ class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
     Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables
-    (globals, padded map, one zero row: :func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or
-    ``None``; ``groups`` the :func:`table_groups` of the slot tables (:func:`.layout.slot_tables`:
-    ``index`` ``(C, S)`` the table rows of each chunk's slots, ``invalid`` ``(C, 1 or w^2, S)`` its
-    masked slots, as the C++ and Triton paths take them), each group run on its live slots only.
-    Output ``(B*H, C, w^2, d)``.
-
-    The forward saves the inputs and the output, not the ``N x S`` probabilities: the backward
-    recomputes them slice by slice (one more ``q k^T`` product and softmax; a slice holds whole rows
-    of slots, so no log-sum-exp needs keeping, unlike FlashAttention's blocks), so the saved memory
-    is ``O(N d)`` like SDPA's. Both passes run in slices of heads and chunks (:data:`SCORE_BUDGET`),
-    so the scores exist for one slice at a time.
+    (:func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or ``None``; ``groups``, the chunk groups of the
+    slot tables (:func:`.layout.chunk_groups`), each run on its live slots. Output ``(B*H, C, w^2, d)``.
+    The forward saves the inputs and the output; the backward recomputes the probabilities slice by slice
+    of heads and chunks (:data:`SCORE_BUDGET`): ``O(N d)`` saved, as SDPA.
     """
 
     @staticmethod

@@ -1,6 +1,6 @@
-"""The slow twin: one full softmax attention over all ``G + h*w`` tokens with an explicit additive
-``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern forbids a pair (tests and
-benchmarks only; quadratic in the number of tokens, App. C of arXiv:2103.15358).
+"""The reference implementation: one full softmax attention over all ``G + h*w`` tokens with an explicit
+additive ``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern forbids a pair
+(quadratic in the number of tokens, App. C of arXiv:2103.15358).
 
 It is built from token coordinates, not from the slot tables of the fast paths. A local key may
 lie in several visited neighbour chunks of a query (cyclic wrapping on grids of fewer than three
@@ -46,7 +46,7 @@ def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: s
     return torch.cat([top, bottom], dim=1)
 
 
-@float32_math  # the twin computes in float32 whatever the dtype (float64 stays)
+@float32_math  # in float32 whatever the dtype (float64 stays)
 def sliding_chunk_attention_reference(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
                                       num_global: int = 0, masking: str = 'chunk', mode: int = 0,
                                       rel_pos: Optional[Sequence[Optional[Tensor]]] = None,

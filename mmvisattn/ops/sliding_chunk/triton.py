@@ -1,36 +1,21 @@
 """Triton kernels of the sliding-chunk attention (arXiv:2103.15358, Sec. 3.2, App. C) as block-sparse
 flash attention, forward and backward.
 
-The local queries of one ``w x w`` chunk form one query tile; each chunk the mode visits (App. D) is
-one key tile, read straight from the ``(B, heads, G + h*w, d)`` keys and values as ``w`` runs of ``w``
-neighbouring tokens, its rows and its masks (the map's border, the exact window) computed from the
-chunks' coordinates: no slot table, no gathered or padded copy of the map. The ``G`` global keys are
-one more tile. The forward runs an online softmax in registers and stores the output and each row's
-log-sum-exp. The backward recomputes each (query chunk, key chunk) tile's probabilities from them, as
-FlashAttention-2 does, in three kernels, each of which owns what it writes: nothing is added
-atomically and the gradients are deterministic.
+The local queries of one ``w x w`` chunk form a query tile; each chunk the mode visits (App. D) is a key
+tile read straight from the ``(B, heads, G + h*w, d)`` keys and values, its masks computed from the chunks'
+coordinates (no slot table, no padded copy of the map); the ``G`` global keys are one more tile. The
+forward keeps the output and each row's log-sum-exp; the backward recomputes the probabilities
+(FlashAttention-2) in three kernels, each owning what it writes, so the gradients are deterministic:
+``_grad_keys`` (one program per key chunk), ``_grad_queries`` (per query chunk, with the global keys'
+score gradients torch turns into their gradients) and ``_grad_bias`` (per head, visited neighbour and
+share of the chunks, summed over :data:`BIAS_SHARES` shares by torch). The global queries' rows are
+torch's (:func:`.layout.global_rows`).
 
-* ``_grad_keys``, one program per key chunk, over the query chunks that see it: the chunk's key and
-  value gradients, written once;
-* ``_grad_queries``, one program per query chunk, over its key tiles: its query gradient, and the
-  global keys' probabilities and score gradients (``(B*heads, h*w, G)``), from which torch forms the
-  global keys' gradients (one product each);
-* ``_grad_bias``, one program per (head, visited neighbour, share of the chunks of all images): the
-  relative-position bias gradient of that neighbour's ``w^2 x w^2`` tile, summed in registers over
-  its share and written once; torch sums the :data:`BIAS_SHARES` shares.
-
-The global queries' rows (each attends to every token) are torch's (:func:`.layout.global_rows`).
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there too
-(``gradcheck``).
-
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernels read float32, float16 or bfloat16 (the
-bias may differ from the queries). Every ``tl.dot`` takes its operands in the inputs' precision
-(``DOT``, :func:`~mmvisattn.ops.utils.triton_launch.dot_operands`), so half inputs run on half-precision
-tensor cores and float32 ones as TF32, and accumulates in float32 (``ACC``; float64 for float64 inputs,
-which only the interpreter is given): probabilities and score gradients are rounded to the inputs'
-dtype only as product operands, while scores, softmax statistics and accumulators stay float32. The
-output comes back in ``q``'s dtype, gradients in their inputs'. Autocast is off in the Function.
-"""
+Mixed precision: every ``tl.dot`` takes its operands in the inputs' precision
+(:func:`~mmvisattn.ops.utils.triton_launch.dot_operands`: half on the tensor cores, float32 as TF32) and
+accumulates in float32 (float64 for the interpreter's gradchecks); scores, softmax statistics and
+accumulators stay float32. The output in ``q``'s dtype, gradients in their inputs'; autocast off in the
+Function."""
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence, Tuple
 

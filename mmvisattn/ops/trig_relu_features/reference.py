@@ -1,4 +1,4 @@
-"""The slow twin of the feature map (tests only): Eq. 13 of arXiv:2110.02453 (Appendix C.1) under
+"""The reference implementation of the feature map: Eq. 13 of arXiv:2110.02453 (Appendix C.1) under
 autograd."""
 import torch
 import torch.nn.functional as F

@@ -1,25 +1,17 @@
-"""How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()`` model).
-
-The rule every op of :mod:`mmvisattn.ops` follows: **inputs may be half, arithmetic is float32**.
+"""How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()`` model): **inputs
+may be half, arithmetic is float32**.
 
 * Every hand-written ``torch.autograd.Function`` wraps its ``forward`` and ``backward`` in
-  :func:`autocast_off`: autocast is disabled inside both, on the device the tensors live on
-  (``torch.amp.custom_fwd`` takes one fixed ``device_type``; these ops run on CPU and CUDA), so the
-  Function alone decides its dtypes and the backward sees the same ones as the forward.
-* Inside, torch code computes on :func:`upcast` copies (float32; float64 stays float64, so
-  ``gradcheck`` keeps its precision); Triton kernels load half tensors as they are and accumulate
-  in float32 registers. Results come back in the dtype of the values ``v``, gradients in the
-  dtype of their inputs.
-* Plain tensor functions of the same kind (autograd through them) are decorated with
-  :func:`float32_math`.
-* Why float32: the sums these ops form (``K^T V`` over all tokens, summed-area tables, softmax
-  logits of inputs scaled by 100) leave float16's range (65504), and normalisers
-  (``clamp_min(1e-12)``) underflow to 0 in float16, which turned outputs into 0/0.
+  :func:`autocast_off` (autocast disabled on the tensors' device: ``torch.amp.custom_fwd`` takes one fixed
+  device type), so the Function alone decides its dtypes.
+* Inside, torch code computes on :func:`upcast` copies (float64 stays, for ``gradcheck``); Triton kernels
+  load half tensors and accumulate in float32. Results come back in the values' dtype, gradients in their
+  inputs'. Plain tensor functions of the same kind are decorated with :func:`float32_math`.
+* Why: the sums these ops form (``K^T V`` over all tokens, softmax logits of large inputs) leave float16's
+  range, and normalisers underflow in it.
 
-:func:`norm_eps` gives the one epsilon that needs the dtype: the clamp of a vector's norm.
-:func:`no_autocast` is the context all of them use: devices without autocast (``meta``, where tools
-run models with no data) get none.
-"""
+:func:`norm_eps` is the one epsilon that depends on the dtype; :func:`no_autocast` gives devices without
+autocast (``meta``) none."""
 import contextlib
 import functools
 from typing import Callable, ContextManager, Tuple

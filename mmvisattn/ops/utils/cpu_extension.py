@@ -1,17 +1,11 @@
 """The ops' C++ CPU kernels, compiled on first use.
 
-An op with a ``cpu`` implementation keeps its kernels in ``<op>/cpu.cpp``, registered as
-``torch.ops.mmvisattn_<op>_cpu.*``, beside the ``cpu.py`` that exposes them as custom operators
-(``torch.library.custom_op``, with fake implementations for ``torch.compile``; their bodies load the
-kernels at the first call, outside any compiled graph) and wraps those in an autograd Function.
-:func:`load_cpu_kernels` compiles a source with ``torch.utils.cpp_extension.load`` into torch's
-extension cache (``$TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``), which later
-processes reuse and which is rebuilt when the source changes. ``make install`` compiles every kernel
-once, so a compiler problem surfaces there and not in the first training step. Why C++ and not the
-torch path alone: on CPU the torch path's softmax, masks and gathers each pass over the ``N x S``
-scores in memory, while SDPA's fused kernel does not; the kernels do all of it while one chunk's
-scores are in cache.
-"""
+An op with a ``cpu`` backend keeps its kernels in ``<op>/cpu.cpp``, registered as
+``torch.ops.mmvisattn_<op>_cpu.*``, beside the ``cpu.py`` that exposes them as custom operators (with fake
+implementations for ``torch.compile``) in an autograd Function. :func:`load_cpu_kernels` compiles a source
+into torch's extension cache (``$TORCH_EXTENSIONS_DIR``), rebuilt when the source changes; ``make install``
+compiles every kernel once, so a compiler problem surfaces there. On CPU the kernels do a chunk's softmax,
+masks and gathers while its scores are in cache, where the torch path passes over them in memory."""
 import functools
 import os
 import shutil

@@ -49,8 +49,7 @@ def add_rows_(tables: Tensor, index: Tensor, rows: Tensor) -> None:
     ``(S, P, C)`` ``tables`` at the positions ``index`` ``(n,)``, the same in every slice.
 
     One ``index_add_`` along dim 0 of the flattened tables, the index offset per slice where there
-    are several: on CPU faster than along dim 1, a loop of one call per slice, or ``F.fold`` of
-    ripple attention's halos (docs/records/benchmarks.md, tuned constants)."""
+    are several (on CPU faster than along dim 1, a loop of one call per slice, or ``F.fold``)."""
     slices, positions, channels = tables.shape
     if slices > 1:
         index = (index + torch.arange(slices, device=index.device)[:, None] * positions).view(-1)
