@@ -37,7 +37,7 @@ install:
 	@bash tools/install.sh
 
 # the documentation site from docs/ into DOCS_OUT, every warning an error (a broken link between pages, a page
-# outside the table of contents, a docstring that is not valid reST); make test builds it too (tests/test_docs.py)
+# outside the table of contents, a docstring that is not valid reST); make test-lab builds it too (tests/test_docs.py)
 docs: install
 	$(PYTHON) -m sphinx -b html -W --keep-going -q docs $(DOCS_OUT)
 
@@ -65,8 +65,8 @@ test-oldest:
 		-n $(TEST_WORKERS) --dist loadgroup --record-durations $(OLDEST_RECORD) $(PYTEST_ARGS)
 
 # OpenMMLab's own test suites (../shared/stock_tests), plain and with mmvisattn imported, compared test by test
-# (tests/stock/compare.py); the plain outcomes kept in tests/stock/plain_baseline.json, which make test's
-# tests/test_stock_suites.py takes where the suites and the stack are the same; STOCK_ARGS=--suites mmdet ...
+# (tests/stock/compare.py); the plain outcomes kept in tests/stock/plain_baseline.json, which make test-lab's
+# tests/lab/test_stock_suites.py takes where the suites and the stack are the same; STOCK_ARGS=--suites mmdet ...
 test-stock: install
 	$(PYTHON) tests/stock/compare.py --write-baseline $(STOCK_ARGS)
 
@@ -98,7 +98,7 @@ gpu-proof-models:
 	PYTHONPATH=$(CURDIR):$(CURDIR)/$(GPU_SITE) $(GPU_PYTHON) tools/analysis_tools/gpu_proof_models.py \
 		--out-dir $(GPU_MODELS_DIR) $(GPU_MODELS_ARGS)
 
-# the same code on this CPU at 128 pixels (make test runs it)
+# the same code on this CPU at 128 pixels (make test-lab runs it)
 gpu-proof-models-smoke: install
 	$(PYTHON) tools/analysis_tools/gpu_proof_models.py --smoke --fresh --out-dir work_dirs/gpu_proof_models_smoke
 

@@ -56,6 +56,20 @@ GRIDS = ((16, 16), (13, 11))  # token counts divisible by 16 and not: both speci
 EXTRA_MODELS = {'DeiT-Ripple': dict(type='DeiTRipple'), 'PerViT-M': dict(type='PerViT', arch='medium')}
 
 
+def _position_op():
+    from mmvisattn.ops.peripheral import POSITION_OP
+    return POSITION_OP
+
+
+def _aux_op():
+    from mmvisattn.ops.masked_softmax import OP
+    return OP
+
+
+# the attentions' attributes that name the backend of a further op (imported late: the interpreter is unset first)
+OP_ARGUMENTS = {'position_impl': _position_op, 'aux_impl': _aux_op}
+
+
 # What JITFunction.run passes from triton.knobs.compilation to the compiler, where the release has it
 RUN_KNOBS = ('instrumentation_mode', 'fpsan_homomorphic_casts')
 
@@ -200,13 +214,13 @@ def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object
 
 
 def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None:
-    """Each attention type with a Triton implementation at the widest head its op accepts (the
-    powers of two from ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
+    """Each attention type with a Triton backend at the widest head its op accepts (the powers of two from
+    ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
     from mmvisattn.ops.utils.dispatch import UnsupportedInput
     from mmvisattn.ops.utils.triton_launch import MAX_HEAD_DIMS
     from mmvisattn.registry import ATTENTIONS, build_attention
-    for name, attention in sorted(ATTENTIONS.module_dict.items()):
-        if 'triton' not in attention.impls:
+    for name in sorted(ATTENTIONS.module_dict):
+        if not triton_impls(build_attention(dict(type=name), embed_dims=16, num_heads=1)):
             continue
         for width in (MAX_HEAD_DIMS >> shift for shift in range(MAX_HEAD_DIMS.bit_length())):
             attn = build_attention(dict(type=name), embed_dims=width, num_heads=1)
@@ -225,7 +239,7 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
     seen = set()
     for name, model in models:
         for module in model.modules():
-            if not isinstance(module, BaseAttention) or 'triton' not in module.impls:
+            if not isinstance(module, BaseAttention) or not triton_impls(module):
                 continue
             settings = tuple(sorted((k, v) for k, v in vars(module).items()
                                     if isinstance(v, (int, float, str, bool, tuple)) and k != 'training'))
@@ -235,27 +249,33 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
                 yield f'{name}: {type(module).__name__}({module.embed_dims}, heads={module.num_heads})', module, model
 
 
+def triton_impls(attn) -> List[str]:
+    """The attributes of an attention that name the backend of an op with a Triton backend: ``impl`` for its
+    own op, and those of :data:`OP_ARGUMENTS` it has."""
+    names = ['impl'] if 'triton' in getattr(attn, 'impls', ()) else []
+    for name, op in OP_ARGUMENTS.items():
+        if hasattr(attn, name) and 'triton' in op().backends:
+            names.append(name)
+    return names
+
+
 def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with ``impl='triton'`` (its ``extra_impls`` too where their op has
-    a Triton backend) at :data:`GRIDS`, per dtype: float32; half under autocast (float32 weights) and as a
-    half model."""
+    """Forward and backward of ``attn`` with every op that has a Triton backend on it (:func:`triton_impls`)
+    at :data:`GRIDS`, per dtype: float32; half under autocast (float32 weights) and as a half model."""
     import torch
-    for name, op in attn.extra_impls.items():
-        if 'triton' in op.backends:
-            setattr(attn, name, 'triton')
+    for name in triton_impls(attn):
+        setattr(attn, name, 'triton')
     attn.train()
-    for impl in ('triton',):
-        attn.impl = impl
-        for dtype_name in dtypes:
-            dtype = getattr(torch, dtype_name)
-            variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True), (dtype, False)]
-            for weights_dtype, autocast in variants:
-                model.to(weights_dtype)
-                for grid in GRIDS:
-                    x = torch.randn(2, attn.num_extra_tokens + grid[0] * grid[1], attn.embed_dims,
-                                    dtype=weights_dtype, requires_grad=True)
-                    with recorder.recording(source, dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
-                        attn(x, grid).float().sum().backward()
+    for dtype_name in dtypes:
+        dtype = getattr(torch, dtype_name)
+        variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True), (dtype, False)]
+        for weights_dtype, autocast in variants:
+            model.to(weights_dtype)
+            for grid in GRIDS:
+                x = torch.randn(2, attn.num_extra_tokens + grid[0] * grid[1], attn.embed_dims,
+                                dtype=weights_dtype, requires_grad=True)
+                with recorder.recording(source, dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
+                    attn(x, grid).float().sum().backward()
     model.to(torch.float32)
 
 

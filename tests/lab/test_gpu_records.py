@@ -96,30 +96,14 @@ def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size():
     assert judged.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
         'ripple_attention': 576}
     assert judged.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
-    assert judged.unrecorded_crossovers(sweep({256: (3, 2)}), {}, 'H200') == []  # never faster: no entry
-    assert judged.unrecorded_crossovers(sweep({256: (1, 2)}), {}, 'H200') == [
-        'ripple_attention on H200: the dense form faster up to 256 tokens; CUDA_DENSE_CROSSOVERS says None']
-
-
-def test_the_crossovers_follow_the_newest_records_of_the_gpus(tmp_path):
-    """The committed records and CUDA_DENSE_CROSSOVERS (which auto follows) agree; a record that measured
-    another crossover is named."""
-    from mmvisattn.ops.utils.crossover import CUDA_DENSE_CROSSOVERS
-    assert rendered.crossover_disagreements(REPO / 'docs' / 'records' / 'gpu', CUDA_DENSE_CROSSOVERS) == []
-    proof_record(tmp_path, 'H200', '2026-11-25', dict(triton=4.0))
-    path = tmp_path / '2026-11-25_H200_abc_proof.json'
-    path.write_text(json.dumps(dict(json.loads(path.read_text()), crossovers=sweep({1024: (1, 2), 4096: (3, 2)}))))
-    assert rendered.crossover_disagreements(tmp_path, {'ripple_attention': {'H200': 1024}}) == []
-    assert rendered.crossover_disagreements(tmp_path, {'ripple_attention': {'H100': 1024}}) == [
-        'ripple_attention on H200: the dense form faster up to 1024 tokens; CUDA_DENSE_CROSSOVERS says None']
 
 
 def test_goals_judge_the_fastest_implementations_against_sdpa():
-    """Each goal takes the implementation measured fastest in forward + backward at its layers (the one
-    auto follows), sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
+    """Each goal takes the implementation measured fastest in forward + backward at its layers, sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
     goal without the rows it needs is not judged. The goals name layers the proof times."""
-    from lab.proof.cases import FASTEST_ON_CUDA
-    assert {layer for goal in judged.GOALS for layer in goal.layers} <= set(FASTEST_ON_CUDA)
+    from lab.proof.cases import CASES
+    assert {layer for goal in judged.GOALS for layer in goal.layers} <= {
+        (case.op.name, layer) for case in CASES for layer in case.shipped}
     castling, aux = 'Castling ViT-B at 512x512', 'Castling ViT-B auxiliary branch at 512x512'
     pervit = 'PerViT-T stage 3 at 800x1344'
 

@@ -12,6 +12,7 @@ budgets are those of a GPU (:func:`mmvisattn.ops.utils.recompute.step_budget`). 
 import pytest
 import torch
 
+from lab.proof.compile_kernels import OP_ARGUMENTS
 from lab.step_audit import LaunchCounter
 from mmvisattn.analysis.print_dispatch import recording, replayed
 from mmvisattn.ops.utils import recompute
@@ -36,12 +37,13 @@ SHIPPED = {
 
 def cuda_choices(cfg: dict, hw_shape) -> dict:
     """The backends ``auto`` picks on a CUDA request in bfloat16: ``impl`` for the layer's own op (a
-    feature map's op, or Castling's auxiliary softmax, are others) and each of its ``extra_impls``."""
+    feature map's op, or Castling's auxiliary softmax, are others) and each further op's attribute
+    (:data:`lab.proof.compile_kernels.OP_ARGUMENTS`)."""
     attn = build_attention(dict(cfg)).to('meta').train()
     x = torch.zeros(1, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], cfg['embed_dims'], device='meta')
     with recording(['']) as records:
         attn(x, hw_shape)
-    arguments = {op.name: argument for argument, op in attn.extra_impls.items()}
+    arguments = {op().name: argument for argument, op in OP_ARGUMENTS.items() if hasattr(attn, argument)}
     choices = {}
     for record in records:
         argument = arguments.get(record.op.name, 'impl' if record.op.impls == attn.impls else None)

@@ -5,13 +5,13 @@ Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)``
 (global tokens, a class token) come first. Because the interface is shared, any attention can be
 swapped into any backbone of the project through ``attn_cfg=dict(type=...)``.
 """
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import Op, check_choice
+from mmvisattn.ops.utils.dispatch import check_choice
 
 COMPLEXITIES = ('linear', 'quadratic')
 
@@ -21,8 +21,7 @@ class BaseAttention(BaseModule):
 
     Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` in the tokens, after
     ``switch_to_deploy()``) and may set ``num_extra_tokens``. A module whose op has several backends takes
-    ``impl=`` and lists the values in ``impls``; attributes naming the backend of a further op map to that op
-    in ``extra_impls`` (PerViT's ``position_impl``). A module that cannot drop attention weights says why in
+    ``impl=`` and lists the values in ``impls``. A module that cannot drop attention weights says why in
     ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop`` when built (:meth:`check_attn_drop`).
 
     Args:
@@ -33,7 +32,6 @@ class BaseAttention(BaseModule):
 
     complexity: str = ''
     impls: Tuple[str, ...] = ()
-    extra_impls: Dict[str, Op] = {}  # read, never written
     attn_drop_unsupported: str = ''
 
     def __init_subclass__(cls, **kwargs):

@@ -57,7 +57,6 @@ class LinearAngularAttention(QKVAttention):
 
     complexity = 'linear'
     impls = IMPLS
-    extra_impls = {'aux_impl': AUX_OP}
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',

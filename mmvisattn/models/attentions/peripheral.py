@@ -80,7 +80,6 @@ class PeripheralAttention(QKVAttention):
 
     complexity = 'quadratic'
     impls = IMPLS
-    extra_impls = {'position_impl': POSITION_OP}
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,

@@ -141,4 +141,4 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
 # separate global projections compute themselves; dense_bias: the attention map's additive bias.
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
-           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'MASKINGS']
+           'dense_bias', 'global_rows', 'IMPLS', 'OP']
