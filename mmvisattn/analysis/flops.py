@@ -1,14 +1,10 @@
-"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation
-config, with the attention matmuls and linear solves counted: the figures of mmengine's
-``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``) once ``mmvisattn`` is imported,
-plus a break-down by operator.
+"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation config, with
+the attention matmuls and linear solves counted (the figures of mmengine's ``get_model_complexity_info``
+once ``mmvisattn`` is imported), and a break-down by operator.
 
     python tools/analysis_tools/get_flops.py CONFIG [--shape H W] [--deploy] [--json OUT]
 
-Without ``--shape`` the config's own test input size is counted (PicoDet-S-320: 320x320).
-``--deploy`` calls ``switch_to_deploy()`` on every module that has one (train-only branches
-removed) before counting.
-"""
+Without ``--shape`` the config's test input size is counted; ``--deploy`` calls ``switch_to_deploy()`` first."""
 import argparse
 import inspect
 import json

@@ -13,13 +13,10 @@ class NonFiniteLoss(RuntimeError):
 
 @HOOKS.register_module()
 class FiniteLossHook(CheckInvalidLossHook):
-    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing with one
-    line: the stock hook asserts with an empty message (it passes ``logger.info``'s ``None``) and
-    never says which iteration or which term went bad. Registered in mmengine's root registry, so
-    segmentation configs (mmseg has no such hook) use it too.
-
-    It runs after ``RankMeanLossHook``: in distributed runs it sees the mean over ranks, so a NaN on
-    any rank stops every rank at the same iteration instead of leaving the others waiting.
+    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing with one line
+    naming the iteration and the term (the stock hook asserts with an empty message). Registered in
+    mmengine's root registry, so segmentation configs use it too. It runs after ``RankMeanLossHook``, so a
+    NaN on any rank stops every rank at the same iteration.
 
     Args:
         interval: Check every ``interval`` iterations (mmdet's default is 50).

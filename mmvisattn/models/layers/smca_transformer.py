@@ -1,18 +1,14 @@
 """Transformer of single-scale SMCA (Gao et al., "Fast convergence of DETR with spatially modulated
 co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (arXiv:2110.02453, C.4) with the
-encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple
-(SMCA-Ripple).
+encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple (SMCA-Ripple).
 
-Decoder (the only new part of SMCA): each object query predicts, in its first decoder layer, a
-normalised centre; every layer adds a per-head offset and predicts per-head scales, and the
-cross-attention logits of head ``h`` get the log of a Gaussian-like weight map (Eq. 3-4)
+Decoder: each object query predicts a normalised centre in its first decoder layer; every layer adds a
+per-head offset and predicts per-head scales, and the cross-attention logits of head ``h`` get the log of
+a Gaussian-like weight map over the integer cell indices ``g`` (Eq. 3-4)::
 
     log G_h(i, j) = -sum_d s_{h,d} (p_{h,d} - g_d(i, j))^2 / smooth
 
-over the integer cell indices ``g`` of the feature map. Centres are in feature cells of each
-image's unpadded size, as the official code (``gaopengcuhk/SMCA-DETR``) does; the logits enter
-the stock cross-attention as its float ``attn_mask``.
-"""
+Centres are in cells of each image's unpadded size, as the official code (``gaopengcuhk/SMCA-DETR``)."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch

@@ -139,17 +139,13 @@ TORCH_WEIGHTS = WeightKernels(ring_weights_reference, torch_weights_backward)
 
 class RingWeights(torch.autograd.Function):
     """:func:`ring_weights_reference` with the backward written out (a pair of :class:`WeightKernels`):
-    it saves only the logits and recomputes the sticks, so neither chunked recomputation nor a
-    replayed graph of a dozen small ops runs.
+    it saves only the logits and recomputes the sticks.
 
-    The backward is a reverse sweep over the stick products ``c_r = prod_{r' <= r} (1 - s_r')``
-    (Eq. 5): with ``alpha_r = s_r c_{r-1}`` and the merged mass ``M = c_{r_hat - 1}``, the gradient
-    reaching ``c_r`` is ``G_r = (1 / c_r) sum_{j >= r} a_j c_j``, where ``a_j = g_alpha_{j+1} s_{j+1}``
-    plus ``g_M`` at ``j = r_hat - 1``; then ``dL/ds_r = c_{r-1} (g_alpha_r - G_r)``. Only groups
-    ``r < r_hat`` carry gradient, and there ``c_r >= tau``, so the division is safe; ``r_hat`` is
-    piecewise constant.
-
-    Autocast off in both passes; float32 arithmetic (float64 stays), as in the reference. The weights come
+    The backward is a reverse sweep over the stick products ``c_r = prod_{r' <= r} (1 - s_r')`` (Eq. 5):
+    with ``alpha_r = s_r c_{r-1}`` and the merged mass ``M = c_{r_hat - 1}``, the gradient reaching ``c_r``
+    is ``G_r = (1 / c_r) sum_{j >= r} a_j c_j``, ``a_j = g_alpha_{j+1} s_{j+1}`` plus ``g_M`` at
+    ``j = r_hat - 1``; then ``dL/ds_r = c_{r-1} (g_alpha_r - G_r)``. Only groups ``r < r_hat`` carry gradient,
+    where ``c_r >= tau``. Autocast off in both passes, float32 arithmetic (float64 stays); the weights come
     back in float32 (float64 for float64 logits), the logits' gradient in their dtype."""
 
     @staticmethod

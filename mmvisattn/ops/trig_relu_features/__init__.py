@@ -3,14 +3,10 @@ with sub-quadratic complexity" (arXiv:2110.02453, Appendix C.1, Eq. 13)::
 
     phi(x) = ReLU(W2 [sin(W1 s x); cos(W1 s x)] + b2)
 
-with ``s`` the temperature the modules split between queries and keys.
-
-Backends, in ``auto``'s order (:data:`OP`): ``cpu``, the arithmetic of ``torch`` in C++ by blocks of rows
-(:mod:`.cpu`), the heads read in place from the ``qkv`` projection; ``torch``, the forward without a graph
-and the backward written out (:mod:`.pytorch`), saving only the input and the output and recomputing
-``W1 s x`` and its sine and cosine once, by chunks of rows. :func:`trig_relu_features_reference` (Eq. 13
-under autograd) is what they are tested against.
-"""
+with ``s`` the temperature the modules split between queries and keys. Backends, in ``auto``'s order
+(:data:`OP`): ``cpu`` (C++ by blocks of rows, the heads read in place from the ``qkv`` projection) and
+``torch`` (the backward written out, saving the input and the output); :func:`trig_relu_features_reference`
+is Eq. 13 under autograd."""
 from typing import Optional
 
 from torch import Tensor
