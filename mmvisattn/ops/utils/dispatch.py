@@ -169,9 +169,10 @@ def opaque_to_dispatch(request: Request) -> Optional[str]:
 
 
 def interpreted(request: Request) -> Optional[str]:
-    """Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors, for tests only."""
+    """Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors, slowly: for debugging
+    and tests, when asked for by name."""
     if request.device != 'cuda':
-        return "on CPU tensors the Triton kernels are interpreted (TRITON_INTERPRET=1), for tests"
+        return 'on CPU tensors the Triton kernels are interpreted (TRITON_INTERPRET=1): for debugging and tests'
     return opaque_to_dispatch(request)
 
 
