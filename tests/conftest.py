@@ -34,6 +34,9 @@ pytest_plugins = ['tests.durations_record']
 # compiled, on CUDA tensors (`make test` sets the interpreter only where there is no GPU).
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
+# cuBLAS under torch.use_deterministic_algorithms(True) (tests/test_ops/test_determinism.py) needs a fixed
+# workspace, read when CUDA starts
+os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
 # before any test module imports mmdet's or mmseg's models: they import mmpretrain, hence torchvision, which
 # imports beside a CPU torch only after mmvisattn's patch (compat.import_torchvision_without_its_ops)

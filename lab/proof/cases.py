@@ -47,13 +47,15 @@ class ProofCase(NamedTuple):
     """An op under proof: its package case, the ``shipped`` sizes the benchmarks time (named after the
     layer of the model each comes from), the ``experimental`` kernels timed beside its backends
     (``name -> call(size, *leaves)``), the one of them that is a dense ``N x N`` form the crossover sweep
-    times against ``auto``'s choice (``dense``), and the head width of the CPU smoke run (as small as the
-    kernels take: the position network's hidden channels are loops in its kernels)."""
+    times against ``auto``'s choice (``dense``), the head width of the CPU smoke run (as small as the
+    kernels take: the position network's hidden channels are loops in its kernels) and whether the leaves
+    are activations (autocast hands them over in half precision) or parameters (kept in float32)."""
     check: Case
     shipped: Dict[str, Size]
     experimental: Dict[str, Callable[..., Tensor]]
     dense: Optional[str] = None
     smoke_dims: int = 16
+    activations: bool = True
 
     @property
     def op(self) -> Op:
@@ -84,7 +86,7 @@ CASES = [
     ProofCase(_CASES['peripheral_attention'], {'PerViT-T stage 3 at 800x1344': Size(2, 4, 56, (50, 84))},
               dict(triton=_peripheral_triton)),
     ProofCase(_CASES['position_logits'], {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))}, {},
-              smoke_dims=4),
+              smoke_dims=4, activations=False),
     ProofCase(_CASES['rwgk_attention'], {'MiT-B0-RWGKA stage 1 at 1024x1024': Size(1, 1, 32, (256, 256))}, {}),
     ProofCase(_CASES['trig_relu_features'], {}, {}),  # a feature map, not an attention: no SDPA row to stand beside
 ]

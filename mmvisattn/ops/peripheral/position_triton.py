@@ -6,8 +6,8 @@ projection and its instance norm, one program per query, so the windows are neve
 of its weights with a tile of keys' neighbourhoods, then its norm), ``_logits_backward`` (the second
 norm's and projection's backward), ``_window_grad_sums`` (the neighbourhood's gradient and the first
 norm's sums) and ``_window_grad`` (the window gradients added onto the map, one program per query row
-and map tile: ``H`` atomic adds a cell instead of ``N``). Parameter gradients are written per program and
-summed by torch.
+and map tile: ``H`` atomic adds a cell instead of ``N``; under ``torch.use_deterministic_algorithms`` each
+row's tile is stored apart and torch adds the rows in order). Parameter gradients are summed by torch.
 
 Mixed precision: the map comes in float32 (:func:`.position.first_projection` says why); the products
 take the autocast dtype where autocast is on, else the second projection's weights'; norm statistics,
@@ -307,13 +307,15 @@ def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
 
 
 @triton.jit
-def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, sums_ptr, grad_rel_ptr, height,
+def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, sums_ptr, grad_ptr, height,
                  width, channels, heads, map_rows, map_cols, window_rows, window_cols, K: tl.constexpr,
                  TILE_R: tl.constexpr, TILE_C: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr,
-                 DOT: tl.constexpr):
+                 DOT: tl.constexpr, ORDERED: tl.constexpr):
     """The first norm's backward, ``dx = rstd (dx_hat - mean(dx_hat) - x_hat mean(dx_hat x_hat))``, of
     the queries of query row ``i`` on a ``TILE_R x TILE_C`` tile of their windows' map rows and map
-    columns: the row's windows share their map rows, so the tile sums them before one atomic add."""
+    columns: the row's windows share their map rows, so the tile sums them before one atomic add into
+    the ``(D_hid, map rows, map columns)`` gradient, or (``ORDERED``) one store into row ``i`` of a
+    ``(H, D_hid, window rows, map columns)`` buffer."""
     query_row = tl.program_id(0)
     cells = tl.arange(0, TILE_R * TILE_C)
     win_row = tl.program_id(1) * TILE_R + cells // TILE_C
@@ -340,9 +342,14 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
         rstd = tl.load(rstd1_ptr + query * channels + chans, mask=in_chan, other=0.0)
         dx = rstd[:, None] * (gain[:, None] * dpre - mean_dx_hat[:, None] - x_hat * mean_dx_hat_x_hat[:, None])
         acc += tl.where(in_chan[:, None] & inside[None, :], dx, 0.0)
-    map_row = height - 1 - query_row + win_row
-    tl.atomic_add(grad_rel_ptr + chans[:, None] * map_rows * map_cols + (map_row * map_cols + map_col)[None, :], acc,
-                  mask=in_chan[:, None] & ((win_row < window_rows) & (map_col < map_cols))[None, :])
+    in_tile = in_chan[:, None] & ((win_row < window_rows) & (map_col < map_cols))[None, :]
+    if ORDERED:
+        rows = grad_ptr + (query_row * channels + chans[:, None]) * window_rows * map_cols
+        tl.store(rows + (win_row * map_cols + map_col)[None, :], acc, mask=in_tile)
+    else:
+        map_row = height - 1 - query_row + win_row
+        tl.atomic_add(grad_ptr + chans[:, None] * map_rows * map_cols + (map_row * map_cols + map_col)[None, :], acc,
+                      mask=in_tile)
 
 
 def _geometry(relative: Tensor, hw_shape: Sequence[int], kernel_size: int) -> Tuple[int, ...]:
@@ -408,11 +415,18 @@ class PositionLogitsTriton(torch.autograd.Function):
                                      map_rows, map_cols, window_rows, window_cols,
                                      BLOCK_P=_window_cells(channels, WINDOW_TILE), **window)
         grad_relative = torch.zeros(relative.shape, device=relative.device, dtype=torch.float32)
+        ordered = torch.are_deterministic_algorithms_enabled()
+        grad_rows = relative.new_empty(height, channels, window_rows, map_cols, dtype=torch.float32) if ordered \
+            else grad_relative
         tile_cols = MAP_TILE_COLS
         tile_rows = _window_cells(channels, GRAD_TILE // head_block(channels)) // tile_cols
         grid = (height, triton.cdiv(window_rows, tile_rows), triton.cdiv(map_cols, tile_cols))
-        _window_grad[grid](dz, relative, mean1, rstd1, g1, b1, w2, sums, grad_relative, height, width, channels, heads,
-                           map_rows, map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols, **window)
+        _window_grad[grid](dz, relative, mean1, rstd1, g1, b1, w2, sums, grad_rows, height, width, channels, heads,
+                           map_rows, map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols,
+                           ORDERED=ordered, **window)
+        if ordered:  # query row i's windows start at map row H - 1 - i
+            for query_row in range(height):
+                grad_relative[:, height - 1 - query_row:][:, :window_rows] += grad_rows[query_row]
         head_grads = dhead.sum(0)
         norm1_grads = sums.sum(0)
         grads = (norm1_grads[0], norm1_grads[1], dw2.sum(0), head_grads[2], head_grads[0], head_grads[1])

@@ -114,6 +114,13 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
     return beta, merged_weight.unsqueeze(-1)
 
 
+def reverse_cumsum(x: Tensor) -> Tensor:
+    """``sum_{r' >= r} x_r'`` along the last (``R_max``, small) axis by sums over a triangle: CUDA's float
+    ``cumsum`` has no deterministic kernel (torch refuses it under ``torch.use_deterministic_algorithms``)."""
+    index = torch.arange(x.shape[-1], device=x.device)
+    return torch.where(index[None] >= index[:, None], x.unsqueeze(-2), 0).sum(dim=-1)
+
+
 def torch_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: Tensor,
                            grad_merged_weight: Tensor) -> Tensor:
     """The gradient of :func:`ring_weights_reference`'s weights for its logits: the reverse sweep of
@@ -127,7 +134,7 @@ def torch_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta:
     grad_merged = (grad_merged_weight - grad_alpha.sum(dim=-1, keepdim=True)) / (reach - r_hat + 1).clamp(min=1)
     into_next = torch.cat([(grad_alpha * sticks)[..., 1:], torch.zeros_like(sticks[..., :1])], dim=-1)
     into_remaining = into_next + torch.where(rings == r_hat - 1, grad_merged, 0)
-    tail_sums = (into_remaining * remaining).flip(-1).cumsum(-1).flip(-1)
+    tail_sums = reverse_cumsum(into_remaining * remaining)
     grad_remaining = torch.where(kept, tail_sums / remaining.clamp(min=tau), 0)
     left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining[..., :-1]], dim=-1)
     grad_sticks = left_before * (grad_alpha - grad_remaining)
