@@ -72,6 +72,17 @@ class ViLBlock(BaseModule):
         return checkpointed(self._forward, self.with_cp, x, hw_shape)
 
 
+def linear_resize(embed: Tensor, size: int) -> Tensor:
+    """``F.interpolate(mode='linear', align_corners=False)`` along ``L`` of ``(B, L, C)``, by gathers: their
+    backward is deterministic on CUDA under ``torch.use_deterministic_algorithms``, the interpolation's not."""
+    length = embed.shape[1]
+    steps = torch.arange(size, device=embed.device, dtype=torch.promote_types(embed.dtype, torch.float32))
+    low_source = ((steps + 0.5) * (length / size) - 0.5).clamp(min=0)
+    low = low_source.long()  # the floor: the source is not negative
+    weight = (low_source - low).to(embed.dtype)[:, None]
+    return torch.lerp(embed[:, low], embed[:, (low + 1).clamp(max=length - 1)], weight)
+
+
 class ViLStage(BaseModule):
     """Patch embedding (conv + LayerNorm, any input size through adaptive padding), global tokens,
     optional 2-D absolute position embedding (half the channels along each axis, resized to the
@@ -104,9 +115,7 @@ class ViLStage(BaseModule):
 
     @staticmethod
     def _resize(embed: Tensor, size: int) -> Tensor:
-        if embed.shape[1] == size:
-            return embed
-        return F.interpolate(embed.transpose(1, 2), size=size, mode='linear', align_corners=False).transpose(1, 2)
+        return embed if embed.shape[1] == size else linear_resize(embed, size)
 
     def _position(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         height, width = hw_shape

@@ -5,12 +5,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmvisattn.engine import ViLRandomShiftHook
 from mmvisattn.models.attentions import LongformerAttention
-from mmvisattn.models.backbones.vil import ViL
+from mmvisattn.models.backbones.vil import ViL, linear_resize
 from mmvisattn.ops import sliding_chunk
 from mmvisattn.registry import models_of_scope
 
@@ -117,6 +118,18 @@ def test_any_input_size_and_a_three_stage_layout():
     assert model.stages[1].num_global == 2 and model.stages[2].num_global == 0
     outs[-1].sum().backward()
     assert model.stages[0].x_pos_embed.grad is not None
+
+
+@pytest.mark.parametrize('length,size', [(7, 13), (13, 7), (8, 3), (1, 4), (4, 1), (56, 100)])
+def test_position_embeddings_resize_as_linear_interpolation(length, size):
+    """The embeddings' resize is ``F.interpolate(mode='linear')`` in value and gradient (float64), written as
+    gathers, whose backward CUDA runs deterministically (the interpolation's has no deterministic CUDA kernel)."""
+    embed = torch.randn(2, length, 6, dtype=torch.float64, requires_grad=True)
+    expected = F.interpolate(embed.transpose(1, 2), size=size, mode='linear', align_corners=False).transpose(1, 2)
+    got = linear_resize(embed, size)
+    torch.testing.assert_close(got, expected)
+    upstream = torch.randn_like(got)
+    torch.testing.assert_close(*(torch.autograd.grad(out, embed, upstream)[0] for out in (got, expected)))
 
 
 def test_activation_checkpointing_keeps_outputs_and_gradients():
