@@ -130,14 +130,28 @@ def run(command: Sequence, log: Path) -> None:
         raise RuntimeError(f'{Path(str(command[1])).name}: {one_line(done.stdout + done.stderr)}')
 
 
-def metrics_of(work_dir: Path, key: str) -> float:
+# what mmdet's CocoMetric logs, returning no metric at all, when no detection of a run passed the score threshold
+NO_DETECTIONS = 'The testing results of the whole dataset is empty'
+
+
+def metric_of(work_dir: Path, key: str) -> Optional[float]:
     """``key`` of the newest metrics file a test run wrote under ``work_dir`` (mmengine's
-    ``<timestamp>/<timestamp>.json``)."""
+    ``<timestamp>/<timestamp>.json``); ``None`` where the run had no detection to score (its mAP is 0)."""
     for path in sorted(work_dir.glob('*/*.json'), reverse=True):
         metrics = json.loads(path.read_text())
         if key in metrics:
             return float(metrics[key])
+        log = path.with_suffix('.log')
+        if key.startswith('coco/') and log.is_file() and NO_DETECTIONS in log.read_text():
+            return None
     raise RuntimeError(f'no {key} in the metrics under {work_dir}')
+
+
+def record_metric(row: Dict, side: str, value: Optional[float]) -> None:
+    """``row[side]``: the metric, 0 for a run without detections (listed in ``row['no_detections']``)."""
+    row[side] = 0.0 if value is None else value
+    if value is None:
+        row.setdefault('no_detections', []).append(side)
 
 
 def model_config(case: DeployCase, folder: Path, configs: Path) -> Path:
@@ -204,7 +218,8 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
     row = dict(family=case.family, config=case.config, variant=case.override.strip(), deploy=case.deploy)
     if case.metric:
         checkpoint, image = trained_checkpoint(config, folder, iters, checkout.tools), demo_image(config)
-        row.update(iters=iters, metric=case.metric, pytorch=metrics_of(folder / 'test', case.metric))
+        row.update(iters=iters, metric=case.metric)
+        record_metric(row, 'pytorch', metric_of(folder / 'test', case.metric))
     else:
         checkpoint, image = folder / 'random.pth', random_image(folder / 'input.png', 128)
         random_checkpoint(deploy_cfg, config, checkpoint)
@@ -216,7 +231,7 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
     if case.metric:
         run([sys.executable, checkout.mmdeploy / 'tools/test.py', deploy_cfg, config, '--model', onnx_file, '--device',
              'cpu', '--work-dir', folder / 'mmdeploy_test'], folder / 'mmdeploy_test.log')
-        row.update(onnxruntime=metrics_of(folder / 'mmdeploy_test', case.metric))
+        record_metric(row, 'onnxruntime', metric_of(folder / 'mmdeploy_test', case.metric))
     row.update(parity=parity(str(deploy_cfg), str(config), str(checkpoint), str(onnx_file), str(image)))
     return row
 
@@ -303,8 +318,13 @@ def case_table(cases: Dict[str, Dict]) -> str:
             lines.append(f'| {row["family"]} | {demo} | yes, {row["parity"]:.1e} | random weights, no demo data | - |')
         else:
             lines.append(f'| {row["family"]} | {demo} | yes, {row["parity"]:.1e} | {row["metric"]} '
-                         f'{row["pytorch"]:.3f} ({row["iters"]} iterations) | {row["onnxruntime"]:.3f} |')
+                         f'{metric_cell(row, "pytorch")} ({row["iters"]} iterations) | '
+                         f'{metric_cell(row, "onnxruntime")} |')
     return '\n'.join(lines) + '\n'
+
+
+def metric_cell(row: Dict, side: str) -> str:
+    return f'{row[side]:.3f}{" (no detections)" if side in row.get("no_detections", ()) else ""}'
 
 
 def latency_table(latency: Dict[str, Dict]) -> str:
