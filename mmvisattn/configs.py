@@ -41,13 +41,6 @@ def config_file(name: str) -> Path:
     return path
 
 
-def read_config(name: str):
-    """A config: a stock one named ``mmdet::...`` / ``mmseg::...``, a file, or one the package ships."""
-    from mmengine.config import Config
-    from mmengine.hub import get_config
-    return get_config(name) if '::' in name else Config.fromfile(str(config_file(name)))
-
-
 def copy_config(name: str, dest: Path) -> Path:
     """The config ``name`` with its bases merged, written into the folder ``dest`` under its own file name;
     the path written (an existing file is replaced only by the same config)."""

@@ -4,8 +4,16 @@ few iterations through the stock tools with the probe hook of :mod:`.model_probe
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from mmvisattn.configs import read_config
+from mmvisattn.configs import config_file
 from mmvisattn.utils import demo_data
+
+
+def read_config(name: str):
+    """A config: a stock one named ``mmdet::...`` / ``mmseg::...``, a file, or one the package ships."""
+    from mmengine.config import Config
+    from mmengine.hub import get_config
+    return get_config(name) if '::' in name else Config.fromfile(str(config_file(name)))
+
 
 # (height, width) of the synthetic images of each layout: the datasets' own (COCO's 1333 x 800 after
 # its resize, a Cityscapes frame, an ADE20K crop's scale)
