@@ -68,8 +68,11 @@ def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
 def check_option_keys(cfg: Config, options: dict) -> None:
     """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), an argument of
     the class a dict of it builds (``train_cfg.val_begin``, ``default_hooks.logger.log_metric_by_epoch``),
-    or a Runner argument the config leaves at its default (``randomness.seed``, ``load_from``)."""
-    root = {**runner_defaults(), **cfg.to_dict()}
+    or a Runner argument the config leaves at its default (``load_from``, ``randomness.deterministic``)."""
+    root = runner_defaults()
+    for name, value in cfg.to_dict().items():
+        default = root.get(name)
+        root[name] = {**default, **value} if isinstance(default, dict) and isinstance(value, dict) else value
     for key in options:
         node: Any = root
         walked: List[str] = []

@@ -75,8 +75,8 @@ def checkpoint_to_load(cfg: Config) -> Optional[str]:
 
 
 def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
-    """Resume with the seed of the interrupted run. mmengine restores it only after the
-    dataloaders are built, so with ``randomness.seed=None`` (every config's default) the sampler
+    """Resume with the seed of the interrupted run. mmengine restores it only after the dataloaders
+    are built, so with ``randomness.seed=None`` (mmengine's default; the demos set theirs) the sampler
     order and the workers' augmentations of a resumed run would follow a new seed."""
     seed = checkpoint.get('meta', {}).get('seed')
     randomness = dict(cfg.get('randomness') or {})

@@ -1,7 +1,8 @@
 """What the fault tests share: a small copy of the demo data per test, a digest of everything
-outside a run's work dir, the assertion that a tool failed with one line and no traceback, and a
-free local port."""
+outside a run's work dir, the assertion that a tool failed with one line and no traceback, a
+free local port and the losses a run logged."""
 import hashlib
+import json
 import socket
 from pathlib import Path
 
@@ -54,3 +55,14 @@ def fails_in_one_line(args, cwd: Path, work_dir: Path) -> str:
     assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
     assert tree_digest(cwd, work_dir) == before, 'a file outside the work dir changed'
     return errors[0]
+
+
+def logged_losses(work_dir: Path) -> dict:
+    """``{iteration: loss}`` from every run's scalars.json under ``work_dir``, at full precision."""
+    losses = {}
+    for path in sorted(work_dir.glob('*/vis_data/scalars.json')):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if 'loss' in record:
+                losses[record['step']] = record['loss']
+    return losses

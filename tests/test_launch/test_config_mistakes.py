@@ -93,11 +93,14 @@ def test_corrupt_weights_never_advise_weights_only_false(tmp_path, tool):
 
 def test_runner_arguments_the_config_leaves_out_can_be_set():
     cfg = Config.fromfile(DET_DEMO)
-    assert 'randomness' not in cfg
+    cfg.pop('randomness')  # as a config that leaves it out (the demos set their seed)
     check_config(cfg, {'randomness.seed': 3, 'load_from': None})
     assert cfg.randomness.seed == 3
     with pytest.raises(SystemExit, match=r"'randomness' has no 'sed'; nearest: seed"):
         check_config(Config.fromfile(DET_DEMO), {'randomness.sed': 3})
+    seeded = Config.fromfile(DET_DEMO)  # the demo's randomness=dict(seed=0) takes the others as well
+    check_config(seeded, {'randomness.deterministic': True})
+    assert seeded.randomness == dict(seed=0, deterministic=True)
 
 
 @pytest.mark.parametrize('option', ['train_cfg.val_begin', 'default_hooks.logger.log_metric_by_epoch',

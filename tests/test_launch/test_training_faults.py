@@ -1,6 +1,5 @@
 """Faults while training: a non-finite loss stops the run naming the iteration (no NaN checkpoint
 is written), and a run killed at a checkpoint resumes exactly, random draws included."""
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import torch
 import mmvisattn  # noqa: F401  (lets torch.load read Runner checkpoints)
 
 from ..conftest import REPO, run_tool, time_limit, tool_env
-from .conftest import ONE_ITERATION, SEG_DEMO, fails_in_one_line
+from .conftest import ONE_ITERATION, SEG_DEMO, fails_in_one_line, logged_losses
 
 RWGKA_DEMO = REPO / 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'
 
@@ -26,20 +25,10 @@ def test_nan_loss_stops_the_run_at_its_iteration(small_data):
 
 
 # Drop-path, dropout and random augmentation on; every iteration logged; a checkpoint every 3.
+# the seed unset, as a config may leave it (the demos set theirs): a resumed run takes the killed run's drawn seed
 RESUME_OPTIONS = ['train_cfg.max_iters=8', 'train_dataloader.batch_size=2', 'default_hooks.logger.interval=1',
                   'default_hooks.checkpoint.interval=3', 'default_hooks.checkpoint.max_keep_ckpts=-1',
-                  'model.backbone.drop_rate=0.1', 'model.backbone.drop_path_rate=0.2']
-
-
-def logged_losses(work_dir):
-    """``{iteration: loss}`` from every run's scalars.json under ``work_dir``, at full precision."""
-    losses = {}
-    for path in sorted(work_dir.glob('*/vis_data/scalars.json')):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if 'loss' in record:
-                losses[record['step']] = record['loss']
-    return losses
+                  'model.backbone.drop_rate=0.1', 'model.backbone.drop_path_rate=0.2', 'randomness.seed=None']
 
 
 def names_checkpoint(work_dir, checkpoint: str) -> bool:
@@ -65,7 +54,7 @@ def kill_after_checkpoint(config, work_dir, cwd, checkpoint: str) -> None:
 
 def test_killed_run_resumes_exactly(workspace, tmp_path):
     """Uninterrupted vs killed after iteration 3 and resumed with ``--resume``: the same loss at every
-    iteration and bit-identical weights; the seed is left at None, every config's default."""
+    iteration and bit-identical weights; the seed is left at None (RESUME_OPTIONS)."""
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     kill_after_checkpoint(RWGKA_DEMO, killed, workspace, 'iter_3.pth')
     seed = torch.load(killed / 'iter_3.pth')['meta']['seed']  # drawn at random by the killed run
