@@ -71,6 +71,14 @@ def metric(output: str, name: str) -> float:
     return float(values[-1])
 
 
+def assert_learned(untrained: float, trained: float, margin: float, floor: float = 0.0) -> None:
+    """The trained model's metric at least ``margin`` above the untrained model's and ``floor`` (chance, the
+    all-background prediction). The runs are seeded (``randomness`` above, ``untrained_checkpoint``); each
+    margin is at most half the smallest gain measured over seeds 0 to 2 or 3, so the seed does not decide
+    the outcome."""
+    assert trained >= max(untrained, floor) + margin, (untrained, trained)
+
+
 def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, name: str):
     """The metric of the untrained model and after ``iters`` iterations of training."""
     config = tmp_path / 'small.py'
@@ -83,8 +91,8 @@ def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, 
 
 
 ALL_BACKGROUND_MIOU = 22.66  # background IoU 90.6 / 4 classes on the validation split
-CASTLING_SEG_ITERS = 100
-PICODET_ITERS = 100
+MIOU_MARGIN = 1.0
+AP50_MARGIN = 0.004
 
 
 def test_segformer_rwgka_demo_learns(workspace, tmp_path):
@@ -93,7 +101,7 @@ def test_segformer_rwgka_demo_learns(workspace, tmp_path):
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
         'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py', 200, 'mIoU')
-    assert trained > max(untrained, ALL_BACKGROUND_MIOU), (untrained, trained)
+    assert_learned(untrained, trained, MIOU_MARGIN, ALL_BACKGROUND_MIOU)
 
 
 def test_castling_segmentation_demo_learns(workspace, tmp_path):
@@ -102,13 +110,13 @@ def test_castling_segmentation_demo_learns(workspace, tmp_path):
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
         'configs/castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
-        CASTLING_SEG_ITERS, 'mIoU')
-    assert trained > max(untrained, ALL_BACKGROUND_MIOU), (untrained, trained)
+        200, 'mIoU')
+    assert_learned(untrained, trained, MIOU_MARGIN, ALL_BACKGROUND_MIOU)
 
 
 def test_picodet_castling_demo_learns(workspace, tmp_path):
-    """PicoDet-S-Castling from scratch at 64x64: bbox mAP above the untrained model's."""
+    """PicoDet-S-Castling from scratch at 64x64: box AP50 above the untrained model's."""
     untrained, trained = before_and_after(
         workspace, tmp_path, DET_SMALL, 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
-        PICODET_ITERS, 'bbox_mAP')
-    assert trained > untrained, (untrained, trained)
+        100, 'bbox_mAP_50')
+    assert_learned(untrained, trained, AP50_MARGIN)
