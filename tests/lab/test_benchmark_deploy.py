@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from lab.deploy_benchmark import metric_cell, tables
+from lab.deploy_benchmark import NO_DETECTIONS, metric_cell, metric_of, record_metric, tables
 
 from ..conftest import REPO, run_tool
 
@@ -53,7 +53,6 @@ def test_a_run_without_detections_scores_map_0(tmp_path):
     """mmdet's CocoMetric returns no metric where no detection passed the score threshold: that run's mAP is 0
     (``None`` from :func:`metric_of`, recorded as 0 and listed); a metrics file that lacks the key for another
     reason is an error naming it."""
-    from lab.deploy_benchmark import NO_DETECTIONS, metric_of, record_metric
     write_run(tmp_path / 'none', '20261202_000000', {}, f'ERROR - {NO_DETECTIONS}.')
     write_run(tmp_path / 'some', '20261202_000000', {'coco/bbox_mAP': 0.25})
     write_run(tmp_path / 'broken', '20261202_000000', {}, 'no metric written')

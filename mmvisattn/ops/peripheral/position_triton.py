@@ -7,7 +7,7 @@ of its weights with a tile of keys' neighbourhoods, then its norm), ``_logits_ba
 norm's and projection's backward), ``_window_grad_sums`` (the neighbourhood's gradient and the first
 norm's sums) and ``_window_grad`` (the window gradients added onto the map, one program per query row
 and map tile: ``H`` atomic adds a cell instead of ``N``; under ``torch.use_deterministic_algorithms`` each
-row's tile is stored apart and torch adds the rows in order). Parameter gradients are summed by torch.
+row's tile is stored apart and torch's ``index_add_`` adds the rows). Parameter gradients are summed by torch.
 
 Mixed precision: the map comes in float32 (:func:`.position.first_projection` says why); the products
 take the autocast dtype where autocast is on, else the second projection's weights'; norm statistics,
@@ -424,9 +424,10 @@ class PositionLogitsTriton(torch.autograd.Function):
         _window_grad[grid](dz, relative, mean1, rstd1, g1, b1, w2, sums, grad_rows, height, width, channels, heads,
                            map_rows, map_cols, window_rows, window_cols, TILE_R=tile_rows, TILE_C=tile_cols,
                            ORDERED=ordered, **window)
-        if ordered:  # query row i's windows start at map row H - 1 - i
-            for query_row in range(height):
-                grad_relative[:, height - 1 - query_row:][:, :window_rows] += grad_rows[query_row]
+        if ordered:  # query row i's windows start at map row H - 1 - i; index_add_ is deterministic under the mode
+            starts = height - 1 - torch.arange(height, device=relative.device)
+            map_rows_of = (starts[:, None] + torch.arange(window_rows, device=relative.device)).flatten()
+            grad_relative.index_add_(1, map_rows_of, grad_rows.transpose(0, 1).flatten(1, 2))
         head_grads = dhead.sum(0)
         norm1_grads = sums.sum(0)
         grads = (norm1_grads[0], norm1_grads[1], dw2.sum(0), head_grads[2], head_grads[0], head_grads[1])
