@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 import torch
 
 from mmvisattn.analysis.benchmark_attention import median_seconds
-from mmvisattn.configs import read_config
+from lab.proof.model_data import read_config
 from mmvisattn.deploy import export_onnx, onnxruntime_session, switch_to_deploy
 from mmvisattn.deploy.onnx_export import RawOutputs
 from mmvisattn.registry import build_from_config

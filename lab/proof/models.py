@@ -49,8 +49,7 @@ from lab.bench.largest_input import out_of_memory
 from lab.bench.model_pairs import FAMILIES, PAIRS, ModelPair
 from lab.bench.models import write_json
 from lab.bench.processes import run_python as run_child
-from mmvisattn.configs import read_config
-from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, write_data
+from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, read_config, write_data
 from lab.proof.model_report import markdown, record_rows
 from lab.bench.records import record
 
