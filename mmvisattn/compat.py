@@ -314,6 +314,27 @@ def write_checkpoints_atomically() -> None:
         CheckpointHook._save_best_checkpoint = replace_best_then_remove(CheckpointHook._save_best_checkpoint)
 
 
+def plain_param_groups(build: Callable) -> Callable:
+    """``build_optim_wrapper`` whose optimizer holds plain dicts as its parameter groups: built from a
+    config they are ``ConfigDict`` s (wherever ``paramwise_cfg`` or a constructor lists the groups), which
+    ``torch.compile``'s tracer of the optimizer step cannot read."""
+    @functools.wraps(build)
+    def built(*args: Any, **kwargs: Any) -> Any:
+        wrapper = build(*args, **kwargs)
+        wrapper.optimizer.param_groups[:] = [dict(group) for group in wrapper.optimizer.param_groups]
+        return wrapper
+    built.plain_groups = True
+    return built
+
+
+def compile_optimizer_steps() -> None:
+    """The optimizer steps of ``compile=True`` traced whatever the config's parameter groups: with torch 2.13
+    Dynamo stops on a ``ConfigDict`` group (``'UserDefinedDictVariable' object has no attribute 'items'``)."""
+    from mmengine.runner import runner as runner_module
+    if not getattr(runner_module.build_optim_wrapper, 'plain_groups', False):
+        runner_module.build_optim_wrapper = plain_param_groups(runner_module.build_optim_wrapper)
+
+
 def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
     """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes (the others log)."""
     from mmengine.dist import is_main_process
@@ -381,7 +402,7 @@ FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints, keep_atte
 ADDITIONS = (register_torch_hardsigmoid, register_flop_handles)
 # applied by the project's tools (apply_tool_patches), and by DroppedAnnotationsHook
 TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps, remember_package_config_lookups,
-                format_each_config_once)
+                format_each_config_once, compile_optimizer_steps)
 HOOK_PATCHES = (count_dropped_annotations,)
 # applied by mmvisattn.deploy.mmdeploy_support, which the project's mmdeploy deploy configs import
 DEPLOY_PATCHES = (export_onnx_with_torchscript, restore_onnx_cast_long)

@@ -233,13 +233,29 @@ def roi_align_as_mmdeploy_exports_it(folder: Path) -> str:
     return 'ok'
 
 
+def compiled_step_with_paramwise_groups(folder: Path) -> str:
+    """The optimizer step, compiled as ``compile=True`` compiles it, of an optimizer the Runner built from a
+    config with ``paramwise_cfg``: does Dynamo trace it?"""
+    from mmengine.config import ConfigDict
+    from mmengine.runner import runner as runner_module
+    model = torch.nn.Linear(2, 2)
+    wrapper = runner_module.build_optim_wrapper(model, ConfigDict(
+        optimizer=dict(type='AdamW', lr=0.1, weight_decay=0.05), paramwise_cfg=dict(bias_decay_mult=0.0)))
+    model(torch.randn(3, 2)).sum().backward()
+    try:
+        torch.compile(wrapper.optimizer.step, backend='eager')()
+    except Exception as error:  # Dynamo's internal errors have no common class but Exception
+        return f'{type(error).__name__}: {error}'.splitlines()[0]
+    return 'ok'
+
+
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads,
     allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
     count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
     write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
-    format_each_config_once=config_formatted_once,
+    format_each_config_once=config_formatted_once, compile_optimizer_steps=compiled_step_with_paramwise_groups,
     keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
     dump_test_metrics_once=test_metrics_file_of_rank_1,
     export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it, restore_onnx_cast_long=roi_align_as_mmdeploy_exports_it)

@@ -17,6 +17,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
 
 from mmengine.config import Config
 from mmengine.registry import Registry
+import torch
 from torch import nn
 
 from .process_group import DIST_CFG_KEYS
@@ -32,6 +33,9 @@ BUILDER_KEYS = frozenset({'type', '_scope_', 'requires_grad', 'override', 'const
 NOT_REGISTERED = frozenset({'nms', 'roi_layer'})
 # classes whose **kwargs end the walk up the MRO: they accept nothing beyond their named arguments
 CLOSED_BASES = (object, nn.Module)
+# top-level keys the Runner reads from its config rather than as arguments (``Runner.wrap_model``,
+# ``Runner._maybe_compile``)
+RUNNER_CFG_KEYS = frozenset({'compile', 'sync_bn', 'model_wrapper_cfg'})
 CLOSE_MATCH = 0.8  # difflib ratio: 'optim_wraper' to 'optim_wrapper' is 0.96, 'model' to 'tta_model' 0.71
 
 
@@ -59,10 +63,13 @@ def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
     """The arguments the class that ``node`` builds takes (empty: it builds nothing this check reads)."""
     if path == 'env_cfg.dist_cfg':
         return set(DIST_CFG_KEYS)  # read by the process group's start, not built
+    if path == 'model_wrapper_cfg' or path.rpartition('.')[2] == 'paramwise_cfg':
+        return None  # read by whichever model wrapper or optimizer constructor the config names
     built = built_type(path, node) if isinstance(node, dict) else None
     if built is None:
         return set()
-    return arguments_taken(registered_targets(scope_registries(cfg.default_scope), built))
+    taken = arguments_taken(registered_targets(scope_registries(cfg.default_scope), built))
+    return None if taken is None else taken | BUILDER_KEYS
 
 
 def check_option_keys(cfg: Config, options: dict) -> None:
@@ -93,16 +100,19 @@ def check_option_keys(cfg: Config, options: dict) -> None:
 
 
 def runner_arguments() -> Set[str]:
+    """The Runner's arguments and the top-level keys it reads from the config itself."""
     from mmengine.runner import Runner
-    return set(inspect.signature(Runner.__init__).parameters) - {'self'}
+    return set(inspect.signature(Runner.__init__).parameters) - {'self'} | RUNNER_CFG_KEYS
 
 
 def runner_defaults() -> dict:
     """The Runner arguments a config may leave out, as option paths see them: ``randomness`` takes
-    the arguments of ``Runner.set_randomness``; the others are leaves."""
+    the arguments of ``Runner.set_randomness``, ``compile`` (``True`` or a dict) those of ``torch.compile``;
+    the others are leaves."""
     from mmengine.runner import Runner
-    randomness = set(inspect.signature(Runner.set_randomness).parameters) - {'self'}
-    return {name: dict.fromkeys(randomness) if name == 'randomness' else None for name in runner_arguments()}
+    nested = dict(randomness=Runner.set_randomness, compile=torch.compile)
+    return {name: dict.fromkeys(set(inspect.signature(nested[name]).parameters) - {'self', 'model'})
+            if name in nested else None for name in runner_arguments()}
 
 
 def check_top_level_keys(cfg: Config) -> None:

@@ -47,6 +47,22 @@ def test_new_keys_are_taken_when_asked_for():
     assert cfg.train_dataloader.pin_memory is True
 
 
+RUNNER_KEYS = {'compile': True, 'compile.backend': 'eager', 'sync_bn': 'torch',
+               'model_wrapper_cfg.type': 'MMDistributedDataParallel',
+               'optim_wrapper.constructor': 'LearningRateDecayOptimizerConstructor',
+               'optim_wrapper.paramwise_cfg.decay_rate': 0.9}
+
+
+@pytest.mark.parametrize('key', RUNNER_KEYS)
+def test_keys_the_runner_reads_are_taken_as_stock_tools_take_them(key):
+    """What mmengine reads beside the Runner's arguments (``compile``, ``sync_bn``, ``model_wrapper_cfg``, an
+    optimizer wrapper's ``constructor`` and ``paramwise_cfg``) needs no --cfg-new-keys; a misspelling still fails."""
+    check_config(Config.fromfile(VIL_DEMO), {key: RUNNER_KEYS[key]})
+    with pytest.raises(SystemExit, match=r"^error: --cfg-options compile.backnd: 'compile' has no 'backnd'; "
+                                         'nearest: backend'):
+        check_config(Config.fromfile(VIL_DEMO), {'compile.backnd': 'eager'})
+
+
 class Forwards(torch.nn.Conv2d):
     def __init__(self, scale: float = 1.0, **kwargs):
         super().__init__(**kwargs)

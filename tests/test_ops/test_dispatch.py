@@ -103,6 +103,26 @@ def test_triton_needs_cuda_a_release_and_supported_inputs(monkeypatch):
     assert sliding_chunk.OP.choose('auto', window) == 'torch'
 
 
+@pytest.mark.parametrize('capability', [(7, 0), (7, 5)], ids=['sm_70', 'sm_75'])
+def test_older_gpus_take_the_torch_paths(monkeypatch, capability):
+    """On a V100 (sm_70) or a T4 (sm_75), float32, half and bfloat16 alike, auto runs the torch path of every
+    op with a Triton kernel, and the kernel asked for by name is refused in one line naming the GPU."""
+    monkeypatch.setattr(dispatch, 'INSTALLED_TRITON', (3, 6))
+    monkeypatch.setitem(dispatch.CUDA_CAPABILITY, 'current', capability)
+    reason = f'Triton kernels for compute capability 8.0 and later; this GPU is sm_{capability[0]}{capability[1]}'
+    for op in OPS:
+        if 'triton' not in op.backends:
+            continue
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            request = Request('cuda', dtype, 32, True, 'eager', tuple(sorted(FACTS[op][0].items())))
+            chosen, passed_over = op.explain(request)
+            assert chosen != 'triton' and passed_over['triton'] == reason, (op.name, dtype)
+            with pytest.raises(UnsupportedInput, match=rf"^{op.name}\(impl='triton'\): {reason}$"):
+                op.choose('triton', request)
+    monkeypatch.setitem(dispatch.CUDA_CAPABILITY, 'current', (8, 0))
+    assert ripple.OP.choose('auto', ripple_request('cuda')) == 'triton'
+
+
 def test_interpreted_kernels_run_only_when_named(monkeypatch):
     """Under TRITON_INTERPRET=1 the kernels take CPU tensors when asked for (the tests), and auto keeps the
     CPU backends."""

@@ -94,6 +94,9 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
     def stage_parts(self, index: int) -> List[nn.Module]:
         return [*self.downsamples[index - 1:index], self.stages[index]]
 
+    def drop_stages_after(self, last: int) -> None:
+        del self.stages[last + 1:], self.downsamples[last:]
+
     def _layout(self, arch) -> dict:
         keys = ('widths', 'depths', 'num_heads')
         layout = resolve_arch('CastlingLeViT', arch, self.arch_zoo, keys)

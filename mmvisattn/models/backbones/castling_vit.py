@@ -6,16 +6,25 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
-from mmseg.models.backbones.vit import VisionTransformer
+from mmseg.models.backbones.vit import TransformerEncoderLayer, VisionTransformer
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
 from ..layers import ResidualAttention, TokenGrid
-from .contract import BackboneContract, Part, check_out_indices
+from .contract import BackboneContract, Part, check_out_indices, checkpointed
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
+
+
+class RecomputedLayer(TransformerEncoderLayer):
+    """mmseg's ViT layer recomputed in the backward by the non-reentrant checkpoint (mmseg's takes the
+    reentrant one, which breaks under DDP with ``find_unused_parameters=True``): :class:`CastlingViT` turns
+    its layers into this class, weights unchanged, when ``with_cp`` is set."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return checkpointed(super().forward, True, x)
 
 
 @register_model
@@ -70,6 +79,8 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
             attn.num_extra_tokens = int(options['with_cls_token'])
             # mmseg's attention is dropped here; its residual dropout is kept
             layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
+            if layer.with_cp:
+                layer.with_cp, layer.__class__ = False, RecomputedLayer
         self.set_contract(out_indices, frozen_stages, options['norm_eval'], [options['embed_dims']] * num_layers,
                           [options['patch_size']] * num_layers)
 
@@ -90,6 +101,12 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     def stage_parts(self, index: int) -> List[Part]:
         final = [self.norm1] if self.final_norm and index == len(self.layers) - 1 else []
         return [self.layers[index], *final]
+
+    def drop_stages_after(self, last: int) -> None:
+        if last + 1 < len(self.layers) and self.final_norm:  # the final norm follows the last layer only
+            self.final_norm = False
+            delattr(self, self.norm1_name)
+        del self.layers[last + 1:]
 
 
 # parts of a timm / MAE block -> parts of an mmseg ViT layer

@@ -2,7 +2,9 @@
 (``tests/test_models/test_backbones/test_contract.py`` checks every registered backbone):
 
 * ``arch``: a name of the class's ``arch_zoo`` or a dict of the same keys (:func:`resolve_arch`);
-* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the last;
+* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the last; the
+  stages after the last of them are not built (:meth:`~BackboneContract.drop_stages_after`), so every
+  trainable parameter gets a gradient, as DDP's default ``find_unused_parameters=False`` needs;
 * ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages (no
   gradient, eval mode: mmdet's Swin and ResNet);
 * ``norm_eval``: the normalisation layers stay in eval mode while training;
@@ -10,7 +12,8 @@
 * ``forward(images)`` returns contiguous maps (mmcv's C++ ops, RoIAlign among them, read a map's memory
   as NCHW whatever its strides);
 * ``with_cp``: a block is recomputed in the backward when its input needs a gradient (:func:`checkpointed`,
-  the rule of mmcv's and mmseg's layers).
+  the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint, which works under DDP with or
+  without ``find_unused_parameters``.
 
 :class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and stages
 (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
@@ -101,6 +104,7 @@ class BackboneContract:
         owner = type(self).__name__
         self.out_indices = check_out_indices(owner, out_indices, len(stage_channels))
         self.frozen_stages = check_frozen_stages(owner, frozen_stages, len(stage_channels))
+        self.drop_stages_after(self.out_indices[-1])
         self.norm_eval = bool(norm_eval)
         self.out_channels = [stage_channels[i] for i in self.out_indices]
         self.out_strides = [stage_strides[i] for i in self.out_indices]
@@ -121,11 +125,37 @@ class BackboneContract:
         (by default ``stages[index]``)."""
         return [self.stages[index]]
 
+    def drop_stages_after(self, last: int) -> None:
+        """Remove the stages after ``last``, which no output needs (by default from ``stages``)."""
+        del self.stages[last + 1:]
+
+    def depth_parts(self) -> List[List[Part]]:
+        """The parts at each depth of layer-wise learning-rate decay, from the input: the stem, then each
+        stage (each layer of a plain ViT, whose stages are its layers)."""
+        return [self.stem_parts()] + [self.stage_parts(index) for index in range(self.out_indices[-1] + 1)]
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """mmpretrain's protocol of layer-wise decay (its ``LearningRateDecayOptimWrapperConstructor``):
+        ``(depth, count)`` of the parameter ``prefix + param_name``; 0 for the stem, ``i + 1`` for the
+        i-th part of :meth:`depth_parts`, ``count - 1`` for the rest (parameters several stages share,
+        and the modules after the backbone, whose names lack ``prefix``)."""
+        parts = self.depth_parts()
+        count = len(parts) + 1
+        if not param_name.startswith(prefix):
+            return count - 1, count
+        depths: Dict[int, int] = {}
+        for depth, group in enumerate(parts):
+            for part in group:  # the first depth holding a parameter wins: a stage may hold the stem
+                for param in [part] if isinstance(part, nn.Parameter) else part.parameters():
+                    depths.setdefault(id(param), depth)
+        param = dict(self.named_parameters()).get(param_name[len(prefix):])
+        return depths.get(id(param), count - 1), count
+
     def freeze_stages(self) -> None:
         if self.frozen_stages < 0:
             return
-        for part in self.stem_parts() + [part for index in range(self.frozen_stages)
-                                         for part in self.stage_parts(index)]:
+        kept = min(self.frozen_stages, self.out_indices[-1] + 1)
+        for part in self.stem_parts() + [part for index in range(kept) for part in self.stage_parts(index)]:
             _freeze(part)
 
     def train(self, mode: bool = True):

@@ -9,11 +9,12 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmseg.models.backbones.mit import MixVisionTransformer
+from mmseg.models.utils import nlc_to_nchw
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from ..layers import ResidualAttention
-from .contract import BackboneContract, Part, check_out_indices
+from .contract import BackboneContract, Part, check_out_indices, checkpointed
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 AttnCfg = Union[Dict, Sequence[Dict]]
@@ -75,6 +76,8 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
             for block in stage[1]:
                 # the stock attention built by mmseg is dropped here; its drop path is kept
                 block.attn = ResidualAttention(build_attention(cfg, optional, **defaults), block.attn.dropout_layer)
+                block.with_cp = False  # recomputed by forward instead
+        self.with_cp = options['with_cp']
         strides = [math.prod(options['strides'][:index + 1]) for index in range(self.num_stages)]
         self.set_contract(out_indices, frozen_stages, norm_eval, [self.embed_dims * heads for heads in self.num_heads],
                           strides)
@@ -85,9 +88,21 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
     def stage_parts(self, index: int) -> List[Part]:
         return [self.layers[index]]
 
+    def drop_stages_after(self, last: int) -> None:
+        del self.layers[last + 1:]
+
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        # contiguous maps, as the contract asks (mmseg's MiT returns transposed views)
-        return tuple(out.contiguous() for out in super().forward(x))
+        """mmseg's forward, with the non-reentrant checkpoint (mmseg's blocks take the reentrant one, which
+        breaks under DDP with ``find_unused_parameters=True``) and contiguous maps, as the contract asks."""
+        outs = []
+        for index, (patch_embed, blocks, norm) in enumerate(self.layers):
+            x, hw_shape = patch_embed(x)
+            for block in blocks:
+                x = checkpointed(block, self.with_cp, x, hw_shape)
+            x = nlc_to_nchw(norm(x), hw_shape)
+            if index in self.out_indices:
+                outs.append(x.contiguous())
+        return tuple(outs)
 
 
 MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')

@@ -125,6 +125,9 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
         self._init_linear_layers()
         self.set_contract(out_indices, frozen_stages, norm_eval, stage_channels, [STEM_STRIDE] * len(depths))
 
+    def drop_stages_after(self, last: int) -> None:
+        del self.blocks[self.stage_ends[last] + 1:]
+
     def stage_parts(self, index: int) -> List[nn.Module]:
         first = self.stage_ends[index - 1] + 1 if index else 0
         norm = [getattr(self, f'norm{index}')] if index in self.out_indices else []

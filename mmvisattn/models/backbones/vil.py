@@ -209,7 +209,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
 
     def _check_out_type(self, out_type: str) -> str:
         check_choice('ViL', out_type, OUT_TYPES, 'out_type')
-        last = len(self.stages) - 1
+        last = len(self.arch['depths']) - 1
         if out_type == 'cls_token' and (tuple(self.out_indices) != (last,) or not self.stages[last].num_global):
             raise ValueError(f"ViL: out_type='cls_token' reads the last stage's global token; expected "
                              f'out_indices=({last},) and a global token there (the -cls archs), got '

@@ -188,6 +188,27 @@ def _installed_triton() -> Optional[Tuple[int, ...]]:
 
 # read once: the checks run on every call, torch.compile's tracer included
 INSTALLED_TRITON = _installed_triton()
+# the kernels' tiles and warps are chosen and compiled ahead of time for sm_80 and sm_90 (Ampere and later:
+# bfloat16, 100 KB or more of shared memory a block); older GPUs (V100 sm_70, T4 sm_75) take the torch paths
+MIN_CAPABILITY = (8, 0)
+CUDA_CAPABILITY: Dict[str, Optional[Tuple[int, int]]] = {}
+
+
+def cuda_capability() -> Optional[Tuple[int, int]]:
+    """The current CUDA device's compute capability, or None without one (read on first use, not on
+    import: that would start CUDA in every process importing the package)."""
+    if 'current' not in CUDA_CAPABILITY:
+        CUDA_CAPABILITY['current'] = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    return CUDA_CAPABILITY['current']
+
+
+def older_gpu(request: Request) -> Optional[str]:
+    """Why a CUDA request's GPU is too old for the kernels, or None."""
+    capability = cuda_capability() if request.device == 'cuda' else None
+    if capability is None or capability >= MIN_CAPABILITY:
+        return None
+    return (f'Triton kernels for compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} and later; '
+            f'this GPU is sm_{capability[0]}{capability[1]}')
 
 
 def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
@@ -203,5 +224,5 @@ def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
             found = 'none is installed' if INSTALLED_TRITON is None else \
                 f'{".".join(map(str, INSTALLED_TRITON))} is installed'
             return f'needs triton >= {wanted}; {found}'
-        return unsupported_kernel_input(request.dtype, request.head_dims, max_head_dims)
+        return older_gpu(request) or unsupported_kernel_input(request.dtype, request.head_dims, max_head_dims)
     return unsupported

@@ -72,6 +72,37 @@ def parameters_of(parts) -> dict:
             for p in ([part] if isinstance(part, torch.nn.Parameter) else part.parameters())}
 
 
+def reduced_out_indices(name: str) -> tuple:
+    """The stages before the last: the outputs a detector's neck may take, leaving the last stage out."""
+    return tuple(range(CASES[name][1] - 1))
+
+
+@pytest.mark.parametrize('with_cp', [False, True], ids=['plain', 'with_cp'])
+@pytest.mark.parametrize('name', CASES)
+def test_every_trainable_parameter_gets_a_gradient_whatever_out_indices(name, with_cp):
+    """What DDP's default (``find_unused_parameters=False``) needs: the stages after the last output are not
+    built, so a loss on the outputs reaches every parameter that requires a gradient."""
+    full, reduced = build(name), build(name, out_indices=reduced_out_indices(name), with_cp=with_cp)
+    assert sum(p.numel() for p in reduced.parameters()) < sum(p.numel() for p in full.parameters())
+    trainable = {name for name, param in reduced.named_parameters() if param.requires_grad}
+    assert trainable and trained_parameters(reduced) == trainable
+
+
+@pytest.mark.parametrize('name', CASES)
+def test_checkpointing_is_non_reentrant(name, monkeypatch):
+    """The reentrant checkpoint breaks under DDP with ``find_unused_parameters=True``; mmseg's layers, which
+    MiT-RWGKA, CastlingViT and DeiTRipple inherit, take it by default."""
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+
+    def recorded(*args, **kwargs):
+        calls.append(kwargs.get('use_reentrant'))
+        return checkpoint(*args, **kwargs)
+    monkeypatch.setattr(torch.utils.checkpoint, 'checkpoint', recorded)
+    trained_parameters(build(name, with_cp=True))
+    assert calls and set(calls) == {False}, calls
+
+
 @pytest.mark.parametrize('name', CASES)
 def test_frozen_stages_get_no_gradient_and_stay_in_eval_mode(name):
     stages = CASES[name][1]
