@@ -157,7 +157,8 @@ def fresh_random_states() -> None:
 # Read when an interpreter starts or a stock package loads: a run whose environment sets them
 # otherwise than the server's starts a fresh interpreter instead.
 IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWARNINGS', 'PYTHONNOUSERSITE',
-                         'LD_PRELOAD', 'LD_LIBRARY_PATH', 'CUDA_VISIBLE_DEVICES', 'TRITON_INTERPRET')
+                         'LD_PRELOAD', 'LD_LIBRARY_PATH', 'CUDA_VISIBLE_DEVICES', 'TRITON_INTERPRET',
+                         'TORCH_LOGS')
 
 
 class ToolServer:
