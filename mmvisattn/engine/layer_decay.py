@@ -1,5 +1,5 @@
 """Layer-wise learning-rate decay for detectors and segmentors, the fine-tuning recipe of "Masked Autoencoders
-Are Scalable Vision Learners" (arXiv:2111.06377, Sec. A.2; BEiT's before it): the parameters at depth ``d`` of
+Are Scalable Vision Learners" (arXiv:2111.06377, Appendix A.1, end-to-end fine-tuning; BEiT's before it): the parameters at depth ``d`` of
 ``L`` learn at ``base_lr * layer_decay_rate ** (L - d - 1)``.
 
 mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` does this for classifiers, asking the model for

@@ -92,14 +92,15 @@ def swap_backbone(cfg: Config, name: str, strides: List[int]) -> None:
     neck = cfg.model.get('neck')
     if neck is not None:
         neck.in_channels = channels
-    cfg.model.neck = pyramid + [neck] if pyramid and neck else (pyramid[0] if pyramid else neck)
+        cfg.model.neck = pyramid + [neck] if pyramid else neck
+        return
+    cfg.model.neck = pyramid[0] if pyramid else None
     heads = cfg.model.get('auxiliary_head') or []
     for head in [cfg.model.get('decode_head')] + (heads if isinstance(heads, list) else [heads]):
-        if head is not None and neck is None:
-            index = head.get('in_index', list(range(wanted)))
-            head.in_channels = ([channels[i] for i in index] if isinstance(index, (list, tuple)) else channels[index])
-            if 'c1_in_channels' in head:
-                head.c1_in_channels = channels[0]
+        index = head.get('in_index', list(range(wanted)))
+        head.in_channels = [channels[i] for i in index] if isinstance(index, (list, tuple)) else channels[index]
+        if 'c1_in_channels' in head:
+            head.c1_in_channels = channels[0]
 
 
 def inputs(config: str) -> Dict:

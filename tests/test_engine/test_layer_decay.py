@@ -40,10 +40,10 @@ def test_each_stage_learns_at_its_depths_rate(name):
     rates = learning_rates(model, DECAY)
     assert rates['head.weight'] == LR
     names = {id(param): name for name, param in model.named_parameters()}
+    stem = parameters_of(backbone.stem_parts())
     for depth, parts in enumerate([backbone.stem_parts()] + [backbone.stage_parts(i) for i in range(stages)]):
         expected = LR * RATE ** (count - depth - 1)
-        within = [names[key] for key in parameters_of(parts) if depth == 0 or key not in parameters_of(
-            backbone.stem_parts())]
+        within = [names[key] for key in parameters_of(parts) if depth == 0 or key not in stem]
         assert within and all(rates[n] == pytest.approx(expected) for n in within), (depth, within[:3])
 
 
