@@ -101,12 +101,18 @@ class ChunkGroup(NamedTuple):
     invalid: Optional[Tensor]  # (c, 1 or w^2, s) masked slots among them; None: none is
 
 
-@lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result  # of the layout alone: torch.unique's data-dependent shapes break graphs
 def chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
                  device: torch.device) -> Tuple[ChunkGroup, ...]:
     """The chunks of :func:`mode_slot_tables` grouped by their live columns (a column is dead where every
     query of the chunk masks it), found on the host from the tables of the layout alone and cached on
     ``device``: no step reads the device for them."""
+    return _chunk_groups(hw_shape, window, num_global, masking, mode, device)
+
+
+@lru_cache(maxsize=64)
+def _chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
+                  device: torch.device) -> Tuple[ChunkGroup, ...]:
     index, invalid = mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu'))
     dead = invalid.all(dim=1)
     patterns, group_of = torch.unique(dead, dim=0, return_inverse=True)

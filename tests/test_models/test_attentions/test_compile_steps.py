@@ -1,5 +1,5 @@
 """``torch.compile`` of a training step (forward + backward) of the attentions of ViL (random shifting
-on), SMCA-Ripple, SegFormer-RWGKA and Castling (both branches): one graph, no graph break and no
+off, its border chunks' live slots grouped on the host, and on), SMCA-Ripple, SegFormer-RWGKA and Castling (both branches): one graph, no graph break and no
 recompilation over 10 steps at a fixed size, counted with Dynamo's own counters. ``aot_eager``
 traces the same graphs and autograd as inductor without generating code (the inductor run of every
 attention is ``tools/analysis_tools/compile_attention.py``). Random shifting draws its neighbour on
@@ -13,6 +13,7 @@ from mmvisattn.registry import build_attention
 
 # the models' settings (dims, heads, window) on small maps
 STEPS = {
+    'ViL': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_global=1), (21, 28)),
     'ViL (random shifting)': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_global=1,
                                    mode=1), (14, 21)),
     'SMCA-Ripple': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (10, 13)),
