@@ -31,7 +31,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
 .PHONY: install docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
-	gpu-proof-models-smoke kernels bench bench-models bench-deploy demo clean
+	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos demo clean
 
 install:
 	@bash tools/install.sh
@@ -119,6 +119,14 @@ bench: install
 bench-models: install
 	$(PYTHON) tools/analysis_tools/benchmark_models.py --out-dir work_dirs/bench_models \
 		--record-dir docs/records/bench_models $(BENCH_MODELS_ARGS)
+
+# every family's demo beside its stock twin, images per second through tools/analysis_tools/benchmark.py on the CPU
+# (tools/analysis_tools/benchmark_demos.py, about 10 minutes on 2 cores); its record into docs/records/bench_demos/
+# (rendered by the inference page); BENCH_DEMOS_ARGS=--pairs ... runs some
+bench-demos: install
+	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)
+	$(PYTHON) tools/analysis_tools/benchmark_demos.py --out-dir work_dirs/bench_demos \
+		--record-dir docs/records/bench_demos $(BENCH_DEMOS_ARGS)
 
 # every family's demo trained briefly, tested, exported by mmdeploy's tools/deploy.py and tested by its tools/test.py
 # on ONNX Runtime (about 35 minutes on 2 cores), and the deployed latency beside the stock models

@@ -6,7 +6,8 @@ GPU under ``docs/records/gpu/`` (:func:`lab.records.tables`); ``<!-- records: be
 the side-by-side benchmark's tables from the records under ``docs/records/bench/`` (``make bench``),
 ``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
 (``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs;
-``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``).
+``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``);
+``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``).
 Each op, model group or pair comes from the newest record that measured it (a run may measure some:
 ``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
@@ -124,6 +125,22 @@ def bench_deploy_tables(_: Optional[str]) -> str:
     return '\n'.join(lines)
 
 
+def bench_demos_tables(_: Optional[str]) -> str:
+    """The demos beside their stock twins, each pair from the newest record that measured it (a run may
+    measure some: ``--pairs``)."""
+    from lab.bench.demo_fps import PAIRS, table
+    from lab.records import cpu_records, cpu_stamp
+    groups, missing = by_newest_record(cpu_records(RECORDS / 'bench_demos'), list(PAIRS),
+                                       lambda record: record['results']['pairs'])
+    lines = []
+    for record, keys in groups:
+        results = dict(record['results'], pairs={key: record['results']['pairs'][key] for key in keys})
+        lines += [cpu_stamp(record), '', table(results)]
+    if missing:
+        lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
+    return '\n'.join(lines)
+
+
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
     'tests_oldest': lambda _: tests_tables(newest('tests_oldest')) if list((RECORDS / 'tests_oldest').glob('*.json'))
@@ -132,6 +149,7 @@ MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'bench': bench_tables,
     'bench_models': bench_models_tables,
     'bench_deploy': bench_deploy_tables,
+    'bench_demos': bench_demos_tables,
 }
 MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 
