@@ -15,6 +15,7 @@ import torch.nn as nn
 from mmcv.cnn import DepthwiseSeparableConvModule
 from mmdet.models.dense_heads import GFLHead
 from mmdet.structures.bbox import bbox_overlaps
+from mmdet.models.utils import multi_apply
 from mmdet.utils import InstanceList, OptInstanceList, reduce_mean
 from mmengine.model import bias_init_with_prob, normal_init
 from mmengine.structures import InstanceData
@@ -107,12 +108,12 @@ class PicoHead(GFLHead):
         if batch_gt_instances_ignore is None:
             batch_gt_instances_ignore = [None] * num_images
 
-        targets = [self._targets_single(priors, img_logits.detach(), img_boxes.detach(), gt, ignore)
-                   for img_logits, img_boxes, gt, ignore in zip(logits, boxes, batch_gt_instances,
-                                                                 batch_gt_instances_ignore)]
-        cls_targets = torch.cat([t[0] for t in targets])
-        pos_inds = torch.cat([t[1] + i * priors.size(0) for i, t in enumerate(targets)])
-        pos_gt_boxes = torch.cat([t[2] for t in targets])
+        cls_targets, image_pos_inds, image_gt_boxes = multi_apply(
+            self._targets_single, logits.detach(), boxes.detach(), batch_gt_instances, batch_gt_instances_ignore,
+            priors=priors)
+        cls_targets = torch.cat(cls_targets)
+        pos_inds = torch.cat([inds + i * priors.size(0) for i, inds in enumerate(image_pos_inds)])
+        pos_gt_boxes = torch.cat(image_gt_boxes)
 
         logits, bins, boxes = logits.flatten(0, 1), bins.flatten(0, 1), boxes.flatten(0, 1)
         num_pos = reduce_mean(logits.new_tensor(float(pos_inds.numel()))).clamp(min=1.0)
@@ -132,8 +133,8 @@ class PicoHead(GFLHead):
                                  weight=weights.repeat_interleave(4), avg_factor=4.0 * weight_sum)
         return dict(loss_cls=loss_cls, loss_bbox=loss_bbox, loss_dfl=loss_dfl)
 
-    def _targets_single(self, priors: Tensor, logits: Tensor, boxes: Tensor, gt_instances: InstanceData,
-                        gt_instances_ignore: Optional[InstanceData]) -> Tuple[Tensor, Tensor, Tensor]:
+    def _targets_single(self, logits: Tensor, boxes: Tensor, gt_instances: InstanceData,
+                        gt_instances_ignore: Optional[InstanceData], priors: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """One image: VFL targets (IoU of the predicted box with its ground truth at the class),
         positive prior indices and their ground-truth boxes."""
         predictions = InstanceData(priors=priors, scores=logits.sigmoid(), bboxes=boxes)
