@@ -66,9 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench_demos'))
     parser.add_argument('--record-dir', type=Path, help='also write the record here under its name')
     args = parser.parse_args(argv)
-    for name in ('max_iter', 'num_warmup', 'rounds'):
-        if getattr(args, name) < (0 if name == 'num_warmup' else 1):
-            parser.error(f'--{name.replace("_", "-")} must be positive, got {getattr(args, name)}')
+    for name, least in (('max_iter', 1), ('num_warmup', 0), ('rounds', 1)):
+        if getattr(args, name) < least:
+            parser.error(f'--{name.replace("_", "-")} must be at least {least}, got {getattr(args, name)}')
     return args
 
 

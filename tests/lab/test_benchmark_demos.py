@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lab.bench.demo_fps import PAIRS, table
+from lab.bench.demo_fps import PAIRS, parse_args, table
 from mmvisattn.launch import add_config_arguments, load_config
 from mmvisattn.registry import build_from_config
 
@@ -45,3 +45,10 @@ def test_a_pair_is_measured_in_alternating_rounds(workspace, tmp_path):
                                                            for side in ('demo', 'stock') for i in (0, 1)]
     assert f'| ViL (`retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py`) | {row["demo_fps"]:.2f} | RetinaNet R-18 |' \
         in table(record['results'])
+
+
+@pytest.mark.parametrize('option, value, least', [('--max-iter', 0, 1), ('--num-warmup', -1, 0), ('--rounds', 0, 1)])
+def test_counts_below_their_least_are_one_line(capsys, option, value, least):
+    with pytest.raises(SystemExit):
+        parse_args([option, str(value)])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f'{option} must be at least {least}, got {value}')
