@@ -121,7 +121,7 @@ bench-models: install
 		--record-dir docs/records/bench_models $(BENCH_MODELS_ARGS)
 
 # every family's demo beside its stock twin, images per second through tools/analysis_tools/benchmark.py on the CPU
-# (tools/analysis_tools/benchmark_demos.py, about 10 minutes on 2 cores); its record into docs/records/bench_demos/
+# (tools/analysis_tools/benchmark_demos.py, about 4 minutes on 2 cores); its record into docs/records/bench_demos/
 # (rendered by the inference page); BENCH_DEMOS_ARGS=--pairs ... runs some
 bench-demos: install
 	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)

@@ -26,14 +26,14 @@ Writes ``results.json`` (after every case) and the run's record (``record_bench_
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from lab.bench.processes import run_logged
 
 
 class Checkout(NamedTuple):
@@ -112,22 +112,6 @@ LATENCY_PAIRS: Dict[str, LatencyPair] = {
         'mmseg::segformer/segformer_mit-b0_8xb1-160k_cityscapes-1024x1024.py',
         'segmentation_onnxruntime_static.py', (1024, 1024), 13),
 }
-
-
-def one_line(text: str) -> str:
-    """The last line of a failed tool's output that says what failed."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if 'Error' in line or 'error:' in line]
-    return (errors or lines or ['no output'])[-1][:400]
-
-
-def run(command: Sequence, log: Path) -> None:
-    """``command`` in a child process, its output into ``log``; a failure raises its one line."""
-    done = subprocess.run([str(part) for part in command], capture_output=True, text=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        raise RuntimeError(f'{Path(str(command[1])).name}: {one_line(done.stdout + done.stderr)}')
 
 
 # what mmdet's CocoMetric logs, returning no metric at all, when no detection of a run passed the score threshold
@@ -224,13 +208,13 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
         checkpoint, image = folder / 'random.pth', random_image(folder / 'input.png', 128)
         random_checkpoint(deploy_cfg, config, checkpoint)
     started = time.perf_counter()
-    run([sys.executable, checkout.mmdeploy / 'tools/deploy.py', deploy_cfg, config, checkpoint, image, '--work-dir',
-         folder / 'deploy', '--device', 'cpu'], folder / 'deploy.log')
+    run_logged([sys.executable, checkout.mmdeploy / 'tools/deploy.py', deploy_cfg, config, checkpoint, image,
+                '--work-dir', folder / 'deploy', '--device', 'cpu'], folder / 'deploy.log')
     row.update(deploy_s=round(time.perf_counter() - started, 1))
     onnx_file = folder / 'deploy' / 'end2end.onnx'
     if case.metric:
-        run([sys.executable, checkout.mmdeploy / 'tools/test.py', deploy_cfg, config, '--model', onnx_file, '--device',
-             'cpu', '--work-dir', folder / 'mmdeploy_test'], folder / 'mmdeploy_test.log')
+        run_logged([sys.executable, checkout.mmdeploy / 'tools/test.py', deploy_cfg, config, '--model', onnx_file,
+                    '--device', 'cpu', '--work-dir', folder / 'mmdeploy_test'], folder / 'mmdeploy_test.log')
         record_metric(row, 'onnxruntime', metric_of(folder / 'mmdeploy_test', case.metric))
     row.update(parity=parity(str(deploy_cfg), str(config), str(checkpoint), str(onnx_file), str(image)))
     return row
@@ -238,12 +222,13 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
 
 def trained_checkpoint(config: Path, folder: Path, iters: int, tools: Path) -> str:
     """``config`` trained ``iters`` iterations and tested through the project's tools; the checkpoint."""
-    run([sys.executable, tools / 'train.py', config, '--work-dir', folder / 'train', '--cfg-options',
-         f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-         f'default_hooks.checkpoint.interval={iters}'],
-        folder / 'train.log')
+    run_logged([sys.executable, tools / 'train.py', config, '--work-dir', folder / 'train', '--cfg-options',
+                f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+                f'default_hooks.checkpoint.interval={iters}'],
+               folder / 'train.log')
     checkpoint = (folder / 'train' / 'last_checkpoint').read_text().strip()
-    run([sys.executable, tools / 'test.py', config, checkpoint, '--work-dir', folder / 'test'], folder / 'test.log')
+    run_logged([sys.executable, tools / 'test.py', config, checkpoint, '--work-dir', folder / 'test'],
+               folder / 'test.log')
     return checkpoint
 
 

@@ -9,16 +9,18 @@ Run where ``data/shapes`` is (``tools/misc/make_demo_data.py`` writes it). The t
 demo's attention or backbone replaces, with the demo's heads and recipe: the stock demos of ``configs/demo``
 where they are one, else the demo config with its backbone (or attention) swapped back by ``--cfg-options``.
 Per pair the two run in rounds whose order alternates (the demo first, then last), and each side's figure is
-the median of its rounds. Writes ``results.json`` (after every pair) and the run's record
+the median of its rounds. Each run's output stays in ``--out-dir/PAIR/SIDE_ROUND/benchmark.log``. Writes
+``results.json`` (after every pair) and the run's record
 (``record_bench_demos.json``) into ``--out-dir``, and the record under its name into ``--record-dir`` where
 given; the docs render its table (``docs/user_guides/inference.md``)."""
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+from lab.bench.processes import run_logged
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / 'tools' / 'analysis_tools' / 'benchmark.py'
@@ -73,16 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def images_per_second(config: str, options: Sequence[str], work_dir: Path, args: argparse.Namespace) -> float:
-    """One run of ``benchmark.py`` in a child process; a failure raises its last line."""
-    command = [sys.executable, str(TOOL), str(REPO / 'configs' / config), '--device', 'cpu',
-               '--max-iter', str(args.max_iter), '--num-warmup', str(args.num_warmup),
-               '--log-interval', str(args.max_iter), '--work-dir', str(work_dir)]
+    """One run of ``benchmark.py`` in a child process, its output in ``work_dir/benchmark.log``; a failure
+    raises its one line after the config and options."""
+    command = [sys.executable, TOOL, REPO / 'configs' / config, '--device', 'cpu', '--max-iter', args.max_iter,
+               '--num-warmup', args.num_warmup, '--log-interval', args.max_iter, '--work-dir', work_dir]
     if options:
         command += ['--cfg-new-keys', '--cfg-options', *options]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        lines = (done.stdout + done.stderr).strip().splitlines() or ['no output']
-        raise RuntimeError(f'{config} {" ".join(options)}: {lines[-1]}')
+    run_logged(command, work_dir / 'benchmark.log', label=' '.join([config, *options]))
     return json.loads((work_dir / 'benchmark.json').read_text())['fps']
 
 

@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import DepthwiseSeparableConvModule
 from mmdet.models.dense_heads import GFLHead
-from mmdet.structures.bbox import bbox_overlaps
 from mmdet.models.utils import multi_apply
+from mmdet.structures.bbox import bbox_overlaps
 from mmdet.utils import InstanceList, OptInstanceList, reduce_mean
 from mmengine.model import bias_init_with_prob, normal_init
 from mmengine.structures import InstanceData
