@@ -1,8 +1,8 @@
-"""Any backbone of the project in any stock config: ten mmdet 3.3 detector families and six mmseg 1.2 decode
-heads, read from the installed packages' ``.mim/configs`` with only the backbone swapped (a small model of
-each, ``test_contract.CASES``) and the neck's or heads' ``in_channels`` taken from its ``out_channels``, take a
-training step in which every backbone parameter gets a gradient (the heads' parameters as with the stock
-backbone, the control), then predict, on 128 x 128 images.
+"""Any backbone of the project in any stock config: ten mmdet 3.3 detector families and six mmseg 1.2 decode heads,
+read from the installed packages' ``.mim/configs`` with only the backbone swapped (a small model of each,
+``test_contract.CASES``) and the neck's or heads' ``in_channels`` taken from its ``out_channels``, take a
+training step with a finite loss in which every backbone parameter gets a gradient (the heads' parameters as with
+the stock backbone, the control), then predict, on 128 x 128 images.
 
 The swap is the plug-in guide's rule (docs/user_guides/plug_in.md): a backbone with at least as many stages of
 distinct strides as the stock backbone returns gives its last stages to the config's neck; a single-scale one
@@ -50,10 +50,12 @@ STOCK = 'stock backbone'
 
 
 def stock_config(config: str) -> Config:
-    """The stock config, its weights and its random resizing of batches (YOLOX's, to 480-800) left out."""
+    """The stock config, its weights (the backbone's ``init_cfg``; mmseg's segmentors hand ``model.pretrained``
+    to the backbone) and its random resizing of batches (YOLOX's, to 480-800) left out."""
     scope, path = CONFIGS[config]
     cfg = Config.fromfile(Path(importlib.import_module(scope).__file__).parent / '.mim/configs' / path)
     cfg.model.backbone.pop('init_cfg', None)
+    cfg.model.pop('pretrained', None)
     cfg.model.data_preprocessor.pop('batch_augments', None)
     if scope == 'mmseg':
         cfg.model.data_preprocessor.size = (SIZE, SIZE)  # the segmentation configs' crop
@@ -61,9 +63,13 @@ def stock_config(config: str) -> Config:
 
 
 def build(cfg: Config) -> torch.nn.Module:
+    """The model as mmengine's Runner builds it: ``init_weights`` fills what the constructors leave
+    uninitialised (DINO's ``level_embed`` is ``torch.Tensor(levels, dims)``, NaN or 1e38 at random)."""
     init_default_scope(cfg.default_scope)
     torch.manual_seed(0)
-    return models_of_scope(cfg.default_scope).build(cfg.model)
+    model = models_of_scope(cfg.default_scope).build(cfg.model)
+    model.init_weights()
+    return model
 
 
 def feature_strides(backbone: torch.nn.Module) -> List[int]:
@@ -88,7 +94,6 @@ def swap_backbone(cfg: Config, name: str, strides: List[int]) -> None:
         pyramid = [dict(type='mmseg.MultiLevelNeck', in_channels=[probe.out_channels[-1]], out_channels=256,
                         scales=[last / stride for stride in strides])]
     cfg.model.backbone = dict(type=name, **options, out_indices=out_indices)
-    cfg.model.pop('pretrained', None)  # mmseg's segmentors hand it to the backbone (the stock one's URL)
     neck = cfg.model.get('neck')
     if neck is not None:
         neck.in_channels = channels
@@ -126,7 +131,9 @@ def step_then_predict(model: torch.nn.Module, config: str) -> Dict[str, List[str
     packed = inputs(config)
     model.train()
     losses = model(**model.data_preprocessor(packed, True), mode='loss')
-    model.parse_losses(losses)[0].backward()
+    loss = model.parse_losses(losses)[0]
+    assert torch.isfinite(loss), f'{config}: loss {loss.item()}'
+    loss.backward()
     unused: Dict[str, List[str]] = {}
     for name, param in model.named_parameters():
         if param.requires_grad and param.grad is None:
