@@ -76,12 +76,28 @@ def attention_accepts(cfg: dict, name: str) -> bool:
     return name in inspect.signature(attention_class(cfg)).parameters
 
 
-def build_attention(cfg: dict, optional: Optional[dict] = None, **defaults) -> nn.Module:
-    """Build an attention from ``cfg``; ``defaults`` (e.g. a stage's width) fill keys it leaves out,
-    and so do the ``optional`` ones (a stage's window, reduction ratio...) where the class takes
-    them, so a backbone can offer its per-stage settings to any attention without knowing its type.
-    """
+def build_attention(cfg: dict, optional: Optional[dict] = None, *, owner: str = 'build_attention',
+                    num_extra_tokens: Optional[int] = None, **defaults) -> nn.Module:
+    """Build an attention from ``cfg`` for tokens with ``num_extra_tokens`` in front of the map (the
+    extra-token contract of :mod:`mmvisattn.models.attentions.base`); ``defaults`` (e.g. a stage's width)
+    fill keys it leaves out, and so do the ``optional`` ones (a stage's window, reduction ratio...) where
+    the class takes them, so a backbone can offer its per-stage settings to any attention without knowing
+    its type. A backbone passes its count, and a ``cfg`` that sets another, or a class that takes none
+    where there are some, is refused in one line naming ``owner``; left ``None`` (an attention built on
+    its own), the count is the ``cfg``'s."""
     attn_class = attention_class(cfg)
+    attn_type = cfg['type']
+    if num_extra_tokens is None:
+        num_extra_tokens = cfg.get('num_extra_tokens', 0)
+    if cfg.get('num_extra_tokens', num_extra_tokens) != num_extra_tokens:
+        raise ValueError(f'{owner}: attn_cfg sets num_extra_tokens={cfg["num_extra_tokens"]!r} for {attn_type}, '
+                         f'but its tokens have {num_extra_tokens} in front of the map; leave num_extra_tokens out '
+                         f'(the backbone passes it)')
+    if attention_accepts(cfg, 'num_extra_tokens'):
+        defaults['num_extra_tokens'] = num_extra_tokens
+    elif num_extra_tokens:
+        raise ValueError(f'{owner}: {attn_type} takes no num_extra_tokens, but its tokens have {num_extra_tokens} '
+                         'in front of the map; expected an attention whose constructor takes num_extra_tokens')
     offered = {key: value for key, value in (optional or {}).items() if attention_accepts(cfg, key)}
     args = {**defaults, **offered, **cfg}
     args.pop('type')

@@ -47,10 +47,12 @@ def test_custom_imports_registers_attentions(tmp_path):
 def test_optional_settings_reach_only_attentions_that_take_them():
     """A backbone offers its stage settings to any attention without knowing its type."""
     from mmvisattn.registry import attention_accepts, build_attention
-    stage = dict(window=3, num_global=0)
-    softmax = build_attention(dict(type='SoftmaxAttention'), stage, embed_dims=8, num_heads=2)
-    assert not attention_accepts(dict(type='SoftmaxAttention'), 'window') and softmax.num_extra_tokens == 0
+    stage = dict(window=3, sr_ratio=2)
+    softmax = build_attention(dict(type='SoftmaxAttention'), stage, num_extra_tokens=1, embed_dims=8, num_heads=2)
+    assert not attention_accepts(dict(type='SoftmaxAttention'), 'window') and softmax.num_extra_tokens == 1
     longformer = build_attention(dict(type='LongformerAttention'), stage, embed_dims=8, num_heads=2)
     assert (longformer.window, longformer.num_extra_tokens) == (3, 0)
+    reduced = build_attention(dict(type='SpatialReductionAttention'), stage, embed_dims=8, num_heads=2)
+    assert reduced.sr_ratio == 2
     own = build_attention(dict(type='LongformerAttention', window=5), stage, embed_dims=8, num_heads=2)
     assert own.window == 5  # the config wins over the offer

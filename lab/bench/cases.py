@@ -25,8 +25,8 @@ class OpCase:
 
 OP_CASES = (
     OpCase('vil', 'ViL (w 7, one global token)',
-           {'ViL': 'LongformerAttention:window=7,num_global=1',
-            'ViL, official settings': 'LongformerAttention:window=7,num_global=1,share_global_weights=False,'
+           {'ViL': 'LongformerAttention:window=7,num_extra_tokens=1',
+            'ViL, official settings': 'LongformerAttention:window=7,num_extra_tokens=1,share_global_weights=False,'
                                       'qkv_bias=False'},
            {'SDPA': SDPA, 'official': 'official:vil'}, (28, 56, 112), memory_peers=('SDPA', 'official')),
     OpCase('ripple', 'Ripple (R 4 and 8)',

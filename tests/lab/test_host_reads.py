@@ -18,7 +18,7 @@ from mmvisattn.registry import ATTENTIONS, build_attention
 
 # the attention of each shipped model at the size of its layers for the model's training input
 SHIPPED = {
-    'LongformerAttention': (dict(embed_dims=384, num_heads=6, window=7, num_global=1, mode=1), (50, 84)),  # ViL-S
+    'LongformerAttention': (dict(embed_dims=384, num_heads=6, window=7, num_extra_tokens=1, mode=1), (50, 84)),  # ViL-S
     # stage 3 at 800x1344, random shifting
     'PeripheralAttention': (dict(embed_dims=224, num_heads=4), (50, 84)),  # PerViT-T stage 3 at 800x1344
     'RippleAttention': (dict(embed_dims=256, num_heads=8), (25, 42)),  # SMCA-Ripple encoder at 800x1344

@@ -22,11 +22,11 @@ LAUNCH_BUDGET = 300
 
 # the layer of each shipped model at the size of its training input (800x1344, 512x512, 1024x1024)
 SHIPPED = {
-    'ViL-S stage 1': (dict(type='LongformerAttention', embed_dims=96, num_heads=3), (200, 336)),
-    'ViL-S stage 2': (dict(type='LongformerAttention', embed_dims=192, num_heads=3), (100, 168)),
-    'ViL-S stage 3': (dict(type='LongformerAttention', embed_dims=384, num_heads=6), (50, 84)),
-    'ViL-S stage 3, random shifting': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, mode=1),
-                                       (50, 84)),
+    'ViL-S stage 1': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, num_extra_tokens=1), (200, 336)),
+    'ViL-S stage 2': (dict(type='LongformerAttention', embed_dims=192, num_heads=3, num_extra_tokens=1), (100, 168)),
+    'ViL-S stage 3': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, num_extra_tokens=1), (50, 84)),
+    'ViL-S stage 3, random shifting': (dict(type='LongformerAttention', embed_dims=384, num_heads=6, num_extra_tokens=1,
+                                            mode=1), (50, 84)),
     'SMCA-Ripple encoder': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (25, 42)),
     'Castling ViT-B, both branches': (dict(type='LinearAngularAttention', embed_dims=768, num_heads=12), (32, 32)),
     'PerViT-T stage 3': (dict(type='PeripheralAttention', embed_dims=224, num_heads=4), (50, 84)),

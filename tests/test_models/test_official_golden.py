@@ -61,7 +61,7 @@ OFFICIAL_MASKING = {0: 'chunk', 1: 'exact', -1: 'cyclic'}
 
 def vil_attention(fixture: dict) -> LongformerAttention:
     kwargs = fixture['official_kwargs']
-    attn = LongformerAttention(kwargs['dim'], kwargs['num_heads'], window=kwargs['w'], num_global=kwargs['nglo'],
+    attn = LongformerAttention(kwargs['dim'], kwargs['num_heads'], window=kwargs['w'], num_extra_tokens=kwargs['nglo'],
                                masking=OFFICIAL_MASKING[kwargs['exact']], rel_pos=kwargs['rpe'],
                                share_global_weights=kwargs['sharew'], qkv_bias=kwargs['qkv_bias'],
                                impl='torch').double()

@@ -2,8 +2,13 @@
 
 Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)`` and the grid
 ``hw_shape = (H, W)`` of the spatial tokens, and returns a tensor of the same shape. Extra tokens
-(global tokens, a class token) come first. Because the interface is shared, any attention can be
-swapped into any backbone of the project through ``attn_cfg=dict(type=...)``.
+(global tokens, a class token) come first.
+
+The extra-token contract: a backbone passes every attention it builds ``num_extra_tokens``, the count of
+extra tokens it puts in front of the map (:func:`mmvisattn.registry.build_attention`), and offers its
+per-stage settings (a window, a reduction ratio...), which an attention takes where its constructor has
+the argument. An attention states in ``extra_tokens`` how it treats them. So any attention of
+``ATTENTIONS`` goes into any backbone of the project through ``attn_cfg=dict(type=...)``.
 """
 from typing import Optional, Sequence, Tuple
 
@@ -20,17 +25,20 @@ class BaseAttention(BaseModule):
     """Base class of every attention in ``ATTENTIONS``.
 
     Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` in the tokens, after
-    ``switch_to_deploy()``) and may set ``num_extra_tokens``. A module whose op has several backends takes
+    ``switch_to_deploy()``) and ``extra_tokens``, one sentence on what the extra tokens attend to and what
+    attends to them (the attentions page of the docs lists it). A module whose op has several backends takes
     ``impl=`` and lists the values in ``impls``. A module that cannot drop attention weights says why in
     ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop`` when built (:meth:`check_attn_drop`).
 
     Args:
         embed_dims: Channels ``C`` of the tokens.
         num_heads: Number of attention heads; must divide ``embed_dims``.
+        num_extra_tokens: Tokens in front of the ``H * W`` map (the backbone's global or class tokens).
         init_cfg: mmengine initialisation config.
     """
 
     complexity: str = ''
+    extra_tokens: str = ''
     impls: Tuple[str, ...] = ()
     attn_drop_unsupported: str = ''
 
@@ -51,15 +59,19 @@ class BaseAttention(BaseModule):
                              f'{self.attn_drop_unsupported} (use proj_drop)')
         return attn_drop
 
-    def __init__(self, embed_dims: int, num_heads: int, init_cfg: Optional[dict] = None) -> None:
+    def __init__(self, embed_dims: int, num_heads: int, num_extra_tokens: int = 0,
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if embed_dims <= 0 or num_heads <= 0 or embed_dims % num_heads:
             raise ValueError(f'{type(self).__name__}: embed_dims={embed_dims} must be a positive multiple '
                              f'of num_heads={num_heads}')
+        if isinstance(num_extra_tokens, bool) or not isinstance(num_extra_tokens, int) or num_extra_tokens < 0:
+            raise ValueError(f'{type(self).__name__}: num_extra_tokens={num_extra_tokens!r}; expected an '
+                             'integer >= 0')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
-        self.num_extra_tokens = 0
+        self.num_extra_tokens = num_extra_tokens
 
     def check_tokens(self, x: Tensor, hw_shape: Sequence[int]) -> Tuple[int, int]:
         """Validate ``x`` against ``hw_shape``; returns ``(H, W)``."""
@@ -95,12 +107,13 @@ class QKVAttention(BaseAttention):
         qkv_bias: Whether the ``qkv`` projection has a bias.
         attn_drop: Dropout on the attention weights; must be 0 where ``attn_drop_unsupported`` says why.
         proj_drop: Dropout after the output projection.
+        num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
     """
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+                 proj_drop: float = 0.0, num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         self.qkv = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)
         self.attn_drop = self.check_attn_drop(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)

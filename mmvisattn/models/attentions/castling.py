@@ -26,6 +26,7 @@ from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
 CONV_KINDS = ('tokens', 'spatial')
+DEFAULT_KERNEL_SIZES = dict(tokens=9, spatial=3)
 NORMALISATIONS = ('kernel', 'token')
 
 
@@ -42,7 +43,7 @@ class LinearAngularAttention(QKVAttention):
         proj_drop: Dropout after ``proj``.
         conv: The depthwise convolution on V: ``'tokens'`` (the official ``(kernel_size, 1)`` one along the
             token axis, a channel per head) or ``'spatial'`` (``kernel_size x kernel_size`` over the map).
-        kernel_size: Its size (official: 9 along tokens; 3 is usual spatially).
+        kernel_size: Its size; by default 9 along the tokens (official) and 3 over the map.
         normalisation: ``'kernel'`` divides by the kernel's row sums (a weighted average of the values);
             ``'token'`` follows the official code: ``0.5 v + (1/pi) q^ (k^T v)``, each output token
             L2-normalised, then the convolution added.
@@ -50,6 +51,7 @@ class LinearAngularAttention(QKVAttention):
         mask_threshold: Softmax weights at or below this are masked out of the auxiliary branch (official 0.02).
         impl: Backend of the linear-angular op, one of :data:`mmvisattn.ops.linear_angular.IMPLS`.
         aux_impl: Backend of the auxiliary branch, one of :data:`mmvisattn.ops.masked_softmax.IMPLS`.
+        num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
 
     Mixed precision: the attention terms in float32 whatever the inputs' dtype, the convolution in theirs.
@@ -57,18 +59,24 @@ class LinearAngularAttention(QKVAttention):
 
     complexity = 'linear'
     impls = IMPLS
+    extra_tokens = ('tokens like any other in both attention terms (every token attends to all and is attended '
+                    "by all); ``conv='tokens'`` runs over them as over the map (the official class token), "
+                    "``conv='spatial'`` gives them no convolution")
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: int = 9, normalisation: str = 'kernel',
-                 aux_branch: bool = True, mask_threshold: float = 0.02, impl: str = 'auto', aux_impl: str = 'auto',
+                 proj_drop: float = 0.0, conv: str = 'tokens', kernel_size: Optional[int] = None,
+                 normalisation: str = 'kernel', aux_branch: bool = True, mask_threshold: float = 0.02,
+                 impl: str = 'auto', aux_impl: str = 'auto', num_extra_tokens: int = 0,
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         init_cfg=init_cfg)
+                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if conv not in CONV_KINDS:
             raise ValueError(f'LinearAngularAttention: conv={conv!r}; expected one of {CONV_KINDS}')
         if normalisation not in NORMALISATIONS:
             raise ValueError(f'LinearAngularAttention: normalisation={normalisation!r}; expected one of '
                              f'{NORMALISATIONS}')
+        if kernel_size is None:
+            kernel_size = DEFAULT_KERNEL_SIZES[conv]
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
         self.impl = self.check_impl(impl)

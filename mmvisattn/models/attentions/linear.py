@@ -15,6 +15,7 @@ class LinearAttention(QKVAttention):
     Args: see :class:`QKVAttention`."""
 
     complexity = 'linear'
+    extra_tokens = 'tokens like any other: every token attends to all and is attended by all'
     attn_drop_unsupported = 'the linearized form never forms attention weights'
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:

@@ -28,7 +28,7 @@ class LongformerAttention(BaseAttention):
         embed_dims: Channels ``C``.
         num_heads: Heads.
         window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: ``15 = 2*7+1``).
-        num_global: Global tokens ``G`` in front of the map (``num_extra_tokens``).
+        num_extra_tokens: Global tokens ``G`` in front of the map (a backbone's global or class tokens).
         masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'`` (App. C).
         mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D: each training step
             draws a neighbour, evaluation uses all eight; ``ViLRandomShiftHook`` switches it to 0 late).
@@ -43,26 +43,25 @@ class LongformerAttention(BaseAttention):
 
     complexity = 'linear'
     impls = IMPLS
+    extra_tokens = ('its global tokens: they attend to every token, and every token attends to them besides its '
+                    'window')
     attn_drop_unsupported = 'the sliding-chunk op never holds the attention weights'
 
-    def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_global: int = 1, masking: str = 'chunk',
-                 mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0, impl: str = 'auto',
+    def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_extra_tokens: int = 0,
+                 masking: str = 'chunk', mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True,
+                 qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0, impl: str = 'auto',
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         self.check_attn_drop(attn_drop)
         self.window = check_window(window, type(self).__name__)
         check_masking(masking, 'LongformerAttention')
-        if isinstance(num_global, bool) or not isinstance(num_global, int) or num_global < 0:
-            raise ValueError(f'LongformerAttention: num_global={num_global!r}; expected an integer >= 0')
-        self.num_extra_tokens = num_global
         self.masking = masking
         self.mode = mode
         self.impl = self.check_impl(impl)
         self.query = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
-        self.share_global_weights = share_global_weights or num_global == 0
+        self.share_global_weights = share_global_weights or num_extra_tokens == 0
         if not self.share_global_weights:
             self.query_global = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
             self.kv_global = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
@@ -73,9 +72,10 @@ class LongformerAttention(BaseAttention):
             side = 4 * self.window - 1
             self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side, num_heads))
             init_embedding(self.local_relative_position_bias_table)
-            if num_global:
-                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads, num_global))
-                self.g2g_relative_position_bias = nn.Parameter(torch.zeros(num_heads, num_global, num_global))
+            if num_extra_tokens:
+                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads, num_extra_tokens))
+                self.g2g_relative_position_bias = nn.Parameter(
+                    torch.zeros(num_heads, num_extra_tokens, num_extra_tokens))
                 init_embedding(self.g2l_relative_position_bias)
                 init_embedding(self.g2g_relative_position_bias)
 

@@ -55,7 +55,7 @@ class PeripheralAttention(QKVAttention):
     ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted ``D_r`` ways
     (Eq. 6-8), the longer side spanning ``[-1, 1]``; recomputed at every training forward and cached per
     resolution, device and dtype in eval mode (and with ``freeze_position``). The ops are
-    :mod:`mmvisattn.ops.peripheral`. Takes no extra tokens.
+    :mod:`mmvisattn.ops.peripheral`. Extra tokens are at no distance: ``Phi_p = 1`` for every pair with one.
 
     Args:
         embed_dims: Channels ``C``.
@@ -75,11 +75,14 @@ class PeripheralAttention(QKVAttention):
         impl: Backend of the mixing, one of :data:`mmvisattn.ops.peripheral.IMPLS`.
         position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_OP`'s.
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).
+        num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'quadratic'
     impls = IMPLS
+    extra_tokens = ('at no distance (position attention 1 for every pair with one): they attend to every token '
+                    'and are attended by all, by content alone')
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
@@ -87,9 +90,9 @@ class PeripheralAttention(QKVAttention):
                  kernel_size: int = 3, hidden_dims: Optional[int] = None,
                  norm_init: Tuple[float, float] = (0.0, 1.0), distance_proj: Optional[nn.Linear] = None,
                  freeze_position: bool = False, impl: str = 'auto', position_impl: str = 'auto',
-                 max_cached: int = 4, init_cfg: Optional[dict] = None) -> None:
+                 max_cached: int = 4, num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         init_cfg=init_cfg)
+                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
         POSITION_OP.check_impl(position_impl, type(self).__name__, 'position_impl')
@@ -155,7 +158,10 @@ class PeripheralAttention(QKVAttention):
         return self.log_position_attention(hw_shape).exp()
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        return peripheral_attention(q, k, v, self.log_position_attention(hw_shape), self.scale, self.impl)
+        log_phi_p = self.log_position_attention(hw_shape)
+        if self.num_extra_tokens:  # log 1 for the rows and columns of the extra tokens
+            log_phi_p = F.pad(log_phi_p, (self.num_extra_tokens, 0, self.num_extra_tokens, 0))
+        return peripheral_attention(q, k, v, log_phi_p, self.scale, self.impl)
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
@@ -163,7 +169,7 @@ class PeripheralAttention(QKVAttention):
         for the first image of ``x``, each ``(heads, H, W)``."""
         height, width = self.check_tokens(x, hw_shape)
         row = query[0] * width + query[1]
-        q, k, _ = self.qkv(x[:1]).chunk(3, dim=-1)
+        q, k, _ = self.qkv(x[:1, self.num_extra_tokens:]).chunk(3, dim=-1)
         log_phi_p = self.log_position_attention((height, width))
         mixed = mixed_attention_weights(self.split_heads(q[:, row:row + 1]), self.split_heads(k),
                                         log_phi_p[:, row:row + 1], self.scale)

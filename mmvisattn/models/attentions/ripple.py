@@ -54,16 +54,18 @@ class RippleLinearAttention(QKVAttention):
             ``attn_drop`` must be 0: no attention weights are formed to drop.
         num_features: Rows of ``W1`` (default ``head_dims``).
         eps: Added to the normaliser.
+        num_extra_tokens: Tokens in front of the map.
     """
 
     complexity = 'linear'
+    extra_tokens = 'tokens like any other: every token attends to all and is attended by all'
     attn_drop_unsupported = 'the linearized form never forms attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
                  proj_drop: float = 0.0, num_features: Optional[int] = None, eps: float = 1e-6,
-                 init_cfg: Optional[dict] = None) -> None:
+                 num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         init_cfg=init_cfg)
+                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         num_features = self.head_dims if num_features is None else num_features
         if num_features < 1:
             raise ValueError(f'{type(self).__name__}: num_features={num_features}; expected a positive integer')
@@ -86,23 +88,28 @@ class RippleAttention(RippleLinearAttention):
     """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value vector is
     projected (``stick_proj``, shared by the heads) and dotted with ``R_max`` embeddings of its head
     (``stick_embeds``), giving per-head, per-query logits and hence per-head spatial weights (C.5).
-    All tokens must lie on the ``hw_shape`` grid (no class token; DeiT-Ripple mean-pools).
+    Extra tokens have no place on the grid: they attend to every token by the linearized attention
+    (Eq. 2, no spatial weight), and every spatial token attends to them as to a key of spatial weight 1
+    (the most a grid token has), under one normaliser with its ripple attention over the grid.
 
     Args:
-        embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, num_features, eps, init_cfg: see
-            :class:`RippleLinearAttention`.
+        embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, num_features, eps, num_extra_tokens, init_cfg:
+            see :class:`RippleLinearAttention`.
         r_max: Groups ``0 .. r_max - 1`` get their own weight, farther ones are merged (C.2).
         tau: Threshold of the stick left over, in (0, 1) (§3.2; C.2 uses 0.001).
         impl: Operator implementation, one of :data:`mmvisattn.ops.ripple.IMPLS`.
     """
 
     impls = IMPLS
+    extra_tokens = ('attend to every token by the linearized attention (no spatial weight); spatial tokens '
+                    'attend to them as to keys of spatial weight 1, beside their ripple attention over the grid')
 
     def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3, qkv_bias: bool = True,
                  attn_drop: float = 0.0, proj_drop: float = 0.0, num_features: Optional[int] = None,
-                 eps: float = 1e-6, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
+                 eps: float = 1e-6, impl: str = 'auto', num_extra_tokens: int = 0,
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         num_features=num_features, eps=eps, init_cfg=init_cfg)
+                         num_features=num_features, eps=eps, num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(r_max, int) or r_max < 1:
             raise ValueError(f'RippleAttention: r_max={r_max!r}; expected an integer >= 1')
         check_tau(tau, 'RippleAttention')
@@ -128,8 +135,27 @@ class RippleAttention(RippleLinearAttention):
         return logits.view(batch, tokens, heads, -1).transpose(1, 2)
 
     def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        return ripple_attention(features_q, features_k, v, self.stick_logits(v), hw_shape, self.tau, self.impl,
-                                self.eps)
+        extra = self.num_extra_tokens
+        if not extra:
+            return ripple_attention(features_q, features_k, v, self.stick_logits(v), hw_shape, self.tau, self.impl,
+                                    self.eps)
+        extra_rows = linearized_attention(features_q[..., :extra, :], features_k, v, self.eps)
+        return torch.cat([extra_rows, self.spatial_rows(features_q[..., extra:, :], features_k, v, hw_shape)], dim=-2)
+
+    def spatial_rows(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+        """Spatial queries ``q`` over the grid (ripple) and the extra tokens (weight 1), one normaliser:
+        ``(num_i + n_i) / (den_i + d_i)`` with ``n_i, d_i`` the extra keys' sums. The op gives it unchanged:
+        run on ``q_i / d_i`` with ``eps = 1`` it returns ``num_i / (den_i + d_i)``, and on a column of ones
+        beside the values ``den_i / (den_i + d_i)``, the grid's share of the normaliser."""
+        extra = self.num_extra_tokens
+        k_extra, v_extra, k_grid, v_grid = k[..., :extra, :], v[..., :extra, :], k[..., extra:, :], v[..., extra:, :]
+        extra_den = q @ k_extra.sum(dim=-2).unsqueeze(-1) + self.eps
+        extra_mean = q @ (k_extra.transpose(-1, -2) @ v_extra) / extra_den
+        values = torch.cat([v_grid, torch.ones_like(v_grid[..., :1])], dim=-1)
+        out = ripple_attention(q / extra_den, k_grid, values, self.stick_logits(v_grid), hw_shape, self.tau,
+                               self.impl, eps=1.0)
+        grid_rows, grid_share = out[..., :-1], out[..., -1:]
+        return grid_rows + (1 - grid_share) * extra_mean
 
     def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
         """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the spatial
@@ -137,7 +163,7 @@ class RippleAttention(RippleLinearAttention):
         ``(heads, H, W)``: rings of equal weight around the query, the merged groups beyond ``r_hat``
         sharing one value. The content term multiplies these per key."""
         height, width = self.check_tokens(x, hw_shape)
-        v = self.split_heads(self.qkv(x[:1]).chunk(3, dim=-1)[2])
+        v = self.split_heads(self.qkv(x[:1, self.num_extra_tokens:]).chunk(3, dim=-1)[2])
         index = query[0] * width + query[1]
         weights = group_weights(self.stick_logits(v), (height, width), self.tau)[0, :, index]
         rings = weights[:, chebyshev_distances((height, width), x.device)[index]]

@@ -42,17 +42,21 @@ class RWGKAttention(BaseAttention):
         attn_drop: Must be 0 (SegFormer's interface): the mechanism forms no ``N x N`` weights.
         proj_drop: Dropout after ``proj``.
         impl: Backend of the op, one of :data:`mmvisattn.ops.rwgk.IMPLS`.
+        num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'linear'
+    extra_tokens = ('queries and keys like any other (``pooled`` anchors average the map alone): every token '
+                    'attends to all through the anchors and is attended by all')
     impls = IMPLS
     attn_drop_unsupported = 'no N x N attention weights are formed'
 
     def __init__(self, embed_dims: int, num_heads: int, num_anchors: int = 64, lam: float = 0.5,
                  anchor_mode: str = 'learnable', qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+                 proj_drop: float = 0.0, impl: str = 'auto', num_extra_tokens: int = 0,
+                 init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(num_anchors, int) or num_anchors <= 0:
             raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive integer')
         if anchor_mode not in ANCHOR_MODES:

@@ -15,10 +15,11 @@ class SoftmaxAttention(QKVAttention):
     which picks a fused kernel (flash / memory-efficient on CUDA, a blocked one on CPU), so the
     ``N x N`` score matrix is not necessarily materialised.
 
-    Extra tokens are treated like any other token. Args: see :class:`QKVAttention`.
+    Args: see :class:`QKVAttention`.
     """
 
     complexity = 'quadratic'
+    extra_tokens = 'tokens like any other: every token attends to all and is attended by all'
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.0)

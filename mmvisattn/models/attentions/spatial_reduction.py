@@ -28,15 +28,18 @@ class SpatialReductionAttention(BaseAttention):
         attn_drop: Dropout on the attention weights.
         proj_drop: Dropout after the output projection.
         norm_eps: Epsilon of the LayerNorm after the reduction (SegFormer and mmseg's MiT: 1e-6).
+        num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
     """
 
     complexity = 'quadratic'
+    extra_tokens = ('queries like any other, and keys and values beside the reduced map, unreduced: they attend '
+                    'to the reduced map and to each other, and every query attends to them')
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 8, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0, norm_eps: float = 1e-6,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, norm_eps: float = 1e-6, num_extra_tokens: int = 0,
                  init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, init_cfg=init_cfg)
+        super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(sr_ratio, int) or sr_ratio < 1:
             raise ValueError(f'SpatialReductionAttention: sr_ratio={sr_ratio!r} must be a positive integer')
         self.sr_ratio = sr_ratio

@@ -17,7 +17,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
-from .contract import BackboneContract, checkpointed, resolve_arch
+from .contract import BackboneContract, checkpointed, resolve_arch, stage_attention_options
 from .pretrained import LoadsPretrained
 
 HSWISH = dict(type='HSwish')
@@ -29,10 +29,12 @@ class CastlingBlock(BaseModule):
     """``x + attn(BN(x))`` then ``x + MLP(x)`` on a ``(B, C, H, W)`` map; the MLP is LeViT's pair of
     1x1 convolutions with BatchNorm and hard swish."""
 
-    def __init__(self, channels: int, num_heads: int, mlp_ratio: float, drop_path: float, attn_cfg: dict) -> None:
+    def __init__(self, channels: int, num_heads: int, mlp_ratio: float, drop_path: float, attn_cfg: dict,
+                 options: dict) -> None:
         super().__init__()
         self.norm = nn.BatchNorm2d(channels)
-        self.attn = build_attention(attn_cfg, embed_dims=channels, num_heads=num_heads)
+        self.attn = build_attention(attn_cfg, options, owner='CastlingLeViT', num_extra_tokens=0,
+                                    embed_dims=channels, num_heads=num_heads)
         hidden = int(channels * mlp_ratio)
         self.mlp = nn.Sequential(ConvModule(channels, hidden, 1, norm_cfg=BN, act_cfg=HSWISH),
                                  ConvModule(hidden, channels, 1, norm_cfg=BN, act_cfg=None))
@@ -58,11 +60,15 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
         with_cp: Recompute each block in the backward pass instead of keeping its activations.
         mlp_ratio: Hidden width of the MLPs over the block width (LeViT: 2).
         drop_path_rate: Stochastic depth, rising linearly over the blocks.
-        attn_cfg: The attention of every block; any type of ``ATTENTIONS`` serves.
+        attn_cfg: The attention of every block, any type of ``ATTENTIONS`` (no extra tokens);
+            ``embed_dims``, ``num_heads`` and, where taken, ``conv='spatial'`` (the 3x3 depthwise convolution
+            over the map of :class:`~mmvisattn.models.attentions.LinearAngularAttention`) and the stage's
+            ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are filled in.
         init_cfg: mmengine initialisation config; ``dict(type='Pretrained', checkpoint=...)`` reads this
             class's weights, bare or as the backbone of an mmpretrain classifier (:mod:`.pretrained`).
     """
 
+    attention_args = ('attn_cfg',)
     arch_zoo = {
         's': dict(widths=(48, 96, 160), depths=(1, 2, 2), num_heads=(2, 3, 5)),
         'm': dict(widths=(64, 128, 256), depths=(1, 2, 2), num_heads=(2, 4, 8)),
@@ -71,8 +77,7 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
 
     def __init__(self, arch='s', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
                  norm_eval: bool = False, with_cp: bool = False, mlp_ratio: float = 2.0, drop_path_rate: float = 0.0,
-                 attn_cfg: dict = dict(type='LinearAngularAttention', conv='spatial', kernel_size=3),
-                 init_cfg: Optional[dict] = None) -> None:
+                 attn_cfg: Optional[dict] = None, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         layout = self._layout(arch)
         widths, depths, heads = layout['widths'], layout['depths'], layout['num_heads']
@@ -86,9 +91,12 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
         self.downsamples = nn.ModuleList(
             DepthwiseSeparableConvModule(widths[i - 1], widths[i], 3, stride=2, padding=1, norm_cfg=BN,
                                          act_cfg=HSWISH) for i in range(1, len(widths)))
+        attn_cfg = dict(type='LinearAngularAttention') if attn_cfg is None else attn_cfg
+        options = [dict(conv='spatial', **stage_attention_options(stride)) for stride in STAGE_STRIDES]
         self.stages = nn.ModuleList(
-            nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg) for _ in range(depth)))
-            for width, depth, num_heads in zip(widths, depths, heads))
+            nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg, stage_options)
+                            for _ in range(depth)))
+            for width, depth, num_heads, stage_options in zip(widths, depths, heads, options))
         self.set_contract(out_indices, frozen_stages, norm_eval, widths, STAGE_STRIDES)
 
     def stage_parts(self, index: int) -> List[nn.Module]:

@@ -6,13 +6,14 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
+import torch.nn as nn
 from mmseg.models.backbones.vit import TransformerEncoderLayer, VisionTransformer
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
 from ..layers import ResidualAttention, TokenGrid
-from .contract import BackboneContract, Part, check_out_indices, checkpointed
+from .contract import BackboneContract, Part, check_out_indices, checkpointed, stage_attention_options
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
@@ -33,7 +34,7 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
 
     Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by changing
     ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
-    The class token reaches every attention as one extra token; the token grid is recorded from the patch
+    The class token reaches every attention as its one extra token (``num_extra_tokens``); the token grid is recorded from the patch
     embedding (mmseg's layers call their attention without it). Parameter names are mmseg's but for the
     attention internals (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``init_cfg=dict(type='Pretrained')``
     reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading (:mod:`.pretrained`).
@@ -41,12 +42,14 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     and the first layers (the contract of :mod:`.contract`).
 
     Args:
-        attn_cfg: The attention of every layer; ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop`` and
-            ``proj_drop`` are filled in. Defaults to ``LinearAngularAttention``.
+        attn_cfg: The attention of every layer, any type of ``ATTENTIONS``; ``embed_dims``, ``num_heads``,
+            ``qkv_bias``, ``attn_drop``, ``proj_drop``, ``num_extra_tokens`` and, where taken, ``sr_ratio``
+            (:func:`~.contract.stage_attention_options`) are filled in. Defaults to ``LinearAngularAttention``.
         frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first ``k`` layers.
         **kwargs: The arguments of mmseg's ``VisionTransformer``.
     """
 
+    attention_args = ('attn_cfg',)
     pretrained_formats = (
         # its own weights, as an mmpretrain classifier's backbone too, at whatever input size they were trained
         CheckpointFormat('CastlingViT (this project, position embedding resized)',
@@ -71,18 +74,22 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
         super().__init__(**dict(kwargs, out_indices=list(out_indices)))
         self.token_grid = TokenGrid()
         self.patch_embed.register_forward_hook(self.token_grid.record)
+        self.layer_options = dict(embed_dims=options['embed_dims'], num_heads=options['num_heads'],
+                                  qkv_bias=options['qkv_bias'], attn_drop=options['attn_drop_rate'],
+                                  proj_drop=options['drop_rate'], num_extra_tokens=int(options['with_cls_token']))
         cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
         for layer in self.layers:
-            attn = build_attention(cfg, embed_dims=options['embed_dims'], num_heads=options['num_heads'],
-                                   qkv_bias=options['qkv_bias'], attn_drop=options['attn_drop_rate'],
-                                   proj_drop=options['drop_rate'])
-            attn.num_extra_tokens = int(options['with_cls_token'])
             # mmseg's attention is dropped here; its residual dropout is kept
-            layer.attn = ResidualAttention(attn, layer.attn.dropout_layer, self.token_grid)
+            layer.attn = ResidualAttention(self.build_layer_attention(cfg), layer.attn.dropout_layer, self.token_grid)
             if layer.with_cp:
                 layer.with_cp, layer.__class__ = False, RecomputedLayer
         self.set_contract(out_indices, frozen_stages, options['norm_eval'], [options['embed_dims']] * num_layers,
                           [options['patch_size']] * num_layers)
+
+    def build_layer_attention(self, cfg: Dict) -> nn.Module:
+        """The attention ``cfg`` describes, for the tokens of every layer (class token included)."""
+        return build_attention(cfg, stage_attention_options(self.patch_size), owner=type(self).__name__,
+                               **self.layer_options)
 
     def stem_parts(self) -> List[Part]:
         return [self.patch_embed, self.pos_embed, self.cls_token, *([self.pre_ln] if self.pre_norm else [])]

@@ -13,7 +13,11 @@
   as NCHW whatever its strides);
 * ``with_cp``: a block is recomputed in the backward when its input needs a gradient (:func:`checkpointed`,
   the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint, which works under DDP with or
-  without ``find_unused_parameters``.
+  without ``find_unused_parameters``;
+* ``attn_cfg`` (where the backbone has attentions; ``attention_args`` names every constructor argument
+  that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``, built with the extra-token contract
+  (:func:`mmvisattn.registry.build_attention`: the count of extra tokens passed, each stage's settings
+  offered, :func:`stage_attention_options`).
 
 :class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and stages
 (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
@@ -31,6 +35,15 @@ from ..attentions.base import switch_to_deploy
 
 NORM_LAYERS = (_BatchNorm, _InstanceNorm, nn.LayerNorm, nn.GroupNorm)
 Part = Union[nn.Module, nn.Parameter]
+# PVT and SegFormer reduce the keys and values of every stage to the map at stride 32
+REDUCED_KEY_STRIDE = 32
+
+
+def stage_attention_options(stride: int) -> Dict[str, int]:
+    """The settings a backbone offers the attention of a stage at ``stride``: the spatial reduction ratio
+    that leaves keys at stride 32, as PVT's and SegFormer's (strides 4, 8, 16, 32: ratios 8, 4, 2, 1), so
+    a reduced attention keeps a useful number of keys on every map."""
+    return dict(sr_ratio=max(1, REDUCED_KEY_STRIDE // stride))
 
 
 def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict], keys: Sequence[str]) -> Dict:
@@ -96,6 +109,7 @@ class BackboneContract:
     norm_eval: bool
     out_channels: List[int]
     out_strides: List[int]
+    attention_args: Tuple[str, ...] = ()
 
     def set_contract(self, out_indices: Union[int, Sequence[int]], frozen_stages: int, norm_eval: bool,
                      stage_channels: Sequence[int], stage_strides: Sequence[int]) -> None:

@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 from torch import Tensor
 
 from mmvisattn.ops.utils.dispatch import check_choice
-from mmvisattn.registry import build_attention, register_model
+from mmvisattn.registry import register_model
 from .castling_vit import CastlingViT
 
 OUT_TYPES = ('featmap', 'avg_featmap')
@@ -16,9 +16,10 @@ OUT_TYPES = ('featmap', 'avg_featmap')
 @register_model
 class DeiTRipple(CastlingViT):
     """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`) with DeiT-Tiny's sizes and the hybrid
-    attention of C.5. Ripple attention works on the token grid, so there is no class token: classification
-    mean-pools the tokens (``out_type='avg_featmap'``), dense heads take the maps of ``out_indices``
-    (``'featmap'``). The other arguments of mmseg's ``VisionTransformer`` pass through.
+    attention of C.5. As C.5 there is no class token by default: classification mean-pools the tokens
+    (``out_type='avg_featmap'``), dense heads take the maps of ``out_indices`` (``'featmap'``). The other
+    arguments of mmseg's ``VisionTransformer`` pass through. A tool that swaps the attention sets both
+    ``ripple_cfg`` and ``attn_cfg`` (``attention_args``).
 
     Args:
         num_ripple_layers: How many of the lowest layers use ``ripple_cfg`` (9, C.5 and Table 7); the rest
@@ -33,6 +34,8 @@ class DeiTRipple(CastlingViT):
         **kwargs: The other arguments of mmseg's ``VisionTransformer``.
     """
 
+    attention_args = ('ripple_cfg', 'attn_cfg')
+
     def __init__(self, num_ripple_layers: int = 9, ripple_cfg: Optional[Dict] = None,
                  attn_cfg: Optional[Dict] = None, out_type: str = 'featmap', embed_dims: int = 192,
                  num_layers: int = 12, num_heads: int = 6, qkv_bias: bool = True, drop_rate: float = 0.0,
@@ -41,19 +44,14 @@ class DeiTRipple(CastlingViT):
         if not 0 <= num_ripple_layers <= num_layers:
             raise ValueError(f'DeiTRipple: num_ripple_layers={num_ripple_layers}; expected 0 .. {num_layers}')
         check_choice('DeiTRipple', out_type, OUT_TYPES, 'out_type')
-        if with_cls_token:
-            raise ValueError('DeiTRipple: with_cls_token=True; ripple attention needs every token on the grid '
-                             '(the model mean-pools instead, C.5)')
         super().__init__(attn_cfg=attn_cfg or dict(type='RippleLinearAttention'), embed_dims=embed_dims,
                          num_layers=num_layers, num_heads=num_heads, qkv_bias=qkv_bias, drop_rate=drop_rate,
-                         attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate, with_cls_token=False,
+                         attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate, with_cls_token=with_cls_token,
                          final_norm=final_norm, norm_cfg=norm_cfg or dict(type='LN', eps=1e-6), **kwargs)
         self.out_type = out_type
         self.num_ripple_layers = num_ripple_layers
         for layer in self.layers[:num_ripple_layers]:
-            layer.attn.attn = build_attention(ripple_cfg or dict(type='RippleAttention'), embed_dims=embed_dims,
-                                              num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop_rate,
-                                              proj_drop=drop_rate)
+            layer.attn.attn = self.build_layer_attention(ripple_cfg or dict(type='RippleAttention'))
 
     def forward(self, inputs: Tensor) -> Tuple[Tensor, ...]:
         outs = super().forward(inputs)

@@ -42,15 +42,16 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
     while loading (:mod:`.pretrained`).
 
     Args:
-        attn_cfg: The attention of every block, one for all stages or one per stage (Table 5). ``embed_dims``,
-            ``num_heads``, ``qkv_bias``, ``attn_drop``, ``proj_drop`` and, where taken, ``sr_ratio`` are filled
-            in (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
+        attn_cfg: The attention of every block (any type of ``ATTENTIONS``; no extra tokens), one for all
+            stages or one per stage (Table 5). ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop``,
+            ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
             ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
         frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
         **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from the last.
     """
 
+    attention_args = ('attn_cfg',)
     pretrained_formats = (
         CheckpointFormat('NVlabs SegFormer MiT (block1.0.attn.q ...)', any_key(r'^block\d+\.\d+\.attn\.q\.'),
                          lambda state_dict, backbone: convert_mit_state_dict(
@@ -75,7 +76,9 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
             optional = dict(sr_ratio=self.sr_ratios[stage_index])
             for block in stage[1]:
                 # the stock attention built by mmseg is dropped here; its drop path is kept
-                block.attn = ResidualAttention(build_attention(cfg, optional, **defaults), block.attn.dropout_layer)
+                attn = build_attention(cfg, optional, owner=type(self).__name__, num_extra_tokens=0,
+                                       **defaults)
+                block.attn = ResidualAttention(attn, block.attn.dropout_layer)
                 block.with_cp = False  # recomputed by forward instead
         self.with_cp = options['with_cp']
         strides = [math.prod(options['strides'][:index + 1]) for index in range(self.num_stages)]

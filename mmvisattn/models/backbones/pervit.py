@@ -22,7 +22,7 @@ from mmvisattn.registry import attention_accepts, build_attention, register_mode
 from mmvisattn.utils.checkpoint import rename_keys
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
-from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch
+from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch, stage_attention_options
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
@@ -80,8 +80,10 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
         frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages (the shared
             distance projection stays trainable).
         norm_eval: Keep the norm layers in eval mode while training.
-        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, where taken, the shared
-            distance weighting and the layer's peripheral initialization (Eq. 9) are filled in.
+        attn_cfg: Attention of every block, any type of ``ATTENTIONS`` (no extra tokens); ``embed_dims``,
+            ``num_heads`` and, where taken, the shared distance weighting, the layer's peripheral
+            initialization (Eq. 9) and ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are
+            filled in.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
         with_cp: Recompute each block in the backward (training ``Phi_p`` keeps several
             ``N x 4 N_h x (H + 2) x (W + 2)`` maps a layer; the COCO configs set it).
@@ -90,6 +92,7 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
     """
 
     arch_zoo = ARCH_ZOO
+    attention_args = ('attn_cfg',)
     pretrained_formats = (
         CheckpointFormat('official PerViT (juhongm999/pervit)', any_key(r'^blocks\.\d+\.attn\.activation\.'),
                          lambda state_dict, backbone: convert_pervit_state_dict(
@@ -117,8 +120,9 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
         rates = torch.linspace(0, drop_path_rate, len(widths) - 1, device='cpu').tolist()
         self.blocks = nn.ModuleList()
         for i, (dims, out_dims) in enumerate(zip(widths[:-1], widths[1:])):
-            optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i])
-            attn = build_attention(attn_cfg, optional, embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate)
+            optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i], **stage_attention_options(STEM_STRIDE))
+            attn = build_attention(attn_cfg, optional, owner='PerViT', num_extra_tokens=0, embed_dims=dims,
+                                   num_heads=self.num_heads, proj_drop=drop_rate)
             self.blocks.append(PerViTBlock(dims, out_dims, attn, mlp_ratio, drop_rate, rates[i]))
         for i in out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(stage_channels[i], eps=1e-6))

@@ -19,7 +19,7 @@ from torch import Tensor
 from mmvisattn.ops.utils.dispatch import check_choice
 from mmvisattn.registry import build_attention, register_model
 from ..layers.weight_init import init_embedding, init_linear_layers
-from .contract import BackboneContract, checkpointed, resolve_arch
+from .contract import BackboneContract, checkpointed, resolve_arch, stage_attention_options
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'patch_sizes', 'windows', 'num_global')
@@ -149,9 +149,11 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global`` and optionally ``abs_pos``.
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
-        attn_cfg: Attention of every block; ``embed_dims``, ``num_heads`` and, where taken, ``window``,
-            ``num_global`` and ``rel_pos`` of the stage are filled in (``rel_pos`` off where the stage has an
-            absolute position embedding, as the official ``rpe = not ape``).
+        attn_cfg: Attention of every block, any type of ``ATTENTIONS``; ``embed_dims``, ``num_heads``, the
+            stage's global tokens as ``num_extra_tokens`` (kept whatever the attention: each states how it
+            treats them) and, where taken, the stage's ``window``, ``rel_pos`` (off where the stage has an
+            absolute position embedding, as the official ``rpe = not ape``) and ``sr_ratio``
+            (:func:`~.contract.stage_attention_options`) are filled in.
         out_indices: Stages whose maps are returned (default: all).
         frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global tokens and
             position embeddings), ``k`` the stem and the first ``k`` stages.
@@ -166,6 +168,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
     """
 
     arch_zoo = ARCH_ZOO
+    attention_args = ('attn_cfg',)
     pretrained_formats = (
         CheckpointFormat('official MsViT (classification, under net with module.) or its detectron2 port '
                          '(backbone.bottom_up.)', any_key(r'^(module\.|backbone\.bottom_up\.)?layer\d+\.\d+\.'),
@@ -185,17 +188,18 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
         channels, stride, strides = in_channels, 1, []
         for index in range(num_stages):
             dims, heads = self.arch['embed_dims'][index], self.arch['num_heads'][index]
-            blocks = []
-            for _ in range(self.arch['depths'][index]):
-                # the official model learns relative-position biases only where it has no absolute
-                # embedding (rpe = not ape); an attn_cfg that sets rel_pos keeps its own choice
-                stage_options = dict(window=self.arch['windows'][index], num_global=self.arch['num_global'][index],
-                                     rel_pos=not self.arch['abs_pos'][index])
-                attn = build_attention(attn_cfg, stage_options, embed_dims=dims, num_heads=heads)
-                blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
+            num_global = self.arch['num_global'][index]
             stride *= self.arch['patch_sizes'][index]
             strides.append(stride)
-            num_global = blocks[0].attn.num_extra_tokens if blocks else self.arch['num_global'][index]
+            # the official model learns relative-position biases only where it has no absolute
+            # embedding (rpe = not ape); an attn_cfg that sets rel_pos keeps its own choice
+            stage_options = dict(window=self.arch['windows'][index], rel_pos=not self.arch['abs_pos'][index],
+                                 **stage_attention_options(stride))
+            blocks = []
+            for _ in range(self.arch['depths'][index]):
+                attn = build_attention(attn_cfg, stage_options, owner='ViL', num_extra_tokens=num_global,
+                                       embed_dims=dims, num_heads=heads)
+                blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
             self.stages.append(ViLStage(channels, dims, self.arch['patch_sizes'][index], num_global,
                                         self.arch['abs_pos'][index], blocks, norm_cfg,
                                         max(1, math.ceil(pos_size * 4 / stride))))

@@ -83,8 +83,9 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
     unpadded grid on its own (key padding for softmax, the true borders for ripple).
 
     Args:
-        attn_cfg: Config of the attention (``ATTENTIONS``); ``embed_dims``, ``num_heads``,
-            ``attn_drop`` and ``proj_drop`` are filled in from the arguments below.
+        attn_cfg: Config of the attention (any type of ``ATTENTIONS``; no extra tokens); ``embed_dims``,
+            ``num_heads``, ``attn_drop`` and ``proj_drop`` are filled in from the arguments below, and
+            ``sr_ratio`` 1 where taken (the encoder's map is already at stride 32).
         embed_dims: Token channels.
         num_heads: Attention heads.
         dropout: Dropout on the attention weights (where the attention has them) and on its output.
@@ -104,7 +105,8 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
                          init_cfg=init_cfg)
 
     def _init_layers(self) -> None:
-        self.self_attn = build_attention(self.attn_cfg, **self.attn_defaults)
+        self.self_attn = build_attention(self.attn_cfg, dict(sr_ratio=1), owner=type(self).__name__,
+                                         num_extra_tokens=0, **self.attn_defaults)
         self.embed_dims = self.self_attn.embed_dims
         self.ffn = FFN(**self.ffn_cfg)
         self.norms = ModuleList([build_norm_layer(self.norm_cfg, self.embed_dims)[1] for _ in range(2)])

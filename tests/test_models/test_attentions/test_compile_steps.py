@@ -13,8 +13,8 @@ from mmvisattn.registry import build_attention
 
 # the models' settings (dims, heads, window) on small maps
 STEPS = {
-    'ViL': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_global=1), (21, 28)),
-    'ViL (random shifting)': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_global=1,
+    'ViL': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_extra_tokens=1), (21, 28)),
+    'ViL (random shifting)': (dict(type='LongformerAttention', embed_dims=96, num_heads=3, window=7, num_extra_tokens=1,
                                    mode=1), (14, 21)),
     'SMCA-Ripple': (dict(type='RippleAttention', embed_dims=256, num_heads=8), (10, 13)),
     'SegFormer-RWGKA': (dict(type='RWGKAttention', embed_dims=32, num_heads=1, num_anchors=64), (32, 32)),

@@ -2,11 +2,15 @@
 ``impl='auto'`` equal to the torch path there) and the three baselines against their references:
 explicit softmax, the explicit quadratic form of linear attention, and mmseg's stock
 EfficientMultiheadAttention."""
+import inspect
+
 import pytest
 import torch
+import torch.nn as nn
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.attentions import BaseAttention
+from mmvisattn.ops.ripple import chebyshev_distances, group_weights
 from mmvisattn.ops.linearized import elu_feature_map
 from mmvisattn.registry import ATTENTIONS, build_attention
 
@@ -17,16 +21,89 @@ ALL_TYPES = sorted(ATTENTIONS.module_dict)
 
 @pytest.mark.parametrize('attn_type', ALL_TYPES)
 @pytest.mark.parametrize('hw_shape', [(7, 9), (1, 1), (16, 16)])
-def test_contract_shapes(attn_type, hw_shape, device):
-    attn = build_attention(dict(type=attn_type), embed_dims=32, num_heads=4).to(device)
+@pytest.mark.parametrize('num_extra_tokens', [0, 2])
+def test_contract_shapes(attn_type, hw_shape, num_extra_tokens, device):
+    attn = build_attention(dict(type=attn_type), num_extra_tokens=num_extra_tokens, embed_dims=32,
+                           num_heads=4).to(device)
     assert isinstance(attn, BaseAttention)
     assert attn.complexity in ('linear', 'quadratic')
-    assert isinstance(attn.num_extra_tokens, int)
-    x = torch.randn(2, attn.num_extra_tokens + hw_shape[0] * hw_shape[1], 32, device=device, requires_grad=True)
+    assert attn.num_extra_tokens == num_extra_tokens
+    x = torch.randn(2, num_extra_tokens + hw_shape[0] * hw_shape[1], 32, device=device, requires_grad=True)
     out = attn(x, hw_shape)
     assert out.shape == x.shape
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize('attn_type', ALL_TYPES)
+def test_every_attention_states_how_it_treats_extra_tokens(attn_type):
+    attn_class = ATTENTIONS.get(attn_type)
+    assert attn_class.extra_tokens and 'num_extra_tokens' in inspect.signature(attn_class).parameters
+
+
+@pytest.mark.parametrize('attn_type', ALL_TYPES)
+def test_extra_tokens_are_attended_by_the_map(attn_type):
+    """Every spatial token reads the extra tokens: a change of one extra token moves every output."""
+    torch.manual_seed(0)
+    attn = build_attention(dict(type=attn_type), num_extra_tokens=1, embed_dims=16, num_heads=2).double().eval()
+    x = torch.randn(1, 1 + 4 * 5, 16, dtype=torch.float64)
+    moved = x.clone()
+    moved[:, 0] += 1.0
+    changed = (attn(x, (4, 5)) - attn(moved, (4, 5))).abs().amax(dim=-1)[0]
+    assert (changed > 1e-9).all()
+
+
+def test_a_count_other_than_the_backbones_is_refused():
+    with pytest.raises(ValueError, match=r'^ViL: attn_cfg sets num_extra_tokens=2 for SoftmaxAttention, but its '
+                                         r'tokens have 1 in front of the map; leave num_extra_tokens out'):
+        build_attention(dict(type='SoftmaxAttention', num_extra_tokens=2), owner='ViL', num_extra_tokens=1,
+                        embed_dims=16, num_heads=2)
+
+
+def test_a_module_without_extra_tokens_is_refused_where_there_are_some():
+    @ATTENTIONS.register_module(force=True)
+    class GridOnlyAttention(nn.Module):
+        def __init__(self, embed_dims, num_heads):
+            super().__init__()
+
+    try:
+        assert build_attention(dict(type='GridOnlyAttention'), embed_dims=16, num_heads=2)
+        with pytest.raises(ValueError, match=r'^CastlingViT: GridOnlyAttention takes no num_extra_tokens, but its '
+                                             r'tokens have 1 in front of the map'):
+            build_attention(dict(type='GridOnlyAttention'), owner='CastlingViT', num_extra_tokens=1, embed_dims=16,
+                            num_heads=2)
+    finally:
+        ATTENTIONS.module_dict.pop('GridOnlyAttention')
+
+
+def test_ripple_with_extra_tokens_equals_the_explicit_form():
+    """Spatial queries weigh grid keys by their group (Eq. 4-6) and extra keys by 1, one normaliser; extra
+    queries take the linearized attention over every token."""
+    torch.manual_seed(0)
+    attn = build_attention(dict(type='RippleAttention', r_max=2), num_extra_tokens=2, embed_dims=16,
+                           num_heads=2).double()
+    hw_shape, extra = (5, 6), 2
+    q = torch.rand(2, 2, extra + 30, 8, dtype=torch.float64)
+    k = torch.rand_like(q)
+    v = torch.randn_like(q)
+    weights = group_weights(attn.stick_logits(v[:, :, extra:]), hw_shape, attn.tau)
+    token_weights = weights.gather(-1, chebyshev_distances(hw_shape, q.device).expand(*weights.shape[:-2], -1, -1))
+    token_weights = torch.cat([torch.ones(2, 2, 30, extra, dtype=torch.float64), token_weights], dim=-1)
+    scores = (q[:, :, extra:] @ k.transpose(-1, -2)) * token_weights
+    spatial = scores @ v / (scores.sum(dim=-1, keepdim=True) + attn.eps)
+    extra_scores = q[:, :, :extra] @ k.transpose(-1, -2)
+    extra_rows = extra_scores @ v / (extra_scores.sum(dim=-1, keepdim=True) + attn.eps)
+    torch.testing.assert_close(attn.attend_features(q, k, v, hw_shape), torch.cat([extra_rows, spatial], dim=2))
+
+
+def test_peripheral_extra_tokens_attend_by_content_alone():
+    """Position attention 1 for every pair with an extra token: their rows are softmax attention."""
+    torch.manual_seed(0)
+    attn = build_attention(dict(type='PeripheralAttention'), num_extra_tokens=1, embed_dims=16,
+                           num_heads=2).double().eval()
+    q, k, v = (torch.randn(2, 2, 1 + 12, 8, dtype=torch.float64) for _ in range(3))
+    expected = torch.softmax(q[:, :, :1] @ k.transpose(-1, -2) * attn.scale, dim=-1) @ v
+    torch.testing.assert_close(attn.attend(q, k, v, (3, 4))[:, :, :1], expected)
 
 
 @pytest.mark.parametrize('attn_type', [name for name in ALL_TYPES if 'torch' in ATTENTIONS.get(name).impls])

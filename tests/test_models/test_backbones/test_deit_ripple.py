@@ -44,7 +44,6 @@ def test_mean_pooling_replaces_the_class_token():
     (dict(num_ripple_layers=13), 'num_ripple_layers=13'),
     (dict(num_ripple_layers=-1), 'num_ripple_layers=-1'),
     (dict(out_type='cls_token'), "out_type='cls_token'"),
-    (dict(with_cls_token=True), 'with_cls_token=True'),
 ])
 def test_bad_arguments_fail_in_one_line(options, message):
     with pytest.raises(ValueError, match=message) as info:

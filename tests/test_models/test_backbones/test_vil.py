@@ -10,7 +10,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from mmvisattn.engine import ViLRandomShiftHook
-from mmvisattn.models.attentions import LongformerAttention
+from mmvisattn.models.attentions import LongformerAttention, SoftmaxAttention
 from mmvisattn.models.backbones.vil import ViL, linear_resize
 from mmvisattn.ops import sliding_chunk
 from mmvisattn.registry import models_of_scope
@@ -21,14 +21,14 @@ SMALL_ARCH = dict(embed_dims=(8, 16, 24), depths=(1, 2, 1), num_heads=(1, 2, 3),
                   windows=(3, 2, 2), num_global=(1, 2, 0), abs_pos=(True, False, True))
 
 
-def tokens(batch=2, num_global=1, hw=(5, 6), dims=12):
-    return torch.randn(batch, num_global + hw[0] * hw[1], dims)
+def tokens(batch=2, num_extra_tokens=1, hw=(5, 6), dims=12):
+    return torch.randn(batch, num_extra_tokens + hw[0] * hw[1], dims)
 
 
 def test_attention_equals_reference_and_names_its_extra_tokens():
     torch.manual_seed(0)
-    attn = LongformerAttention(12, 3, window=2, num_global=2, masking='exact')
-    x = tokens(num_global=2)
+    attn = LongformerAttention(12, 3, window=2, num_extra_tokens=2, masking='exact')
+    x = tokens(num_extra_tokens=2)
     assert attn.num_extra_tokens == 2 and attn.complexity == 'linear'
     fast = attn(x, (5, 6))
     with running_reference(sliding_chunk.OP, sliding_chunk.sliding_chunk_attention_reference):
@@ -37,8 +37,8 @@ def test_attention_equals_reference_and_names_its_extra_tokens():
 
 def test_separate_global_weights_equal_shared_ones_when_copied():
     torch.manual_seed(0)
-    shared = LongformerAttention(12, 3, window=2, num_global=1)
-    separate = LongformerAttention(12, 3, window=2, num_global=1, share_global_weights=False)
+    shared = LongformerAttention(12, 3, window=2, num_extra_tokens=1)
+    separate = LongformerAttention(12, 3, window=2, num_extra_tokens=1, share_global_weights=False)
     separate.load_state_dict(shared.state_dict(), strict=False)
     for part in ('query', 'kv', 'proj'):
         getattr(separate, f'{part}_global').load_state_dict(getattr(shared, part).state_dict())
@@ -48,7 +48,7 @@ def test_separate_global_weights_equal_shared_ones_when_copied():
 
 def test_random_shifting_draws_a_neighbour_in_training_only():
     torch.manual_seed(0)
-    attn = LongformerAttention(12, 3, window=2, num_global=1, mode=1)
+    attn = LongformerAttention(12, 3, window=2, num_extra_tokens=1, mode=1)
     x = tokens()
     torch.manual_seed(5)
     drawn = int(torch.randint(1, 9, ()))
@@ -69,7 +69,7 @@ def test_random_shifting_draws_a_neighbour_in_training_only():
 
 def test_attention_maps_show_the_exact_window():
     torch.manual_seed(0)
-    attn = LongformerAttention(12, 3, window=2, num_global=1, masking='exact')
+    attn = LongformerAttention(12, 3, window=2, num_extra_tokens=1, masking='exact')
     maps = attn.attention_maps(tokens(), (5, 6), (1, 4))['attention']
     assert maps.shape == (3, 5, 6)
     rows, cols = torch.meshgrid(torch.arange(5), torch.arange(6), indexing='ij')
@@ -153,9 +153,11 @@ def test_frozen_stages_have_no_gradient_and_stay_in_eval_mode():
     assert not model.stages[1].blocks[0].training and model.stages[2].training
 
 
-def test_another_attention_brings_its_own_extra_tokens():
+def test_another_attention_keeps_the_global_tokens():
     model = ViL(arch=SMALL_ARCH, attn_cfg=dict(type='SoftmaxAttention'))
-    assert [stage.num_global for stage in model.stages] == [0, 0, 0]
+    assert [stage.num_global for stage in model.stages] == [1, 2, 0]
+    attns = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]
+    assert [attn.num_extra_tokens for attn in attns] == [1, 2, 2, 0]
     assert [tuple(o.shape[1:]) for o in model(torch.randn(1, 3, 32, 32))] == [(8, 8, 8), (16, 4, 4), (24, 2, 2)]
 
 
