@@ -62,7 +62,11 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
 def measure(config: str, shape=None, deploy: bool = False, cfg_options=None, new_keys: bool = False) -> Dict:
     """Parameters and multiply-accumulates of the config's model on one ``shape`` image (default:
     the config's test input size)."""
-    cfg = load_config(config, cfg_options, new_keys=new_keys)
+    return dict(config=config, **measure_config(load_config(config, cfg_options, new_keys=new_keys), shape, deploy))
+
+
+def measure_config(cfg: Config, shape=None, deploy: bool = False) -> Dict:
+    """:func:`measure` of a loaded config."""
     shape = tuple(shape) if shape else test_input_size(cfg, '--shape')[0]
     model = build_model(cfg)
     if deploy:
@@ -71,7 +75,7 @@ def measure(config: str, shape=None, deploy: bool = False, cfg_options=None, new
     parts = {name: count_parameters(getattr(model, name))
              for name in ('backbone', 'neck', 'decode_head', 'bbox_head', 'rpn_head', 'roi_head')
              if isinstance(getattr(model, name, None), torch.nn.Module)}
-    return dict(config=config, shape=list(shape), deploy=deploy, params=count_parameters(model),
+    return dict(shape=list(shape), deploy=deploy, params=count_parameters(model),
                 params_by_part=parts, gmacs=macs.pop('total') / 1e9,
                 gmacs_by_op={op: n / 1e9 for op, n in sorted(macs.items(), key=lambda kv: -kv[1])})
 
