@@ -31,7 +31,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
 .PHONY: install docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
-	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos demo clean
+	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos arena demo clean
 
 install:
 	@bash tools/install.sh
@@ -127,6 +127,18 @@ bench-demos: install
 	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)
 	$(PYTHON) tools/analysis_tools/benchmark_demos.py --out-dir work_dirs/bench_demos \
 		--record-dir docs/records/bench_demos $(BENCH_DEMOS_ARGS)
+
+# the attention arena of the ViL and SegFormer-RWGKA demos: every registered attention, 3 seeds, 150 iterations
+# (tools/analysis_tools/compare_attentions.py; both demos side by side, one thread each); its records and plots into
+# docs/records/arena/ (rendered by the attentions page); ARENA_ARGS=--attentions ... compares some
+ARENA_CONFIGS ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py \
+	configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py
+arena: install
+	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)
+	for config in $(ARENA_CONFIGS); do \
+		$(PYTHON) tools/analysis_tools/compare_attentions.py $$config --iters 150 --threads 1 \
+			--record-dir docs/records/arena $(ARENA_ARGS) & \
+	done; status=0; for job in $$(jobs -p); do wait $$job || status=1; done; exit $$status
 
 # every family's demo trained briefly, tested, exported by mmdeploy's tools/deploy.py and tested by its tools/test.py
 # on ONNX Runtime (about 35 minutes on 2 cores), and the deployed latency beside the stock models

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .benchmark_attention import fitted_exponent, log_axes, median_seconds, parse_type, save_figure
+from .input_size import test_input_size
 
 METRIC_KEYS = ('coco/bbox_mAP', 'mIoU', 'accuracy/top1')
 DEFAULT_SIZES = (64, 128, 192, 256)
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
-Path_ = Tuple[object, ...]
+Slot = Tuple[object, ...]  # the keys from the model config down to an attention's config
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,13 +79,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def attention_slots(model_cfg: dict, registry) -> List[Path_]:
+def attention_slots(model_cfg: dict, registry) -> List[Slot]:
     """Where the model config holds attentions: the keys of ``attention_args`` of each backbone of the
     project (set or not), and each ``attn_cfg`` that names a type of ``ATTENTIONS``."""
     from mmvisattn.registry import ATTENTIONS
-    slots: List[Path_] = []
+    slots: List[Slot] = []
 
-    def walk(node, path: Path_) -> None:
+    def walk(node, path: Slot) -> None:
         if isinstance(node, (list, tuple)):
             for index, value in enumerate(node):
                 walk(value, path + (index,))
@@ -104,11 +105,19 @@ def attention_slots(model_cfg: dict, registry) -> List[Path_]:
     return slots
 
 
+def measured_part(slots: Sequence[Slot]) -> str:
+    """``'backbone'`` where every attention is the backbone's, else ``'model'``."""
+    return 'backbone' if all(slot[0] == 'backbone' for slot in slots) else 'model'
+
+
 def with_attention(cfg, spec: str):
     """A copy of ``cfg`` whose every attention slot holds the attention ``spec`` describes."""
     from mmvisattn.registry import attention_class, models_of_scope
     attn_cfg = parse_type(spec)
-    attention_class(attn_cfg)  # an unknown type: one line naming it
+    try:
+        attention_class(attn_cfg)
+    except KeyError as exc:
+        raise SystemExit(f'error: --attentions {spec}: {exc.args[0]}') from None
     cfg = copy.deepcopy(cfg)
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
     if not slots:
@@ -157,13 +166,14 @@ def leaves(outputs) -> List:
 
 
 def cost_curve(cfg, task: Dict) -> List[Dict]:
-    """Forward + backward time and peak memory of the part holding the attentions, per image side."""
+    """Forward + backward time and peak memory of the part holding the attentions (the backbone on
+    ``task['batch']`` images, else the whole model's tensor forward on one), per image side."""
     import torch
 
     from mmvisattn.registry import ATTENTIONS, build_from_config, models_of_scope
     model = build_from_config(cfg).to(task['device']).train()
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
-    part = model.backbone if all(slot[0] == 'backbone' for slot in slots) else None
+    part = model.backbone if measured_part(slots) == 'backbone' else None
     attention_types = tuple(ATTENTIONS.module_dict.values())
     seen: List[int] = []
     for module in model.modules():
@@ -331,7 +341,8 @@ def plot(results: Dict, out_dir: Path) -> List[Path]:
     figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for row in rows:
         tokens = [point['tokens'] for point in row['curve']]
-        time_axis.plot(tokens, [point['fwd_bwd_ms'] for point in row['curve']], marker='o', label=short_name(row['attention']))
+        time_axis.plot(tokens, [point['fwd_bwd_ms'] for point in row['curve']], marker='o',
+                       label=short_name(row['attention']))
         memory_axis.plot(tokens, [max(point['peak_mb'], 1e-2) for point in row['curve']], marker='o')
     log_axes(time_axis, 'forward + backward, ms', results['measured_part'])
     log_axes(memory_axis, 'peak memory, MB', results['measured_part'])
@@ -364,12 +375,15 @@ def compare(args: argparse.Namespace) -> Dict:
     from mmvisattn.launch.checks import check_data_files
     from mmvisattn.registry import ATTENTIONS, models_of_scope
     cfg = load_config(args.config)
+    if cfg.default_scope not in ('mmdet', 'mmseg'):
+        raise SystemExit(f'error: {args.config} has default_scope={cfg.default_scope!r}; the arena takes detection '
+                         "and segmentation configs ('mmdet', 'mmseg')")
     specs = args.attentions or sorted(ATTENTIONS.module_dict)
     for spec in specs:
         with_attention(cfg, spec)  # an unknown type, a model without attentions: refused before any run
     check_data_files(cfg, TRAIN_LOADERS)
-    iters = args.iters or cfg.train_cfg.get('max_iters')
-    shortened(copy.deepcopy(cfg), args.iters)
+    shortened(copy.deepcopy(cfg), args.iters)  # a schedule it cannot shorten: refused before any run
+    iters = args.iters or cfg.train_cfg.max_iters
     common = dict(config=args.config, device=args.device, threads=args.threads)
     cost_settings = dict(sizes=sorted(args.sizes), batch=args.batch, repeats=args.repeats)
     parts = [(spec, None) for spec in specs] + [(spec, seed) for spec in specs for seed in args.seeds]
@@ -380,8 +394,7 @@ def compare(args: argparse.Namespace) -> Dict:
             folder = args.out_dir / folder_name(spec) / ('' if seed is None else f'seed{seed}')
             settings = dict(common, attention=spec, **(cost_settings if seed is None else dict(iters=iters, seed=seed)))
             task = dict(settings, settings=settings, part='cost' if seed is None else 'train', folder=str(folder),
-                        out=str(folder / ('cost.json' if seed is None else 'result.json')),
-                        **(cost_settings if seed is None else dict(iters=iters, seed=seed)))
+                        out=str(folder / ('cost.json' if seed is None else 'result.json')))
             log = folder / ('cost.log' if seed is None else 'run.log')
             result = part_result(task, log, args.timeout)
             if seed is None:
@@ -391,11 +404,10 @@ def compare(args: argparse.Namespace) -> Dict:
     metric = next((metric_of(run.get('metrics', {}))[0] for spec in specs for run in done[spec]['runs'].values()
                    if metric_of(run.get('metrics', {}))[0]), None)
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
-    from .input_size import test_input_size
     test_side = max(test_input_size(cfg, '--sizes')[0])
     return dict(config=args.config, iters=iters, seeds=list(args.seeds), device=args.device, threads=args.threads,
                 sizes=sorted(args.sizes), batch=args.batch, metric=metric,
-                measured_part='backbone' if all(slot[0] == 'backbone' for slot in slots) else 'model',
+                measured_part=measured_part(slots),
                 cost_at=min(sorted(args.sizes), key=lambda side: abs(side - test_side)),
                 attentions=[summary(spec, done[spec]['cost'], done[spec]['runs']) for spec in specs])
 

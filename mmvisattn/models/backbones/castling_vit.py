@@ -34,10 +34,11 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
 
     Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by changing
     ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
-    The class token reaches every attention as its one extra token (``num_extra_tokens``); the token grid is recorded from the patch
-    embedding (mmseg's layers call their attention without it). Parameter names are mmseg's but for the
-    attention internals (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``init_cfg=dict(type='Pretrained')``
-    reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading (:mod:`.pretrained`).
+    The class token reaches every attention as its one extra token (``num_extra_tokens``); the token grid
+    is recorded from the patch embedding (mmseg's layers call their attention without it). Parameter names
+    are mmseg's but for the attention internals (``layers.{i}.attn.attn.{qkv, proj, dconv}``);
+    ``init_cfg=dict(type='Pretrained')`` reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted
+    while loading (:mod:`.pretrained`).
     ``out_indices`` counts layers (negative from the last) and ``frozen_stages`` freezes the embeddings (0)
     and the first layers (the contract of :mod:`.contract`).
 

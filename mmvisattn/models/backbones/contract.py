@@ -15,9 +15,9 @@
   the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint, which works under DDP with or
   without ``find_unused_parameters``;
 * ``attn_cfg`` (where the backbone has attentions; ``attention_args`` names every constructor argument
-  that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``, built with the extra-token contract
-  (:func:`mmvisattn.registry.build_attention`: the count of extra tokens passed, each stage's settings
-  offered, :func:`stage_attention_options`).
+  that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``, built with the
+  extra-token contract (:func:`mmvisattn.registry.build_attention`: the count of extra tokens passed,
+  each stage's settings offered, :func:`stage_attention_options`).
 
 :class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and stages
 (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls

@@ -44,8 +44,9 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
     Args:
         attn_cfg: The attention of every block (any type of ``ATTENTIONS``; no extra tokens), one for all
             stages or one per stage (Table 5). ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop``,
-            ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
-            ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
+            ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in
+            (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to ``RWGKAttention``
+            with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
         frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
         **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from the last.

@@ -15,6 +15,9 @@ from .test_contract import CASES
 
 ATTENTION_TYPES = sorted(ATTENTIONS.module_dict)
 IMAGE = (2, 3, 48, 64)
+# the other count of extra tokens of the backbones that may have a class token
+VARIANTS = {'CastlingViT without a class token': ('CastlingViT', dict(with_cls_token=False)),
+            'DeiTRipple with a class token': ('DeiTRipple', dict(with_cls_token=True))}
 
 
 def attention_backbones():
@@ -23,8 +26,14 @@ def attention_backbones():
                   if cls.__module__.startswith('mmvisattn.') and getattr(cls, 'attention_args', ()))
 
 
-def build(name: str, attn_type=None):
-    config = dict(CASES[name][0])
+def models():
+    """Each backbone by its name, and the variants."""
+    return {**{name: (name, {}) for name in attention_backbones()}, **VARIANTS}
+
+
+def build(label: str, attn_type=None):
+    name, options = models()[label]
+    config = dict(CASES[name][0], **options)
     if attn_type is not None:
         config.update({arg: dict(type=attn_type) for arg in MODELS.get(name).attention_args})
     torch.manual_seed(0)
@@ -43,10 +52,10 @@ def default_shapes():
     torch.manual_seed(0)
     images = torch.randn(IMAGE)
     with torch.no_grad():
-        return {name: [out.shape for out in build(name).eval()(images)] for name in attention_backbones()}
+        return {label: [out.shape for out in build(label).eval()(images)] for label in models()}
 
 
-@pytest.mark.parametrize('backbone,attn_type', itertools.product(attention_backbones(), ATTENTION_TYPES))
+@pytest.mark.parametrize('backbone,attn_type', itertools.product(models(), ATTENTION_TYPES))
 def test_attention_in_backbone(backbone, attn_type, default_shapes):
     model = build(backbone, attn_type).train()
     torch.manual_seed(1)
