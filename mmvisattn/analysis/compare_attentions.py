@@ -1,7 +1,8 @@
 """The attention arena: attentions compared inside one model of a config, on equal footing.
 
     python tools/analysis_tools/compare_attentions.py CONFIG [--attentions A B ...] [--seeds 0 1 2]
-        [--iters N] [--device cpu|cuda] [--sizes 64 128 192 256] [--batch 2] [--out-dir DIR] [--record-dir DIR]
+        [--iters N] [--device cpu|cuda] [--sizes 64 128 192 256] [--batch 2] [--threads T] [--jobs J]
+        [--out-dir DIR] [--record-dir DIR]
 
 Each attention (``NAME`` or ``NAME:key=value,...`` of ``ATTENTIONS``; by default every registered one)
 replaces every attention of the config's model: each ``attention_args`` entry of a backbone of the project
@@ -19,9 +20,11 @@ recipe, schedule, data and seeds. For each it measures, every part in a process 
 
 Each part keeps its result in its own folder under ``--out-dir`` (``<attention>/cost.json``,
 ``<attention>/seed<k>/result.json``, beside that run's log): the same command run again skips what is
-done and refuses a folder written for other settings. ``arena.json``, ``cost.png`` (time and memory
-against tokens) and ``metric.png`` (metric against time and MACs) are written there, and with
-``--record-dir`` the stamped record (:mod:`.records`) and its two plots under the record's name."""
+done and refuses a folder written for other settings. The costs are measured one at a time, then
+``--jobs`` training runs go side by side (``--threads`` each: together at most the cores). ``arena.json``,
+``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against time and MACs) are
+written there, and with ``--record-dir`` the stamped record (:mod:`.records`) and its two plots under the
+record's name."""
 import argparse
 import copy
 import json
@@ -32,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -58,6 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--batch', type=int, default=2, help='images per step of the cost curve')
     parser.add_argument('--repeats', type=int, default=3, help='timed steps per size (after one warm-up)')
     parser.add_argument('--threads', type=int, help='torch CPU threads of each run (default: torch\'s)')
+    parser.add_argument('--jobs', type=int, default=1, help='training runs side by side (default: 1)')
     parser.add_argument('--timeout', type=float, default=3600, help='seconds allowed for one part')
     parser.add_argument('--out-dir', type=Path, help='default: work_dirs/compare_attentions/<config name>')
     parser.add_argument('--record-dir', type=Path, help='also write the stamped record and its plots here '
@@ -69,8 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if len(set(args.sizes)) < 2 or min(args.sizes) < 1:
         parser.error(f'--sizes takes at least two distinct positive sides, got {args.sizes}')
     if min(args.seeds, default=-1) < 0 or (args.iters is not None and args.iters < 1) or args.batch < 1 \
-            or args.repeats < 1:
-        parser.error('--seeds take non-negative integers; --iters, --batch and --repeats positive ones')
+            or args.repeats < 1 or args.jobs < 1:
+        parser.error('--seeds take non-negative integers; --iters, --batch, --repeats and --jobs positive ones')
     if args.device is None:
         import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -248,16 +253,32 @@ def run_child(task: Dict) -> None:
     Path(task['out']).write_text(json.dumps(dict(settings=task['settings'], **result), indent=1) + '\n')
 
 
-def part_result(task: Dict, log: Path, timeout: float) -> Dict:
-    """The part's result: read back where an earlier run of the same settings left it, else run in a
-    child process (its output in ``log``); a failure is a result with an ``error``."""
+def part_task(out_dir: Path, spec: str, seed: Optional[int], settings: Dict) -> Dict:
+    """What the child process of one part (the cost with ``seed=None``, else a training run) is given."""
+    folder = out_dir / folder_name(spec) / ('' if seed is None else f'seed{seed}')
+    cost = seed is None
+    return dict(settings, settings=settings, part='cost' if cost else 'train', folder=str(folder),
+                out=str(folder / ('cost.json' if cost else 'result.json')),
+                log=str(folder / ('cost.log' if cost else 'run.log')))
+
+
+def read_back(task: Dict) -> Optional[Dict]:
+    """The part's result where an earlier run of the same settings left it; a folder of other settings is
+    refused."""
     out = Path(task['out'])
-    if out.exists():
-        done = json.loads(out.read_text())
-        if done.get('settings') != task['settings']:
-            raise SystemExit(f'error: {out} was written for other settings ({done.get("settings")}); '
-                             'give another --out-dir')
-        return done
+    if not out.exists():
+        return None
+    done = json.loads(out.read_text())
+    if done.get('settings') != task['settings']:
+        raise SystemExit(f'error: {out} was written for other settings ({done.get("settings")}); '
+                         'give another --out-dir')
+    return done
+
+
+def run_part(task: Dict, timeout: float) -> Dict:
+    """The part run in a child process, its output in ``task['log']``; a failure is a result with an
+    ``error``."""
+    out, log = Path(task['out']), Path(task['log'])
     out.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **({'CUDA_VISIBLE_DEVICES': ''} if task['device'] == 'cpu' else {}))
     command = [sys.executable, '-m', 'mmvisattn.analysis.compare_attentions', task['config'],
@@ -386,21 +407,26 @@ def compare(args: argparse.Namespace) -> Dict:
     iters = args.iters or cfg.train_cfg.max_iters
     common = dict(config=args.config, device=args.device, threads=args.threads)
     cost_settings = dict(sizes=sorted(args.sizes), batch=args.batch, repeats=args.repeats)
-    parts = [(spec, None) for spec in specs] + [(spec, seed) for spec in specs for seed in args.seeds]
-    done: Dict[str, Dict] = {spec: dict(runs={}) for spec in specs}
-    with tqdm(parts, desc='arena', unit='run', file=sys.stderr) as bar:
-        for spec, seed in bar:
-            bar.set_postfix_str(f'{short_name(spec)} {"cost" if seed is None else f"seed {seed}"}')
-            folder = args.out_dir / folder_name(spec) / ('' if seed is None else f'seed{seed}')
-            settings = dict(common, attention=spec, **(cost_settings if seed is None else dict(iters=iters, seed=seed)))
-            task = dict(settings, settings=settings, part='cost' if seed is None else 'train', folder=str(folder),
-                        out=str(folder / ('cost.json' if seed is None else 'result.json')))
-            log = folder / ('cost.log' if seed is None else 'run.log')
-            result = part_result(task, log, args.timeout)
-            if seed is None:
-                done[spec]['cost'] = result
-            else:
-                done[spec]['runs'][seed] = result
+    tasks = {(spec, seed): part_task(args.out_dir, spec, seed, dict(
+        common, attention=spec, **(cost_settings if seed is None else dict(iters=iters, seed=seed))))
+        for spec in specs for seed in [None, *args.seeds]}
+    results = {key: read_back(task) for key, task in tasks.items()}  # other settings: refused before any run
+    with tqdm(total=len(tasks), initial=sum(r is not None for r in results.values()), desc='arena', unit='run',
+              file=sys.stderr) as bar:
+        for spec in specs:  # one at a time: a training beside it would disturb the timing
+            if results[spec, None] is None:
+                bar.set_postfix_str(f'{short_name(spec)} cost')
+                results[spec, None] = run_part(tasks[spec, None], args.timeout)
+                bar.update()
+        with ThreadPoolExecutor(args.jobs) as pool:
+            runs = {pool.submit(run_part, task, args.timeout): key for key, task in tasks.items()
+                    if results[key] is None}
+            for run in as_completed(runs):
+                results[runs[run]] = run.result()
+                bar.set_postfix_str(f'{short_name(runs[run][0])} seed {runs[run][1]} done')
+                bar.update()
+    done = {spec: dict(cost=results[spec, None], runs={seed: results[spec, seed] for seed in args.seeds})
+            for spec in specs}
     metric = next((metric_of(run.get('metrics', {}))[0] for spec in specs for run in done[spec]['runs'].values()
                    if metric_of(run.get('metrics', {}))[0]), None)
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))

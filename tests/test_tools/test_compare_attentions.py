@@ -54,6 +54,7 @@ def test_schedule_is_shortened_in_proportion():
                                                "'NoSuchAttention'"),
     (['configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'], 'error: the model holds no attention to swap'),
     ([VIL, '--sizes', '64'], '--sizes takes at least two distinct positive sides'),
+    ([VIL, '--jobs', '0'], '--iters, --batch, --repeats and --jobs positive ones'),
 ])
 def test_bad_requests_are_refused_in_one_line(args, message, tmp_path):
     done = run_tool([TOOL, *args, '--out-dir', tmp_path], cwd=REPO, check=False)
@@ -64,7 +65,7 @@ def test_bad_requests_are_refused_in_one_line(args, message, tmp_path):
 def test_arena_run_writes_record_and_plots_and_resumes(workspace, tmp_path):
     out, records = tmp_path / 'arena', tmp_path / 'records'
     args = [TOOL, REPO / SEGFORMER, '--attentions', 'LinearAttention', '--seeds', '0', '1',
-            '--iters', '2', '--sizes', '32', '64', '--repeats', '1', '--out-dir', out]
+            '--iters', '2', '--sizes', '32', '64', '--repeats', '1', '--jobs', '2', '--out-dir', out]
     run_tool(args + ['--record-dir', records], cwd=workspace)
     results = json.loads((out / 'arena.json').read_text())
     assert results['metric'] == 'mIoU' and results['measured_part'] == 'backbone' and results['iters'] == 2
