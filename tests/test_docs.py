@@ -88,3 +88,25 @@ def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it
     text = extension.bench_tables(None)
     assert text.index('commit `bbbbbbb`') < text.index('ops 5: new') < text.index('commit `aaaaaaa`')
     assert 'ops 0: old' in text and 'models 0: old' in text and 'ops 5: old' not in text
+
+
+def test_each_config_shows_its_newest_arena_with_its_plots(tmp_path, monkeypatch):
+    from mmvisattn.analysis import compare_attentions
+    extension = records_extension()
+    monkeypatch.setattr(extension, 'RECORDS', tmp_path)
+    monkeypatch.setattr(compare_attentions, 'table', lambda results: f'table of {results["measured"]}\n')
+    (tmp_path / 'arena').mkdir()
+    for name, when, config, measured in (
+            ('aaaaaaa_vil_arena', '2026-12-01T10:00:00Z', 'configs/vil/a.py', 'old a'),
+            ('bbbbbbb_vil_arena', '2026-12-02T10:00:00Z', 'configs/vil/a.py', 'new a'),
+            ('ccccccc_vil_arena', '2026-12-01T10:00:00Z', 'configs/vil/b.py', 'b'),
+            ('ddddddd_seg_arena', '2026-12-03T10:00:00Z', 'configs/segformer_rwgka/c.py', 'c')):
+        record = dict(name=f'{name}.json', kind='arena', date=when[:10], time=when[11:], commit=name[:7], dirty=False,
+                      machine=dict(cpu='CPU', cores=2, python='3.11', torch='2.13'),
+                      results=dict(config=config, measured=measured))
+        (tmp_path / 'arena' / f'{name}.json').write_text(json.dumps(record))
+    text = extension.arena_tables('vil')
+    assert 'table of new a' in text and 'table of b' in text and 'old a' not in text and 'table of c' not in text
+    assert '![cost](/records/arena/bbbbbbb_vil_arena_cost.png)' in text
+    with pytest.raises(FileNotFoundError, match='no arena record of a config of configs/smca/'):
+        extension.arena_tables('smca')

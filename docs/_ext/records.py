@@ -7,7 +7,9 @@ the side-by-side benchmark's tables from the records under ``docs/records/bench/
 ``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
 (``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs;
 ``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``);
-``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``).
+``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``);
+``<!-- records: arena FOLDER -->`` the attention arena's table and plots of the newest record under
+``docs/records/arena/`` of each config of ``configs/FOLDER/`` (``compare_attentions.py --record-dir``).
 Each op, model group or pair comes from the newest record that measured it (a run may measure some:
 ``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
@@ -141,6 +143,25 @@ def bench_demos_tables(_: Optional[str]) -> str:
     return '\n'.join(lines)
 
 
+def arena_tables(folder: Optional[str]) -> str:
+    """The attention arena of each config of ``configs/<folder>/``: the newest record's table and plots."""
+    from mmvisattn.analysis.compare_attentions import table
+    from lab.records import cpu_records, cpu_stamp
+    newest_of: Dict[str, dict] = {}
+    for record in cpu_records(RECORDS / 'arena'):  # the newest first
+        config = record['results']['config']
+        if Path(config).parent.name == folder:
+            newest_of.setdefault(config, record)
+    if not newest_of:
+        raise FileNotFoundError(f'no arena record of a config of configs/{folder}/ under {RECORDS / "arena"}')
+    lines = []
+    for record in newest_of.values():
+        stem = record['name'][:-len('.json')]
+        lines += [cpu_stamp(record), '', table(record['results']), f'![cost](/records/arena/{stem}_cost.png)',
+                  f'![metric against cost](/records/arena/{stem}_metric.png)', '']
+    return '\n'.join(lines)
+
+
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
     'tests_oldest': lambda _: tests_tables(newest('tests_oldest')) if list((RECORDS / 'tests_oldest').glob('*.json'))
@@ -150,6 +171,7 @@ MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'bench_models': bench_models_tables,
     'bench_deploy': bench_deploy_tables,
     'bench_demos': bench_demos_tables,
+    'arena': arena_tables,
 }
 MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 
