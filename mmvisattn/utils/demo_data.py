@@ -13,11 +13,19 @@ exact. Output (``--out DIR``)::
                                                                            0 is ADE's "other")
     DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg   (one shape an image, classes balanced)
 
+``--standard`` writes the same scenes where and as the real datasets lie, so that a real config runs on them
+as it is (a smoke test before a download; the names, ids and void pixels: :data:`STANDARD_ROOTS` below)::
+
+    DIR/coco/{train2017,val2017}/000000000001.jpg ..., DIR/coco/annotations/instances_{train,val}2017.json
+    DIR/cityscapes/{leftImg8bit,gtFine}/{train,val}/shapes/shapes_000000_000001_{leftImg8bit,gtFine_labelTrainIds}.png
+    DIR/ade/ADEChallengeData2016/{images,annotations}/{training,validation}/ADE_{train,val}_00000001.{jpg,png}
+
 The classification split has CLASSIFICATION_SCALE times as many images at half the side, from a random
 stream of its own. The output is a pure function of the arguments, written into ``.NAME.partial`` and
 renamed into place (a killed run leaves ``--out`` as it was); the marker ``.mmvisattn-demo-data`` lists
 every file a run wrote, and a later run replaces exactly those, never through a symbolic link. An
-``--out`` that is a file, a link or a folder the script did not write is refused in one line."""
+``--out`` that is a file, a link or a folder the script did not write is refused in one line; with
+``--standard`` each dataset's root is such a folder of its own, and every root is checked before any is written."""
 import argparse
 import json
 import math
@@ -25,7 +33,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -43,13 +51,20 @@ Polygon = List[Tuple[float, float]]
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', required=True, type=Path, help='output directory')
+    parser.add_argument('--standard', action='store_true',
+                        help="the real datasets' layouts, names and classes: OUT/coco, OUT/cityscapes and "
+                        'OUT/ade/ADEChallengeData2016, each written on its own (a smoke test of a real config; '
+                        'default 8 train and 4 val images)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--num-train', type=int, default=300)
-    parser.add_argument('--num-val', type=int, default=50)
+    parser.add_argument('--num-train', type=int, help='default 300 (8 with --standard)')
+    parser.add_argument('--num-val', type=int, help='default 50 (4 with --standard)')
     parser.add_argument('--size', type=int, default=128, help='side of the square images (their height with '
                         '--width), pixels')
     parser.add_argument('--width', type=int, help='width of the images, pixels (default: --size)')
     args = parser.parse_args(argv)
+    defaults = dict(num_train=8, num_val=4) if args.standard else dict(num_train=300, num_val=50)
+    for name, default in defaults.items():
+        setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     for name in ('num_train', 'num_val'):
         if getattr(args, name) < 1:
             parser.error(f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}')
@@ -116,10 +131,19 @@ def render(rng: np.random.RandomState, height: int, width: int, shapes,
     return np.asarray(image), np.asarray(semantic), masks
 
 
-def coco_annotation(ann_id: int, image_id: int, label: int, polygon: Polygon, mask: np.ndarray) -> Dict:
+class Scene(NamedTuple):
+    split: Dict[str, str]
+    image_id: int
+    shapes: List[Tuple[int, Polygon]]
+    image: np.ndarray
+    semantic: np.ndarray
+    masks: List[np.ndarray]
+
+
+def coco_annotation(ann_id: int, image_id: int, category_id: int, polygon: Polygon, mask: np.ndarray) -> Dict:
     xs, ys = [p[0] for p in polygon], [p[1] for p in polygon]
     x0, y0 = max(min(xs), 0.0), max(min(ys), 0.0)
-    return dict(id=ann_id, image_id=image_id, category_id=label + 1, iscrowd=0, area=float(mask.sum()),
+    return dict(id=ann_id, image_id=image_id, category_id=category_id, iscrowd=0, area=float(mask.sum()),
                 bbox=[round(x0, 2), round(y0, 2), round(max(xs) - x0, 2), round(max(ys) - y0, 2)],
                 segmentation=[[round(v, 2) for point in polygon for v in point]])
 
@@ -142,24 +166,38 @@ def sample_name(image_id: int) -> str:
     return f'shapes_{image_id:06d}'
 
 
-def write_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, height: int, width: int) -> None:
-    coco_images, coco_anns = [], []
-    for image_id in range(first_id, first_id + count):
-        name = sample_name(image_id)
-        shapes = sample_scene(rng, height, width)
-        image, semantic, masks = render(rng, height, width, shapes)
-        files = sample_files(split, name)
-        Image.fromarray(image).save(out / files['coco_image'], quality=95)
-        coco_images.append(dict(id=image_id, file_name=f'{name}.jpg', height=height, width=width))
-        for (label, polygon), mask in zip(shapes, masks):
-            coco_anns.append(coco_annotation(len(coco_anns) + 1, image_id, label, polygon, mask))
-        Image.fromarray(image).save(out / files['cityscapes_image'])
-        Image.fromarray(semantic).save(out / files['cityscapes_label'])
-        Image.fromarray(image).save(out / files['ade_image'], quality=95)
-        Image.fromarray(semantic + 1).save(out / files['ade_label'])
+def scenes(rng: np.random.RandomState, counts: Tuple[int, int], height: int, width: int) -> Iterator[Scene]:
+    """The detection and segmentation samples of both splits, in the order they take the random stream."""
+    for split, first_id, count in zip(SPLITS, (1, counts[0] + 1), counts):
+        for image_id in range(first_id, first_id + count):
+            shapes = sample_scene(rng, height, width)
+            yield Scene(split, image_id, shapes, *render(rng, height, width, shapes))
+
+
+def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
+    """The demo's layouts: every sample in COCO, Cityscapes and ADE20K under ``out``."""
+    coco = {split['coco']: dict(images=[], annotations=[]) for split in SPLITS}
+    for scene in scenes_:
+        name = sample_name(scene.image_id)
+        files = sample_files(scene.split, name)
+        height, width = scene.semantic.shape
+        Image.fromarray(scene.image).save(out / files['coco_image'], quality=95)
+        add_coco_sample(coco[scene.split['coco']], scene, f'{name}.jpg', lambda label: label + 1)
+        Image.fromarray(scene.image).save(out / files['cityscapes_image'])
+        Image.fromarray(scene.semantic).save(out / files['cityscapes_label'])
+        Image.fromarray(scene.image).save(out / files['ade_image'], quality=95)
+        Image.fromarray(scene.semantic + 1).save(out / files['ade_label'])
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)]
-    (out / annotation_file(split)).write_text(
-        json.dumps(dict(images=coco_images, annotations=coco_anns, categories=categories)))
+    for split in SPLITS:
+        (out / annotation_file(split)).write_text(json.dumps(dict(**coco[split['coco']], categories=categories)))
+
+
+def add_coco_sample(content: Dict, scene: Scene, file_name: str, category_id: Callable[[int], int]) -> None:
+    height, width = scene.semantic.shape
+    content['images'].append(dict(id=scene.image_id, file_name=file_name, height=height, width=width))
+    for (label, polygon), mask in zip(scene.shapes, scene.masks):
+        content['annotations'].append(coco_annotation(len(content['annotations']) + 1, scene.image_id,
+                                                      category_id(label), polygon, mask))
 
 
 SPLITS = (dict(coco='train2017', cityscapes='train', ade20k='training', imagenet='train'),
@@ -187,6 +225,75 @@ def write_classification_split(out: Path, split: Dict[str, str], count: int, fir
         image, _, _ = render(rng, height, width, [(label, shape_polygon(rng, label, cx, cy, radius))],
                              noise_std=CLASSIFICATION_NOISE)
         Image.fromarray(image).save(out / classification_file(split, image_id), quality=95)
+
+
+# --standard: each dataset's own root under --out, its file names and its classes. The shapes take the first
+# classes (COCO's person, bicycle and car, ids 1-3; Cityscapes' train ids 1-3 on road, 0; ADE20K's 2-4 on wall, 1)
+# and the outline of each shape is void (Cityscapes 255, ADE20K 0, which reduce_zero_label turns into 255), as
+# the real maps leave unlabelled pixels; so the ignore index is exercised too.
+STANDARD_ROOTS = dict(coco='coco', cityscapes='cityscapes', ade20k='ade/ADEChallengeData2016')
+COCO_MISSING_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)  # COCO numbers its 80 categories 1-90 with gaps
+VOID = dict(cityscapes=255, ade20k=0)
+VOID_WIDTH = 2  # pixels
+
+
+def standard_sample_files(layout: str, split: Dict[str, str], image_id: int) -> Dict[str, str]:
+    """One sample's image (and label map) in a real dataset's root, named as the dataset names its files."""
+    if layout == 'coco':
+        return dict(image=f'{split["coco"]}/{image_id:012d}.jpg')
+    if layout == 'cityscapes':
+        folder, stem = split['cityscapes'], f'shapes_000000_{image_id:06d}'  # {city}_{sequence}_{frame}
+        return dict(image=f'leftImg8bit/{folder}/shapes/{stem}_leftImg8bit.png',
+                    label=f'gtFine/{folder}/shapes/{stem}_gtFine_labelTrainIds.png')
+    folder = split['ade20k']
+    stem = f'ADE_{"train" if folder == "training" else "val"}_{image_id:08d}'
+    return dict(image=f'images/{folder}/{stem}.jpg', label=f'annotations/{folder}/{stem}.png')
+
+
+def standard_files(layout: str, settings: Dict) -> List[str]:
+    """Every file ``--standard`` writes in ``layout``'s root."""
+    files = [f'annotations/instances_{split["coco"]}.json' for split in SPLITS] if layout == 'coco' else []
+    first_ids = (1, settings['num_train'] + 1)
+    for split, first_id, count in zip(SPLITS, first_ids, (settings['num_train'], settings['num_val'])):
+        for image_id in range(first_id, first_id + count):
+            files += standard_sample_files(layout, split, image_id).values()
+    return files
+
+
+def coco_categories() -> Tuple[List[Dict], List[int]]:
+    """COCO's 80 categories with their ids (names from mmdet's CocoDataset) and the ids the shapes take."""
+    from mmdet.datasets import CocoDataset
+    ids = [i for i in range(1, 91) if i not in COCO_MISSING_IDS]
+    names = CocoDataset.METAINFO['classes']
+    return [dict(id=i, name=name, supercategory='') for i, name in zip(ids, names)], ids[:len(CLASSES)]
+
+
+def with_void_outlines(labels: np.ndarray, shapes: List[Tuple[int, Polygon]], void: int) -> Image.Image:
+    image = Image.fromarray(labels)
+    draw = ImageDraw.Draw(image)
+    for _, polygon in shapes:
+        draw.line(polygon + polygon[:1], fill=void, width=VOID_WIDTH)
+    return image
+
+
+def write_standard(out: Path, layout: str, args: argparse.Namespace) -> None:
+    """The samples of both splits in ``layout``'s root ``out``; the same scenes in every layout."""
+    categories, shape_ids = coco_categories() if layout == 'coco' else (None, None)
+    coco = {split['coco']: dict(images=[], annotations=[]) for split in SPLITS}
+    samples = scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val), args.size,
+                     args.width or args.size)
+    for scene in samples:
+        files = standard_sample_files(layout, scene.split, scene.image_id)
+        Image.fromarray(scene.image).save(out / files['image'], quality=95)
+        if layout == 'coco':
+            add_coco_sample(coco[scene.split['coco']], scene, Path(files['image']).name, shape_ids.__getitem__)
+        else:
+            labels = scene.semantic if layout == 'cityscapes' else scene.semantic + 1
+            with_void_outlines(labels, scene.shapes, VOID[layout]).save(out / files['label'])
+    if layout == 'coco':
+        for split, content in coco.items():
+            (out / f'annotations/instances_{split}.json').write_text(json.dumps(dict(**content,
+                                                                                    categories=categories)))
 
 
 def planned_files(settings: Dict) -> List[str]:
@@ -301,20 +408,25 @@ def retire(old: Path, new: Path) -> None:
         Path(directory).rmdir()
 
 
-def generate(staging: Path, args: argparse.Namespace, settings: Dict, files: List[str]) -> None:
-    staging.mkdir()
-    (staging / PARTIAL_MARKER).write_text('written by make_demo_data.py; removed by its next run\n')
-    for name in files:
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.RandomState(args.seed)
+def write_shapes(staging: Path, args: argparse.Namespace) -> None:
+    """The demo's four layouts; the classification split from a random stream of its own (the detection and
+    segmentation samples stay as they were before it existed)."""
     width = args.width or args.size
-    write_split(staging, SPLITS[0], args.num_train, 1, rng, args.size, width)
-    write_split(staging, SPLITS[1], args.num_val, args.num_train + 1, rng, args.size, width)
-    rng = np.random.RandomState([args.seed, 1])  # a stream of its own: the layouts above stay as they were
+    write_shapes_layouts(staging, scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val),
+                                         args.size, width))
+    rng = np.random.RandomState([args.seed, 1])
     num_train, num_val = CLASSIFICATION_SCALE * args.num_train, CLASSIFICATION_SCALE * args.num_val
     height, width = args.size // 2, width // 2
     write_classification_split(staging, SPLITS[0], num_train, 1, rng, height, width)
     write_classification_split(staging, SPLITS[1], num_val, num_train + 1, rng, height, width)
+
+
+def generate(staging: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> None:
+    staging.mkdir()
+    (staging / PARTIAL_MARKER).write_text('written by make_demo_data.py; removed by its next run\n')
+    for name in files:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+    write(staging)
     (staging / MARKER).write_text(json.dumps(dict(settings=settings, files=files)))
     (staging / PARTIAL_MARKER).unlink()
 
@@ -332,25 +444,49 @@ def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
         retire(replaced, out)
 
 
+def checked_root(out: Path, files: List[str]) -> Optional[Dict]:
+    """The marker of the run that wrote ``out`` (None for a new folder), after finishing what a killed run left
+    and refusing what must not be written or replaced."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    finish_interrupted_run(out)
+    earlier = earlier_run(out)
+    check_no_links_or_foreign_files(out, set(earlier['files']) if earlier else set(), files)
+    return earlier
+
+
+def write_root(out: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> bool:
+    """Write ``files`` into ``out`` by ``write(staging)``, transactionally; False where ``out`` holds them already."""
+    earlier = checked_root(out, files)
+    if earlier and earlier['settings'] == settings and all((out / name).is_file() for name in files):
+        return False
+    staging, _ = staging_paths(out)
+    generate(staging, settings, files, write)
+    install(staging, out, replaces_earlier_run=earlier is not None)
+    return True
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     settings = dict(seed=args.seed, num_train=args.num_train, num_val=args.num_val, size=args.size, version=1)
     if args.width not in (None, args.size):  # square data keeps the settings (and marker) it always had
         settings['width'] = args.width
-    out = args.out.absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    finish_interrupted_run(out)
-    earlier = earlier_run(out)
-    files = planned_files(settings)
-    if earlier and earlier['settings'] == settings and all((out / name).is_file() for name in files):
+    size = f'{args.width or args.size}x{args.size}'
+    if args.standard:
+        roots = {layout: (args.out.absolute() / root, dict(settings, layout=layout)) for layout, root in
+                 STANDARD_ROOTS.items()}
+        for layout, (out, layout_settings) in roots.items():  # every root refused before any is written
+            checked_root(out, standard_files(layout, layout_settings))
+        for layout, (out, layout_settings) in roots.items():
+            written = write_root(out, layout_settings, standard_files(layout, layout_settings),
+                                 lambda staging, layout=layout: write_standard(staging, layout, args))
+            print(f'{"wrote" if written else "kept"} {args.num_train} train + {args.num_val} val images ({size}) '
+                  f"in {layout}'s layout under {out}")
+    elif write_root(args.out.absolute(), settings, planned_files(settings),
+                    lambda staging: write_shapes(staging, args)):
+        print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({size}) '
+              f'in COCO, Cityscapes, ADE20K and ImageNet layouts under {args.out}')
+    else:
         print(f'{args.out} already holds the shapes demo data for {settings}')
-        return
-    check_no_links_or_foreign_files(out, set(earlier['files']) if earlier else set(), files)
-    staging, _ = staging_paths(out)
-    generate(staging, args, settings, files)
-    install(staging, out, replaces_earlier_run=earlier is not None)
-    print(f'wrote {args.num_train} train + {args.num_val} val shapes images ({args.width or args.size}x{args.size}) '
-          f'in COCO, Cityscapes, ADE20K and ImageNet layouts under {args.out}')
 
 
 if __name__ == '__main__':

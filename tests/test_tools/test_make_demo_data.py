@@ -195,3 +195,44 @@ def test_width_makes_images_of_a_dataset_s_own_shape(tmp_path):
     for path in ('cityscapes/gtFine/train/shapes/shapes_000001_gtFine_labelTrainIds.png',
                  'ade20k/ADEChallengeData2016/images/training/shapes_000001.jpg', 'coco/val2017/shapes_000004.jpg'):
         assert Image.open(out / path).size == (160, 96)
+
+
+def test_standard_layouts_are_read_by_the_real_configs_datasets(tmp_path, monkeypatch):
+    """``--standard``: each dataset's own root and names, read by the real configs' dataset sections as they are
+    (COCO's 80 categories with their ids, Cityscapes' train ids with 255, ADE20K's 150 classes with 0 reduced)."""
+    from mmdet.datasets import CocoDataset
+    from mmengine.config import Config
+    from mmengine.registry import DATASETS, init_default_scope
+    done = make(tmp_path / 'data', '--standard', '--num-train', 3, '--num-val', 2)
+    assert done.stdout.count('wrote 3 train + 2 val') == 3
+    coco = json.loads((tmp_path / 'data/coco/annotations/instances_val2017.json').read_text())
+    assert [c['name'] for c in coco['categories']] == list(CocoDataset.METAINFO['classes'])
+    assert [c['id'] for c in coco['categories']][-1] == 90 and len({a['category_id'] for a in coco['annotations']}) >= 1
+    assert all(a['category_id'] in (1, 2, 3) and a['segmentation'] for a in coco['annotations'])
+    monkeypatch.chdir(tmp_path)  # the configs' data roots are relative: data/coco/, data/cityscapes/, data/ade/...
+    for config, scope, count in (('vil/mask-rcnn_vil-small_fpn_1x_coco.py', 'mmdet', 3),
+                                 ('segformer_rwgka/segformer_mit-b0-rwgka_8xb1-160k_cityscapes-1024x1024.py',
+                                  'mmseg', 3),
+                                 ('pervit/upernet_pervit-t_8xb2-160k_ade20k-512x512.py', 'mmseg', 3)):
+        init_default_scope(scope)
+        cfg = Config.fromfile(REPO / 'configs' / config)
+        dataset = DATASETS.build(cfg.train_dataloader.dataset)
+        assert len(dataset) == count, config
+        sample = dataset[0]
+        if scope == 'mmdet':
+            assert len(sample['data_samples'].gt_instances) >= 1
+        else:
+            labels = set(np.unique(sample['data_samples'].gt_sem_seg.data.numpy()))
+            assert 255 in labels and len(labels - {255}) >= 2, (config, labels)
+
+
+def test_standard_layouts_refuse_a_real_dataset(tmp_path):
+    """A real dataset where a root goes (here ADE20K's, the last written) is refused in one line before any root
+    is written; nothing of it is touched."""
+    real = tmp_path / 'data' / 'ade' / 'ADEChallengeData2016' / 'annotations'
+    real.mkdir(parents=True)
+    (real / 'ADE_train_00000001.png').write_bytes(b'real')
+    done = make(tmp_path / 'data', '--standard', check=False)
+    one_line_refusal(done, real.parent, 'not empty and was not created by this script')
+    assert (real / 'ADE_train_00000001.png').read_bytes() == b'real'
+    assert sorted(path.name for path in (tmp_path / 'data').iterdir()) == ['ade']
