@@ -1,8 +1,10 @@
 # Set-up, tests and the demo. Every target runs inside .venv, which `make install` creates.
 PYTHON       := .venv/bin/python
-DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py
+DEMO_CONFIG  ?= configs/vil/retinanet_vil-demo_fpn_1xb8-3000i_shapes-coco-128.py
 DEMO_WORKDIR ?= work_dirs/demo
 DEMO_DATA    := data/shapes
+DEMO_SPREAD_RECORDS ?= docs/records/demo_spread
+DEMO_SPREAD_ARGS ?=
 PYTEST_ARGS  ?=
 # the oldest end of the declared range (requirements/oldest.txt), in an environment of its own
 OLDEST_VENV  ?= .venv-oldest
@@ -31,7 +33,7 @@ DOCS_OUT     ?= work_dirs/docs/html
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
 .PHONY: install docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
-	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos arena demo clean
+	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos arena demo demo-spread clean
 
 install:
 	@bash tools/install.sh
@@ -158,7 +160,15 @@ demo: install
 		--show-dir predictions && \
 	$(PYTHON) tools/misc/montage.py $(DEMO_WORKDIR) --pattern '*/predictions/*' \
 		--caption 'each pair: ground truth (left) | prediction (right)' --out $(DEMO_WORKDIR)/demo_predictions.png && \
-	echo "demo finished in $$(( $$(date +%s) - start )) s; metrics above, predictions in $(DEMO_WORKDIR)/demo_predictions.png"
+	echo "demo finished in $$(( $$(date +%s) - start )) s; metrics above, predictions in $(DEMO_WORKDIR)/demo_predictions.png" && \
+	$(PYTHON) tools/analysis_tools/demo_spread.py $(DEMO_CONFIG) --check $(DEMO_WORKDIR) --record-dir $(DEMO_SPREAD_RECORDS)
+
+# the spread of a demo's metric: DEMO_CONFIG trained with 5 seeds at 1 and at 2 threads, one run at a time
+# (tools/analysis_tools/demo_spread.py); the record into DEMO_SPREAD_RECORDS, where make demo's check reads it
+demo-spread: install
+	$(PYTHON) tools/misc/make_demo_data.py --out $(DEMO_DATA)
+	$(PYTHON) tools/analysis_tools/demo_spread.py $(DEMO_CONFIG) --seeds 0 1 2 3 4 --threads 1 2 \
+		--record-dir $(DEMO_SPREAD_RECORDS) $(DEMO_SPREAD_ARGS)
 
 clean:
 	rm -rf work_dirs .pytest_cache

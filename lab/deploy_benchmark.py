@@ -34,6 +34,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from lab.bench.processes import run_logged
+from mmvisattn.analysis.demo_spread import NO_DETECTIONS
 
 
 class Checkout(NamedTuple):
@@ -112,10 +113,6 @@ LATENCY_PAIRS: Dict[str, LatencyPair] = {
         'mmseg::segformer/segformer_mit-b0_8xb1-160k_cityscapes-1024x1024.py',
         'segmentation_onnxruntime_static.py', (1024, 1024), 13),
 }
-
-
-# what mmdet's CocoMetric logs, returning no metric at all, when no detection of a run passed the score threshold
-NO_DETECTIONS = 'The testing results of the whole dataset is empty'
 
 
 def metric_of(work_dir: Path, key: str) -> Optional[float]:

@@ -9,7 +9,8 @@ the side-by-side benchmark's tables from the records under ``docs/records/bench/
 ``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``);
 ``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``);
 ``<!-- records: arena FOLDER -->`` the attention arena's table and plots of the newest record under
-``docs/records/arena/`` of each config of ``configs/FOLDER/`` (``compare_attentions.py --record-dir``).
+``docs/records/arena/`` of each config of ``configs/FOLDER/`` (``compare_attentions.py --record-dir``);
+``<!-- records: demo_spread [FOLDER] -->`` the runs of each demo's newest spread record (``make demo-spread``).
 Each op, model group or pair comes from the newest record that measured it (a run may measure some:
 ``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
@@ -162,6 +163,23 @@ def arena_tables(folder: Optional[str]) -> str:
     return '\n'.join(lines)
 
 
+def demo_spread_tables(folder: Optional[str]) -> str:
+    """The spread of each demo of ``configs/<folder>/`` (every folder's without one): the newest record's runs."""
+    from mmvisattn.analysis.demo_spread import table
+    from lab.records import cpu_records, cpu_stamp
+    newest_of: Dict[str, dict] = {}
+    for record in cpu_records(RECORDS / 'demo_spread'):  # the newest first
+        config = record['results']['config']
+        if folder is None or Path(config).parent.name == folder:
+            newest_of.setdefault(config, record)
+    if not newest_of:
+        raise FileNotFoundError(f'no demo_spread record of configs/{folder or "*"}/ under {RECORDS / "demo_spread"}')
+    lines = []
+    for config, record in newest_of.items():
+        lines += [f'`{config}`: {cpu_stamp(record)}', '', table(record['results']), '']
+    return '\n'.join(lines)
+
+
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
     'tests_oldest': lambda _: tests_tables(newest('tests_oldest')) if list((RECORDS / 'tests_oldest').glob('*.json'))
@@ -172,6 +190,7 @@ MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'bench_deploy': bench_deploy_tables,
     'bench_demos': bench_demos_tables,
     'arena': arena_tables,
+    'demo_spread': demo_spread_tables,
 }
 MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 

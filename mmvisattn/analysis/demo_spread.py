@@ -44,31 +44,46 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.jobs, *args.threads) < 1:
         parser.error(f'--jobs and --threads must be at least 1, got {args.jobs} and {args.threads}')
+    if not Path(args.config).is_file():
+        parser.error(f'config {args.config} does not exist')
     if args.check and not args.record_dir:
         parser.error('--check needs --record-dir, where the measured range is kept')
     args.out_dir = args.out_dir or Path('work_dirs/demo_spread') / Path(args.config).stem
     return args
 
 
+# mmdet's CocoMetric logs this and returns no metric where no detection passed the score threshold: mAP 0
+NO_DETECTIONS = 'The testing results of the whole dataset is empty'
+
+
+def logged_metric(metrics: Dict, log: Path) -> Optional[Tuple[str, float]]:
+    key = next((key for key in METRIC_KEYS if key in metrics), None)
+    if key:
+        return key, float(metrics[key])
+    if log.is_file() and NO_DETECTIONS in log.read_text():
+        return 'coco/bbox_mAP', 0.0
+    return None
+
+
 def final_metric(work_dir: Path) -> Tuple[str, float]:
-    """The metric of the last validation logged under ``work_dir`` (mmengine's ``<stamp>/vis_data/scalars.json``)."""
-    for path in sorted(work_dir.glob('*/vis_data/scalars.json'), reverse=True):
-        for line in reversed(path.read_text().splitlines()):
-            scalars = json.loads(line)
-            key = next((key for key in METRIC_KEYS if key in scalars), None)
-            if key:
-                return key, float(scalars[key])
+    """The metric of the newest training run's last validation under ``work_dir`` (mmengine's
+    ``<stamp>/vis_data/scalars.json``)."""
+    for stamp in sorted((path.parent.parent for path in work_dir.glob('*/vis_data/scalars.json')), reverse=True):
+        lines = (stamp / 'vis_data' / 'scalars.json').read_text().splitlines()
+        validations = [json.loads(line) for line in lines if any(key in line for key in METRIC_KEYS)]
+        found = logged_metric(validations[-1] if validations else {}, stamp / f'{stamp.name}.log')
+        if found:
+            return found
     raise RuntimeError(f'no {" or ".join(METRIC_KEYS)} logged under {work_dir}')
 
 
-def tested_metric(work_dir: Path) -> Tuple[str, float]:
+def metric_of_test_run(work_dir: Path) -> Tuple[str, float]:
     """The metric of the newest ``tools/test.py`` run in ``work_dir`` (its ``<stamp>/<stamp>.json``)."""
     for path in sorted(work_dir.glob('*/*.json'), reverse=True):
         if path.stem == path.parent.name:
-            metrics = json.loads(path.read_text())
-            key = next((key for key in METRIC_KEYS if key in metrics), None)
-            if key:
-                return key, float(metrics[key])
+            found = logged_metric(json.loads(path.read_text()), path.with_suffix('.log'))
+            if found:
+                return found
     raise SystemExit(f'error: no test run with {" or ".join(METRIC_KEYS)} in {work_dir}; run tools/test.py first')
 
 
@@ -121,13 +136,14 @@ def measure(args: argparse.Namespace) -> Dict:
 
 
 def newest_record(record_dir: Path, config: str) -> Optional[Path]:
-    stem = Path(config).stem
-    return max(record_dir.glob(f'*_{stem}_demo_spread.json'), key=lambda path: path.name, default=None)
+    from .records import slug
+    pattern = f'*_{slug(Path(config).stem)}_demo_spread.json'
+    return max(record_dir.glob(pattern), key=lambda path: path.name, default=None)
 
 
 def check(args: argparse.Namespace) -> str:
     """One line: the work folder's metric beside the recorded range, and whether it falls inside."""
-    key, value = tested_metric(args.check)
+    key, value = metric_of_test_run(args.check)
     path = newest_record(args.record_dir, args.config)
     if path is None:
         return f'{key} {value:.3f}; no measured range of {Path(args.config).name} in {args.record_dir}'
