@@ -180,7 +180,6 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
     for scene in scenes_:
         name = sample_name(scene.image_id)
         files = sample_files(scene.split, name)
-        height, width = scene.semantic.shape
         Image.fromarray(scene.image).save(out / files['coco_image'], quality=95)
         add_coco_sample(coco[scene.split['coco']], scene, f'{name}.jpg', lambda label: label + 1)
         Image.fromarray(scene.image).save(out / files['cityscapes_image'])
