@@ -275,6 +275,19 @@ def read_back(task: Dict) -> Optional[Dict]:
     return done
 
 
+def run_logged(command: List[str], log: Path, env: Dict[str, str], timeout: float) -> Optional[str]:
+    """``command`` in a child process, its output into ``log``; ``None``, or one line saying why it failed."""
+    with open(log, 'w') as stream:
+        try:
+            code = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return f'timeout after {timeout:.0f} s (log: {log})'
+    if code:
+        lines = log.read_text().strip().splitlines() or [f'exit code {code}']
+        return f'{lines[-1][:200]} (log: {log})'
+    return None
+
+
 def run_part(task: Dict, timeout: float) -> Dict:
     """The part run in a child process, its output in ``task['log']``; a failure is a result with an
     ``error``."""
@@ -283,14 +296,9 @@ def run_part(task: Dict, timeout: float) -> Dict:
     env = dict(os.environ, **({'CUDA_VISIBLE_DEVICES': ''} if task['device'] == 'cpu' else {}))
     command = [sys.executable, '-m', 'mmvisattn.analysis.compare_attentions', task['config'],
                '--child', json.dumps(task)]
-    with open(log, 'w') as stream:
-        try:
-            code = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return dict(error=f'timeout after {timeout:.0f} s (log: {log})')
-    if code or not out.exists():
-        lines = log.read_text().strip().splitlines() or [f'exit code {code}']
-        return dict(error=f'{lines[-1][:200]} (log: {log})')
+    error = run_logged(command, log, env, timeout)
+    if error or not out.exists():
+        return dict(error=error or f'no result in {out} (log: {log})')
     return json.loads(out.read_text())
 
 

@@ -18,13 +18,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .compare_attentions import METRIC_KEYS, read_back
+from .compare_attentions import METRIC_KEYS, read_back, run_logged
 
 DEFAULT_RECORDS = Path('docs/records/demo_spread')
 
@@ -101,14 +100,9 @@ def train_run(task: Dict, timeout: float) -> Dict:
     env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, CUDA_VISIBLE_DEVICES='')
     command = [sys.executable, '-m', 'mmvisattn.launch.train', settings['config'], '--work-dir', str(folder / 'work'),
                '--cfg-options', f'randomness.seed={settings["seed"]}']
-    with open(task['log'], 'w') as stream:
-        try:
-            code = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return dict(settings, error=f'timeout after {timeout:.0f} s (log: {task["log"]})')
-    if code:
-        last = (Path(task['log']).read_text().strip().splitlines() or [f'exit code {code}'])[-1]
-        return dict(settings, error=f'{last[:200]} (log: {task["log"]})')
+    error = run_logged(command, Path(task['log']), env, timeout)
+    if error:
+        return dict(settings, error=error)
     key, value = final_metric(folder / 'work')
     result = dict(settings, metric=key, value=value)
     Path(task['out']).write_text(json.dumps(dict(result, settings=settings), indent=1) + '\n')

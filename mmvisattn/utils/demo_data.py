@@ -33,7 +33,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -159,7 +159,16 @@ def sample_files(split: Dict[str, str], name: str) -> Dict[str, str]:
 
 
 def annotation_file(split: Dict[str, str]) -> str:
-    return f'coco/annotations/instances_{split["coco"]}.json'
+    """The split's COCO annotation file, relative to the COCO root."""
+    return f'annotations/instances_{split["coco"]}.json'
+
+
+def split_ids(counts: Sequence[int]) -> Iterator[Tuple[Dict[str, str], range]]:
+    """Each split with the image ids it takes: the ids run on from the training split into the validation one."""
+    first = 1
+    for split, count in zip(SPLITS, counts):
+        yield split, range(first, first + count)
+        first += count
 
 
 def sample_name(image_id: int) -> str:
@@ -168,8 +177,8 @@ def sample_name(image_id: int) -> str:
 
 def scenes(rng: np.random.RandomState, counts: Tuple[int, int], height: int, width: int) -> Iterator[Scene]:
     """The detection and segmentation samples of both splits, in the order they take the random stream."""
-    for split, first_id, count in zip(SPLITS, (1, counts[0] + 1), counts):
-        for image_id in range(first_id, first_id + count):
+    for split, image_ids in split_ids(counts):
+        for image_id in image_ids:
             shapes = sample_scene(rng, height, width)
             yield Scene(split, image_id, shapes, *render(rng, height, width, shapes))
 
@@ -188,7 +197,7 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
         Image.fromarray(scene.semantic + 1).save(out / files['ade_label'])
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)]
     for split in SPLITS:
-        (out / annotation_file(split)).write_text(json.dumps(dict(**coco[split['coco']], categories=categories)))
+        (out / 'coco' / annotation_file(split)).write_text(json.dumps(dict(**coco[split['coco']], categories=categories)))
 
 
 def add_coco_sample(content: Dict, scene: Scene, file_name: str, category_id: Callable[[int], int]) -> None:
@@ -213,11 +222,11 @@ def classification_file(split: Dict[str, str], image_id: int) -> str:
     return f'imagenet/{split["imagenet"]}/{CLASSES[classification_label(image_id)]}/{sample_name(image_id)}.jpg'
 
 
-def write_classification_split(out: Path, split: Dict[str, str], count: int, first_id: int, rng, height: int,
+def write_classification_split(out: Path, split: Dict[str, str], image_ids: range, rng, height: int,
                                width: int) -> None:
     """One large shape of the image's class, of a random size, place and colour, on a background of finer
     noise than the other layouts'."""
-    for image_id in range(first_id, first_id + count):
+    for image_id in image_ids:
         label = classification_label(image_id)
         radius = rng.uniform(0.25, 0.45) * min(height, width)
         cx, cy = rng.uniform(radius + 1, np.array([width, height]) - radius - 1)
@@ -251,10 +260,9 @@ def standard_sample_files(layout: str, split: Dict[str, str], image_id: int) -> 
 
 def standard_files(layout: str, settings: Dict) -> List[str]:
     """Every file ``--standard`` writes in ``layout``'s root."""
-    files = [f'annotations/instances_{split["coco"]}.json' for split in SPLITS] if layout == 'coco' else []
-    first_ids = (1, settings['num_train'] + 1)
-    for split, first_id, count in zip(SPLITS, first_ids, (settings['num_train'], settings['num_val'])):
-        for image_id in range(first_id, first_id + count):
+    files = [annotation_file(split) for split in SPLITS] if layout == 'coco' else []
+    for split, image_ids in split_ids((settings['num_train'], settings['num_val'])):
+        for image_id in image_ids:
             files += standard_sample_files(layout, split, image_id).values()
     return files
 
@@ -290,23 +298,22 @@ def write_standard(out: Path, layout: str, args: argparse.Namespace) -> None:
             labels = scene.semantic if layout == 'cityscapes' else scene.semantic + 1
             with_void_outlines(labels, scene.shapes, VOID[layout]).save(out / files['label'])
     if layout == 'coco':
-        for split, content in coco.items():
-            (out / f'annotations/instances_{split}.json').write_text(json.dumps(dict(**content,
-                                                                                    categories=categories)))
+        for split in SPLITS:
+            content = dict(**coco[split['coco']], categories=categories)
+            (out / annotation_file(split)).write_text(json.dumps(content))
 
 
 def planned_files(settings: Dict) -> List[str]:
     """Every file a run with ``settings`` writes, relative to ``--out``: names depend on the
     settings alone, so the plan of an earlier run is known from its marker too."""
     files = []
-    first_ids = (1, settings['num_train'] + 1)
-    for split, first_id, count in zip(SPLITS, first_ids, (settings['num_train'], settings['num_val'])):
-        files.append(annotation_file(split))
-        for image_id in range(first_id, first_id + count):
+    for split, image_ids in split_ids((settings['num_train'], settings['num_val'])):
+        files.append('coco/' + annotation_file(split))
+        for image_id in image_ids:
             files += sample_files(split, sample_name(image_id)).values()
     counts = [CLASSIFICATION_SCALE * settings[name] for name in ('num_train', 'num_val')]
-    for split, first_id, count in zip(SPLITS, (1, counts[0] + 1), counts):
-        files += [classification_file(split, image_id) for image_id in range(first_id, first_id + count)]
+    for split, image_ids in split_ids(counts):
+        files += [classification_file(split, image_id) for image_id in image_ids]
     return files
 
 
@@ -414,10 +421,9 @@ def write_shapes(staging: Path, args: argparse.Namespace) -> None:
     write_shapes_layouts(staging, scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val),
                                          args.size, width))
     rng = np.random.RandomState([args.seed, 1])
-    num_train, num_val = CLASSIFICATION_SCALE * args.num_train, CLASSIFICATION_SCALE * args.num_val
-    height, width = args.size // 2, width // 2
-    write_classification_split(staging, SPLITS[0], num_train, 1, rng, height, width)
-    write_classification_split(staging, SPLITS[1], num_val, num_train + 1, rng, height, width)
+    counts = (CLASSIFICATION_SCALE * args.num_train, CLASSIFICATION_SCALE * args.num_val)
+    for split, image_ids in split_ids(counts):
+        write_classification_split(staging, split, image_ids, rng, args.size // 2, width // 2)
 
 
 def generate(staging: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> None:
