@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator, List, Tuple
-from unittest import mock
 
 import pytest
 
@@ -195,22 +194,34 @@ def workspace(tmp_path_factory) -> Path:
 def recorded_choices() -> Iterator[List[Tuple[str, str, str]]]:
     """``(op, impl asked, backend chosen)`` of every op call made inside, the ops' decision watched from
     outside."""
-    from mmvisattn.ops.utils.dispatch import Op
-    records, choose = [], Op.choose
+    from mmvisattn.ops.utils.dispatch import observing
+    records = []
 
     def record(op, impl, request):
-        chosen = choose(op, impl, request)
-        records.append((op.name, impl, chosen))
-        return chosen
+        records.append((op.name, impl, op.choose(impl, request)))
 
-    with mock.patch.object(Op, 'choose', record):
+    with observing(record):
         yield records
 
 
 def running_reference(op, reference):
-    """Inside, every call of ``op`` runs ``reference`` (a function of the backends' arguments) whatever
-    backend it chooses: a module's output with its op's reference in place, to compare with."""
-    return mock.patch.object(op, 'function', lambda impl: reference)
+    """Inside, every call of ``op`` runs ``reference`` (a function of the backends' arguments): a module's
+    output with its op's reference in place, to compare with."""
+    from mmvisattn.ops.utils.dispatch import observing
+    return observing(lambda called, impl, request: reference if called is op else None)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Sets what the ops read of the machine (:mod:`mmvisattn.ops.utils.machine`) for one test:
+    ``machine(triton=(3, 6), capability=(7, 5), interpreted=True)``; a fact left out stays this machine's."""
+    from mmvisattn.ops.utils import machine as facts
+    functions = dict(triton='installed_triton', capability='cuda_capability', interpreted='triton_interpreted')
+
+    def assume(**values) -> None:
+        for name, value in values.items():
+            monkeypatch.setattr(facts, functions[name], lambda value=value: value)
+    return assume
 
 
 def saved_elements(fn) -> int:

@@ -37,7 +37,8 @@ MODEL_FIELDS = ('model', 'stock', 'step_ms', 'peak_mb', 'test_images_s', 'larges
 def software(openmmlab: bool) -> Dict[str, Optional[str]]:
     """Versions of what the run used (the OpenMMLab packages for model runs)."""
     import torch
-    from mmvisattn.ops.utils.dispatch import INSTALLED_TRITON as found
+    from mmvisattn.ops.utils.machine import installed_triton
+    found = installed_triton()
     versions = dict(mmvisattn=mmvisattn.__version__, torch=torch.__version__, cuda=torch.version.cuda,
                     python=platform.python_version(), triton='.'.join(map(str, found)) if found else None)
     if openmmlab:

@@ -35,7 +35,6 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
-from unittest import mock
 
 import torch
 from mmengine.hooks import Hook
@@ -58,20 +57,17 @@ class OpCalls:
         self.layer, self.calls = '', []
 
     def __enter__(self) -> 'OpCalls':
-        from mmvisattn.ops.utils.dispatch import Op
-        choose = Op.choose
+        from mmvisattn.ops.utils.dispatch import observing
 
-        def record(op, impl, request):
-            chosen = choose(op, impl, request)
-            self.calls.append((self.layer, op, request, chosen))
-            return chosen
+        def record(op, impl, request) -> None:
+            self.calls.append((self.layer, op, request, op.choose(impl, request)))
 
-        self.patch = mock.patch.object(Op, 'choose', record)
-        self.patch.__enter__()
+        self.observing = observing(record)
+        self.observing.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.patch.__exit__(*exc)
+        self.observing.__exit__(*exc)
 
 
 def synchronize() -> None:

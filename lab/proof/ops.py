@@ -79,11 +79,10 @@ def preflight(cpu_smoke: bool) -> str:
     if cpu_smoke:
         os.environ.setdefault('TRITON_INTERPRET', '1')  # before any kernel is defined
     import torch
-    from mmvisattn.ops.utils.dispatch import INSTALLED_TRITON, MIN_TRITON
-    found, wanted = INSTALLED_TRITON, '.'.join(map(str, MIN_TRITON))
-    if found is None or found < MIN_TRITON:
-        have = 'none is installed' if found is None else f'{".".join(map(str, found))} is installed'
-        raise SystemExit(f'error: the kernels need triton >= {wanted}; {have}')
+    from mmvisattn.ops.utils.dispatch import old_triton
+    reason = old_triton()
+    if reason:
+        raise SystemExit(f'error: the Triton kernels: {reason}')
     if not cpu_smoke and not torch.cuda.is_available():
         raise SystemExit('error: no CUDA device (torch.cuda.is_available() is False; torch '
                          f'{torch.__version__}); run it on a GPU machine, or --cpu-smoke for the CPU run')
@@ -386,16 +385,13 @@ class Proof:
 def chosen(case, call: Callable):
     """``call()``'s result and the backend ``auto`` chose for the case's op in it (the op's decision
     watched from outside)."""
-    from unittest import mock
+    from mmvisattn.ops.utils.dispatch import observing
+    choices = []
 
-    from mmvisattn.ops.utils.dispatch import Op
-    choices, choose = [], Op.choose
+    def record(op, impl, request) -> None:
+        choices.append((op, op.choose(impl, request)))
 
-    def record(op, impl, request):
-        choices.append((op, choose(op, impl, request)))
-        return choices[-1][1]
-
-    with mock.patch.object(Op, 'choose', record):
+    with observing(record):
         out = call()
     return out, next(impl for op, impl in choices if op is case.op)
 
@@ -410,12 +406,12 @@ def main(argv=None) -> int:
     device = preflight(args.cpu_smoke)
     import torch
 
-    from mmvisattn.ops.utils.dispatch import INSTALLED_TRITON
+    from mmvisattn.ops.utils.machine import installed_triton
     proof = Proof(device, args)
     status = proof.run()
     meta = dict(device_name=device_name(device),
                 date=date.today().isoformat(), torch=torch.__version__, cuda=torch.version.cuda,
-                triton='.'.join(map(str, INSTALLED_TRITON)),
+                triton='.'.join(map(str, installed_triton())),
                 python=platform.python_version(), cpu_smoke=args.cpu_smoke,
                 seconds=round(time.perf_counter() - proof.start, 1), failures=proof.failures())
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@
         [--cfg-options KEY=VALUE ...] [--cfg-new-keys]
 
 The model runs one training-mode forward on the meta device at the config's test input size while every
-op's choice (:meth:`mmvisattn.ops.utils.dispatch.Op.choose`) is recorded, so any config answers in seconds
+op call is recorded (:func:`mmvisattn.ops.utils.dispatch.observing`), so any config answers in seconds
 without a GPU. Each request is replayed for ``--device``, ``--dtype`` and ``--context`` (a training step,
 ``compile=True``, torch's FLOP counter, mmengine's FLOP counter behind ``get_flops.py``, ONNX export); a
 layer whose named backend cannot run there fails the run. The test input size is the test pipeline's
@@ -14,15 +14,14 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Dict, Iterator, List, NamedTuple, Tuple
-from unittest import mock
+from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
 
 import torch
 from mmengine.config import Config
 
 from mmvisattn.analysis.input_size import test_input_size
 from mmvisattn.launch import add_config_arguments, load_config
-from mmvisattn.ops.utils.dispatch import CONTEXTS, Op, Request, UnsupportedInput
+from mmvisattn.ops.utils.dispatch import CONTEXTS, Op, Request, UnsupportedInput, observing
 
 DEVICES = ('cpu', 'cuda')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -59,13 +58,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def recording(layer: List[str]) -> Iterator[List[Record]]:
     """Every op call made inside, in ``layer[0]``; each runs ``auto``'s choice (the meta device has
     none of the named backends' kernels)."""
-    records, choose = [], Op.choose
+    records: List[Record] = []
 
-    def record(op: Op, impl: str, request: Request) -> str:
+    def record(op: Op, impl: str, request: Request) -> Callable:
         records.append(Record(op, impl, request, layer[0]))
-        return choose(op, 'auto', request)
+        return op.backends[op.choose('auto', request)].function
 
-    with mock.patch.object(Op, 'choose', record):
+    with observing(record):
         yield records
 
 

@@ -92,10 +92,10 @@ def test_no_cuda_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize('found,have', [(None, 'none is installed'), ((2, 3), '2.3 is installed')])
-def test_missing_or_old_triton_is_one_line(monkeypatch, found, have):
+def test_missing_or_old_triton_is_one_line(machine, found, have):
     tool = import_module('lab.proof.ops')
-    monkeypatch.setattr('mmvisattn.ops.utils.dispatch.INSTALLED_TRITON', found)
-    with pytest.raises(SystemExit, match=rf'^error: the kernels need triton >= 3.0; {have}$'):
+    machine(triton=found)
+    with pytest.raises(SystemExit, match=rf'^error: the Triton kernels: needs triton >= 3.0; {have}$'):
         tool.preflight(cpu_smoke=True)
 
 

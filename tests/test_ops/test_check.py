@@ -4,11 +4,10 @@ import pytest
 import torch
 
 from mmvisattn.ops import check, rwgk
-from mmvisattn.ops.utils import dispatch
 
 
-def test_every_backend_on_cpu_is_checked_and_the_kernels_named(capsys, monkeypatch):
-    monkeypatch.setattr(dispatch, 'INTERPRETED', False)  # a user's CPU: no interpreter
+def test_every_backend_on_cpu_is_checked_and_the_kernels_named(capsys, machine):
+    machine(interpreted=False)  # a user's CPU: no interpreter
     assert check.main(['--device', 'cpu', '--dtypes', 'float32']) == 0
     lines = capsys.readouterr().out.splitlines()
     backends = [(case.op.name, impl) for case in check.CASES for impl in case.op.backends]

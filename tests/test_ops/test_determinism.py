@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmvisattn.ops import check
-from mmvisattn.ops.utils import dispatch
+from mmvisattn.ops.utils import dispatch, machine
 
 from ..conftest import KERNEL_DEVICE
 
@@ -61,7 +61,7 @@ def deterministic_algorithms() -> Iterator[None]:
 @contextlib.contextmanager
 def refused_calls(monkeypatch) -> Iterator[None]:
     """The calls above refused; the ops see an eager call (the dispatch mode is the test's)."""
-    if dispatch.INTERPRETED:
+    if machine.triton_interpreted():
         from triton.runtime import interpreter
         for name in ('create_atomic_rmw', 'create_atomic_cas'):
             monkeypatch.setattr(interpreter.InterpreterBuilder, name, _refuse_atomics)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.masked_softmax import OP, masked_softmax_attention, masked_softmax_attention_reference
+from mmvisattn.ops.masked_softmax import OP, Options, masked_softmax_attention, masked_softmax_attention_reference
 from mmvisattn.ops.masked_softmax.dense import masked_softmax_attention_dense
 from mmvisattn.ops.masked_softmax.pytorch import masked_softmax_attention_torch, query_block
 from mmvisattn.ops.utils.dispatch import Request, UnsupportedInput
@@ -70,9 +70,9 @@ def test_dense_dropout_zeroes_kept_weights_as_f_dropout_draws_them():
 def test_auto_takes_the_dense_form_for_dropout_or_compile_and_the_blocks_otherwise():
     q, k, v = qkv(9, 11)
     for device in ('cpu', 'cuda', 'meta'):
-        request = Request.of((q, k, v), dropout=0.0)._replace(device=device)
+        request = Request.of((q, k, v), Options(0.0))._replace(device=device)
         assert OP.choose('auto', request) == 'torch'
-        assert OP.choose('auto', request._replace(facts=(('dropout', 0.1),))) == 'dense'
+        assert OP.choose('auto', request._replace(options=Options(0.1))) == 'dense'
         assert OP.choose('auto', request._replace(context='compile')) == 'dense'
     with pytest.raises(UnsupportedInput, match=r"^masked_softmax_attention\(impl='torch'\): dropout=0.1 on the "
                                                r'weights: a recomputed block would draw another mask$'):

@@ -9,7 +9,7 @@ It trains beside the linear-angular branch and is removed for inference. Backend
 recomputed block would draw another mask) and under ``torch.compile``; ``torch`` (:mod:`.pytorch`), blocks
 of queries recomputed in the backward, so no ``N x N`` matrix outlives its block.
 :func:`masked_softmax_attention_reference` is the literal form in float32."""
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from torch import Tensor
 
@@ -19,20 +19,25 @@ from .pytorch import masked_softmax_attention_torch
 from .reference import masked_softmax_attention_reference
 
 
-def _dense_slower(request: Request) -> Optional[str]:
-    if request.fact('dropout') > 0 or request.context == 'compile':
+class Options(NamedTuple):
+    """What of a call decides the backend beside its tensors."""
+    dropout: float
+
+
+def _dense_passed_over(request: Request) -> Optional[str]:
+    if request.options.dropout > 0 or request.context == 'compile':
         return None
     return 'no dropout on the weights and not compiled: the blocks of the torch path hold no N x N matrix'
 
 
 def _torch_unsupported(request: Request) -> Optional[str]:
-    if request.fact('dropout') > 0:
-        return f"dropout={request.fact('dropout')} on the weights: a recomputed block would draw another mask"
+    if request.options.dropout > 0:
+        return f"dropout={request.options.dropout} on the weights: a recomputed block would draw another mask"
     return None
 
 
 OP = Op('masked_softmax_attention', [
-    Backend('dense', masked_softmax_attention_dense, slower=_dense_slower),
+    Backend('dense', masked_softmax_attention_dense, passed_over=_dense_passed_over),
     Backend('torch', masked_softmax_attention_torch, _torch_unsupported),
 ])
 IMPLS = OP.impls
@@ -53,8 +58,8 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
     Returns:
         ``(..., N, E)`` in ``v``'s dtype.
     """
-    request = Request.of((q, k, v), dropout=dropout)
+    request = Request.of((q, k, v), Options(dropout))
     return OP(impl, request, q, k, v, threshold, scale, dropout)
 
 
-__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'IMPLS', 'OP']
+__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'IMPLS', 'OP', 'Options']

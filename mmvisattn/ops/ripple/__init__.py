@@ -11,7 +11,7 @@ merged groups (global sums, :mod:`.local_global`), and differs in the local part
 ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU, and ONNX export),
 ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
 :func:`ripple_attention_reference`, the explicit O(H^2 W^2) form, is what they are tested against."""
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -24,12 +24,18 @@ from .reference import ripple_attention_reference
 from .weights import chebyshev_distances, group_weights
 
 
-def _dense_slower(request: Request) -> Optional[str]:
+class Options(NamedTuple):
+    """What of a call decides the backend beside its tensors."""
+    hw_shape: Tuple[int, int]
+    r_max: int
+
+
+def _dense_passed_over(request: Request) -> Optional[str]:
     if request.context == 'export':
         return None
     if request.device != 'cpu':
         return 'its crossover is measured on CPU; on other devices the local part runs on tiles'
-    hw_shape, r_max = request.fact('hw_shape'), request.fact('r_max')
+    hw_shape, r_max = request.options
     if dense_is_faster(hw_shape, r_max):
         return None
     return f'a {hw_shape[0]}x{hw_shape[1]} map at R_max {r_max} is past the crossover where the tiles are faster'
@@ -48,7 +54,7 @@ def _triton(*args) -> Tensor:
 
 OP = Op('ripple_attention', [
     Backend('triton', _triton, triton_kernels(), interpreted),
-    Backend('dense', ripple_attention_dense, slower=_dense_slower),
+    Backend('dense', ripple_attention_dense, passed_over=_dense_passed_over),
     Backend('cpu', ripple_attention_cpu, cpu_kernels, opaque_to_dispatch),
     Backend('torch', ripple_attention_torch, _not_exportable),
 ])
@@ -93,10 +99,10 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
         ``(..., N, E)``.
     """
     _check_inputs(q, k, v, logits, hw_shape, tau)
-    request = Request.of((q, k, v), hw_shape=tuple(hw_shape), r_max=logits.shape[-1])
+    request = Request.of((q, k, v), Options(tuple(hw_shape), logits.shape[-1]))
     return OP(impl, request, q, k, v, logits, hw_shape, tau, eps)
 
 
 # group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances', 'group_weights',
-           'IMPLS', 'OP']
+           'IMPLS', 'OP', 'Options']

@@ -16,7 +16,7 @@ CUDA), ``dense`` (one SDPA call with the pattern as a bias, CPU maps no larger t
 ``cpu`` (the sliding chunks in C++) and ``torch`` (sliding chunks, hand-written backward).
 :func:`sliding_chunk_attention_reference` (masked full attention) is what they are tested against."""
 from numbers import Integral
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -33,15 +33,24 @@ TRITON_MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradi
 _triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
 
 
+class Options(NamedTuple):
+    """What of a call decides the backend beside its tensors."""
+    hw_shape: Tuple[int, int]
+    window: int
+    num_global: int
+    masking: str
+    mode: Mode
+
+
 def _triton_unsupported(request: Request) -> Optional[str]:
-    reason, window = _triton_kernels(request), request.fact('window')
+    reason, window = _triton_kernels(request), request.options.window
     if reason is None and window > TRITON_MAX_WINDOW:
         return f'window={window} is outside the supported range 1..{TRITON_MAX_WINDOW}'
     return reason
 
 
 def _dense_unsupported(request: Request) -> Optional[str]:
-    hw_shape, window, masking, mode = (request.fact(name) for name in ('hw_shape', 'window', 'masking', 'mode'))
+    hw_shape, window, _, masking, mode = request.options
     if mode == 'drawn':
         return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
     if not visits_once(hw_shape, window, masking, mode):
@@ -50,10 +59,10 @@ def _dense_unsupported(request: Request) -> Optional[str]:
     return None
 
 
-def _dense_slower(request: Request) -> Optional[str]:
+def _dense_passed_over(request: Request) -> Optional[str]:
     if request.device != 'cpu':
         return 'its crossover is measured on CPU; on other devices the sliding chunks run'
-    hw_shape, window, num_global, mode = (request.fact(name) for name in ('hw_shape', 'window', 'num_global', 'mode'))
+    hw_shape, window, num_global, _, mode = request.options
     if dense_is_faster(hw_shape, window, num_global, mode):
         return None
     return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {query_slots(window, num_global, mode)} '
@@ -67,7 +76,7 @@ def _triton(*args) -> Tensor:
 
 OP = Op('sliding_chunk_attention', [
     Backend('triton', _triton, _triton_unsupported, interpreted),
-    Backend('dense', sliding_chunk_attention_dense, _dense_unsupported, _dense_slower),
+    Backend('dense', sliding_chunk_attention_dense, _dense_unsupported, _dense_passed_over),
     Backend('cpu', sliding_chunk_attention_cpu, cpu_kernels, opaque_to_dispatch),
     Backend('torch', sliding_chunk_attention_torch),
 ])
@@ -132,8 +141,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     """
     hw_shape = (int(hw_shape[0]), int(hw_shape[1]))
     window = _check(q, hw_shape, window, num_global, masking, mode)
-    request = Request.of((q, k, v), hw_shape=hw_shape, window=window, num_global=num_global, masking=masking,
-                         mode='drawn' if is_drawn(mode) else mode)
+    request = Request.of((q, k, v), Options(hw_shape, window, num_global, masking,
+                                            'drawn' if is_drawn(mode) else mode))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     return OP(impl, request, q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
 
@@ -141,4 +150,4 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
 # separate global projections compute themselves; dense_bias: the attention map's additive bias.
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
-           'dense_bias', 'global_rows', 'IMPLS', 'OP']
+           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options']

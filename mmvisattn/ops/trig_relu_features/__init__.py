@@ -7,7 +7,7 @@ with ``s`` the temperature the modules split between queries and keys. Backends,
 (:data:`OP`): ``cpu`` (C++ by blocks of rows, the heads read in place from the ``qkv`` projection) and
 ``torch`` (the backward written out, saving the input and the output); :func:`trig_relu_features_reference`
 is Eq. 13 under autograd."""
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from torch import Tensor
 
@@ -17,9 +17,14 @@ from .pytorch import trig_relu_features_torch
 from .reference import trig_relu_features_reference
 
 
+class Options(NamedTuple):
+    """What of a call decides the backend beside its tensors."""
+    row_stride: int
+
+
 def _cpu_unsupported(request: Request) -> Optional[str]:
-    if request.fact('row_stride') != 1:
-        return f"the kernels read rows in place: the last dimension has stride {request.fact('row_stride')}, not 1"
+    if request.options.row_stride != 1:
+        return f'the kernels read rows in place: the last dimension has stride {request.options.row_stride}, not 1'
     return cpu_kernels(request)
 
 
@@ -45,7 +50,7 @@ def trig_relu_features(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: flo
     Returns:
         ``(..., d')`` non-negative features in ``x``'s dtype.
     """
-    return OP(impl, Request.of((x,), row_stride=x.stride(-1)), x, w1, w2, b2, scale)
+    return OP(impl, Request.of((x,), Options(x.stride(-1))), x, w1, w2, b2, scale)
 
 
-__all__ = ['trig_relu_features', 'trig_relu_features_reference', 'IMPLS', 'OP']
+__all__ = ['trig_relu_features', 'trig_relu_features_reference', 'IMPLS', 'OP', 'Options']

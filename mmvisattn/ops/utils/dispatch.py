@@ -4,21 +4,25 @@ An op lists its backends in :class:`Op`, in the order ``impl='auto'`` tries them
 checks of a :class:`Request` (the call without its data), each returning a reason or ``None``:
 
 * ``unsupported``: why the backend cannot run the call (a device, a dtype, a head width, tracing);
-* ``slower``: why ``auto`` passes it over although it could run it (a crossover measured on CPU).
+* ``passed_over``: why ``auto`` takes a later backend although this one could run the call (a crossover
+  measured on CPU, dropout, an export form).
 
-``auto`` runs the first backend that neither check stops; the last backend of every chain supports
-whatever reaches it, so ``auto`` never fails. A backend asked for by name runs wherever it is
-supported and raises :class:`UnsupportedInput` in one line where it is not: no backend falls back on
-its own. :meth:`Op.explain` gives ``auto``'s choice and why each other backend was passed over, which
-``tools/analysis_tools/print_dispatch.py`` prints for every layer of a config.
+``auto`` runs the first backend that neither check stops, logging (at ``DEBUG``, logger
+``mmvisattn.ops.utils.dispatch``) why it passed the earlier ones over; the last backend of every chain
+supports whatever reaches it, and a chain that runs out raises :class:`UnsupportedInput` in one line. A
+backend asked for by name runs wherever it is supported and raises :class:`UnsupportedInput` in one line
+where it is not: no backend falls back on its own. :meth:`Op.explain` gives ``auto``'s choice and why each
+other backend was passed over, which ``tools/analysis_tools/print_dispatch.py`` prints for every layer of a
+config from the calls :func:`observing` shows it.
 """
-import os
-from importlib.util import find_spec
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+import contextlib
+import logging
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from . import machine
 from .triton_launch import unsupported_kernel_input
 
 # What runs the call: plain eager, torch.compile's tracer, a dispatch mode (torch's FLOP counter), torch.jit
@@ -26,8 +30,7 @@ from .triton_launch import unsupported_kernel_input
 CONTEXTS = ('eager', 'compile', 'dispatch', 'trace', 'export')
 TRACERS = dict(trace='a torch.jit trace', export='an ONNX export')  # the contexts that record a graph
 MIN_TRITON = (3, 0)
-# Triton's interpreter runs the kernels on CPU tensors (read once, as Triton reads it when a kernel is defined)
-INTERPRETED = os.environ.get('TRITON_INTERPRET') == '1'
+LOGGER = logging.getLogger(__name__)
 
 
 class UnsupportedInput(ValueError):
@@ -57,24 +60,20 @@ class Request(NamedTuple):
     """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces it):
     the inputs' device type and dtype, the widest last dimension among them (the head width), whether a
     gradient is wanted, what runs the call (one of :data:`CONTEXTS`: a tracer records no kernel of its
-    own, a dispatch mode sees one as a single opaque call) and the op's own arguments that decide (window,
-    map size, ...) as ``(name, value)`` pairs."""
+    own, a dispatch mode sees one as a single opaque call) and ``options``, the op's own arguments that
+    decide (window, map size, ...): a named tuple of the op's, or ``None``."""
     device: str
     dtype: torch.dtype
     head_dims: int
     grad: bool
     context: str = 'eager'
-    facts: Tuple[Tuple[str, Any], ...] = ()
+    options: Optional[Any] = None
 
     @classmethod
-    def of(cls, tensors: Sequence[Tensor], **facts: Any) -> 'Request':
+    def of(cls, tensors: Sequence[Tensor], options: Optional[Any] = None) -> 'Request':
         """The request of a call on ``tensors`` (the first decides device and dtype)."""
         return cls(tensors[0].device.type, tensors[0].dtype, max(t.shape[-1] for t in tensors),
-                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors), current_context(),
-                   tuple(sorted(facts.items())))
-
-    def fact(self, name: str) -> Any:
-        return dict(self.facts)[name]
+                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors), current_context(), options)
 
     @property
     def traced(self) -> bool:
@@ -82,7 +81,8 @@ class Request(NamedTuple):
         return self.context in TRACERS
 
     def describe(self) -> str:
-        facts = ''.join(f', {name}={value}' for name, value in self.facts)
+        options = sorted(self.options._asdict().items()) if self.options is not None else ()
+        facts = ''.join(f', {name}={value}' for name, value in options)
         return (f'{self.device} {str(self.dtype).replace("torch.", "")}, head {self.head_dims}'
                 f'{", grad" if self.grad else ""}{"" if self.context == "eager" else ", " + self.context}{facts}')
 
@@ -99,7 +99,23 @@ class Backend(NamedTuple):
     name: str
     function: Callable
     unsupported: Check = always
-    slower: Check = always
+    passed_over: Check = always
+
+
+Observer = Callable[['Op', str, Request], Optional[Callable]]
+_OBSERVERS: List[Observer] = []
+
+
+@contextlib.contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """Inside, every op call is shown to ``observer(op, impl, request)`` before it runs; a function it returns
+    runs on the call's arguments in place of the backend (``print_dispatch`` records a model's calls on the
+    meta device and runs ``auto``'s choice; tests run an op's reference inside a module)."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
 
 
 class Op:
@@ -121,19 +137,31 @@ class Op:
 
     def reasons(self, request: Request) -> Dict[str, Optional[str]]:
         """For each backend in order, why ``auto`` passes it over for ``request``, or ``None``."""
-        return {name: backend.unsupported(request) or backend.slower(request)
+        return {name: backend.unsupported(request) or backend.passed_over(request)
                 for name, backend in self.backends.items()}
 
     def choose(self, impl: str, request: Request) -> str:
         """The backend that runs ``request``: ``auto``'s choice, or ``impl`` checked (a one-line
         :class:`UnsupportedInput` where it cannot run the request)."""
         if impl == 'auto':
-            return next(name for name, backend in self.backends.items()
-                        if backend.unsupported(request) is None and backend.slower(request) is None)
+            return self._auto(request)
         reason = self.backends[self.check_impl(impl)].unsupported(request)
         if reason is not None:
             raise UnsupportedInput(f'{self.name}(impl={impl!r}): {reason}')
         return impl
+
+    def _auto(self, request: Request) -> str:
+        passed: Dict[str, str] = {}
+        for name, backend in self.backends.items():
+            reason = backend.unsupported(request) or backend.passed_over(request)
+            if reason is None:
+                if passed and request.context != 'compile' and LOGGER.isEnabledFor(logging.DEBUG):
+                    LOGGER.debug('%s [%s] runs %s; %s', self.name, request.describe(), name,
+                                 '; '.join(f'not {impl}: {why}' for impl, why in passed.items()))
+                return name
+            passed[name] = reason
+        raise UnsupportedInput(f"{self.name}(impl='auto'): no backend runs {request.describe()}: "
+                               + '; '.join(f'{impl}: {why}' for impl, why in passed.items()))
 
     def explain(self, request: Request) -> Tuple[str, Dict[str, str]]:
         """``auto``'s choice for ``request`` and, for every other backend, why not."""
@@ -141,12 +169,13 @@ class Op:
         return chosen, {name: reason or f'after {chosen!r} in auto\'s order'
                         for name, reason in self.reasons(request).items() if name != chosen}
 
-    def function(self, impl: str) -> Callable:
-        return self.backends[impl].function
-
     def __call__(self, impl: str, request: Request, *args: Any) -> Any:
-        """Run the backend :meth:`choose` picks on ``args``."""
-        return self.function(self.choose(impl, request))(*args)
+        """Run the backend :meth:`choose` picks on ``args`` (or what an :func:`observing` observer gives)."""
+        for observer in _OBSERVERS:
+            function = observer(self, impl, request)
+            if function is not None:
+                return function(*args)
+        return self.backends[self.choose(impl, request)].function(*args)
 
 
 # checks shared by the ops
@@ -176,35 +205,14 @@ def interpreted(request: Request) -> Optional[str]:
     return opaque_to_dispatch(request)
 
 
-def _installed_triton() -> Optional[Tuple[int, ...]]:
-    if find_spec('triton') is None:
-        return None
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return tuple(int(part) for part in version('triton').split('.')[:2])
-    except (PackageNotFoundError, ValueError):
-        return None
-
-
-# read once: the checks run on every call, torch.compile's tracer included
-INSTALLED_TRITON = _installed_triton()
 # the kernels' tiles and warps are chosen and compiled ahead of time for sm_80 and sm_90 (Ampere and later:
 # bfloat16, 100 KB or more of shared memory a block); older GPUs (V100 sm_70, T4 sm_75) take the torch paths
 MIN_CAPABILITY = (8, 0)
-CUDA_CAPABILITY: Dict[str, Optional[Tuple[int, int]]] = {}
-
-
-def cuda_capability() -> Optional[Tuple[int, int]]:
-    """The current CUDA device's compute capability, or None without one (read on first use, not on
-    import: that would start CUDA in every process importing the package)."""
-    if 'current' not in CUDA_CAPABILITY:
-        CUDA_CAPABILITY['current'] = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
-    return CUDA_CAPABILITY['current']
 
 
 def older_gpu(request: Request) -> Optional[str]:
     """Why a CUDA request's GPU is too old for the kernels, or None."""
-    capability = cuda_capability() if request.device == 'cuda' else None
+    capability = machine.cuda_capability() if request.device == 'cuda' else None
     if capability is None or capability >= MIN_CAPABILITY:
         return None
     return (f'Triton kernels for compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} and later; '
@@ -215,14 +223,19 @@ def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
     """The check of Triton kernels that take heads up to ``max_head_dims`` wide (default
     :data:`~mmvisattn.ops.utils.triton_launch.MAX_HEAD_DIMS`)."""
     def unsupported(request: Request) -> Optional[str]:
-        if request.device != 'cuda' and not (INTERPRETED and request.device == 'cpu'):
+        if request.device != 'cuda' and not (request.device == 'cpu' and machine.triton_interpreted()):
             return f'Triton kernels for CUDA tensors; these are on {request.device}'
         if request.traced:
             return f'{TRACERS[request.context]} cannot hold a Triton kernel'
-        if INSTALLED_TRITON is None or INSTALLED_TRITON < MIN_TRITON:
-            wanted = '.'.join(map(str, MIN_TRITON))
-            found = 'none is installed' if INSTALLED_TRITON is None else \
-                f'{".".join(map(str, INSTALLED_TRITON))} is installed'
-            return f'needs triton >= {wanted}; {found}'
-        return older_gpu(request) or unsupported_kernel_input(request.dtype, request.head_dims, max_head_dims)
+        return old_triton() or older_gpu(request) or unsupported_kernel_input(request.dtype, request.head_dims,
+                                                                             max_head_dims)
     return unsupported
+
+
+def old_triton() -> Optional[str]:
+    """Why the installed Triton cannot run the kernels, or None."""
+    installed = machine.installed_triton()
+    if installed is None or installed < MIN_TRITON:
+        found = 'none is installed' if installed is None else f'{".".join(map(str, installed))} is installed'
+        return f'needs triton >= {".".join(map(str, MIN_TRITON))}; {found}'
+    return None

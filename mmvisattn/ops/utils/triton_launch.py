@@ -4,10 +4,11 @@ The kernels load float32, float16 or bfloat16, multiply in that precision (:func
 accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are
 at most :data:`MAX_HEAD_DIMS` wide, or less where an op's kernels keep more rows in registers.
 """
-import os
 from typing import Optional
 
 import torch
+
+from . import machine
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIMS = 128
@@ -36,7 +37,7 @@ def dot_operands(dtype: torch.dtype):
     exception is bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies the bit patterns
     as integers (numpy has no bfloat16): there the operands are float32, as the interpreter computes."""
     import triton.language as tl
-    if dtype == torch.bfloat16 and os.environ.get('TRITON_INTERPRET') == '1':
+    if dtype == torch.bfloat16 and machine.triton_interpreted():
         return tl.float32
     return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype]
 
