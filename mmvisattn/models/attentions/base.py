@@ -16,7 +16,7 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_choice
+from mmvisattn.ops.utils.arguments import check_choice
 
 COMPLEXITIES = ('linear', 'quadratic')
 
@@ -47,9 +47,9 @@ class BaseAttention(BaseModule):
         if cls.complexity and cls.complexity not in COMPLEXITIES:
             raise TypeError(f'{cls.__name__}.complexity is {cls.complexity!r}; expected one of {COMPLEXITIES}')
 
-    def check_impl(self, impl: str) -> str:
-        """``impl`` if it is one of the class's ``impls``, else a one-line ``ValueError``."""
-        return check_choice(type(self).__name__, impl, self.impls)
+    def check_impl(self, impl: str, choices: Optional[Sequence[str]] = None, name: str = 'impl') -> str:
+        """``impl`` if it is one of ``choices`` (the class's ``impls``), else a one-line ``ValueError``."""
+        return check_choice(type(self).__name__, impl, self.impls if choices is None else choices, name)
 
     def check_attn_drop(self, attn_drop: float) -> float:
         """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot drop

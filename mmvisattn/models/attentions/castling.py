@@ -20,7 +20,7 @@ from torch import Tensor
 
 from mmvisattn.ops.utils.amp import norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
-from mmvisattn.ops.masked_softmax import OP as AUX_OP
+from mmvisattn.ops.masked_softmax import IMPLS as AUX_IMPLS
 from mmvisattn.ops.masked_softmax import masked_softmax_attention
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -80,7 +80,7 @@ class LinearAngularAttention(QKVAttention):
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'LinearAngularAttention: kernel_size={kernel_size!r} must be a positive odd integer')
         self.impl = self.check_impl(impl)
-        self.aux_impl = AUX_OP.check_impl(aux_impl, type(self).__name__, 'aux_impl')
+        self.aux_impl = self.check_impl(aux_impl, AUX_IMPLS, 'aux_impl')
         self.conv = conv
         self.normalisation = normalisation
         self.mask_threshold = mask_threshold

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.peripheral import IMPLS, POSITION_OP, PositionParams, mixed_attention_weights
+from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_weights
 from mmvisattn.ops.peripheral import peripheral_attention, position_logits
 from mmvisattn.ops.utils.tracing import onnx_constants
 from mmvisattn.registry import ATTENTIONS
@@ -73,7 +73,7 @@ class PeripheralAttention(QKVAttention):
             ``None`` builds this module's own.
         freeze_position: Keep ``Phi_p`` fixed (no gradient), the fixed-``Phi_p`` ablation of Table A4.
         impl: Backend of the mixing, one of :data:`mmvisattn.ops.peripheral.IMPLS`.
-        position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_OP`'s.
+        position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_IMPLS`.
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).
         num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
@@ -95,10 +95,10 @@ class PeripheralAttention(QKVAttention):
                          num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
-        POSITION_OP.check_impl(position_impl, type(self).__name__, 'position_impl')
         hidden_dims = 4 * num_heads if hidden_dims is None else hidden_dims
         self.scale = self.head_dims ** -0.5
-        self.impl, self.position_impl = self.check_impl(impl), position_impl
+        self.impl = self.check_impl(impl)
+        self.position_impl = self.check_impl(position_impl, POSITION_IMPLS, 'position_impl')
         self.freeze_position = freeze_position
         self.max_cached = max_cached
         self._cache: 'OrderedDict[tuple, Tensor]' = OrderedDict()

@@ -6,7 +6,7 @@ from typing import Dict, Optional, Tuple
 
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_choice
+from mmvisattn.ops.utils.arguments import check_choice
 from mmvisattn.registry import register_model
 from .castling_vit import CastlingViT
 

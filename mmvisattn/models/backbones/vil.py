@@ -16,7 +16,7 @@ from mmcv.cnn.bricks.transformer import FFN, PatchEmbed
 from mmengine.model import BaseModule, ModuleList
 from torch import Tensor
 
-from mmvisattn.ops.utils.dispatch import check_choice
+from mmvisattn.ops.utils.arguments import check_choice
 from mmvisattn.registry import build_attention, register_model
 from ..layers.weight_init import init_embedding, init_linear_layers
 from .contract import BackboneContract, checkpointed, resolve_arch, stage_attention_options

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from . import machine
+from .arguments import check_choice
 from .triton_launch import unsupported_kernel_input
 
 # What runs the call: plain eager, torch.compile's tracer, a dispatch mode (torch's FLOP counter), torch.jit
@@ -35,13 +36,6 @@ LOGGER = logging.getLogger(__name__)
 
 class UnsupportedInput(ValueError):
     """A call the backend asked for by name cannot run (a device, a dtype, a head width, a window)."""
-
-
-def check_choice(owner: str, value: str, choices: Sequence[str], name: str = 'impl') -> str:
-    """``value``, or a one-line ``ValueError`` naming ``owner``, the argument ``name`` and the choices."""
-    if value not in choices:
-        raise ValueError(f'{owner}: {name}={value!r}; expected one of {tuple(choices)}')
-    return value
 
 
 def current_context() -> str:
