@@ -347,7 +347,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> None:
-    from lab.bench.records import cpu_record, write_cpu_record
+    from mmvisattn.analysis.records import cpu_record, write_cpu_record
     args = parse_args(argv)
     checkout = Checkout(args.tools_dir.resolve(), args.configs_dir.resolve(), args.mmdeploy_dir.resolve())
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench.records import cpu_machine
+from mmvisattn.analysis.records import cpu_machine
 
 SLOWEST = 15
 REPO = Path(__file__).resolve().parents[1]

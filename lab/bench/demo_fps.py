@@ -113,7 +113,7 @@ def table(results: Dict) -> str:
 
 
 def main(argv=None) -> None:
-    from lab.bench.records import cpu_record, write_cpu_record
+    from mmvisattn.analysis.records import cpu_record, write_cpu_record
     args = parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     results: Dict = dict(max_iter=args.max_iter, num_warmup=args.num_warmup, rounds=args.rounds, pairs={})

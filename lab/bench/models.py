@@ -40,7 +40,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from lab.bench.measure import in_child
 from lab.bench.model_pairs import FAMILIES, PAIRS, ModelPair
-from lab.bench.records import cpu_record, write_cpu_record
+from mmvisattn.analysis.records import cpu_record, write_cpu_record
 
 GPU_GB = (24, 40, 80)
 BYTES_PER_PARAMETER = 16  # float32 weights and gradients, AdamW's two moments

@@ -21,7 +21,7 @@ run time only; without it the official columns are left out.
 
 Prints the tables (Markdown), writes ``results.json``, ``tables.md``, ``bench.png`` and the run's
 record (``record_bench.json``: the results stamped with the machine, date and commit,
-:func:`lab.bench.records.cpu_record`) into ``--out-dir``, and the record under its name into
+:func:`mmvisattn.analysis.records.cpu_record`) into ``--out-dir``, and the record under its name into
 ``--record-dir`` where given (``make bench``: ``docs/records/bench``, from which the docs build renders
 the tables of ``docs/records/benchmarks.md``). About 20 minutes on two cores.
 """
@@ -36,7 +36,7 @@ from typing import Dict
 from lab.bench.cases import MODEL_GROUPS, OP_CASES
 from lab.bench.measure import OFFICIAL_REPOS, in_child, runnable
 from lab.bench.report import model_tables, op_tables, plot
-from lab.bench.records import cpu_record, write_cpu_record
+from mmvisattn.analysis.records import cpu_record, write_cpu_record
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -51,7 +51,7 @@ from lab.bench.models import write_json
 from lab.bench.processes import run_python as run_child
 from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, read_config, write_data
 from lab.proof.model_report import markdown, record_rows
-from lab.bench.records import record
+from lab.records import record
 
 STAGES = ('project', 'stock', 'amp', 'rest')
 # the tools' logic, run as modules (``tools/train.py`` and ``tools/test.py`` are their front doors)

@@ -51,8 +51,7 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from lab.bench.records import record
-from lab.proof.records import crossover_rows, goals_table, measured_crossovers, proof_rows
+from lab.records import crossover_rows, goals_table, measured_crossovers, proof_rows, record
 from lab.proof.report import describe, faster_than_auto, first_line, mark_fastest, markdown, row_label
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')

@@ -7,8 +7,7 @@ import sys
 import pytest
 
 from lab import records as rendered
-from lab.bench import records as written
-from lab.proof import records as judged
+from lab import records
 
 from ..conftest import REPO, run_command, tool_env
 
@@ -28,7 +27,7 @@ def test_the_tool_prints_the_tables_the_docs_render():
 
 
 def test_a_record_carries_its_provenance():
-    data = written.record('models', 'NVIDIA H100 80GB HBM3', [model_row('a', 1.0)], openmmlab=True)
+    data = records.record('models', 'NVIDIA H100 80GB HBM3', [model_row('a', 1.0)], openmmlab=True)
     assert data['name'].startswith(data['date']) and data['name'].endswith(f'_{data["commit"]}_models.json')
     assert '_NVIDIA-H100-80GB-HBM3_' in data['name'] and isinstance(data['dirty'], bool)
     software = {'mmvisattn', 'torch', 'cuda', 'python', 'triton', 'mmcv', 'mmengine', 'mmdet', 'mmseg'}
@@ -36,7 +35,7 @@ def test_a_record_carries_its_provenance():
     with pytest.raises(ValueError, match='lack largest_input'):
         row = model_row('a', 1.0)
         del row['largest_input']
-        written.record('models', 'GPU', [row], openmmlab=False)
+        records.record('models', 'GPU', [row], openmmlab=False)
 
 
 def test_proof_rows_take_the_benchmarks():
@@ -46,9 +45,9 @@ def test_proof_rows_take_the_benchmarks():
         dict(op='ripple_attention', layer='L', size='s', impl='SDPA (flash)', auto=False, forward_ms=0.1,
              forward_backward_ms=0.4, peak_mb=5.0, fastest=True),
         dict(op='ripple_attention', layer='M', size='s', skipped='out of time')]))
-    rows = judged.proof_rows(sections, 'SDPA (flash)')
+    rows = records.proof_rows(sections, 'SDPA (flash)')
     assert [(row['impl'], row['auto']) for row in rows] == [('triton', True), ('sdpa', False)]
-    assert all(set(written.PROOF_FIELDS) <= set(row) for row in rows)
+    assert all(set(records.PROOF_FIELDS) <= set(row) for row in rows)
 
 
 def test_tables_take_the_newest_record_of_each_gpu(tmp_path):
@@ -65,7 +64,7 @@ def test_a_copy_says_what_it_is_a_copy_of(monkeypatch):
     """A lent machine's copy may carry another checkout's .git: the environment's commit wins."""
     monkeypatch.setenv('MMVISATTN_COMMIT', '0123456789ab')
     monkeypatch.setenv('MMVISATTN_DIRTY', '0')
-    data = written.record('proof', 'GPU', [], openmmlab=False)
+    data = records.record('proof', 'GPU', [], openmmlab=False)
     assert (data['commit'], data['dirty']) == ('0123456789ab', False)
     assert data['name'].endswith('_GPU_0123456789ab_proof.json')
 
@@ -93,16 +92,16 @@ def sweep(times: dict) -> list:
 
 
 def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size():
-    assert judged.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
+    assert records.measured_crossovers(sweep({256: (1, 2), 576: (2, 3), 1024: (4, 3), 2304: (5, 9)})) == {
         'ripple_attention': 576}
-    assert judged.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
+    assert records.measured_crossovers(sweep({256: (3, 2)})) == {'ripple_attention': 0}
 
 
 def test_goals_judge_the_fastest_implementations_against_sdpa():
     """Each goal takes the implementation measured fastest in forward + backward at its layers, sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
-    goal without the rows it needs is not judged. The goals name layers the proof times."""
+    goal without the rows it needs is not records. The goals name layers the proof times."""
     from lab.proof.cases import CASES
-    assert {layer for goal in judged.GOALS for layer in goal.layers} <= {
+    assert {layer for goal in records.GOALS for layer in goal.layers} <= {
         (case.op.name, layer) for case in CASES for layer in case.shipped}
     castling, aux = 'Castling ViT-B at 512x512', 'Castling ViT-B auxiliary branch at 512x512'
     pervit = 'PerViT-T stage 3 at 800x1344'
@@ -116,7 +115,7 @@ def test_goals_judge_the_fastest_implementations_against_sdpa():
                       row('masked_softmax_attention', aux, 'triton', 0.2, 0.6),
                       row('peripheral_attention', pervit, 'torch', 0.5, 2.5, peak=419.0),
                       row('peripheral_attention', pervit, 'sdpa', 0.2, 0.5, peak=30.0)])
-    goals = {row['goal']: row for row in judged.goal_rows(data)}
+    goals = {row['goal']: row for row in records.goal_rows(data)}
     deploy = goals['Castling 32x32, deploy: forward no slower than SDPA']
     assert deploy['impls'] == ['dense'] and deploy['ratio'] == pytest.approx(1.0) and deploy['met']
     assert goals['Castling 32x32: within 2x of SDPA']['ratio'] == pytest.approx(1.25)
@@ -126,6 +125,6 @@ def test_goals_judge_the_fastest_implementations_against_sdpa():
     assert training['impls'] == ['dense', 'triton'] and training['ratio'] == pytest.approx(2.75) and training['met']
     vil = goals['ViL-S stage 1: 30x faster than SDPA']
     assert vil['impls'] == [None] and vil['ratio'] is None and vil['met'] is None
-    text = '\n'.join(judged.goals_table(data))
+    text = '\n'.join(records.goals_table(data))
     assert ('| Castling 32x32, training form (both branches): within 3x of SDPA | dense + triton | 2.750 | 3 | yes |'
             in text)
