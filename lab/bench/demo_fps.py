@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
-from lab.bench.processes import run_logged
+from lab.bench.processes import run_or_raise
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / 'tools' / 'analysis_tools' / 'benchmark.py'
@@ -81,7 +81,7 @@ def images_per_second(config: str, options: Sequence[str], work_dir: Path, args:
                '--num-warmup', args.num_warmup, '--log-interval', args.max_iter, '--work-dir', work_dir]
     if options:
         command += ['--cfg-new-keys', '--cfg-options', *options]
-    run_logged(command, work_dir / 'benchmark.log', label=' '.join([config, *options]))
+    run_or_raise(command, work_dir / 'benchmark.log', label=' '.join([config, *options]))
     return json.loads((work_dir / 'benchmark.json').read_text())['fps']
 
 

@@ -2,14 +2,16 @@
 starts it, or by the runner ``$MMVISATTN_PYTHON_RUNNER`` names (``module:function``, called with the
 arguments of :func:`run_python`). The repository's test suite names one there that forks the children
 from a process that has imported the stock stack already, so that a short measurement does not pay the
-imports each time; nothing in the package sets it. :func:`run_logged` runs a command as given, its output
-kept in a log, a failure raised as its one line."""
+imports each time; nothing in the package sets it. :func:`run_or_raise` runs a command as given, its output
+kept in a log, a failure raised as its one line (:mod:`mmvisattn.analysis.processes`)."""
 import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
+
+from mmvisattn.analysis.processes import run_logged
 
 RUNNER_VARIABLE = 'MMVISATTN_PYTHON_RUNNER'
 
@@ -37,18 +39,9 @@ def run_fresh(args: Sequence[str], timeout: Optional[float] = None, env: Optiona
         return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout)
 
 
-def one_line(text: str) -> str:
-    """The last line of a failed tool's output that says what failed."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if 'Error' in line or 'error:' in line]
-    return (errors or lines or ['no output'])[-1][:400]
-
-
-def run_logged(command: Sequence, log: Path, label: Optional[str] = None) -> None:
+def run_or_raise(command: Sequence, log: Path, label: Optional[str] = None) -> None:
     """``command`` in a child process, its output into ``log``; a failure raises its one line after ``label``
     (default: the name of the script it ran)."""
-    done = subprocess.run([str(part) for part in command], capture_output=True, text=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode:
-        raise RuntimeError(f'{label or Path(str(command[1])).name}: {one_line(done.stdout + done.stderr)}')
+    error = run_logged(command, log)
+    if error:
+        raise RuntimeError(f'{label or Path(str(command[1])).name}: {error}')

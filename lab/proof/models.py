@@ -49,6 +49,7 @@ from lab.bench.largest_input import out_of_memory
 from lab.bench.model_pairs import FAMILIES, PAIRS, ModelPair
 from lab.bench.models import write_json
 from lab.bench.processes import run_python as run_child
+from mmvisattn.analysis.processes import failure_line
 from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, read_config, write_data
 from lab.proof.model_report import markdown, record_rows
 from lab.records import record
@@ -156,13 +157,6 @@ def tool_env(threads: Optional[int] = None) -> Dict[str, str]:
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
     return env
-
-
-def failure_line(stderr: str) -> str:
-    """What a failed tool said, in one line: its ``error:`` line, else the exception's last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    said = [line for line in lines if line.startswith('error:')]
-    return (said or lines or ['(no output)'])[-1][:400]
 
 
 def run_python(command: Sequence[str], timeout: float, threads: Optional[int],

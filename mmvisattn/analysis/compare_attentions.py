@@ -32,7 +32,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -41,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .benchmark_attention import fitted_exponent, log_axes, median_seconds, parse_type, save_figure
 from .input_size import test_input_size
+from .processes import run_logged
 
 METRIC_KEYS = ('coco/bbox_mAP', 'mIoU', 'accuracy/top1')
 DEFAULT_SIZES = (64, 128, 192, 256)
@@ -273,19 +273,6 @@ def read_back(task: Dict) -> Optional[Dict]:
         raise SystemExit(f'error: {out} was written for other settings ({done.get("settings")}); '
                          'give another --out-dir')
     return done
-
-
-def run_logged(command: List[str], log: Path, env: Dict[str, str], timeout: float) -> Optional[str]:
-    """``command`` in a child process, its output into ``log``; ``None``, or one line saying why it failed."""
-    with open(log, 'w') as stream:
-        try:
-            code = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return f'timeout after {timeout:.0f} s (log: {log})'
-    if code:
-        lines = log.read_text().strip().splitlines() or [f'exit code {code}']
-        return f'{lines[-1][:200]} (log: {log})'
-    return None
 
 
 def run_part(task: Dict, timeout: float) -> Dict:

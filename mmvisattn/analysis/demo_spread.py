@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .compare_attentions import METRIC_KEYS, read_back, run_logged
+from .compare_attentions import METRIC_KEYS, read_back
+from .processes import run_logged
 
 DEFAULT_RECORDS = Path('docs/records/demo_spread')
 
