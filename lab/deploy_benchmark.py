@@ -34,7 +34,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from lab.bench.processes import run_or_raise
-from mmvisattn.analysis.demo_spread import NO_DETECTIONS
+from mmvisattn.analysis.demo_spread import NO_DETECTIONS, tested_runs
 
 
 class Checkout(NamedTuple):
@@ -116,13 +116,11 @@ LATENCY_PAIRS: Dict[str, LatencyPair] = {
 
 
 def metric_of(work_dir: Path, key: str) -> Optional[float]:
-    """``key`` of the newest metrics file a test run wrote under ``work_dir`` (mmengine's
-    ``<timestamp>/<timestamp>.json``); ``None`` where the run had no detection to score (its mAP is 0)."""
-    for path in sorted(work_dir.glob('*/*.json'), reverse=True):
-        metrics = json.loads(path.read_text())
+    """``key`` of the newest test run under ``work_dir`` that has it; ``None`` where the run had no
+    detection to score (its mAP is 0)."""
+    for metrics, log in tested_runs(work_dir):
         if key in metrics:
             return float(metrics[key])
-        log = path.with_suffix('.log')
         if key.startswith('coco/') and log.is_file() and NO_DETECTIONS in log.read_text():
             return None
     raise RuntimeError(f'no {key} in the metrics under {work_dir}')

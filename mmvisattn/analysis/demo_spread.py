@@ -21,7 +21,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from .compare_attentions import METRIC_KEYS, read_back
 from .processes import run_logged
@@ -77,13 +77,20 @@ def final_metric(work_dir: Path) -> Tuple[str, float]:
     raise RuntimeError(f'no {" or ".join(METRIC_KEYS)} logged under {work_dir}')
 
 
-def metric_of_test_run(work_dir: Path) -> Tuple[str, float]:
-    """The metric of the newest ``tools/test.py`` run in ``work_dir`` (its ``<stamp>/<stamp>.json``)."""
+def tested_runs(work_dir: Path) -> Iterator[Tuple[Dict, Path]]:
+    """The metrics and the log of each ``tools/test.py`` run in ``work_dir`` (mmengine's
+    ``<stamp>/<stamp>.json`` beside ``<stamp>.log``), the newest first."""
     for path in sorted(work_dir.glob('*/*.json'), reverse=True):
         if path.stem == path.parent.name:
-            found = logged_metric(json.loads(path.read_text()), path.with_suffix('.log'))
-            if found:
-                return found
+            yield json.loads(path.read_text()), path.with_suffix('.log')
+
+
+def metric_of_test_run(work_dir: Path) -> Tuple[str, float]:
+    """The metric of the newest ``tools/test.py`` run in ``work_dir``."""
+    for metrics, log in tested_runs(work_dir):
+        found = logged_metric(metrics, log)
+        if found:
+            return found
     raise SystemExit(f'error: no test run with {" or ".join(METRIC_KEYS)} in {work_dir}; run tools/test.py first')
 
 
