@@ -138,9 +138,14 @@ def measure(args: argparse.Namespace) -> Dict:
 
 
 def newest_record(record_dir: Path, config: str) -> Optional[Path]:
+    """The record of ``config`` written last (by its date and UTC time: names of one day differ by commit)."""
     from .records import slug
     pattern = f'*_{slug(Path(config).stem)}_demo_spread.json'
-    return max(record_dir.glob(pattern), key=lambda path: path.name, default=None)
+
+    def written(path: Path) -> Tuple[str, str, str]:
+        record = json.loads(path.read_text())
+        return record['date'], record['time'], path.name
+    return max(record_dir.glob(pattern), key=written, default=None)
 
 
 def check(args: argparse.Namespace) -> str:

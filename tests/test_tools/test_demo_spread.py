@@ -3,7 +3,7 @@ run in its own process, its record with every run, the mean and the range, read 
 for other settings; ``--check`` puts a test run beside the recorded range; a detector that finds nothing scores 0."""
 import json
 
-from mmvisattn.analysis.demo_spread import NO_DETECTIONS, final_metric, metric_of_test_run
+from mmvisattn.analysis.demo_spread import NO_DETECTIONS, final_metric, metric_of_test_run, newest_record
 
 from ..conftest import REPO, run_tool
 
@@ -62,3 +62,11 @@ def test_a_detector_without_detections_scores_0_and_a_missing_metric_is_named(tm
         assert 'no coco/bbox_mAP or mIoU or accuracy/top1 logged under' in str(error)
     else:
         raise AssertionError('a run without a metric was read as scored')
+
+
+def test_the_newest_record_is_the_one_written_last_not_the_last_name(tmp_path):
+    """Two records of one day differ by commit in their names: the check reads the one written later."""
+    for commit, time in (('ffff', '06:00:00Z'), ('0000', '09:00:00Z')):
+        name = f'2026-12-07_cpu_{commit}_demo-3000i_demo_spread.json'
+        (tmp_path / name).write_text(json.dumps(dict(date='2026-12-07', time=time, results={})))
+    assert newest_record(tmp_path, 'configs/demo_3000i.py').name == '2026-12-07_cpu_0000_demo-3000i_demo_spread.json'
