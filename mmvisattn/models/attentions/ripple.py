@@ -12,11 +12,10 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.linearized import linearized_attention
-from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights, ripple_attention
+from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights, ripple_attention, stick_logits
 from mmvisattn.ops.trig_relu_features import trig_relu_features
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
@@ -125,14 +124,7 @@ class RippleAttention(RippleLinearAttention):
         map of the tokens with a block per head. The projected values are never formed, and autograd
         keeps ``v`` as given (a view of the ``qkv`` projection, kept anyway), where the projection
         recomputed by chunks in the backward cost four ``torch.compile`` graph breaks."""
-        batch, heads, tokens, _ = v.shape
-        blocks = self.stick_embeds @ self.stick_proj.weight  # (heads, R_max, d)
-        bias = self.stick_embeds @ self.stick_proj.bias
-        if torch.onnx.is_in_onnx_export():  # ONNX has no block_diag; the same products per head
-            return v @ blocks.transpose(1, 2) + bias[:, None]
-        # (B, N, heads * d): a view of the qkv projection's rows, which the product reads in place
-        logits = F.linear(v.transpose(1, 2).flatten(2), torch.block_diag(*blocks), bias.flatten())
-        return logits.view(batch, tokens, heads, -1).transpose(1, 2)
+        return stick_logits(v, self.stick_embeds @ self.stick_proj.weight, self.stick_embeds @ self.stick_proj.bias)
 
     def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
         extra = self.num_extra_tokens

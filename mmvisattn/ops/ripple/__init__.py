@@ -21,7 +21,7 @@ from .cpu import ripple_attention_cpu
 from .dense import dense_is_faster, ripple_attention_dense
 from .pytorch import ripple_attention_torch
 from .reference import ripple_attention_reference
-from .weights import chebyshev_distances, group_weights
+from .weights import chebyshev_distances, group_weights, stick_logits
 
 
 class Options(NamedTuple):
@@ -103,6 +103,7 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     return OP(impl, request, q, k, v, logits, hw_shape, tau, eps)
 
 
-# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on
+# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on;
+# stick_logits: the logits of Eq. 5 from the values (C.3)
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances', 'group_weights',
-           'IMPLS', 'OP', 'Options']
+           'stick_logits', 'IMPLS', 'OP', 'Options']

@@ -18,6 +18,17 @@ from ..utils.tracing import apply_function, onnx_constants
 from ..utils.token_grid import grid_coordinates
 
 
+def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
+    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]`` of each
+    head's ``(R_max, d)`` block: one linear map with a block per head, reading ``v`` (a view of a ``qkv``
+    projection's rows) in place; under ONNX export, which has no ``block_diag``, the same products per head."""
+    if torch.onnx.is_in_onnx_export():
+        return v @ blocks.transpose(1, 2) + bias[:, None]
+    batch, heads, tokens, _ = v.shape
+    logits = F.linear(v.transpose(1, 2).flatten(2), torch.block_diag(*blocks), bias.flatten())
+    return logits.view(batch, tokens, heads, -1).transpose(1, 2)
+
+
 def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:
     """Stick lengths ``s_r = 1 / (1 + (R_max - r) exp(-o_r))`` of ``(..., R_max)`` logits (C.3) and the
     stick left after each group, ``c_r = prod_{r' <= r} (1 - s_r')``."""
