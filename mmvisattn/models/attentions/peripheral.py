@@ -18,8 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_weights
-from mmvisattn.ops.peripheral import peripheral_attention, position_logits
-from mmvisattn.ops.utils.tracing import onnx_constants
+from mmvisattn.ops.peripheral import log_position_attention, peripheral_attention
 from mmvisattn.registry import ATTENTIONS
 from .base import QKVAttention
 
@@ -140,14 +139,13 @@ class PeripheralAttention(QKVAttention):
         """``log Phi_p``, ``(heads, HW, HW)``; cached unless it is being trained."""
         params = self.position_params()
         if self.training and not self.freeze_position:
-            return F.logsigmoid(position_logits(params, hw_shape, self.position_impl))
+            return log_position_attention(params, hw_shape, self.position_impl)
         first = params.conv1_weight
         # inference-mode tensors cannot be saved for a later backward, so they are kept apart
         key = (tuple(hw_shape), first.device, first.dtype, torch.is_inference_mode_enabled(),
                tuple(p._version for p in params))
         if key not in self._cache:
-            with torch.no_grad(), onnx_constants():
-                self._cache[key] = F.logsigmoid(position_logits(params, hw_shape, self.position_impl))
+            self._cache[key] = log_position_attention(params, hw_shape, self.position_impl, frozen=True)
             while len(self._cache) > self.max_cached:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
