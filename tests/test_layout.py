@@ -2,6 +2,7 @@
 private modules (only what ``mmvisattn/ops/<op>/__init__.py`` exports, the NATTEN /
 flash-linear-attention rule), and ``ops`` imports nothing from the rest of the package."""
 import ast
+import re
 from pathlib import Path
 from typing import Iterator, Tuple
 
@@ -239,3 +240,27 @@ def test_the_layout_page_names_every_module():
     folders = {str(path.parent.relative_to(REPO)) for path in PACKAGE.rglob('__init__.py')} | {'lab'}
     missing = sorted(name for name in modules | folders if name not in page)
     assert not missing, f'docs/advanced/layout.md does not name {missing}'
+
+
+def named_in(path: Path, name: str) -> bool:
+    """Whether the module at ``path`` defines, assigns or imports ``name``."""
+    return re.search(rf'^\s*(def|class)\s+{name}\b|^\s*{name}\s*[:=]|^\s*from .* import .*\b{name}\b|^\s+{name}\s*[,)]',
+                     path.read_text(), re.M) is not None
+
+
+def test_every_module_the_docs_name_exists():
+    """Each dotted name of the package or the lab in the README, the docs and the config READMEs is a module
+    of the tree, or a name one of them defines."""
+    pages = [REPO / 'README.md', *(REPO / 'docs').rglob('*.md'), *(REPO / 'configs').glob('*/README.md')]
+    missing = []
+    for page in pages:
+        for name in sorted(set(re.findall(r'(?<![\w/.])((?:mmvisattn|lab)(?:\.\w+)+)', page.read_text()))):
+            parts = name.split('.')
+            found = next(((REPO.joinpath(*parts[:i]), parts[i:]) for i in range(len(parts), 0, -1)
+                          if REPO.joinpath(*parts[:i]).with_suffix('.py').is_file()
+                          or (REPO.joinpath(*parts[:i]) / '__init__.py').is_file()))
+            base, rest = found
+            module = base.with_suffix('.py') if base.with_suffix('.py').is_file() else base / '__init__.py'
+            if rest and not named_in(module, rest[0]):
+                missing.append(f'{page.relative_to(REPO)}: {name}')
+    assert not missing, missing
