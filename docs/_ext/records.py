@@ -10,7 +10,8 @@ the side-by-side benchmark's tables from the records under ``docs/records/bench/
 ``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``);
 ``<!-- records: arena FOLDER -->`` the attention arena's table and plots of the newest record under
 ``docs/records/arena/`` of each config of ``configs/FOLDER/`` (``compare_attentions.py --record-dir``);
-``<!-- records: demo_spread [FOLDER] -->`` the runs of each demo's newest spread record (``make demo-spread``).
+``<!-- records: demo_spread [FOLDER|CONFIG] -->`` the runs of each demo's newest spread record (``make demo-spread``)
+of ``configs/FOLDER/``, or of the config named by its file name without ``.py``.
 Each op, model group or pair comes from the newest record that measured it (a run may measure some:
 ``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
 import json
@@ -164,13 +165,14 @@ def arena_tables(folder: Optional[str]) -> str:
 
 
 def demo_spread_tables(folder: Optional[str]) -> str:
-    """The spread of each demo of ``configs/<folder>/`` (every folder's without one): the newest record's runs."""
+    """The spread of each demo of ``configs/<folder>/``, or of the config of that name (every demo's without
+    one): the newest record's runs."""
     from mmvisattn.analysis.demo_spread import table
     from lab.records import cpu_records, cpu_stamp
     newest_of: Dict[str, dict] = {}
     for record in cpu_records(RECORDS / 'demo_spread'):  # the newest first
         config = record['results']['config']
-        if folder is None or Path(config).parent.name == folder:
+        if folder is None or folder in (Path(config).parent.name, Path(config).stem):
             newest_of.setdefault(config, record)
     if not newest_of:
         raise FileNotFoundError(f'no demo_spread record of configs/{folder or "*"}/ under {RECORDS / "demo_spread"}')
