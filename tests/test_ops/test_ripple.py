@@ -14,6 +14,7 @@ from mmvisattn.ops.ripple.local_global import RippleLocalGlobal
 from mmvisattn.ops.ripple.pytorch import TILED
 from mmvisattn.ops.ripple.triton import TRITON_WEIGHTS
 from mmvisattn.ops.ripple.weights import query_reach, ring_weights, ring_weights_reference, stick_breaking, truncate
+from mmvisattn.ops.utils.dispatch import observing
 
 from ..conftest import KERNEL_DEVICE, kernel_tolerance
 
@@ -106,17 +107,21 @@ def test_dense_equals_tiled_at_the_crossover(hw_shape):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_auto_follows_the_measured_crossover(monkeypatch):
+def test_auto_follows_the_measured_crossover():
     """On CPU ``auto`` runs the dense local part up to ``0.8 x`` the tiled work per query in tokens
     (R_max 8: 324 tokens), the C++ tiles beyond; ``impl`` forces any."""
     assert dense_is_faster((18, 18), 8) and not dense_is_faster((19, 18), 8)
     assert dense_is_faster((10, 10), 4) and not dense_is_faster((11, 10), 4)
     picked = []
-    monkeypatch.setattr(OP, 'function', lambda impl: lambda *args: picked.append(impl))
-    for hw_shape, impl in [((18, 18), 'auto'), ((19, 18), 'auto'), ((18, 18), 'torch'), ((18, 18), 'cpu'),
-                           ((19, 18), 'dense')]:
-        q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
-        ripple_attention(q, k, v, logits, hw_shape, impl=impl)
+
+    def record(op, impl, request):  # the backend chosen, none run
+        return (lambda *args: picked.append(op.choose(impl, request))) if op is OP else None
+
+    with observing(record):
+        for hw_shape, impl in [((18, 18), 'auto'), ((19, 18), 'auto'), ((18, 18), 'torch'), ((18, 18), 'cpu'),
+                               ((19, 18), 'dense')]:
+            q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2))
+            ripple_attention(q, k, v, logits, hw_shape, impl=impl)
     assert picked == ['dense', 'cpu', 'torch', 'cpu', 'dense']
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from mmvisattn.ops.utils import cpu_extension
 from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
+from mmvisattn.ops.utils.dispatch import observing
 from mmvisattn.ops.sliding_chunk import MASKINGS, OP, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk.dense import dense_is_faster, visits_once
 from mmvisattn.ops.sliding_chunk.layout import MODES, chunk_groups, slot_tables
@@ -275,18 +276,22 @@ def test_saved_tensors_grow_linearly_like_sdpa(impl, masking):
     assert abs(second - first) < 0.1 * first  # linear growth
 
 
-def test_auto_follows_the_measured_crossover(monkeypatch):
+def test_auto_follows_the_measured_crossover():
     """On CPU ``auto`` runs the dense form while the map holds at most 0.8 of a query's slots (w 7, one
     global token, mode 0: 353 of 442 tokens, 19x18), the C++ sliding chunks beyond; ``impl`` forces any."""
     assert dense_is_faster((18, 18), 7, 1, 0) and dense_is_faster((19, 18), 7, 1, 0) \
         and not dense_is_faster((19, 19), 7, 1, 0)
     assert dense_is_faster((6, 6), 7, 0, -1) and not dense_is_faster((6, 7), 7, 0, -1)
     picked = []
-    monkeypatch.setattr(OP, 'function', lambda impl: lambda q, *args: picked.append(impl) or q)
-    for hw, impl in [((19, 18), 'auto'), ((19, 19), 'auto'), ((19, 18), 'torch'), ((19, 18), 'cpu'),
-                     ((19, 19), 'dense')]:
-        q, k, v, _ = make_inputs(batch=1, heads=1, num_global=1, hw=hw, dims=2, window=7, rel_pos=False)
-        sliding_chunk_attention(q, k, v, hw, 7, 1, impl=impl)
+
+    def record(op, impl, request):  # the backend chosen, none run
+        return (lambda q, *args: picked.append(op.choose(impl, request)) or q) if op is OP else None
+
+    with observing(record):
+        for hw, impl in [((19, 18), 'auto'), ((19, 19), 'auto'), ((19, 18), 'torch'), ((19, 18), 'cpu'),
+                         ((19, 19), 'dense')]:
+            q, k, v, _ = make_inputs(batch=1, heads=1, num_global=1, hw=hw, dims=2, window=7, rel_pos=False)
+            sliding_chunk_attention(q, k, v, hw, 7, 1, impl=impl)
     assert picked == ['dense', 'cpu', 'torch', 'cpu', 'dense']
 
 

@@ -139,6 +139,7 @@ def test_bad_layouts_fail_in_one_line(cfg, message):
 
 
 def test_wrong_number_of_levels_fails_in_one_line():
+    init_default_scope('mmdet')  # the head builds its coders from the scope's task utils
     neck = MODELS.build(dict(type='CSPPAN', in_channels=[8, 16, 32], out_channels=8))
     with pytest.raises(ValueError, match='got 2 levels; expected 3'):
         neck([torch.randn(1, 8, 8, 8), torch.randn(1, 16, 4, 4)])
