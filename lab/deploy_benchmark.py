@@ -204,12 +204,12 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
         random_checkpoint(deploy_cfg, config, checkpoint)
     started = time.perf_counter()
     run_or_raise([sys.executable, checkout.mmdeploy / 'tools/deploy.py', deploy_cfg, config, checkpoint, image,
-                '--work-dir', folder / 'deploy', '--device', 'cpu'], folder / 'deploy.log')
+                  '--work-dir', folder / 'deploy', '--device', 'cpu'], folder / 'deploy.log')
     row.update(deploy_s=round(time.perf_counter() - started, 1))
     onnx_file = folder / 'deploy' / 'end2end.onnx'
     if case.metric:
         run_or_raise([sys.executable, checkout.mmdeploy / 'tools/test.py', deploy_cfg, config, '--model', onnx_file,
-                    '--device', 'cpu', '--work-dir', folder / 'mmdeploy_test'], folder / 'mmdeploy_test.log')
+                      '--device', 'cpu', '--work-dir', folder / 'mmdeploy_test'], folder / 'mmdeploy_test.log')
         record_metric(row, 'onnxruntime', metric_of(folder / 'mmdeploy_test', case.metric))
     row.update(parity=parity(str(deploy_cfg), str(config), str(checkpoint), str(onnx_file), str(image)))
     return row
@@ -218,12 +218,12 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
 def trained_checkpoint(config: Path, folder: Path, iters: int, tools: Path) -> str:
     """``config`` trained ``iters`` iterations and tested through the project's tools; the checkpoint."""
     run_or_raise([sys.executable, tools / 'train.py', config, '--work-dir', folder / 'train', '--cfg-options',
-                f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-                f'default_hooks.checkpoint.interval={iters}'],
-               folder / 'train.log')
+                  f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+                  f'default_hooks.checkpoint.interval={iters}'],
+                 folder / 'train.log')
     checkpoint = (folder / 'train' / 'last_checkpoint').read_text().strip()
     run_or_raise([sys.executable, tools / 'test.py', config, checkpoint, '--work-dir', folder / 'test'],
-               folder / 'test.log')
+                 folder / 'test.log')
     return checkpoint
 
 

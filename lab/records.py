@@ -4,10 +4,10 @@ prints: the newest GPU record of each kind and GPU, the CPU records newest first
 
     python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
 
-A run's record is data, one JSON file per run, stamped with the machine, the software versions and the commit of this tree. The GPU proofs (``proof``, ``models``,
-:func:`record`) and the CPU benchmarks (:func:`cpu_record`, shared with the user's tools from
-:mod:`mmvisattn.analysis.records`) write one into their output folder as
-``record_<kind>.json``; a maintainer commits it under its ``name`` in the repository's
+A run's record is data, one JSON file per run, stamped with the machine, the software versions and the
+commit of this tree. The GPU proofs (``proof``, ``models``, :func:`record`) and the CPU benchmarks
+(:func:`mmvisattn.analysis.records.cpu_record`, shared with the user's tools) write one into their output
+folder as ``record_<kind>.json``; a maintainer commits it under its ``name`` in the repository's
 ``docs/records/<kind>/``, where the docs build renders its tables.
 
 A record is named ``<date>_<machine>_<commit>_<kind>.json``. The commit is the one of the git work tree
@@ -69,8 +69,6 @@ def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool,
     data = dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
                 software=software(openmmlab), commit=commit, dirty=dirty, rows=list(rows))
     return dict(data, crossovers=list(crossovers)) if crossovers is not None else data
-
-
 
 
 SDPA = 'sdpa'

@@ -4,8 +4,8 @@
 races, autocast, host reads, random states, ``torch.compile`` and the benchmark rows; ``--cpu-smoke``
 runs the same code on a CPU); :mod:`.models` trains, tests and resumes every family's shapes model
 through the stock tools (data from :mod:`.model_data`, the probe hook of :mod:`.model_probe`, tables by
-:mod:`.model_report`), each writing its record (:mod:`lab.records`; the goals against SDPA
-in :mod:`.records`); :mod:`.compile_kernels` compiles every Triton kernel ahead of time for sm_80 / sm_90
+:mod:`.model_report`), each writing its record (:mod:`lab.records`, which also judges the
+goals against SDPA); :mod:`.compile_kernels` compiles every Triton kernel ahead of time for sm_80 / sm_90
 and reads the spills. The stack a bare GPU machine of this project needs is carried by the repository's
 lab (``lab/wheelhouse.py``, ``lab/gpu_setup.py``).
 

@@ -24,6 +24,7 @@ def run_logged(command: Sequence, log: Path, env: Optional[Dict[str, str]] = Non
                                   timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             return f'timeout after {timeout:.0f} s (log: {log})'
-    if code:
-        return f'{failure_line(log.read_text()) if log.read_text().strip() else f"exit code {code}"} (log: {log})'
-    return None
+    if not code:
+        return None
+    text = log.read_text()
+    return f'{failure_line(text) if text.strip() else f"exit code {code}"} (log: {log})'

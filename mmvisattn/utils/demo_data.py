@@ -196,8 +196,14 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
         Image.fromarray(scene.image).save(out / files['ade_image'], quality=95)
         Image.fromarray(scene.semantic + 1).save(out / files['ade_label'])
     categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)]
+    write_coco_annotations(out / 'coco', coco, categories)
+
+
+def write_coco_annotations(root: Path, coco: Dict[str, Dict], categories: List[Dict]) -> None:
+    """Each split's images and annotations (``coco``, by COCO's split name) under the COCO root ``root``."""
     for split in SPLITS:
-        (out / 'coco' / annotation_file(split)).write_text(json.dumps(dict(**coco[split['coco']], categories=categories)))
+        content = dict(**coco[split['coco']], categories=categories)
+        (root / annotation_file(split)).write_text(json.dumps(content))
 
 
 def add_coco_sample(content: Dict, scene: Scene, file_name: str, category_id: Callable[[int], int]) -> None:
@@ -298,9 +304,7 @@ def write_standard(out: Path, layout: str, args: argparse.Namespace) -> None:
             labels = scene.semantic if layout == 'cityscapes' else scene.semantic + 1
             with_void_outlines(labels, scene.shapes, VOID[layout]).save(out / files['label'])
     if layout == 'coco':
-        for split in SPLITS:
-            content = dict(**coco[split['coco']], categories=categories)
-            (out / annotation_file(split)).write_text(json.dumps(content))
+        write_coco_annotations(out, coco, categories)
 
 
 def planned_files(settings: Dict) -> List[str]:

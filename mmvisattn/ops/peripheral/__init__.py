@@ -5,7 +5,6 @@ tested against its reference (:mod:`.reference`): :func:`peripheral_attention` (
 ``log Phi_p`` as additive bias) and :func:`position_logits`, ``Phi_p``'s pre-sigmoid logits (Eq. 7-8;
 ``triton``, the windows in registers on CUDA, then ``torch``, the first projection on the map of relative
 offsets and the rest by chunks of queries, :mod:`.position`)."""
-from contextlib import nullcontext
 from typing import Sequence
 
 import torch
@@ -73,10 +72,13 @@ def log_position_attention(params: PositionParams, hw_shape: Sequence[int], impl
                            frozen: bool = False) -> Tensor:
     """``log Phi_p = log sigmoid(position_logits)``; ``frozen``: of weights that do not train, computed
     without autograd and, under ONNX export, held by the graph as constants (one map size's table)."""
-    with torch.no_grad() if frozen else nullcontext(), onnx_constants() if frozen else nullcontext():
+    if not frozen:
+        return F.logsigmoid(position_logits(params, hw_shape, impl))
+    with torch.no_grad(), onnx_constants():
         return F.logsigmoid(position_logits(params, hw_shape, impl))
 
 
-__all__ = ['peripheral_attention', 'position_logits', 'log_position_attention', 'PositionParams', 'mixed_attention_weights',
+__all__ = ['peripheral_attention', 'position_logits', 'log_position_attention', 'PositionParams',
+           'mixed_attention_weights',
            'peripheral_attention_reference', 'position_logits_reference', 'IMPLS', 'OP',
            'POSITION_OP']

@@ -95,6 +95,10 @@ class Backend(NamedTuple):
     unsupported: Check = always
     passed_over: Check = always
 
+    def why_not(self, request: Request) -> Optional[str]:
+        """Why ``auto`` does not run this backend for ``request``, or ``None``."""
+        return self.unsupported(request) or self.passed_over(request)
+
 
 Observer = Callable[['Op', str, Request], Optional[Callable]]
 _OBSERVERS: List[Observer] = []
@@ -131,8 +135,7 @@ class Op:
 
     def reasons(self, request: Request) -> Dict[str, Optional[str]]:
         """For each backend in order, why ``auto`` passes it over for ``request``, or ``None``."""
-        return {name: backend.unsupported(request) or backend.passed_over(request)
-                for name, backend in self.backends.items()}
+        return {name: backend.why_not(request) for name, backend in self.backends.items()}
 
     def choose(self, impl: str, request: Request) -> str:
         """The backend that runs ``request``: ``auto``'s choice, or ``impl`` checked (a one-line
@@ -147,7 +150,7 @@ class Op:
     def _auto(self, request: Request) -> str:
         passed: Dict[str, str] = {}
         for name, backend in self.backends.items():
-            reason = backend.unsupported(request) or backend.passed_over(request)
+            reason = backend.why_not(request)
             if reason is None:
                 if passed and request.context != 'compile' and LOGGER.isEnabledFor(logging.DEBUG):
                     LOGGER.debug('%s [%s] runs %s; %s', self.name, request.describe(), name,
