@@ -1,7 +1,7 @@
 """Ripple attention in one Triton program per block of queries, for small maps (arXiv:2110.02453, Eq. 4-6).
 
-With the weights of :func:`~.weights.ring_weights` the local and the global parts of
-:mod:`.local_global` are one ``N x N`` weighting: the pair ``(i, j)`` in Chebyshev group ``r`` carries
+With the weights of :func:`mmvisattn.ops.ripple.ring_weights` the local and the global parts
+of ripple attention are one ``N x N`` weighting: the pair ``(i, j)`` in Chebyshev group ``r`` carries
 ``W_ij = w_m(i) + beta_r(i)`` for ``r < R_max`` and ``w_m(i)`` beyond, so::
 
     out_i = sum_j W_ij (q_i . k_j) v_j / (sum_j W_ij (q_i . k_j) + eps)
@@ -23,7 +23,7 @@ normaliser, each owning what it writes (no atomics): with ``dnum_i = dO_i / den_
   gradient, ``dA * (q k^T)`` summed over each group's pairs in registers and stored once;
 * :func:`_grad_keys`, per block of keys over the queries: ``dk = (dA * W)^T q``, ``dv = A^T dnum``;
 
-the table's gradient flows back into the ring weights (:data:`~.triton.TRITON_WEIGHTS`) under autograd.
+the table's gradient flows back into the ring weights (their Triton passes) under autograd.
 
 Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there too
 (``gradcheck``).
@@ -45,8 +45,7 @@ from torch import Tensor
 from mmvisattn.ops.utils.amp import autocast_off
 from lab.experimental.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
 from mmvisattn.ops.utils.tracing import apply_function
-from mmvisattn.ops.ripple.triton import TRITON_WEIGHTS
-from mmvisattn.ops.ripple.weights import ring_weights
+from mmvisattn.ops.ripple import ring_weights
 
 BLOCK_M = 64  # queries per program (per tile in _grad_keys)
 BLOCK_N = 32  # keys per tile (per program in _grad_keys)
@@ -209,7 +208,7 @@ class FusedRipple(torch.autograd.Function):
 
 def weight_table(beta: Tensor, merged_weight: Tensor) -> Tensor:
     """``(..., N, R_max + 1)`` weights of the groups ``0 .. R_max - 1`` and of every farther token, from
-    :func:`~.weights.ring_weights`' ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``."""
+    :func:`mmvisattn.ops.ripple.ring_weights`' ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``."""
     merged = merged_weight.unsqueeze(-1)
     return torch.cat([beta + merged, merged], dim=-1)
 
@@ -217,5 +216,5 @@ def weight_table(beta: Tensor, merged_weight: Tensor) -> Tensor:
 def ripple_attention_fused(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                            eps: float) -> Tensor:
     """Ripple attention with its ``N x N`` weighting in one Triton program per block of queries."""
-    beta, merged_weight = ring_weights(logits, hw_shape, tau, TRITON_WEIGHTS)
+    beta, merged_weight = ring_weights(logits, hw_shape, tau, triton=True)
     return apply_function(FusedRipple, q, k, v, weight_table(beta, merged_weight), tuple(hw_shape), eps)

@@ -4,7 +4,7 @@ the hand-written backward of Appendix B.
 The generalised pixels ``x = [phi(k) v^T; phi(k)]`` (``D E + D`` channels) get one summed-area table;
 the sum over the square window of radius ``r`` around every position is then four look-ups (Eq. 8),
 and a group sum is the difference of two windows. With the weights in the form of
-:func:`~.weights.ring_weights` (``beta_r`` on groups ``r < R_max``, ``w_m`` on every token) and
+:func:`mmvisattn.ops.ripple.ring_weights` (``beta_r`` on groups ``r < R_max``, ``w_m`` on every token) and
 ``beta_{R_max} = 0``, summing by parts gives::
 
     y_ij = w_m(i, j) S(H, W) + sum_{r < R_max} (beta_r(i, j) - beta_{r+1}(i, j)) W(i, j, r)
@@ -26,7 +26,7 @@ from torch import Tensor
 
 from mmvisattn.ops.utils.amp import autocast_off, float32_math, upcast
 from mmvisattn.ops.utils.tracing import apply_function
-from mmvisattn.ops.ripple.weights import ring_weights
+from mmvisattn.ops.ripple import ring_weights
 
 
 def summed_area_table(x: Tensor) -> Tensor:

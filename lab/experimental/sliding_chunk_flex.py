@@ -16,7 +16,7 @@ Inside the visited blocks ``mask_mod`` keeps the pairs of the pattern (padding, 
 ``'exact'`` window) and ``score_mod`` adds the relative-position bias, gathered per (query slot,
 neighbour, key slot) so that its gradient spreads over ``9 P^2`` entries per head instead of the
 ``(4w-1)^2`` of the table. The global queries attend to every token through
-:func:`.layout.global_rows`, as in the other paths.
+:func:`mmvisattn.ops.sliding_chunk.global_rows`, as in the other paths.
 
 Where a key is visited twice (cyclic wrapping on a grid of fewer than three chunks, where the
 reference merges the copies' biases) there is no single pair to mask: the flex path refuses such
@@ -39,9 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.ops.utils.token_grid import window_grid
-from mmvisattn.ops.sliding_chunk.layout import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn,
-                                                neighbour_chunk, pick_drawn, relative_index, to_chunks,
-                                                visited_neighbours)
+from mmvisattn.ops.sliding_chunk import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk,
+                                         pick_drawn, relative_index, to_chunks, visited_neighbours)
 
 HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
 # Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:
@@ -89,7 +88,7 @@ def local_rows(grid: Tuple[int, int], window: int) -> int:
 
 
 def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[Tensor]:
-    """Which visited neighbour (index into :data:`~.layout.NEIGHBOURS`) holds a key chunk, by the
+    """Which visited neighbour (index into :data:`mmvisattn.ops.sliding_chunk.NEIGHBOURS`) holds a key chunk, by the
     chunk offset from the query's: ``(3, 3)`` indexed by ``offset + 1``, or for ``'cyclic'``
     ``(rows, cols)`` indexed by the offset modulo the grid. :data:`NO_NEIGHBOUR` where none; ``None``
     where two visited neighbours are one chunk (a key visited twice)."""
@@ -131,7 +130,7 @@ def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str
 
 
 def _visited_chunks(grid: Tuple[int, int], masking: str, mode: int) -> List[List[int]]:
-    """The key chunks each query chunk visits in ``mode`` (:func:`.layout.neighbour_chunk`)."""
+    """The key chunks each query chunk visits in ``mode`` (:func:`mmvisattn.ops.sliding_chunk.neighbour_chunk`)."""
     columns = [neighbour_chunk(grid, masking, neighbour) for neighbour in visited_neighbours(mode)]
     chunk_ids = torch.stack([key_rows * grid[1] + key_cols for key_rows, key_cols, _ in columns], dim=1)
     inside = ~torch.stack([outside for _, _, outside in columns], dim=1)

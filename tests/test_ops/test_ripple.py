@@ -7,13 +7,12 @@ tests/conftest.py)."""
 import pytest
 import torch
 
-from mmvisattn.ops.ripple import OP, group_weights, ripple_attention, ripple_attention_reference
-from mmvisattn.ops.ripple.cpu import CPU
-from mmvisattn.ops.ripple.dense import DENSE, dense_is_faster
-from mmvisattn.ops.ripple.local_global import RippleLocalGlobal
-from mmvisattn.ops.ripple.pytorch import TILED
-from mmvisattn.ops.ripple.triton import TRITON_WEIGHTS
-from mmvisattn.ops.ripple.weights import query_reach, ring_weights, ring_weights_reference, stick_breaking, truncate
+from mmvisattn.ops.ripple import OP, group_weights, ring_weights, ripple_attention, ripple_attention_reference
+from mmvisattn.ops.ripple.cpu import cpu_backward, cpu_forward
+from mmvisattn.ops.ripple.dense import dense_backward, dense_forward, dense_is_faster
+from mmvisattn.ops.ripple.local_global import (RippleLocalGlobal, query_reach, ring_weights_reference, stick_breaking,
+                                               truncate)
+from mmvisattn.ops.ripple.pytorch import tiled_backward, tiled_forward
 from mmvisattn.ops.utils.dispatch import observing
 
 from ..conftest import KERNEL_DEVICE, kernel_tolerance
@@ -131,8 +130,11 @@ def test_triton_equals_reference(height, width, r_max, tau):
                              tol=kernel_tolerance(KERNEL_DEVICE), batch=1, heads=2, device=KERNEL_DEVICE)
 
 
-@pytest.mark.parametrize('kernels', [TILED, DENSE, CPU], ids=['tiled', 'dense', 'cpu'])
-def test_gradcheck_local_global_backward(kernels):
+LOCAL_PARTS = [(tiled_forward, tiled_backward), (dense_forward, dense_backward), (cpu_forward, cpu_backward)]
+
+
+@pytest.mark.parametrize('local', LOCAL_PARTS, ids=['tiled', 'dense', 'cpu'])
+def test_gradcheck_local_global_backward(local):
     """The hand-written backward of the local part (tiled: overlapping halos folded back; dense: the
     weights' gradients added back by group; C++: the halos added into the maps) together with the
     global sums and the normalisation, in float64."""
@@ -141,7 +143,7 @@ def test_gradcheck_local_global_backward(kernels):
     args = [torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64),
             torch.randn(2, 15, 2, dtype=torch.float64), torch.randn(2, 15, r_max, dtype=torch.float64),
             torch.rand(2, 15, dtype=torch.float64)]
-    assert torch.autograd.gradcheck(lambda *a: RippleLocalGlobal.apply(*a, hw_shape, 1e-6, kernels),
+    assert torch.autograd.gradcheck(lambda *a: RippleLocalGlobal.apply(*a, hw_shape, 1e-6, local),
                                     [t.requires_grad_() for t in args], fast_mode=True)
 
 
@@ -196,16 +198,16 @@ def test_tau_stops_the_sticks_and_merges_the_rest():
                                - torch.tensor([0.25 / 3] * 2 + [0] * 2, dtype=torch.float64))
 
 
-@pytest.mark.parametrize('weight_kernels', [None, TRITON_WEIGHTS], ids=['torch', 'triton'])
+@pytest.mark.parametrize('triton', [False, True], ids=['torch', 'triton'])
 @pytest.mark.parametrize('hw_shape,r_max,tau', [((9, 7), 5, 1e-3), ((1, 9), 4, 0.2), ((6, 6), 8, 0.05)])
-def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, tau, weight_kernels):
+def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, tau, triton):
     """The written-out passes of the ring weights (torch's reverse sweep over the stick products, and
     the Triton kernels' scans) against autograd through the twin: every r_hat from 0 to R_max occurs
     (logits of scale 3), R_max beyond the map and not a power of two, a large tau, batch and heads > 1;
     then float64 gradcheck where no stick product sits at tau."""
     reach = query_reach(hw_shape).unsqueeze(-1)
     logits = inputs(hw_shape, r_max, scale=3.0)[3]
-    fast = ring_weights(logits, hw_shape, tau, weight_kernels)
+    fast = ring_weights(logits, hw_shape, tau, triton)
     slow = ring_weights_reference(logits, reach, tau)
     r_hat = truncate(logits, tau)[1]
     assert set(r_hat.unique().tolist()) >= {0, r_max} or hw_shape == (1, 9)
@@ -216,8 +218,8 @@ def test_ring_weights_backward_equals_autograd_and_gradchecks(hw_shape, r_max, t
     torch.testing.assert_close(fast[1], slow[1].squeeze(-1))
     torch.testing.assert_close(*grads)
     # the kernels run interpreted: gradcheck's fast mode (random projections of the Jacobian) for them
-    assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau, weight_kernels),
-                                    (logits[0, 0].detach().requires_grad_(),), fast_mode=weight_kernels is not None)
+    assert torch.autograd.gradcheck(lambda x: ring_weights(x, hw_shape, tau, triton),
+                                    (logits[0, 0].detach().requires_grad_(),), fast_mode=triton)
 
 
 @pytest.mark.parametrize('change,message', [
@@ -250,8 +252,8 @@ def test_saved_memory_is_linear_in_tokens(impl):
     assert saved_elements((32, 32)) < 4.4 * saved_elements((16, 16))
 
 
-@pytest.mark.parametrize('kernels', [TILED, DENSE, CPU], ids=['tiled', 'dense', 'cpu'])
-def test_local_global_keeps_only_inputs_and_output(kernels):
+@pytest.mark.parametrize('local', LOCAL_PARTS, ids=['tiled', 'dense', 'cpu'])
+def test_local_global_keeps_only_inputs_and_output(local):
     """The scores are recomputed in the backward: saved are q, k, v, beta, w_m, the output and the
     normaliser."""
     q, k, v, logits = (t.detach().requires_grad_() for t in inputs((12, 10), 4))
@@ -260,5 +262,5 @@ def test_local_global_keeps_only_inputs_and_output(kernels):
     sizes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
         RippleLocalGlobal.apply(q.reshape(-1, 120, 4), k.reshape(-1, 120, 4), v.reshape(-1, 120, 5), beta,
-                                merged_weight, (12, 10), 1e-6, kernels)
+                                merged_weight, (12, 10), 1e-6, local)
     assert sum(sizes) == 6 * 120 * (4 + 4 + 5 + 4 + 1 + 5 + 1)

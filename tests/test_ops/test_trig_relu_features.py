@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from mmvisattn.ops.trig_relu_features import trig_relu_features, trig_relu_features_reference
-from mmvisattn.ops.trig_relu_features.cpu import CPU
-from mmvisattn.ops.trig_relu_features.pytorch import TORCH
+from mmvisattn.ops.trig_relu_features.cpu import features_backward, features_forward
+from mmvisattn.ops.trig_relu_features.pytorch import torch_backward, torch_forward
 
 
 def feature_inputs(dtype=torch.float64, shape=(2, 3, 11, 8), num_features=6):
@@ -44,12 +44,12 @@ def test_feature_map_cpu_passes_equal_torch_passes_in_float32():
     on the heads of a qkv projection read in place."""
     x, w1, w2, b2 = (t.detach().float() for t in feature_inputs(shape=(2, 300, 3, 8)))
     heads = x.transpose(1, 2)
-    features = TORCH.forward(heads, w1, w2, b2, 0.7)
-    torch.testing.assert_close(CPU.forward(heads, w1, w2, b2, 0.7), features)
+    features = torch_forward(heads, w1, w2, b2, 0.7)
+    torch.testing.assert_close(features_forward(heads, w1, w2, b2, 0.7), features)
     grad_out = torch.randn_like(features)
     # the weights' gradients sum 1800 rows in another order (blocks per thread, against chunks)
-    for a, b in zip(CPU.backward(heads, w1, w2, features, grad_out, 0.7),
-                    TORCH.backward(heads, w1, w2, features, grad_out, 0.7)):
+    for a, b in zip(features_backward(heads, w1, w2, features, grad_out, 0.7),
+                    torch_backward(heads, w1, w2, features, grad_out, 0.7)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 

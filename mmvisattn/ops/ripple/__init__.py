@@ -7,12 +7,14 @@ to the query) share a spatial weight ``alpha_r(i, j)`` given by a stick-breaking
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
 Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and the
-merged groups (global sums, :mod:`.local_global`), and differs in the local part. In ``auto``'s order:
+merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the local part. In ``auto``'s order:
 ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU, and ONNX export),
 ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
 :func:`ripple_attention_reference`, the explicit O(H^2 W^2) form, is what they are tested against."""
 from typing import NamedTuple, Optional, Sequence, Tuple
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch,
@@ -21,7 +23,8 @@ from .cpu import ripple_attention_cpu
 from .dense import dense_is_faster, ripple_attention_dense
 from .pytorch import ripple_attention_torch
 from .reference import ripple_attention_reference
-from .weights import chebyshev_distances, group_weights, stick_logits
+from . import local_global
+from .local_global import chebyshev_distances, group_weights
 
 
 class Options(NamedTuple):
@@ -59,6 +62,27 @@ OP = Op('ripple_attention', [
     Backend('torch', ripple_attention_torch, _not_exportable),
 ])
 IMPLS = OP.impls
+
+
+def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
+    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]`` of each
+    head's ``(R_max, d)`` block: one linear map with a block per head, reading ``v`` (a view of a ``qkv``
+    projection's rows) in place; under ONNX export, which has no ``block_diag``, the same products per head."""
+    if torch.onnx.is_in_onnx_export():
+        return v @ blocks.transpose(1, 2) + bias[:, None]
+    batch, heads, tokens, _ = v.shape
+    logits = F.linear(v.transpose(1, 2).flatten(2), torch.block_diag(*blocks), bias.flatten())
+    return logits.view(batch, tokens, heads, -1).transpose(1, 2)
+
+
+def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float, triton: bool = False) -> Tuple[Tensor, Tensor]:
+    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)`` of the split every backend runs
+    (:func:`.local_global.ring_weights`), by the torch passes or, with ``triton`` (CUDA), a Triton
+    kernel a pass."""
+    if not triton:
+        return local_global.ring_weights(logits, hw_shape, tau)
+    from .triton import WEIGHT_PASSES  # Triton loads on the first call
+    return local_global.ring_weights(logits, hw_shape, tau, WEIGHT_PASSES)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
@@ -104,6 +128,6 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
 
 
 # group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on;
-# stick_logits: the logits of Eq. 5 from the values (C.3)
+# stick_logits: the logits of Eq. 5 from the values (C.3); ring_weights: the split every backend runs
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances', 'group_weights',
-           'stick_logits', 'IMPLS', 'OP', 'Options']
+           'ring_weights', 'stick_logits', 'IMPLS', 'OP', 'Options']

@@ -3,7 +3,7 @@
 The arithmetic of :data:`.pytorch.TILED` on the same tiles, the halos read from the maps in place and
 their gradients added straight back: one task per (slice, tile) forward, per band of tile rows backward,
 in two passes so that no two bands add into the same keys. Mixed precision:
-:class:`.local_global.RippleLocalGlobal` hands the kernels float32 (or float64) tensors, autocast off.
+:func:`.local_global.local_plus_global` hands the kernels float32 (or float64) tensors, autocast off.
 """
 from typing import List, Sequence, Tuple
 
@@ -11,8 +11,7 @@ import torch
 from torch import Tensor
 
 from ..utils.cpu_extension import load_cpu_kernels
-from .local_global import LocalKernels, local_plus_global
-from .pytorch import tile_size
+from .local_global import local_plus_global, tile_size
 
 
 @torch.library.custom_op('mmvisattn::ripple_cpu_forward', mutates_args=())
@@ -58,10 +57,7 @@ def cpu_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequen
     return tuple(grads)
 
 
-CPU = LocalKernels(cpu_forward, cpu_backward)
-
-
 def ripple_attention_cpu(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                          eps: float) -> Tensor:
     """Ripple attention with the local part in C++."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, CPU)
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, cpu_forward, cpu_backward)

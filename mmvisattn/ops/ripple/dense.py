@@ -16,9 +16,7 @@ from torch import Tensor
 
 from ..utils.recompute import runs, step_budget
 from ..utils.tracing import onnx_constants
-from .local_global import LocalKernels, local_plus_global
-from .pytorch import tiled_cost
-from .weights import chebyshev_distances
+from .local_global import chebyshev_distances, local_plus_global, tiled_cost
 
 SCORE_BUDGET = 1 << 20  # score entries of one block of queries (all slices of the call) on CPU
 DENSE_CROSSOVER = 0.8  # dense while N <= DENSE_CROSSOVER * tiled_cost(R_max), against the C++ tiles on CPU
@@ -100,10 +98,7 @@ def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
     return grad_q, grad_k, grad_v, grad_table.view(slices, tokens, r_max + 1)[..., :r_max]
 
 
-DENSE = LocalKernels(dense_forward, dense_backward)
-
-
 def ripple_attention_dense(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                            eps: float) -> Tensor:
     """Ripple attention with the local part in dense blocks."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, DENSE)
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, dense_forward, dense_backward)

@@ -1,11 +1,12 @@
 """The local part of ripple attention on torch tiles (``impl='torch'``; arXiv:2110.02453, Eq. 4),
-for :class:`~.local_global.RippleLocalGlobal`, which adds the global sums.
+for :func:`~.local_global.local_plus_global`, which adds the global sums.
 
 Each tile of ``T x T`` queries meets its halo of ``(T + 2 R_max - 2)^2`` keys in two batched products,
 the scores weighted by ``beta`` of their Chebyshev group (zero from ``R_max`` on), in chunks of slices (or
 of tile rows on large maps), so the scores exist for one chunk at a time; the backward recomputes them:
 O(H W R_max^2) time, O(H W) memory. The halos' key and value gradients are added back by one
-``index_add_`` per step. The C++ kernels (:mod:`.cpu`) run the same arithmetic on the same tiles.
+``index_add_`` per step. The C++ kernels (:mod:`.cpu`) run the same arithmetic on the same tiles
+(:func:`~.local_global.tile_size`).
 """
 from functools import cached_property, lru_cache
 from typing import List, NamedTuple, Sequence, Tuple
@@ -16,25 +17,7 @@ from torch import Tensor
 
 from ..utils.recompute import runs
 from ..utils.token_grid import add_rows_, from_windows, to_windows, window_grid
-from .local_global import CHUNK_ELEMENTS, LocalKernels, local_plus_global
-
-
-def _tile_costs(r_max: int) -> Tuple[float, int]:
-    """The least work per query over the tile sides ``T``, and that ``T``: ``(T + 2 R_max - 2)^2``
-    scores, plus gathering the halo's keys and values (about four score passes' worth spread over
-    ``T^2`` queries)."""
-    costs = [((tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2), tile) for tile in (1, 2, 4, 8, 16)]
-    return min(costs)  # no key=: torch.compile's tracer does not take min(key=...)
-
-
-def tile_size(r_max: int) -> int:
-    """Tile side ``T`` minimising the work per query (:func:`tiled_cost`)."""
-    return _tile_costs(r_max)[1]
-
-
-def tiled_cost(r_max: int) -> float:
-    """Work per query of the tiled local part, in score entries."""
-    return _tile_costs(r_max)[0]
+from .local_global import CHUNK_ELEMENTS, local_plus_global, tile_size
 
 
 class Chunk(NamedTuple):
@@ -127,7 +110,7 @@ class Geometry:
 
 @lru_cache(maxsize=32)
 def cached_geometry(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Geometry:
-    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of :func:`tile_size`:
+    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of :func:`~.local_global.tile_size`:
     the same maps recur every layer and every step, whose index tensors are then neither rebuilt nor
     copied."""
     return Geometry(hw_shape, r_max, tile_size(r_max), device)
@@ -204,10 +187,7 @@ def tiled_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequ
     return tuple(grads)
 
 
-TILED = LocalKernels(tiled_forward, tiled_backward)
-
-
 def ripple_attention_torch(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                            eps: float) -> Tensor:
     """Ripple attention with the local part on torch tiles."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, TILED)
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, tiled_forward, tiled_backward)

@@ -9,7 +9,7 @@ from typing import Sequence
 from torch import Tensor
 
 from ..utils.amp import float32_math
-from .weights import chebyshev_distances, group_weights
+from .local_global import chebyshev_distances, group_weights
 
 
 @float32_math  # in float32 whatever the dtype (float64 stays)
@@ -21,3 +21,4 @@ def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, 
     token_weights = weights.gather(-1, distances.expand(*weights.shape[:-2], -1, -1))
     scores = (q @ k.transpose(-1, -2)) * token_weights
     return scores @ v / (scores.sum(dim=-1, keepdim=True) + eps)
+

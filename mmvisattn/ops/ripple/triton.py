@@ -4,8 +4,8 @@ outputs is written, forward and backward; the merged groups stay global sums in 
 (:func:`.local_global.local_plus_global`). ``_forward`` gives ``num`` and ``den``, ``_backward_queries``
 ``dq`` and ``dbeta``, ``_backward_keys`` ``dk`` and ``dv`` through the queries ``i = j - offset`` of each key
 (groups are symmetric, Appendix B: no two programs write one row). ``_ring_weights_forward`` and
-``_ring_weights_backward`` compute the ring weights (:func:`.weights.ring_weights`) a block of query rows
-at a time, each row's sticks one tile. Mixed precision: :class:`.local_global.RippleLocalGlobal` hands the
+``_ring_weights_backward`` compute the ring weights (:func:`.local_global.ring_weights`) a block of query rows
+at a time, each row's sticks one tile. Mixed precision: :func:`.local_global.local_plus_global` hands the
 kernels float32."""
 from typing import Sequence, Tuple
 
@@ -15,8 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.triton_launch import num_warps
-from .local_global import LocalKernels, local_plus_global
-from .weights import WeightKernels
+from .local_global import local_plus_global
 
 
 @triton.jit
@@ -199,7 +198,7 @@ def _launch_weights(kernel, logits: Tensor, reach: Tensor, tau: float, *tensors:
 
 
 def triton_weights_forward(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
-    """:func:`.weights.ring_weights_reference` in one launch: ``beta`` and ``w_m`` ``(..., N, 1)``."""
+    """:func:`.local_global.ring_weights_reference` in one launch: ``beta`` and ``w_m`` ``(..., N, 1)``."""
     logits = logits.contiguous()
     beta, merged_weight = torch.empty_like(logits), logits.new_empty(*logits.shape[:-1], 1)
     _launch_weights(_ring_weights_forward, logits, reach.contiguous(), tau, beta, merged_weight)
@@ -208,7 +207,7 @@ def triton_weights_forward(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
 
 def triton_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: Tensor,
                             grad_merged_weight: Tensor) -> Tensor:
-    """:func:`.weights.torch_weights_backward` in one launch."""
+    """:func:`.local_global.ring_weights_backward` in one launch."""
     logits = logits.contiguous()
     grad_logits = torch.empty_like(logits)
     _launch_weights(_ring_weights_backward, logits, reach.contiguous(), tau,
@@ -217,8 +216,7 @@ def triton_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta
     return grad_logits
 
 
-TRITON_WEIGHTS = WeightKernels(triton_weights_forward, triton_weights_backward)
-
+WEIGHT_PASSES = (triton_weights_forward, triton_weights_backward)
 BLOCK = 16  # positions per program: 32 made ptxas spill at 64-wide heads (compile_kernels.py)
 
 
@@ -251,10 +249,8 @@ def triton_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Seq
     return grad_q, grad_k, grad_v, grad_beta.to(beta.dtype)
 
 
-TRITON = LocalKernels(triton_forward, triton_backward, TRITON_WEIGHTS)
-
-
 def ripple_attention_triton(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
                             eps: float) -> Tensor:
     """Ripple attention with the local part in Triton."""
-    return local_plus_global(q, k, v, logits, hw_shape, tau, eps, TRITON)
+    return local_plus_global(q, k, v, logits, hw_shape, tau, eps,
+                             triton_forward, triton_backward, WEIGHT_PASSES)

@@ -24,7 +24,8 @@ from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, op
                               triton_kernels)
 from .cpu import sliding_chunk_attention_cpu
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense, visits_once
-from .layout import DRAWN, MASKINGS, MODES, Mode, global_rows, is_drawn
+from .layout import (DRAWN, MASKINGS, MODES, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk,
+                     pick_drawn, relative_index, to_chunks, visited_neighbours)
 from .pytorch import sliding_chunk_attention_torch
 from .reference import dense_bias, sliding_chunk_attention_reference
 
@@ -148,6 +149,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
-# separate global projections compute themselves; dense_bias: the attention map's additive bias.
+# separate global projections compute themselves; dense_bias: the attention map's additive bias; the chunk
+# layout (DRAWN to visited_neighbours) for backends built outside the package (lab/experimental).
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
-           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options']
+           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options', 'DRAWN', 'NEIGHBOURS', 'Mode', 'from_chunks',
+           'is_drawn', 'neighbour_chunk', 'pick_drawn', 'relative_index', 'to_chunks', 'visited_neighbours']

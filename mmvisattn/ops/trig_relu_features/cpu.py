@@ -1,5 +1,5 @@
 """The feature map's passes in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 13): the
-arithmetic of :data:`.pytorch.TORCH` by blocks of 256 rows, each block's projections, sines and
+arithmetic of :func:`.pytorch.torch_forward` by blocks of 256 rows, each block's projections, sines and
 cosines and products in cache, the heads read in place from the ``qkv`` projection (a last dimension of
 stride 1).
 
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..utils.cpu_extension import load_cpu_kernels
-from .passes import FeatureKernels, run_passes
+from .passes import run_passes
 
 
 def _operands(*tensors: Tensor) -> Tuple[Tensor, ...]:
@@ -54,9 +54,6 @@ def features_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_
     return tuple(_backward_kernel(x, *_operands(w1, w2, features, grad_out), scale))
 
 
-CPU = FeatureKernels(features_forward, features_backward)
-
-
 def trig_relu_features_cpu(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:
     """Eq. 13 with the C++ passes."""
-    return run_passes(x, w1, w2, b2, scale, CPU)
+    return run_passes(x, w1, w2, b2, scale, features_forward, features_backward)

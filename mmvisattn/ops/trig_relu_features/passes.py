@@ -1,13 +1,14 @@
-"""What the fast feature maps share: a pair of passes of Eq. 13 (arXiv:2110.02453, Appendix C.1) on
-tensors of one floating dtype (:class:`FeatureKernels`, supplied by :mod:`.pytorch` and :mod:`.cpu`)
-and the autograd Function that runs a pair (:class:`TrigReLUFeatures`), saving only the input (the
-caller's view) and the output (which the attention keeps anyway).
+"""What the fast feature maps share: the autograd Function that runs a pair of passes of Eq. 13
+(arXiv:2110.02453, Appendix C.1) on tensors of one floating dtype, ``forward(x, w1, w2, b2, scale) ->
+features`` and ``backward(x, w1, w2, features, grad_out, scale) -> (dx, dw1, dw2, db2)`` (:mod:`.pytorch`
+and :mod:`.cpu` bring theirs), saving only the input (the caller's view) and the output (which the
+attention keeps anyway).
 
 Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast off in both passes and float32 arithmetic (the
 arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in half
 precision); the output comes back in ``x``'s dtype, each gradient in its input's.
 """
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -16,33 +17,27 @@ from ..utils.amp import autocast_off, upcast
 from ..utils.tracing import apply_function
 
 
-class FeatureKernels(NamedTuple):
-    """A pair of passes of Eq. 13 on tensors of one floating dtype: ``forward(x, w1, w2, b2, scale) ->
-    features`` and ``backward(x, w1, w2, features, grad_out, scale) -> (dx, dw1, dw2, db2)``, ``dx``
-    shaped as ``x``."""
-    forward: Callable
-    backward: Callable
-
-
 class TrigReLUFeatures(torch.autograd.Function):
-    """Eq. 13 with the backward written out, by a pair of :class:`FeatureKernels`."""
+    """Eq. 13 with the backward written out, by a ``(forward, backward)`` pair of passes."""
 
     @staticmethod
     @autocast_off
-    def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float, kernels: FeatureKernels) -> Tensor:
-        features = kernels.forward(*upcast(x, w1, w2, b2), scale)
+    def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float,
+                passes: Tuple[Callable, Callable]) -> Tensor:
+        features = passes[0](*upcast(x, w1, w2, b2), scale)
         ctx.save_for_backward(x, w1, w2, features)
-        ctx.scale, ctx.kernels, ctx.dtypes = scale, kernels, (x.dtype, w1.dtype, w2.dtype, b2.dtype)
+        ctx.scale, ctx.backward_pass, ctx.dtypes = scale, passes[1], (x.dtype, w1.dtype, w2.dtype, b2.dtype)
         return features.to(x.dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         x, w1, w2, features = ctx.saved_tensors
-        grads = ctx.kernels.backward(*upcast(x, w1, w2), features, upcast(grad_out)[0], ctx.scale)
+        grads = ctx.backward_pass(*upcast(x, w1, w2), features, upcast(grad_out)[0], ctx.scale)
         return (*(grad.to(dtype) for grad, dtype in zip(grads, ctx.dtypes)), None, None)
 
 
-def run_passes(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float, kernels: FeatureKernels) -> Tensor:
-    """Eq. 13 through ``kernels`` under autograd."""
-    return apply_function(TrigReLUFeatures, x, w1, w2, b2, scale, kernels)
+def run_passes(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float, forward: Callable,
+               backward: Callable) -> Tensor:
+    """Eq. 13 through a pair of passes under autograd."""
+    return apply_function(TrigReLUFeatures, x, w1, w2, b2, scale, (forward, backward))

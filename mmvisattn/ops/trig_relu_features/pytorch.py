@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.recompute import CHUNK_TOKENS, runs, step_budget
-from .passes import FeatureKernels, run_passes
+from .passes import run_passes
 
 
 def _rows(x: Tensor) -> Tensor:
@@ -55,9 +55,6 @@ def _chunk_gradients(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_o
             grad_pre.t() @ torch.cat([sin, cos], dim=1), grad_pre.sum(dim=0))
 
 
-TORCH = FeatureKernels(torch_forward, torch_backward)
-
-
 def trig_relu_features_torch(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:
     """Eq. 13 with the torch passes."""
-    return run_passes(x, w1, w2, b2, scale, TORCH)
+    return run_passes(x, w1, w2, b2, scale, torch_forward, torch_backward)

@@ -88,7 +88,7 @@ def test_bad_settings_one_line(options, message):
 
 
 def test_attention_maps_are_rings_around_the_query():
-    from mmvisattn.ops.ripple.reference import chebyshev_distances
+    from mmvisattn.ops.ripple import chebyshev_distances
     attn = build_attention(dict(type='RippleAttention'), embed_dims=32, num_heads=2, r_max=3).eval()
     x = torch.randn(2, 5 * 7, 32)
     maps = attn.attention_maps(x, (5, 7), (2, 3))['spatial_weights']
