@@ -29,10 +29,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from lab import timing
 from lab.bench.processes import run_or_raise
 from mmvisattn.analysis.demo_spread import NO_DETECTIONS, tested_runs
 
@@ -275,14 +276,9 @@ def latency_pair(name: str, pair: LatencyPair, checkout: Checkout, out_dir: Path
         providers=['CPUExecutionProvider'])
         for side, config in (('ours', pair.ours), ('stock', pair.stock))}
     feed = {'input': np.random.default_rng(0).standard_normal((1, 3, *pair.size)).astype(np.float32)}
-    times: Dict[str, List[float]] = {side: [] for side in sessions}
-    for step in range(runs + 1):  # the first round warms both up
-        for side, session in sessions.items():
-            started = time.perf_counter()
-            session.run(None, feed)
-            if step:
-                times[side].append((time.perf_counter() - started) * 1e3)
-    medians = {f'{side}_ms': round(statistics.median(runs_ms), 1) for side, runs_ms in times.items()}
+    times = timing.rounds({side: (lambda s: lambda: s.run(None, feed))(session) for side, session in sessions.items()},
+                          runs)
+    medians = {f'{side}_ms': round(1e3 * statistics.median(seconds), 1) for side, seconds in times.items()}
     return dict(ours=pair.ours, stock=pair.stock, size=list(pair.size), opset=pair.opset, runs=runs, **medians)
 
 

@@ -13,11 +13,11 @@ milliseconds. PyTorch runs with 2 threads. Writes ``results.json`` into ``--out-
 import argparse
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from mmvisattn.analysis.benchmark_attention import median_seconds
+from lab import timing
 from lab.proof.model_data import read_config
 from mmvisattn.deploy import export_onnx, onnxruntime_session, switch_to_deploy
 from mmvisattn.deploy.onnx_export import RawOutputs
@@ -47,10 +47,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def median_ms(run: Callable[[], object], warmup: int, repeats: int) -> float:
-    return 1000 * median_seconds(run, warmup, repeats, sync=lambda: None)
-
-
 def build_model(config: str):
     """The model of a project config or a stock one (``mmdet::`` / ``mmseg::``), random weights."""
     return build_from_config(read_config(config)).eval()
@@ -66,11 +62,11 @@ def measure(name: str, shape: Sequence[int], warmup: int, repeats: int) -> Dict[
     raw = RawOutputs(model).eval()
     result = {'model': name, 'config': config, 'input': list(shape)}
     with torch.no_grad():
-        result['pytorch_ms'] = median_ms(lambda: raw(images), warmup, repeats)
+        result['pytorch_ms'] = timing.median_ms(lambda: raw(images), repeats, warmup)
     feed = {'images': images.numpy()}
     for threads in (1, 2):
         session = onnxruntime_session(onnx_bytes, threads)
-        result[f'onnxruntime_{threads}t_ms'] = median_ms(lambda: session.run(None, feed), warmup, repeats)
+        result[f'onnxruntime_{threads}t_ms'] = timing.median_ms(lambda: session.run(None, feed), repeats, warmup)
     return result
 
 

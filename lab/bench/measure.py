@@ -3,17 +3,17 @@
     python -m lab.bench.measure '{"kind": "time", ...}'
 
 prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds (the order
-reversed every other round; ratios are medians of per-round ratios); memory is the growth of the
-peak resident set over one step.
+reversed every other round, :func:`lab.timing.rounds`; ratios are medians of per-round ratios); memory is
+the growth of the peak resident set over one step (:func:`lab.timing.peak_growth_mb`).
 """
 import json
-import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from lab import timing
 from lab.bench.cases import MODEL_GROUPS, OP_CASES, OpCase
 from lab.bench.official_code import (CASTLING, PERVIT, VIL, checkout_on_path, cuda_calls_stay_on_cpu,
                                                 import_file, stub_timm)
@@ -77,26 +77,6 @@ def training_step(spec: str, case: OpCase, grid: int, peers: Optional[Path],
     return step
 
 
-def paired_rounds(steps: Dict[str, Callable[[], None]], rounds: int, budget: float,
-                  warm_up: bool = True) -> Dict[str, List[float]]:
-    """Seconds of every step per round, the order reversed every other round; first a warm-up call
-    each (unless the caller ran them). Rounds stop at ``rounds`` or once ``budget`` seconds are spent
-    (never fewer than three)."""
-    for step in steps.values() if warm_up else ():
-        step()
-    times = {label: [] for label in steps}
-    order = list(steps)
-    started = time.perf_counter()
-    for index in range(rounds):
-        for label in order if index % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
-            steps[label]()
-            times[label].append(time.perf_counter() - start)
-        if index >= 2 and time.perf_counter() - started > budget:
-            break
-    return times
-
-
 def median_ratio(times: Sequence[float], peer_times: Sequence[float]) -> float:
     """The median of the per-round ratios."""
     return statistics.median(a / b for a, b in zip(times, peer_times))
@@ -114,13 +94,6 @@ def runnable(specs: Dict[str, str], peers: Optional[str]) -> Dict[str, str]:
     return {label: spec for label, spec in specs.items() if peers or not spec.startswith('official:')}
 
 
-def peak_growth_mb(run: Callable[[], object]) -> Dict[str, float]:
-    """Growth of the process's peak resident set while ``run()`` runs."""
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run()
-    return {'peak_mb': (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}
-
-
 def child_time(payload: dict) -> dict:
     import torch
     case, grid, peers = OP_CASES[payload['case']], payload['grid'], payload['peers']
@@ -130,7 +103,7 @@ def child_time(payload: dict) -> dict:
     for label, spec in labels.items():
         torch.manual_seed(0)
         steps[label] = training_step(spec, case, grid, peers)
-    times = paired_rounds(steps, payload['rounds'], payload['budget'])
+    times = timing.rounds(steps, payload['rounds'], payload['budget'])
     return ratio_summary(times, {f'{mine} / {peer}': (mine, peer) for mine in case.ours
                                  for peer in labels if peer not in case.ours})
 
@@ -146,7 +119,7 @@ def child_memory(payload: dict) -> dict:
     # dense form, so the linear paths, which the benchmark grids take, warm up too.
     for impl in ('torch', 'cpu', None):
         training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
-    return peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))
+    return {'peak_mb': timing.peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))}
 
 
 def child_models(payload: dict) -> dict:
@@ -162,7 +135,7 @@ def child_models(payload: dict) -> dict:
         steps[label] = (lambda m: lambda: m._forward(images))(model)
         steps[f'{label} backbone'] = (lambda m: lambda: m.backbone(images))(model)
     with torch.no_grad():
-        times = paired_rounds(steps, group.rounds, float('inf'))
+        times = timing.rounds(steps, group.rounds)
     first = next(iter(group.configs))
     ratios = {}
     for label in group.configs:  # each model against the first, each backbone against the first one's
@@ -179,18 +152,7 @@ def child_model_memory(payload: dict) -> dict:
     model = build_model(group.configs[payload['label']])
     images = torch.randn(1, 3, *payload['shape'])
     with torch.no_grad():
-        return peak_growth_mb(lambda: model._forward(images))
-
-
-def _peak_resident_kb() -> int:
-    """The process's peak resident set since the last :func:`_reset_peak_resident` (Linux's VmHWM)."""
-    with open('/proc/self/status') as status:
-        return next(int(line.split()[1]) for line in status if line.startswith('VmHWM:'))
-
-
-def _reset_peak_resident() -> None:
-    with open('/proc/self/clear_refs', 'w') as clear_refs:  # '5' resets VmHWM to the current resident set
-        clear_refs.write('5')
+        return {'peak_mb': timing.peak_growth_mb(lambda: model._forward(images))}
 
 
 def measured_step(step) -> Dict[str, float]:
@@ -199,14 +161,16 @@ def measured_step(step) -> Dict[str, float]:
     counted), the growth of the peak resident set over the whole step (reset first, so several
     models can be measured in one process) and its seconds."""
     from lab.bench.saved_tensors import saved_for_backward
-    _reset_peak_resident()
-    base = _peak_resident_kb()
+    saved = []
+
+    def measured() -> None:
+        losses = []
+        saved.append(saved_for_backward(lambda: losses.append(step.loss())))
+        step.backward(losses.pop())
+
     start = time.perf_counter()
-    losses = []
-    saved = saved_for_backward(lambda: losses.append(step.loss()))
-    step.backward(losses.pop())
-    seconds = time.perf_counter() - start
-    return {'saved_mb': saved / 2**20, 'peak_mb': (_peak_resident_kb() - base) / 1024, 'step_s': seconds}
+    peak = timing.peak_growth_mb(measured)
+    return {'saved_mb': saved[0] / 2**20, 'peak_mb': peak, 'step_s': time.perf_counter() - start}
 
 
 def child_train_pair(payload: dict) -> dict:
@@ -234,7 +198,7 @@ def child_train_pair(payload: dict) -> dict:
             result[side]['gmacs'] = count_flops(forward)['total'] / 1e9
             model.train()
     if payload['rounds']:  # the measured steps are the first round
-        times = paired_rounds(steps, payload['rounds'], float('inf'), warm_up=False)
+        times = timing.rounds(steps, payload['rounds'], warm_up=0)
         times = {side: [result[side]['step_s']] + times[side] for side in steps}
         result['time'] = ratio_summary(times, {'project / stock': ('project', 'stock')})
     return result

@@ -6,7 +6,7 @@ In training it records the first iteration (a resumed run starts at its checkpoi
 iteration's loss and its synchronised time (the step after its batch is loaded: forward, backward,
 optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start of
 training (weights and optimizer state included; read every iteration before mmengine's logger resets
-it; on a CPU the peak resident set). At iteration ``probe_iter`` of the run, with nothing that
+it; on a CPU the peak resident set, :mod:`lab.timing`). At iteration ``probe_iter`` of the run, with nothing that
 changes what ``impl='auto'`` picks:
 
 * every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
@@ -40,6 +40,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from lab import timing
 from lab.bench.largest_input import cap_memory
 from lab.step_audit import HOST_READ_OPS, HostReadCounter
 
@@ -73,14 +74,6 @@ class OpCalls:
 def synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def peak_mb() -> float:
-    """Peak allocated device memory (CUDA), else the process's peak resident set, MB."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2 ** 20
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
@@ -126,8 +119,7 @@ class ModelProofProbe(Hook):
     def before_train(self, runner) -> None:
         if self.memory_cap_mb is not None:
             cap_memory(self.memory_cap_mb)
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
+        timing.reset_peak(torch.cuda.is_available())
         self.record = dict(mode='train', first_iter=runner.iter, device='cuda' if torch.cuda.is_available() else 'cpu')
         self.write()
 
@@ -154,7 +146,7 @@ class ModelProofProbe(Hook):
             self.close_dispatch_probe(runner)
         elif probed and step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
             self.close_host_read_probe()
-        self.peak_mb = max(self.peak_mb, peak_mb())
+        self.peak_mb = max(self.peak_mb, timing.peak_mb(torch.cuda.is_available()))
         self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=self.peak_mb)
         self.write()
 

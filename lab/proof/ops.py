@@ -44,7 +44,6 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from datetime import date
@@ -348,37 +347,18 @@ class Proof:
     def median_ms(self, run: Callable) -> float:
         """Median of ``--repeats`` timed runs after warm-up, fewer where one run takes over half a
         second (the torch paths at the largest maps), so a row stays within a few seconds."""
-        torch = self.torch
+        from lab import timing
+        warm_up = 1 if self.smoke else 3
         began = time.perf_counter()
-        for _ in range(1 if self.smoke else 3):
+        for _ in range(warm_up):
             run()
-        per_run = (time.perf_counter() - began) / (1 if self.smoke else 3)
+        per_run = (time.perf_counter() - began) / warm_up
         repeats = 1 if self.smoke else max(1, min(self.args.repeats, int(5.0 / max(per_run, 1e-6))))
-        times = []
-        for _ in range(repeats):
-            if self.device == 'cuda':
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                began = time.perf_counter()
-                run()
-                times.append(1e3 * (time.perf_counter() - began))
-        return round(statistics.median(times), 3)
+        return round(timing.median_ms(run, repeats, warm_up=0, cuda=self.device == 'cuda'), 3)
 
     def peak_mb(self, run: Callable) -> Optional[float]:
-        torch = self.torch
-        if self.device != 'cuda':
-            return None
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        run()
-        torch.cuda.synchronize()
-        return round((torch.cuda.max_memory_allocated() - base) / 2 ** 20, 1)
+        from lab import timing
+        return round(timing.peak_growth_mb(run, cuda=True), 1) if self.device == 'cuda' else None
 
 
 def chosen(case, call: Callable):

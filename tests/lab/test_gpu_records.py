@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from lab import records as rendered
 from lab import records
 
 from ..conftest import REPO, run_command, tool_env
@@ -21,7 +20,7 @@ def model_row(model: str, step_ms: float, stock: bool = False) -> dict:
 def test_the_tool_prints_the_tables_the_docs_render():
     done = run_command([sys.executable, str(REPO / TOOL)], env=tool_env())
     assert done.returncode == 0, done.stderr
-    assert done.stdout == rendered.tables(REPO / 'docs' / 'records' / 'gpu') and '## Whole models' in done.stdout
+    assert done.stdout == records.tables(REPO / 'docs' / 'records' / 'gpu') and '## Whole models' in done.stdout
     page = (REPO / 'docs' / 'records' / 'gpu.md').read_text()
     assert '<!-- records: gpu -->' in page and '|' not in page
 
@@ -55,7 +54,7 @@ def test_tables_take_the_newest_record_of_each_gpu(tmp_path):
         data = dict(kind='models', gpu=gpu, date=day, commit='abc', dirty=False, software=dict(torch='2.11'),
                     rows=[model_row(f'model-{gpu}', step)])
         (tmp_path / f'{day}_{gpu}_abc_models.json').write_text(json.dumps(data))
-    text = rendered.tables(tmp_path)
+    text = records.tables(tmp_path)
     assert '| model-H100 |  | 2.0 |' in text and '9.0' not in text and '| model-H200 |  | 3.0 |' in text
     assert text.index('**H100**') < text.index('**H200**') and 'No record yet.' in text  # no proof record
 
@@ -73,7 +72,7 @@ def test_invalid_fields_and_notes_are_shown(tmp_path):
     data = dict(kind='models', gpu='H100', date='2026-11-27', commit='abc', dirty=False, software=dict(torch='2.11'),
                 rows=[model_row('m', 5.0)], invalid=['peak_mb'], notes=['peak read after a reset'])
     (tmp_path / '2026-11-27_H100_abc_models.json').write_text(json.dumps(data))
-    text = rendered.tables(tmp_path)
+    text = records.tables(tmp_path)
     assert '| m |  | 5.0 | - | 5.0 | 1024 |' in text and '- peak read after a reset' in text
 
 
