@@ -32,11 +32,16 @@ DOCS_OUT     ?= work_dirs/docs/html
 # Triton kernels run interpreted on CPU tensors only where there is no GPU; with one, compiled on CUDA
 INTERPRET    = $$($(PYTHON) -c 'import torch; print(int(not torch.cuda.is_available()))')
 
-.PHONY: install docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
+.PHONY: install lint docs test test-lab test-oldest test-slow test-stock test-ops gpu-proof gpu-wheelhouse gpu-setup gpu-proof-models \
 	gpu-proof-models-smoke kernels bench bench-models bench-deploy bench-demos arena demo demo-spread clean
 
 install:
 	@bash tools/install.sh
+
+# ruff over the repository (pyproject.toml: pycodestyle, pyflakes, import order, bugbear); .ci/run runs it first
+# and .pre-commit-config.yaml runs the same check (with --fix) before each commit
+lint: install
+	$(PYTHON) -m ruff check .
 
 # the documentation site from docs/ into DOCS_OUT, every warning an error (a broken link between pages, a page
 # outside the table of contents, a docstring that is not valid reST); make test-lab builds it too (tests/test_docs.py)

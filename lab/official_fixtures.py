@@ -29,8 +29,18 @@ from typing import Callable, Dict, Tuple
 import torch
 import torch.nn as nn
 
-from lab.bench.official_code import (CASTLING, PERVIT, SMCA, VIL, checkout_on_path, commit_of,
-                                                cuda_calls_stay_on_cpu, default_dtype, import_file, stub_timm)
+from lab.bench.official_code import (
+    CASTLING,
+    PERVIT,
+    SMCA,
+    VIL,
+    checkout_on_path,
+    commit_of,
+    cuda_calls_stay_on_cpu,
+    default_dtype,
+    import_file,
+    stub_timm,
+)
 
 REPOS = (VIL, SMCA, PERVIT, CASTLING)
 NOISE = 0.2
@@ -95,10 +105,10 @@ def vil_attention_fixtures(peers: Path) -> Dict[str, dict]:
         kwargs = dict(dim=32, num_heads=2, qkv_bias=True, qk_scale=None, attn_drop=0.0, proj_drop=0.0, w=3, d=1,
                       autoregressive=False, sharew=True, nglo=nglo, only_glo=False, exact=exact, autograd=False,
                       rpe=True, mode=0)
-        module = build(lambda: longformer.Long2DSCSelfAttention(**kwargs))
+        module = build(lambda: longformer.Long2DSCSelfAttention(**kwargs))  # noqa: B023
         torch.manual_seed(1)
         inputs = {'x': torch.randn(2, nglo + nx * ny, 32, dtype=torch.float64)}
-        result = fixture(module, lambda leaves: module(leaves['x'], nx, ny), inputs, (2, nglo + nx * ny, 32),
+        result = fixture(module, lambda leaves: module(leaves['x'], nx, ny), inputs, (2, nglo + nx * ny, 32),  # noqa: B023
                          kwargs, 'microsoft/vision-longformer src/models/layers/longformer2d.py:Long2DSCSelfAttention',
                          forward_args=dict(nx=nx, ny=ny),
                          layout='x (B, nglo + nx * ny, C), global tokens first, the map row-major (x slow) -> '
@@ -283,10 +293,10 @@ def castling_fixtures(peers: Path) -> Dict[str, dict]:
     for name, sparse in (('castling_linangular', False), ('castling_linangular_sparse', True)):
         kwargs = dict(in_channels=64, num_heads=4, qkv_bias=False, attn_drop=0.0, proj_drop=0.0, res_kernel_size=9,
                       sparse_reg=sparse)
-        module = build(lambda: attention.LinAngularAttention(**kwargs))
+        module = build(lambda: attention.LinAngularAttention(**kwargs))  # noqa: B023
         torch.manual_seed(1)
         inputs = {'x': torch.randn(2, 50, 64, dtype=torch.float64)}
-        out[name] = fixture(module, lambda leaves: module(leaves['x']), inputs, (2, 50, 64), kwargs,
+        out[name] = fixture(module, lambda leaves: module(leaves['x']), inputs, (2, 50, 64), kwargs,  # noqa: B023
                             'GATECH-EIC/Castling-ViT attention.py:LinAngularAttention', forward_args={},
                             layout='x (B, N, C) -> (B, N, C); module(x)')
         if sparse:

@@ -28,7 +28,6 @@ from .ops.utils.amp import HALF_DTYPES
 from .utils.random_states import numpy_globals
 from .utils.torchvision_schemas import import_torchvision_without_its_ops
 
-
 # HistoryBuffer fills its class-level ``_statistics_methods`` with these on first instantiation.
 BUILTIN_STATISTICS = ('min', 'max', 'current', 'mean')
 

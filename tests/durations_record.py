@@ -1,6 +1,7 @@
 """A record of the suite's time: ``pytest --record-durations PATH`` writes, when the session ends, a
 JSON of the wall time, the machine (with its torch), the commit, the slowest tests, each file's seconds (setup, call
-and teardown together, as ``--durations`` counts them) and each skipped test with its reason. ``make test`` writes ``work_dirs/tests/durations.json``;
+and teardown together, as ``--durations`` counts them) and each skipped test with its reason. ``make test`` writes
+``work_dirs/tests/durations.json``;
 a copy committed under ``docs/records/tests/`` is the suite's record (``make test-oldest``'s under
 ``docs/records/tests_oldest/``).
 
@@ -50,7 +51,8 @@ class DurationsRecord:
         slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
         now = datetime.datetime.now(datetime.timezone.utc)
         record = dict(kind='tests', date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), **git_state(),
-                      machine=dict(cpu_machine(), torch=torch.__version__), workers=self.workers, wall_s=round(time.time() - self.start, 1),
+                      machine=dict(cpu_machine(), torch=torch.__version__), workers=self.workers,
+                      wall_s=round(time.time() - self.start, 1),
                       tests=len(self.seconds), outcomes=dict(self.outcomes), exit_status=int(exitstatus),
                       test_seconds=round(sum(self.seconds.values()), 1),
                       slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest],

@@ -258,7 +258,8 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
     format_each_config_once=config_formatted_once, compile_optimizer_steps=compiled_step_with_paramwise_groups,
     keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
     dump_test_metrics_once=test_metrics_file_of_rank_1,
-    export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it, restore_onnx_cast_long=roi_align_as_mmdeploy_exports_it)
+    export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it,
+    restore_onnx_cast_long=roi_align_as_mmdeploy_exports_it)
 
 
 def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:

@@ -20,8 +20,15 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner, load_checkpoint
 
 import mmvisattn  # noqa: F401  (applies the allowlist)
-from mmvisattn.compat import (ADDITIONS, FIXES, PATCHES, SKIP_VARIABLE, TOOL_PATCHES, history_buffer_statistic,
-                              runner_checkpoint_globals)
+from mmvisattn.compat import (
+    ADDITIONS,
+    FIXES,
+    PATCHES,
+    SKIP_VARIABLE,
+    TOOL_PATCHES,
+    history_buffer_statistic,
+    runner_checkpoint_globals,
+)
 
 from .conftest import REPO, release, run_command, tool_env
 from .patch_triggers import TRIGGERS

@@ -31,6 +31,7 @@ def test_readme_inference_lines_run_on_cpu(tmp_path):
     import numpy as np
 
     from mmvisattn.registry import build_from_config
+
     from .conftest import run_command, tool_env
     guide = (REPO / 'docs/user_guides/inference.md').read_text()
     example = re.search(r'```python\n(.*?)```', guide, re.S).group(1)

@@ -121,7 +121,7 @@ def bench_deploy_tables(_: Optional[str]) -> str:
         raise FileNotFoundError(f'no record under {RECORDS / "bench_deploy"}: make bench-deploy writes one')
     lines = []
     for part, keys, table in (('cases', list(CASES), case_table), ('latency', list(LATENCY_PAIRS), latency_table)):
-        groups, missing = by_newest_record(records, keys, lambda record: record['results'][part])
+        groups, missing = by_newest_record(records, keys, lambda record: record['results'][part])  # noqa: B023
         for record, held in groups:
             lines += [cpu_stamp(record), '', table({key: record['results'][part][key] for key in held}), '']
         if missing:
@@ -147,8 +147,8 @@ def bench_demos_tables(_: Optional[str]) -> str:
 
 def arena_tables(folder: Optional[str]) -> str:
     """The attention arena of each config of ``configs/<folder>/``: the newest record's table and plots."""
-    from mmvisattn.analysis.compare_attentions import table
     from lab.records import cpu_records, cpu_stamp
+    from mmvisattn.analysis.compare_attentions import table
     newest_of: Dict[str, dict] = {}
     for record in cpu_records(RECORDS / 'arena'):  # the newest first
         config = record['results']['config']
@@ -167,8 +167,8 @@ def arena_tables(folder: Optional[str]) -> str:
 def demo_spread_tables(folder: Optional[str]) -> str:
     """The spread of each demo of ``configs/<folder>/``, or of the config of that name (every demo's without
     one): the newest record's runs."""
-    from mmvisattn.analysis.demo_spread import table
     from lab.records import cpu_records, cpu_stamp
+    from mmvisattn.analysis.demo_spread import table
     newest_of: Dict[str, dict] = {}
     for record in cpu_records(RECORDS / 'demo_spread'):  # the newest first
         config = record['results']['config']

@@ -66,7 +66,7 @@ def measure(name: str, shape: Sequence[int], warmup: int, repeats: int) -> Dict[
     feed = {'images': images.numpy()}
     for threads in (1, 2):
         session = onnxruntime_session(onnx_bytes, threads)
-        result[f'onnxruntime_{threads}t_ms'] = timing.median_ms(lambda: session.run(None, feed), repeats, warmup)
+        result[f'onnxruntime_{threads}t_ms'] = timing.median_ms(lambda: session.run(None, feed), repeats, warmup)  # noqa: B023
     return result
 
 

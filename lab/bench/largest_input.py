@@ -46,6 +46,7 @@ def fits(model, side: int, device: str, capped: bool = False) -> bool:
     """One float32 training step (loss, backward, AdamW) at batch 2 and ``side`` fits the device
     (``capped``: under :func:`cap_memory`)."""
     import torch
+
     from lab.bench.model_pairs import TrainingStep
     step = None
     try:
@@ -93,6 +94,7 @@ def largest_side(model, stride: int, start: int, ceiling: int, device: str,
 def largest_worker(payload: Dict) -> Dict:
     """In its own process: the model of ``payload['config']`` on the device, its largest side."""
     import torch
+
     from lab.bench.model_pairs import build_training_model
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     torch.manual_seed(0)

@@ -15,8 +15,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from lab import timing
 from lab.bench.cases import MODEL_GROUPS, OP_CASES, OpCase
-from lab.bench.official_code import (CASTLING, PERVIT, VIL, checkout_on_path, cuda_calls_stay_on_cpu,
-                                                import_file, stub_timm)
+from lab.bench.official_code import (
+    CASTLING,
+    PERVIT,
+    VIL,
+    checkout_on_path,
+    cuda_calls_stay_on_cpu,
+    import_file,
+    stub_timm,
+)
 
 WARM_UP_GRID = 8  # grid of the step that precedes each memory measurement
 OFFICIAL_REPOS = {'vil': VIL, 'castling': CASTLING, 'pervit': PERVIT}
@@ -180,8 +187,8 @@ def child_train_pair(payload: dict) -> dict:
     of one image, then ``rounds`` more paired rounds of steps (the order reversed every other round)."""
     import torch
 
-    from mmvisattn.analysis.flops import tensor_forward
     from lab.bench.model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
+    from mmvisattn.analysis.flops import tensor_forward
     from mmvisattn.utils import count_flops, count_parameters
     torch.manual_seed(0)
     pair = PAIRS[payload['pair']]

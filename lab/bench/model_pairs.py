@@ -69,7 +69,6 @@ def build_training_model(config: str, deploy: bool = False):
     """The model of a project or stock (``mmdet::`` / ``mmseg::``) config in training mode, random
     weights; ``deploy`` switches it to its deploy form first."""
     from lab.bench.inference import build_model
-
     from mmvisattn.deploy import switch_to_deploy
     model = build_model(config)
     if deploy:

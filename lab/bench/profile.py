@@ -18,8 +18,8 @@ from typing import Dict, List
 import torch
 
 from lab.bench.model_pairs import PAIRS, TrainingStep, build_training_model
-from mmvisattn.utils import count_parameters
 from lab.bench.saved_tensors import SavedTensors
+from mmvisattn.utils import count_parameters
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mmvisattn.ops.utils.amp import autocast_off, norm_eps
 from lab.experimental.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
+from mmvisattn.ops.utils.amp import autocast_off, norm_eps
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 32  # keys per tile

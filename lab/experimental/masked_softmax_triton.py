@@ -31,8 +31,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mmvisattn.ops.utils.amp import autocast_off
 from lab.experimental.flash import block_offsets, grad_keys, grad_queries, key_rows, launch_meta, rows, store_rows
+from mmvisattn.ops.utils.amp import autocast_off
 from mmvisattn.ops.utils.flash import log_sum_exp
 
 BLOCK_M = 64  # queries per block

@@ -30,8 +30,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mmvisattn.ops.utils.amp import autocast_off
 from lab.experimental.flash import biased, block_offsets, grad_keys, grad_queries, key_rows, rows, store_rows
+from mmvisattn.ops.utils.amp import autocast_off
 from mmvisattn.ops.utils.flash import log_sum_exp, online_softmax, precision
 from mmvisattn.ops.utils.triton_launch import head_block, num_warps
 

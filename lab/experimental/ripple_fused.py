@@ -42,10 +42,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mmvisattn.ops.utils.amp import autocast_off
 from lab.experimental.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
-from mmvisattn.ops.utils.tracing import apply_function
 from mmvisattn.ops.ripple import ring_weights
+from mmvisattn.ops.utils.amp import autocast_off
+from mmvisattn.ops.utils.tracing import apply_function
 
 BLOCK_M = 64  # queries per program (per tile in _grad_keys)
 BLOCK_N = 32  # keys per tile (per program in _grad_keys)

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmvisattn.ops.ripple import ring_weights
 from mmvisattn.ops.utils.amp import autocast_off, float32_math, upcast
 from mmvisattn.ops.utils.tracing import apply_function
-from mmvisattn.ops.ripple import ring_weights
 
 
 def summed_area_table(x: Tensor) -> Tensor:

@@ -38,9 +38,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmvisattn.ops.sliding_chunk import (
+    DRAWN,
+    NEIGHBOURS,
+    Mode,
+    from_chunks,
+    global_rows,
+    is_drawn,
+    neighbour_chunk,
+    pick_drawn,
+    relative_index,
+    to_chunks,
+    visited_neighbours,
+)
 from mmvisattn.ops.utils.token_grid import window_grid
-from mmvisattn.ops.sliding_chunk import (DRAWN, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk,
-                                         pick_drawn, relative_index, to_chunks, visited_neighbours)
 
 HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
 # Rows of a block of the block mask: the kernels' tiles (up to 128 rows, by head width, dtype and GPU:

@@ -49,10 +49,10 @@ from lab.bench.largest_input import out_of_memory
 from lab.bench.model_pairs import FAMILIES, PAIRS, ModelPair
 from lab.bench.models import write_json
 from lab.bench.processes import run_python as run_child
-from mmvisattn.analysis.processes import failure_line
 from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, read_config, write_data
 from lab.proof.model_report import markdown, record_rows
 from lab.records import record
+from mmvisattn.analysis.processes import failure_line
 
 STAGES = ('project', 'stock', 'amp', 'rest')
 # the tools' logic, run as modules (``tools/train.py`` and ``tools/test.py`` are their front doors)

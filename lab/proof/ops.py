@@ -50,8 +50,8 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from lab.records import crossover_rows, goals_table, measured_crossovers, proof_rows, record
 from lab.proof.report import describe, faster_than_auto, first_line, mark_fastest, markdown, row_label
+from lab.records import crossover_rows, goals_table, measured_crossovers, proof_rows, record
 
 SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')
 DTYPES = ('float32', 'float16', 'bfloat16')
@@ -77,6 +77,7 @@ def preflight(cpu_smoke: bool) -> str:
     if cpu_smoke:
         os.environ.setdefault('TRITON_INTERPRET', '1')  # before any kernel is defined
     import torch
+
     from mmvisattn.ops.utils.dispatch import old_triton
     reason = old_triton()
     if reason:
@@ -92,6 +93,7 @@ class Proof:
 
     def __init__(self, device: str, args: argparse.Namespace) -> None:
         import torch
+
         from lab.proof import cases
         from mmvisattn.ops import check  # after preflight: the interpreter is chosen before a kernel is defined
         self.torch, self.cases, self.check, self.args = torch, cases, check, args
@@ -200,7 +202,7 @@ class Proof:
             _, expected = self.step(case, 'auto', size, leaves)
             with torch.autocast(self.device, dtype=torch.float16):
                 half = [t.half() if t.is_floating_point() and case.activations else t for t in leaves]
-                out, impl = chosen(case, lambda: case.call('auto', size, *half))
+                out, impl = chosen(case, lambda: case.call('auto', size, *half))  # noqa: B023
             # a mean loss scaled as GradScaler scales it: 2^16 / N on each output
             scale = GRAD_SCALE / out.numel()
             grads = torch.autograd.grad(out, [t for t in leaves if t.requires_grad],
@@ -220,7 +222,7 @@ class Proof:
                 leaves = self.leaves(case.check.inputs, size, 'float32')
                 self.step(case, impl, size, leaves)  # warm-up: tables built and cached
                 upstream = self.check.upstream_like(case.call(impl, size, *leaves))
-                found = self.audited(lambda: self.step(case, impl, size, leaves, upstream))
+                found = self.audited(lambda: self.step(case, impl, size, leaves, upstream))  # noqa: B023
                 rows.append(dict(op=case.op.name, impl=impl, host_syncs=found, ok=found == 'none'))
         return rows
 
@@ -269,13 +271,13 @@ class Proof:
         for case in self.cases.CASES:
             size = self.test_size(case)
             leaves = self.leaves(case.check.inputs, size, 'float32')
-            row = dict(op=case.op.name, impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],
+            row = dict(op=case.op.name, impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],  # noqa: B023
                        backend=backend)
             torch._dynamo.reset()
             eager_out, eager_grads = self.step(case, 'auto', size, leaves)
-            compiled = torch.compile(lambda *t: case.call('auto', size, *t), backend=backend)
+            compiled = torch.compile(lambda *t: case.call('auto', size, *t), backend=backend)  # noqa: B023
             try:
-                explained = torch._dynamo.explain(lambda *t: case.call('auto', size, *t))(*leaves)
+                explained = torch._dynamo.explain(lambda *t: case.call('auto', size, *t))(*leaves)  # noqa: B023
                 row['graph_breaks'] = explained.graph_break_count
                 row['break_reasons'] = sorted({first_line(b.reason) for b in explained.break_reasons})
                 out = compiled(*leaves)
@@ -299,13 +301,13 @@ class Proof:
                                      skipped=f'out of time (--budget {self.args.budget:g} s)'))
                     continue
                 leaves = self.leaves(case.check.inputs, size, 'bfloat16')
-                auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]
+                auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]  # noqa: B023
                 layer_rows = [dict(op=case.op.name, layer=layer, size=describe(size), impl=impl,
-                                   auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))
+                                   auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))  # noqa: B023
                               for impl in dict.fromkeys([auto, *self.impls(case)])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
                 layer_rows.append(dict(op=case.op.name, layer=layer, size=describe(size), impl=SDPA_ROW,
-                                       auto=False, **self.timed(lambda: self.cases.flash_sdpa(*baseline), baseline)))
+                                       auto=False, **self.timed(lambda: self.cases.flash_sdpa(*baseline), baseline)))  # noqa: B023
                 rows += mark_fastest(layer_rows, SDPA_ROW)
         return rows
 
@@ -316,7 +318,7 @@ class Proof:
             if dense is None or dense not in self.impls(case):
                 continue
             layer, size = next(iter(self.shipped_sizes(case).items()))
-            linear = chosen(case, lambda: case.call('auto', size, *self.leaves(case.check.inputs, size,
+            linear = chosen(case, lambda: case.call('auto', size, *self.leaves(case.check.inputs, size,  # noqa: B023
                                                                                 'bfloat16')))[1]
             for side in (3, 4) if self.smoke else CROSSOVER_SIDES:
                 sized = size._replace(hw=(side, side))
@@ -327,7 +329,7 @@ class Proof:
                         rows.append(dict(row, skipped=f'out of time (--budget {self.args.budget:g} s)'))
                         continue
                     leaves = self.leaves(case.check.inputs, sized, 'bfloat16')
-                    rows.append(dict(row, **self.timed(lambda: case.call(impl, sized, *leaves), leaves)))
+                    rows.append(dict(row, **self.timed(lambda: case.call(impl, sized, *leaves), leaves)))  # noqa: B023
         return rows
 
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:

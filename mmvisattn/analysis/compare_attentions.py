@@ -194,8 +194,8 @@ def cost_curve(cfg, task: Dict) -> List[Dict]:
             forward = tensor_forward(model, cfg.default_scope, side, side)
         else:
             images = torch.randn(task['batch'], 3, side, side, device=device)
-            forward = lambda: part(images)  # noqa: E731
-        step = lambda: sum(t.float().mean() for t in leaves(forward())).backward()  # noqa: E731
+            forward = lambda: part(images)  # noqa: B023, E731
+        step = lambda: sum(t.float().mean() for t in leaves(forward())).backward()  # noqa: B023, E731
         seen.clear()
         if device.type == 'cuda':
             torch.cuda.reset_peak_memory_stats(device)

@@ -25,6 +25,7 @@ from mmdeploy.utils import get_ir_config, is_dynamic_shape
 from mmengine.logging import print_log
 
 import mmvisattn  # noqa: F401  (registers the models the deploy config's model config names)
+
 from ..compat import APPLIED, DEPLOY_PATCHES, SKIP_VARIABLE, apply, export_onnx_with_torchscript
 from ..ops.rwgk import neumann_solve
 from ..registry import ATTENTIONS

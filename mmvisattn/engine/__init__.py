@@ -1,5 +1,12 @@
-from .hooks import (CastlingScheduleHook, DroppedAnnotationsHook, FiniteLossHook, NonFiniteLoss, RandomStateHook,
-                    RankMeanLossHook, ViLRandomShiftHook)
+from .hooks import (
+    CastlingScheduleHook,
+    DroppedAnnotationsHook,
+    FiniteLossHook,
+    NonFiniteLoss,
+    RandomStateHook,
+    RankMeanLossHook,
+    ViLRandomShiftHook,
+)
 from .layer_decay import BackboneLayerDecayOptimWrapperConstructor
 from .optim_wrappers import CPUAmpOptimWrapper
 

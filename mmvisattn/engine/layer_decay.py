@@ -1,6 +1,6 @@
 """Layer-wise learning-rate decay for detectors and segmentors, the fine-tuning recipe of "Masked Autoencoders
-Are Scalable Vision Learners" (arXiv:2111.06377, Appendix A.1, end-to-end fine-tuning; BEiT's before it): the parameters at depth ``d`` of
-``L`` learn at ``base_lr * layer_decay_rate ** (L - d - 1)``.
+Are Scalable Vision Learners" (arXiv:2111.06377, Appendix A.1, end-to-end fine-tuning; BEiT's before it): the
+parameters at depth ``d`` of ``L`` learn at ``base_lr * layer_decay_rate ** (L - d - 1)``.
 
 mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` does this for classifiers, asking the model for
 ``get_layer_depth``, which only mmpretrain's classifiers answer; mmdet's and mmseg's layer-decay constructors

@@ -15,9 +15,9 @@ import inspect
 import textwrap
 from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
 
+import torch
 from mmengine.config import Config
 from mmengine.registry import Registry
-import torch
 from torch import nn
 
 from .process_group import DIST_CFG_KEYS

@@ -14,8 +14,8 @@ from mmengine.config import Config, DictAction
 from ..compat import apply_tool_patches, patches_line
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
-from .config_checks import check_config
 from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
+from .config_checks import check_config
 from .process_group import LAUNCHERS, join_process_group, leave_process_group
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')

@@ -13,8 +13,13 @@ import argparse
 import mmengine
 
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
-from mmvisattn.launch.options import (dump_predictions, loader_options, metrics_file, show_predictions,
-                                      test_time_augmentation)
+from mmvisattn.launch.options import (
+    dump_predictions,
+    loader_options,
+    metrics_file,
+    show_predictions,
+    test_time_augmentation,
+)
 
 TEST_LOADERS = ('test_dataloader',)
 

@@ -13,8 +13,13 @@ import argparse
 import torch
 
 from mmvisattn.launch import add_config_arguments, load_config, parse_tool_args, run
-from mmvisattn.launch.options import (enable_auto_scale_lr, enable_requeue, loader_options, resume_of_requeued_job,
-                                      skip_validation)
+from mmvisattn.launch.options import (
+    enable_auto_scale_lr,
+    enable_requeue,
+    loader_options,
+    resume_of_requeued_job,
+    skip_validation,
+)
 
 TRAIN_LOADERS = ('train_dataloader', 'val_dataloader')
 

@@ -81,6 +81,7 @@ def test_a_capped_cpu_refusal_does_not_fit(message, monkeypatch):
     """oneDNN names a buffer the capped address space refused only as a failed primitive (some CPUs'
     convolutions, not others'): under a cap that is running out of memory, without one an error."""
     import torch
+
     from lab.bench import largest_input, model_pairs
 
     def refused(*args, **kwargs):
@@ -123,8 +124,9 @@ def test_without_cuda_is_one_line(tmp_path):
 def test_profiled_syncs_are_attributed_to_our_innermost_frame():
     """The runtime's waits are counted; each operator that reads the device from the host goes to the
     innermost frame of the project or OpenMMLab on its stack (a real CPU profile, and recorded events)."""
-    import torch
     from types import SimpleNamespace as Event
+
+    import torch
     from torch.profiler import ProfilerActivity, profile
     probe = import_module('lab.proof.model_probe')
     with profile(activities=[ProfilerActivity.CPU], with_stack=True) as profiled:

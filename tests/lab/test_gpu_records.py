@@ -97,8 +97,9 @@ def test_the_crossover_is_the_last_size_where_dense_was_faster_at_every_size():
 
 
 def test_goals_judge_the_fastest_implementations_against_sdpa():
-    """Each goal takes the implementation measured fastest in forward + backward at its layers, sums them where a goal spans two ops, and divides by the first layer's SDPA row; a
-    goal without the rows it needs is not records. The goals name layers the proof times."""
+    """Each goal takes the implementation measured fastest in forward + backward at its layers, sums them where a
+    goal spans two ops, and divides by the first layer's SDPA row; a goal without the rows it needs is not judged.
+    The goals name layers the proof times."""
     from lab.proof.cases import CASES
     assert {layer for goal in records.GOALS for layer in goal.layers} <= {
         (case.op.name, layer) for case in CASES for layer in case.shipped}

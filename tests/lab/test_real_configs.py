@@ -11,6 +11,7 @@ import pytest
 from mmengine.config import Config
 
 from lab.deploy_benchmark import metric_of
+
 from ..conftest import REPO, run_tool
 
 NUM_TRAIN, NUM_VAL, ITERS, BATCH = 2, 1, 1, 2  # one step: a 1333 x 800 model takes minutes on a CPU

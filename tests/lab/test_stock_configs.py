@@ -19,6 +19,7 @@ from mmengine.registry import init_default_scope
 
 import mmvisattn  # noqa: F401
 from mmvisattn.registry import models_of_scope
+
 from ..test_models.test_backbones.test_contract import CASES
 
 SIZE = 128

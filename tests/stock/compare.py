@@ -30,8 +30,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from importlib import metadata
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
@@ -42,9 +42,9 @@ BASELINE = HERE / 'plain_baseline.json'
 # what the plain pass runs on besides the stock tests: their key holds these packages' versions
 STACK = ('torch', 'numpy', 'mmcv', 'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'pytest')
 
-# Per suite, the slowest first: the test paths of each library's release (relative to its copy), and the slowest tests left out
-# (node id prefixes) to keep both passes of all five suites within a few minutes on 2 cores; each of those has
-# faster tests of the same class beside it. The subsets cover what the project's patches and registrations
+# Per suite, the slowest first: the test paths of each library's release (relative to its copy), and the slowest
+# tests left out (node id prefixes) to keep both passes of all five suites within a few minutes on 2 cores; each of
+# those has faster tests of the same class beside it. The subsets cover what the project's patches and registrations
 # touch (configs, checkpoints, the Runner and its hooks, logging, registries, FLOP analysis, mmcv's bricks and
 # the ops it wraps) and what its configs build on (backbones, necks, heads, detectors, datasets).
 SUITES: Dict[str, dict] = {

@@ -8,6 +8,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
 from mmvisattn.registry import build_from_config
+
 from ..conftest import REPO, run_tool
 from ..test_models.test_backbones.test_contract import CASES, build, parameters_of
 

@@ -4,10 +4,10 @@ leave one out, and stock mmdet ``tools/train.py`` runs them."""
 import sys
 from pathlib import Path
 
+import mmdet
 import pytest
 from mmengine.config import Config
 
-import mmdet
 from mmvisattn.launch import load_config
 
 from ..conftest import MODEL_CONFIGS, REPO, run_command, tool_env

@@ -10,6 +10,7 @@ from mmengine.config import Config
 
 import mmvisattn  # noqa: F401
 from mmvisattn.launch.config_checks import accepted_arguments, check_config
+
 from ..conftest import REPO
 from .conftest import DET_DEMO, fails_in_one_line
 

@@ -133,8 +133,8 @@ def test_a_port_another_program_holds_is_one_line(workspace, tmp_path):
         held.listen()
         port = held.getsockname()[1]
         env = dict(tool_env(), RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-        done = run_command([sys.executable, str(REPO / 'tools/train.py'), str(SEG_DEMO), '--work-dir', str(tmp_path / 'w'),
-                            '--launcher', 'pytorch'], cwd=workspace, env=env)
+        done = run_command([sys.executable, str(REPO / 'tools/train.py'), str(SEG_DEMO),
+                            '--work-dir', str(tmp_path / 'w'), '--launcher', 'pytorch'], cwd=workspace, env=env)
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f'error: MASTER_PORT {port} on 127.0.0.1 is taken by another program (EADDRINUSE); set MASTER_PORT '

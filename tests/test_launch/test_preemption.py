@@ -94,8 +94,9 @@ def test_the_requeue_flag_and_the_resume_of_a_requeued_job(monkeypatch):
     assert resume_of_requeued_job(None) == 'auto' and resume_of_requeued_job('x.pth') == 'x.pth'
 
 
-@pytest.mark.parametrize('arguments,message', [(dict(signals=['SIGNOPE']), r"signals \['SIGNOPE'\] are not signal names"),
-                                               (dict(interval=0), 'interval=0; expected a positive number')])
+@pytest.mark.parametrize('arguments,message', [
+    (dict(signals=['SIGNOPE']), r"signals \['SIGNOPE'\] are not signal names"),
+    (dict(interval=0), 'interval=0; expected a positive number')])
 def test_bad_arguments_are_named(arguments, message):
     with pytest.raises(ValueError, match=message):
         PreemptionHook(**arguments)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from mmdet.registry import MODELS as MODELS_DET
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
-from mmdet.registry import MODELS as MODELS_DET
 from mmseg.registry import MODELS
 
 import mmvisattn  # noqa: F401

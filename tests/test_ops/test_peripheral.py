@@ -1,15 +1,22 @@
 """Peripheral-attention ops (PerViT, arXiv:2206.06801): the SDPA mixing equals the explicit Eq. 5, and the
-relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in value and gradient, for odd and non-square grids and batch > 1, on every device of the suite. Triton
-runs compiled on a GPU, else on CPU under TRITON_INTERPRET=1 (tests/conftest.py)."""
+relative-offset ``Phi_p`` equals the literal Eq. 7-8 on the full distance tensor, in value and gradient, for odd
+and non-square grids and batch > 1, on every device of the suite. Triton runs compiled on a GPU,
+else on CPU under TRITON_INTERPRET=1 (tests/conftest.py)."""
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.peripheral import (PositionParams, mixed_attention_weights, peripheral_attention,
-                                      peripheral_attention_reference, position_logits, position_logits_reference)
-from mmvisattn.ops.peripheral import position
+from mmvisattn.ops.peripheral import (
+    PositionParams,
+    mixed_attention_weights,
+    peripheral_attention,
+    peripheral_attention_reference,
+    position,
+    position_logits,
+    position_logits_reference,
+)
 from mmvisattn.ops.peripheral.position import key_distances, peripheral_padding
 from mmvisattn.ops.peripheral.reference import mixed_attention_reference
 
@@ -111,7 +118,7 @@ def test_triton_position_equals_full_distance_tensor(hw_shape, kernel_size, head
     largest = max(g.abs().max().item() for g in expected)
     for name, a, b in zip(PositionParams._fields, gradients(fast, params, weights.float().to(KERNEL_DEVICE)), expected):
         torch.testing.assert_close(a.double().cpu(), b, rtol=tolerance['rtol'], atol=tolerance['atol'] * largest,
-                                   msg=lambda m: f'{name}: {m}')
+                                   msg=lambda m: f'{name}: {m}')  # noqa: B023
 
 
 def test_triton_position_under_bfloat16_autocast():

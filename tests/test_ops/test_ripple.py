@@ -10,8 +10,13 @@ import torch
 from mmvisattn.ops.ripple import OP, group_weights, ring_weights, ripple_attention, ripple_attention_reference
 from mmvisattn.ops.ripple.cpu import cpu_backward, cpu_forward
 from mmvisattn.ops.ripple.dense import dense_backward, dense_forward, dense_is_faster
-from mmvisattn.ops.ripple.local_global import (RippleLocalGlobal, query_reach, ring_weights_reference, stick_breaking,
-                                               truncate)
+from mmvisattn.ops.ripple.local_global import (
+    RippleLocalGlobal,
+    query_reach,
+    ring_weights_reference,
+    stick_breaking,
+    truncate,
+)
 from mmvisattn.ops.ripple.pytorch import tiled_backward, tiled_forward
 from mmvisattn.ops.utils.dispatch import observing
 
@@ -45,7 +50,7 @@ def assert_matches_reference(impl, hw_shape, r_max, tau, dtype=torch.float64, to
     fast_grads = torch.autograd.grad((fast * weights).sum(), args)
     slow_grads = torch.autograd.grad((slow * weights).sum(), args)
     for name, a, b in zip('q k v logits'.split(), fast_grads, slow_grads):
-        torch.testing.assert_close(a, b, **(tol or {}), msg=lambda m: f'd{name}: {m}')
+        torch.testing.assert_close(a, b, **(tol or {}), msg=lambda m: f'd{name}: {m}')  # noqa: B023
 
 
 @pytest.mark.parametrize('impl', ['dense', 'cpu'])

@@ -18,14 +18,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.ops.utils import cpu_extension
-from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
-from mmvisattn.ops.utils.dispatch import observing
 from mmvisattn.ops.sliding_chunk import MASKINGS, OP, sliding_chunk_attention, sliding_chunk_attention_reference
 from mmvisattn.ops.sliding_chunk.dense import dense_is_faster, visits_once
 from mmvisattn.ops.sliding_chunk.layout import MODES, chunk_groups, slot_tables
 from mmvisattn.ops.sliding_chunk.pattern import visited_pairs
-
+from mmvisattn.ops.utils import cpu_extension
+from mmvisattn.ops.utils.cpu_extension import OPS_DIR, CpuKernelBuildError, load_cpu_kernels
+from mmvisattn.ops.utils.dispatch import observing
 
 from ..conftest import KERNEL_DEVICE, float64_dot, kernel_tolerance, saved_elements
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from mmvisattn.ops.linear_angular import linear_angular_attention
-from mmvisattn.ops.utils.recompute import checkpointed_chunks
 from mmvisattn.ops.ripple import ripple_attention
 from mmvisattn.ops.rwgk import rwgk_attention
+from mmvisattn.ops.utils.recompute import checkpointed_chunks
 
 
 def check_traced(fn, *inputs):

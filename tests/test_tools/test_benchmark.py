@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mmvisattn.registry import build_from_config
+
 from ..conftest import REPO, run_tool
 from ..test_launch.conftest import fails_in_one_line
 

@@ -74,6 +74,7 @@ def test_stock_flop_counter_counts_every_family(config):
 
     from mmengine.analysis import get_model_complexity_info
     from mmengine.config import Config
+
     from mmvisattn.registry import build_from_config
     get_flops = import_module('mmvisattn.analysis.flops')
     cfg = Config.fromfile(REPO / 'configs' / config)

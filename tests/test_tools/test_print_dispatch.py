@@ -49,8 +49,15 @@ def test_every_layer_of_every_config_runs_on_both_devices(every_config):
 def test_every_backend_of_the_package_is_chosen_for_some_shipped_config(every_config):
     """The backends auto takes for the shipped configs, on CPU or CUDA, in any context, are all the
     package has: none is there that nothing reaches."""
-    from mmvisattn.ops import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_chunk
-    from mmvisattn.ops import trig_relu_features
+    from mmvisattn.ops import (
+        linear_angular,
+        masked_softmax,
+        peripheral,
+        ripple,
+        rwgk,
+        sliding_chunk,
+        trig_relu_features,
+    )
     ops = (linear_angular.OP, masked_softmax.OP, peripheral.OP, peripheral.POSITION_OP, ripple.OP, rwgk.OP,
            sliding_chunk.OP, trig_relu_features.OP)
     chosen = {(row['op'], row['runs']) for rows in every_config.values() for row in rows}

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import mmvisattn  # noqa: F401  (allowlists the types a Runner checkpoint holds for torch.load)
+
 from ..conftest import REPO, run_command, run_tool, tool_env
 
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'

@@ -26,7 +26,7 @@ def official_state_dict(arch, windows, num_global, full_attention_last=False, sh
         dims, heads, patch, glob = arch['embed_dims'][i], arch['num_heads'][i], arch['patch_sizes'][i], num_global[i]
 
         def put(name, *shape):
-            state[f'{prefix}layer{i + 1}.{name}'] = torch.randn(*shape, generator=generator)
+            state[f'{prefix}layer{i + 1}.{name}'] = torch.randn(*shape, generator=generator)  # noqa: B023
 
         put('0.proj.weight', dims, channels, patch, patch)
         put('0.proj.bias', dims)

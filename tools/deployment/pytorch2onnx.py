@@ -20,8 +20,16 @@ from typing import Tuple
 import torch
 from mmengine.config import Config
 
-from mmvisattn.deploy import (ExportError, attention_sizes, check_shape, export_onnx, parity_error, quadratic_matmuls,
-                              run_onnxruntime, switch_to_deploy)
+from mmvisattn.deploy import (
+    ExportError,
+    attention_sizes,
+    check_shape,
+    export_onnx,
+    parity_error,
+    quadratic_matmuls,
+    run_onnxruntime,
+    switch_to_deploy,
+)
 from mmvisattn.deploy.onnx_export import RawOutputs
 from mmvisattn.launch import load_config
 from mmvisattn.launch.checks import check_model_fits_checkpoint, model_weights, read_run_checkpoint

@@ -15,8 +15,12 @@ dropped (RWGK attention has none; ``--keep-spatial-reduction`` keeps them for
 converted weights are checked against it: the parameters that stay newly initialised (the
 anchors) are listed, and any key or shape that does not fit fails the conversion.
 """
-from mmvisattn.models.backbones.mit_rwgka import (MIT_ATTENTION_KEY, NVLABS_KEY, convert_mit_state_dict,
-                                                   convert_segformer_state_dict)
+from mmvisattn.models.backbones.mit_rwgka import (
+    MIT_ATTENTION_KEY,
+    NVLABS_KEY,
+    convert_mit_state_dict,
+    convert_segformer_state_dict,
+)
 from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
 
 

@@ -18,11 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.utils.amp import norm_eps, upcast
 from mmvisattn.ops.linear_angular import IMPLS, linear_angular_attention, linear_angular_unnormalised
 from mmvisattn.ops.masked_softmax import IMPLS as AUX_IMPLS
 from mmvisattn.ops.masked_softmax import masked_softmax_attention
+from mmvisattn.ops.utils.amp import norm_eps, upcast
 from mmvisattn.registry import ATTENTIONS
+
 from .base import QKVAttention
 
 CONV_KINDS = ('tokens', 'spatial')

@@ -6,6 +6,7 @@ from torch import Tensor
 
 from mmvisattn.ops.linearized import linear_attention
 from mmvisattn.registry import ATTENTIONS
+
 from .base import QKVAttention
 
 

@@ -7,9 +7,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mmvisattn.ops.sliding_chunk import (IMPLS, check_masking, check_window, dense_bias, global_rows,
-                                         sliding_chunk_attention)
+from mmvisattn.ops.sliding_chunk import (
+    IMPLS,
+    check_masking,
+    check_window,
+    dense_bias,
+    global_rows,
+    sliding_chunk_attention,
+)
 from mmvisattn.registry import ATTENTIONS
+
 from ..layers.weight_init import init_embedding
 from .base import BaseAttention
 

@@ -17,9 +17,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.peripheral import IMPLS, POSITION_IMPLS, PositionParams, mixed_attention_weights
-from mmvisattn.ops.peripheral import log_position_attention, peripheral_attention
+from mmvisattn.ops.peripheral import (
+    IMPLS,
+    POSITION_IMPLS,
+    PositionParams,
+    log_position_attention,
+    mixed_attention_weights,
+    peripheral_attention,
+)
 from mmvisattn.registry import ATTENTIONS
+
 from .base import QKVAttention
 
 # Eq. 9: weights of the peripheral projections and of the distance weighting w_r (c1 = c2 = 0.02)

@@ -18,6 +18,7 @@ from mmvisattn.ops.linearized import linearized_attention
 from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights, ripple_attention, stick_logits
 from mmvisattn.ops.trig_relu_features import trig_relu_features
 from mmvisattn.registry import ATTENTIONS
+
 from .base import QKVAttention
 
 

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from mmvisattn.ops.rwgk import IMPLS, check_lam, rwgk_attention
 from mmvisattn.registry import ATTENTIONS
+
 from .base import BaseAttention
 
 ANCHOR_MODES = ('learnable', 'pooled')

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.registry import ATTENTIONS
+
 from .base import QKVAttention
 
 

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mmvisattn.registry import ATTENTIONS
+
 from .base import BaseAttention
 
 

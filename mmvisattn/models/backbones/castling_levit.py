@@ -17,6 +17,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
+
 from .contract import BackboneContract, checkpointed, resolve_arch, stage_attention_options
 from .pretrained import LoadsPretrained
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
+
 from ..layers import ResidualAttention, TokenGrid
 from .contract import BackboneContract, Part, check_out_indices, checkpointed, stage_attention_options
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix

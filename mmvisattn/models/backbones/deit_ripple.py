@@ -8,6 +8,7 @@ from torch import Tensor
 
 from mmvisattn.ops.utils.arguments import check_choice
 from mmvisattn.registry import register_model
+
 from .castling_vit import CastlingViT
 
 OUT_TYPES = ('featmap', 'avg_featmap')

@@ -18,6 +18,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmvisattn.registry import register_model
+
 from .contract import BackboneContract, checkpointed, resolve_arch
 
 STAGE_STRIDES = (8, 16, 32)  # the stem takes 4 (a stride-2 conv and max pooling), each stage 2

@@ -13,6 +13,7 @@ from mmseg.models.utils import nlc_to_nchw
 from torch import Tensor
 
 from mmvisattn.registry import build_attention, register_model
+
 from ..layers import ResidualAttention
 from .contract import BackboneContract, Part, check_out_indices, checkpointed
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from mmvisattn.registry import attention_accepts, build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
+
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
 from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch, stage_attention_options

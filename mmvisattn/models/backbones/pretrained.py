@@ -10,8 +10,8 @@ of another model or of another width fails in one line naming the file; URLs go 
 a hash in the file name is checked, and reading is always ``weights_only``."""
 import os.path as osp
 import re
-from urllib.parse import urlparse
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from urllib.parse import urlparse
 
 import torch
 import torch.nn as nn

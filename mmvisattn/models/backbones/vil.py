@@ -18,6 +18,7 @@ from torch import Tensor
 
 from mmvisattn.ops.utils.arguments import check_choice
 from mmvisattn.registry import build_attention, register_model
+
 from ..layers.weight_init import init_embedding, init_linear_layers
 from .contract import BackboneContract, checkpointed, resolve_arch, stage_attention_options
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key

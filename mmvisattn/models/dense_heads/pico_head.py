@@ -44,11 +44,11 @@ class PicoHead(GFLHead):
 
     def __init__(self, num_classes: int, in_channels: int, feat_channels: Optional[int] = None,
                  stacked_convs: int = 2, kernel_size: int = 5, strides: Sequence[int] = (8, 16, 32, 64),
-                 reg_max: int = 7, norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='HSwish'),
-                 loss_cls: dict = dict(type='VarifocalLoss', use_sigmoid=True, alpha=0.75, gamma=2.0,
+                 reg_max: int = 7, norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='HSwish'),  # noqa: B006
+                 loss_cls: dict = dict(type='VarifocalLoss', use_sigmoid=True, alpha=0.75, gamma=2.0,  # noqa: B006
                                        iou_weighted=True, loss_weight=1.0),
-                 loss_bbox: dict = dict(type='GIoULoss', loss_weight=2.0),
-                 loss_dfl: dict = dict(type='DistributionFocalLoss', loss_weight=0.25),
+                 loss_bbox: dict = dict(type='GIoULoss', loss_weight=2.0),  # noqa: B006
+                 loss_dfl: dict = dict(type='DistributionFocalLoss', loss_weight=0.25),  # noqa: B006
                  train_cfg: Optional[dict] = None, test_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None) -> None:
         self.kernel_size = kernel_size

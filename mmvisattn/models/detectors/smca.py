@@ -12,6 +12,7 @@ from mmdet.structures import OptSampleList
 from torch import Tensor
 
 from mmvisattn.registry import register_model
+
 from ..layers.smca_transformer import SMCATransformerDecoder, SMCATransformerEncoder
 
 

@@ -15,8 +15,12 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import FFN
-from mmdet.models.layers.transformer import (DetrTransformerDecoder, DetrTransformerDecoderLayer,
-                                             DetrTransformerEncoder, DetrTransformerEncoderLayer)
+from mmdet.models.layers.transformer import (
+    DetrTransformerDecoder,
+    DetrTransformerDecoderLayer,
+    DetrTransformerEncoder,
+    DetrTransformerEncoderLayer,
+)
 from mmdet.models.layers.transformer.utils import MLP
 from mmengine.model import ModuleList
 from torch import Tensor

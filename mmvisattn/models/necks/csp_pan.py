@@ -35,7 +35,7 @@ class CSPPAN(BaseModule):
     """
 
     def __init__(self, in_channels: Sequence[int], out_channels: int, kernel_size: int = 5, num_csp_blocks: int = 1,
-                 num_extra_levels: int = 1, norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='HSwish'),
+                 num_extra_levels: int = 1, norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='HSwish'),  # noqa: B006
                  init_cfg=None) -> None:
         super().__init__(init_cfg=init_cfg)
         if num_extra_levels not in (0, 1):

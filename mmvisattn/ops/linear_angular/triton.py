@@ -19,7 +19,6 @@ from ..utils.triton_launch import dot_operands, head_block, num_warps
 from .pytorch import linear_angular_backward
 
 
-
 @triton.jit
 def _unit_rows(x, eps):
     """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block).

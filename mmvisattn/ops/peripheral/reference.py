@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.amp import float32_math
-
 from .position import PositionParams, instance_norm, key_distances, peripheral_padding
 
 

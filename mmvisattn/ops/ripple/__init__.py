@@ -7,9 +7,9 @@ to the query) share a spatial weight ``alpha_r(i, j)`` given by a stick-breaking
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
 Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and the
-merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the local part. In ``auto``'s order:
-``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU, and ONNX export),
-``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
+merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the local part. In
+``auto``'s order: ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU,
+and ONNX export), ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
 :func:`ripple_attention_reference`, the explicit O(H^2 W^2) form, is what they are tested against."""
 from typing import NamedTuple, Optional, Sequence, Tuple
 
@@ -17,14 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch,
-                              triton_kernels)
+from ..utils.dispatch import Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch, triton_kernels
+from . import local_global
 from .cpu import ripple_attention_cpu
 from .dense import dense_is_faster, ripple_attention_dense
+from .local_global import chebyshev_distances, group_weights
 from .pytorch import ripple_attention_torch
 from .reference import ripple_attention_reference
-from . import local_global
-from .local_global import chebyshev_distances, group_weights
 
 
 class Options(NamedTuple):

@@ -110,8 +110,9 @@ class Geometry:
 
 @lru_cache(maxsize=32)
 def cached_geometry(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Geometry:
-    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of :func:`~.local_global.tile_size`:
-    the same maps recur every layer and every step, whose index tensors are then neither rebuilt nor
+    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of
+    :func:`~.local_global.tile_size`: the same maps recur every layer and every step, whose index tensors are then
+    neither rebuilt nor
     copied."""
     return Geometry(hw_shape, r_max, tile_size(r_max), device)
 

@@ -5,6 +5,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+
 def check_lam(lam: float) -> None:
     if not 0.0 < lam < 1.0:
         raise ValueError(f'random-walk decay lam={lam!r} must lie in the open interval (0, 1)')

@@ -16,7 +16,6 @@ from ..utils.amp import autocast_off, float32_math, upcast
 from ..utils.recompute import runs, step_budget
 from .common import bipartite_graphs, check_lam
 
-
 GRAPH_BUDGET = 1 << 19  # elements of one slice's N x M graph on CPU: bounds the transient memory
 
 

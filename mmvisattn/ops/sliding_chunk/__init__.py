@@ -20,12 +20,24 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
-from ..utils.dispatch import (Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch,
-                              triton_kernels)
+from ..utils.dispatch import Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch, triton_kernels
 from .cpu import sliding_chunk_attention_cpu
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense, visits_once
-from .layout import (DRAWN, MASKINGS, MODES, NEIGHBOURS, Mode, from_chunks, global_rows, is_drawn, neighbour_chunk,
-                     pick_drawn, relative_index, to_chunks, visited_neighbours)
+from .layout import (
+    DRAWN,
+    MASKINGS,
+    MODES,
+    NEIGHBOURS,
+    Mode,
+    from_chunks,
+    global_rows,
+    is_drawn,
+    neighbour_chunk,
+    pick_drawn,
+    relative_index,
+    to_chunks,
+    visited_neighbours,
+)
 from .pytorch import sliding_chunk_attention_torch
 from .reference import dense_bias, sliding_chunk_attention_reference
 

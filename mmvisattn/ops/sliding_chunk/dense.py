@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..utils.amp import autocast_off, float32_math
-from ..utils.tracing import apply_function
 from ..utils.token_grid import window_grid
+from ..utils.tracing import apply_function
 from .layout import neighbour_chunk, visited_neighbours
 from .pattern import visited_pairs
 

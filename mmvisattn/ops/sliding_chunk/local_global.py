@@ -8,8 +8,19 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .layout import (ChunkGroup, Mode, chunk_groups, from_chunks, global_rows, is_drawn, key_table, slot_bias,
-                     slot_tables, table_padding, to_chunks)
+from .layout import (
+    ChunkGroup,
+    Mode,
+    chunk_groups,
+    from_chunks,
+    global_rows,
+    is_drawn,
+    key_table,
+    slot_bias,
+    slot_tables,
+    table_padding,
+    to_chunks,
+)
 
 # (chunks, keys, values, index, invalid, bias, groups) -> the local queries' outputs, chunk by chunk; groups:
 # the layout's chunk groups, None for tables picked on the device for a drawn mode

@@ -25,8 +25,8 @@ import triton.language as tl
 from torch import Tensor
 
 from ..utils.amp import autocast_off
-from ..utils.token_grid import to_windows, window_grid
 from ..utils.flash import log_sum_exp, online_softmax, precision, score_grads
+from ..utils.token_grid import to_windows, window_grid
 from ..utils.triton_launch import head_block, num_warps
 from .layout import CENTRE, Mode, global_rows, is_drawn, slot_bias, visited_neighbours
 

@@ -10,6 +10,7 @@ from mmvisattn.engine import CastlingScheduleHook
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.ops.masked_softmax import masked_softmax_attention_reference
 from mmvisattn.registry import build_attention
+
 from ...conftest import recorded_choices, saved_elements
 
 
@@ -147,6 +148,6 @@ def test_training_form_saves_memory_linear_in_the_tokens():
     saved = {}
     for side in (16, 32):
         x = torch.randn(2, side * side, 48, requires_grad=True)
-        saved[side] = saved_elements(lambda: attn(x, (side, side)))
+        saved[side] = saved_elements(lambda: attn(x, (side, side)))  # noqa: B023
     assert saved[32] <= 4.5 * saved[16], saved
     assert saved[32] < 2 * 3 * (32 * 32) ** 2  # less than one batch's N x N weights

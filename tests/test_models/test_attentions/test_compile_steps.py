@@ -2,8 +2,9 @@
 off, its border chunks' live slots grouped on the host, and on), SMCA-Ripple, SegFormer-RWGKA and Castling
 (both branches): one graph, no graph break and no recompilation over 10 steps at a fixed size, counted
 with Dynamo's own counters. ``aot_eager`` traces the same graphs and autograd as inductor without
-generating code (the inductor run of every attention is ``tools/analysis_tools/compile_attention.py``). Random shifting draws its neighbour on
-the device, so the nine draws share one graph (a Python int drawn per step was a graph break and a
+generating code (the inductor run of every attention is ``tools/analysis_tools/compile_attention.py``). Random
+shifting draws its neighbour on the device, so the nine draws share one graph (a Python int drawn per step was a
+graph break and a
 specialisation per neighbour, past Dynamo's limit of eight)."""
 import pytest
 import torch

@@ -10,8 +10,8 @@ import torch.nn as nn
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.attentions import BaseAttention
-from mmvisattn.ops.ripple import chebyshev_distances, group_weights
 from mmvisattn.ops.linearized import elu_feature_map
+from mmvisattn.ops.ripple import chebyshev_distances, group_weights
 from mmvisattn.registry import ATTENTIONS, build_attention
 
 from ...conftest import kernel_tolerance

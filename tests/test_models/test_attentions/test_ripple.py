@@ -56,7 +56,7 @@ def test_implementations_agree_in_the_module(impl, hw_shape, r_max):
     grads = [torch.autograd.grad(out.square().sum(), list(m.parameters()))
              for m, out in zip((reference, fast), outputs)]
     for name, a, b in zip(dict(reference.named_parameters()), *grads):
-        torch.testing.assert_close(b, a, msg=lambda m: f'{name}: {m}')
+        torch.testing.assert_close(b, a, msg=lambda m: f'{name}: {m}')  # noqa: B023
 
 
 def test_heads_get_their_own_spatial_weights():

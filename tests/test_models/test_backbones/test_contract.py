@@ -137,7 +137,7 @@ def test_checkpointing_changes_the_memory_only(name):
     results = []
     for model in (plain, recomputed):
         model.train()
-        kept = saved_elements(lambda: results.append(model(image)))
+        kept = saved_elements(lambda: results.append(model(image)))  # noqa: B023
         sum(out.square().mean() for out in results[-1]).backward()
         results.append((kept, [p.grad for p in model.parameters()]))
     (outs_plain, (kept_plain, grads_plain)), (outs_cp, (kept_cp, grads_cp)) = zip(results[::2], results[1::2])

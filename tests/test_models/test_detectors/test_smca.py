@@ -15,8 +15,12 @@ from mmengine.structures import InstanceData
 
 import mmvisattn  # noqa: F401
 from mmvisattn.models.detectors.smca import reference_scale
-from mmvisattn.models.layers.smca_transformer import (SCALE_CHANNELS, SMCATransformerDecoderLayer,
-                                                      SMCATransformerEncoder, gaussian_log_weights)
+from mmvisattn.models.layers.smca_transformer import (
+    SCALE_CHANNELS,
+    SMCATransformerDecoderLayer,
+    SMCATransformerEncoder,
+    gaussian_log_weights,
+)
 
 from ...conftest import REPO
 
