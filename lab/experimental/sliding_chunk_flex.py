@@ -38,19 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mmvisattn.ops.sliding_chunk import (
-    DRAWN,
-    NEIGHBOURS,
-    Mode,
-    from_chunks,
-    global_rows,
-    is_drawn,
-    neighbour_chunk,
-    pick_drawn,
-    relative_index,
-    to_chunks,
-    visited_neighbours,
-)
+from mmvisattn.ops import sliding_chunk
 from mmvisattn.ops.utils.token_grid import window_grid
 
 HAS_FLEX = find_spec('torch.nn.attention.flex_attention') is not None
@@ -105,8 +93,8 @@ def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[
     where two visited neighbours are one chunk (a key visited twice)."""
     shape = grid if masking == 'cyclic' else (3, 3)
     table = torch.full(shape, NO_NEIGHBOUR, dtype=torch.long)
-    for neighbour in visited_neighbours(mode):
-        dx, dy = NEIGHBOURS[neighbour]
+    for neighbour in sliding_chunk.visited_neighbours(mode):
+        dx, dy = sliding_chunk.NEIGHBOURS[neighbour]
         cell = (dx % shape[0], dy % shape[1]) if masking == 'cyclic' else (dx + 1, dy + 1)
         if table[cell] != NO_NEIGHBOUR:
             return None
@@ -116,7 +104,7 @@ def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[
 
 def visits_keys_once(hw_shape: Tuple[int, int], window: int, masking: str, mode) -> bool:
     """Whether every allowed (query, key) pair is visited once (else flex refuses the layout)."""
-    modes = DRAWN if mode == 'drawn' else (mode,)
+    modes = sliding_chunk.DRAWN if mode == 'drawn' else (mode,)
     grid = window_grid(hw_shape, window)
     return all(neighbour_table(grid, masking, each) is not None for each in modes)
 
@@ -142,7 +130,8 @@ def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str
 
 def _visited_chunks(grid: Tuple[int, int], masking: str, mode: int) -> List[List[int]]:
     """The key chunks each query chunk visits in ``mode`` (:func:`mmvisattn.ops.sliding_chunk.neighbour_chunk`)."""
-    columns = [neighbour_chunk(grid, masking, neighbour) for neighbour in visited_neighbours(mode)]
+    columns = [sliding_chunk.neighbour_chunk(grid, masking, neighbour)
+               for neighbour in sliding_chunk.visited_neighbours(mode)]
     chunk_ids = torch.stack([key_rows * grid[1] + key_cols for key_rows, key_cols, _ in columns], dim=1)
     inside = ~torch.stack([outside for _, _, outside in columns], dim=1)
     return [ids[keep].tolist() for ids, keep in zip(chunk_ids, inside)]
@@ -154,7 +143,7 @@ def block_tables(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
     """Key-block counts ``(1, 1, Q)``, indices ``(1, 1, Q, K)`` and neighbour tables of ``mode``
     (``'drawn'``: the eight drawn modes' stacked, counts ``(8, 1, 1, Q)``), on ``device``."""
     grid = window_grid(hw_shape, window)
-    modes = DRAWN if mode == 'drawn' else (mode,)
+    modes = sliding_chunk.DRAWN if mode == 'drawn' else (mode,)
     parts = [_kv_blocks(grid, window, num_global, masking, each) for each in modes]
     counts = torch.stack([counts for counts, _ in parts])[:, None, None]
     indices = torch.stack([indices for _, indices in parts])[:, None, None]
@@ -170,7 +159,7 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
     and ``score_mod`` adding the relative-position ``bias`` of :func:`flex_bias` (``None`` without one)."""
     rows, cols = window_grid(hw_shape, window)
     rows_per_chunk, tokens, first_local = chunk_rows(window), window * window, padded_globals(num_global)
-    local_entries = rows_per_chunk * len(NEIGHBOURS) * rows_per_chunk
+    local_entries = rows_per_chunk * len(sliding_chunk.NEIGHBOURS) * rows_per_chunk
 
     def place(query, key):
         """The key's neighbour index (or NO_NEIGHBOUR), the query's and key's slots and map coordinates."""
@@ -198,7 +187,7 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
 
     def score_mod(score, batch, head, query, key):
         neighbour, query_slot, key_slot, _, _ = place(query, key)
-        slot = (query_slot * len(NEIGHBOURS) + neighbour.clamp_min(0)) * rows_per_chunk + key_slot
+        slot = (query_slot * len(sliding_chunk.NEIGHBOURS) + neighbour.clamp_min(0)) * rows_per_chunk + key_slot
         return score + bias[head, torch.where(key >= first_local, slot, local_entries + key)]
 
     return mask_mod, (score_mod if bias is not None else None)
@@ -211,7 +200,7 @@ def padded_globals(num_global: int) -> int:
 
 @lru_cache(maxsize=16)
 def _all_relative_index(window: int, device: torch.device) -> Tensor:
-    return relative_index(window, tuple(range(len(NEIGHBOURS)))).to(device)
+    return sliding_chunk.relative_index(window, tuple(range(len(sliding_chunk.NEIGHBOURS)))).to(device)
 
 
 def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int,
@@ -223,7 +212,8 @@ def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
     if rel_pos is None or rel_pos[0] is None:
         return None
     table, tokens, rows_per_chunk = rel_pos[0].float(), window * window, chunk_rows(window)
-    slots = table[_all_relative_index(window, table.device).view(-1)].view(tokens, len(NEIGHBOURS), tokens, heads)
+    neighbours = len(sliding_chunk.NEIGHBOURS)
+    slots = table[_all_relative_index(window, table.device).view(-1)].view(tokens, neighbours, tokens, heads)
     pad = rows_per_chunk - tokens
     local = F.pad(slots.permute(3, 0, 1, 2), (0, pad, 0, 0, 0, pad)).flatten(1)
     if num_global == 0:
@@ -237,7 +227,7 @@ def chunk_major(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int
     ``w^2`` tokens padded to ``P`` rows and the chunks to :func:`local_rows`, the global tokens first
     (padded to whole blocks) if asked."""
     batch, heads, _, dims = x.shape
-    chunks = to_chunks(x[:, :, num_global:], hw_shape, window)
+    chunks = sliding_chunk.to_chunks(x[:, :, num_global:], hw_shape, window)
     chunks = F.pad(chunks, (0, 0, 0, chunk_rows(window) - window * window)).view(batch, heads, -1, dims)
     chunks = F.pad(chunks, (0, 0, 0, local_rows(window_grid(hw_shape, window), window) - chunks.shape[2]))
     if not with_globals or num_global == 0:
@@ -295,24 +285,24 @@ def _block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, counts:
                                     seq_lengths=(queries, queries + padded_globals(num_global)))
 
 
-def pattern_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: Mode,
+def pattern_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: sliding_chunk.Mode,
                        device: torch.device):
     """The block mask of the pattern and its neighbour table: cached for a fixed mode; for a drawn
     one, the drawn mode's tables picked on the device (nothing read back)."""
-    if not is_drawn(mode):
+    if not sliding_chunk.is_drawn(mode):
         return _fixed_block_mask(hw_shape, window, num_global, masking, mode, device)
-    counts, indices, neighbours = (pick_drawn(table, mode)
+    counts, indices, neighbours = (sliding_chunk.pick_drawn(table, mode)
                                    for table in block_tables(hw_shape, window, num_global, masking, 'drawn', device))
     return _block_mask(hw_shape, window, num_global, counts, indices, neighbours, masking), neighbours
 
 
 def sliding_chunk_attention_flex(q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int], window: int,
-                                 num_global: int, masking: str, mode: Mode,
+                                 num_global: int, masking: str, mode: sliding_chunk.Mode,
                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
     """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention` (arguments checked
     there); refused in one line where :func:`flex_refusal` says why."""
     reason = flex_refusal(q.device.type, torch.is_grad_enabled() and q.requires_grad, hw_shape, window, masking,
-                          'drawn' if is_drawn(mode) else mode)
+                          'drawn' if sliding_chunk.is_drawn(mode) else mode)
     if reason is not None:
         raise ValueError(f'sliding_chunk_attention_flex: {reason}')
     batch, heads = q.shape[:2]
@@ -326,9 +316,9 @@ def sliding_chunk_attention_flex(q: Tensor, k: Tensor, v: Tensor, hw_shape: Tupl
     rows, cols = window_grid(hw_shape, window)
     rows_per_chunk, tokens = chunk_rows(window), window * window
     chunks = out[:, :, :rows * cols * rows_per_chunk].reshape(batch * heads, rows * cols, rows_per_chunk, -1)
-    local = from_chunks(chunks[:, :, :tokens], batch, hw_shape, window)
+    local = sliding_chunk.from_chunks(chunks[:, :, :tokens], batch, hw_shape, window)
     if num_global == 0:
         return local
-    glob = global_rows(q[:, :, :num_global] * scale, keys, values, rel_pos,
+    glob = sliding_chunk.global_rows(q[:, :, :num_global] * scale, keys, values, rel_pos,
                        sequence_padding(hw_shape, window, num_global, q.device))
     return torch.cat([glob.to(local.dtype), local], dim=2)
