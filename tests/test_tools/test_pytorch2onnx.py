@@ -74,8 +74,8 @@ def test_a_castling_graph_exports_only_in_its_deploy_form():
     config = REPO / 'configs/picodet/picodet-s_castling_8xb32-300e_coco-320.py'
     model = build_from_config(config).eval()
     images = torch.randn(1, 3, 64, 64)
-    with pytest.raises(RuntimeError, match=r'^LinearAngularAttention still has its training-only softmax branch: '
-                                           r'call model.backbone.switch_to_deploy\(\) \(mmdeploy does\)'):
+    with pytest.raises(ValueError, match=r'^masked_softmax_attention: the training-only softmax branch is still in '
+                                         r'place: call model.backbone.switch_to_deploy\(\) \(mmdeploy does\)'):
         export_onnx(model, images, opset=17)
     sizes = attention_sizes(model, images)
     model.backbone.switch_to_deploy()

@@ -138,10 +138,6 @@ class LinearAngularAttention(QKVAttention):
         else:
             out = linear_angular_unnormalised(q, k, v)
         if self.has_aux_branch:
-            if torch.onnx.is_in_onnx_export():
-                raise RuntimeError('LinearAngularAttention still has its training-only softmax branch: call '
-                                   'model.backbone.switch_to_deploy() (mmdeploy does) or '
-                                   'mmvisattn.deploy.switch_to_deploy(model) before exporting')
             out = out + self.aux_weight * self.auxiliary(q, k, v)
         if self.normalisation == 'token':
             out = F.normalize(upcast(out)[0], dim=-1, eps=norm_eps(out.dtype)).to(out.dtype)

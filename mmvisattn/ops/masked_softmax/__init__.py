@@ -4,16 +4,16 @@ softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
 
     P = softmax(s Q K^T),    out = (P * [P > t]) V
 
-It trains beside the linear-angular branch and is removed for inference. Backends, in ``auto``'s order
-(:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd, for dropout on the weights (a
-recomputed block would draw another mask) and under ``torch.compile``; ``torch`` (:mod:`.pytorch`), blocks
-of queries recomputed in the backward, so no ``N x N`` matrix outlives its block.
+It trains beside the linear-angular branch and is removed for inference (an ONNX export of it refuses).
+Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd, for
+dropout on the weights (a recomputed block would draw another mask) and under ``torch.compile``; ``torch``
+(:mod:`.pytorch`), blocks of queries recomputed in the backward, so no ``N x N`` matrix outlives its block.
 :func:`masked_softmax_attention_reference` is the literal form in float32."""
 from typing import NamedTuple, Optional
 
 from torch import Tensor
 
-from ..utils.dispatch import Backend, Op, Request
+from ..utils.dispatch import Backend, Op, Request, UnsupportedInput
 from .dense import masked_softmax_attention_dense
 from .pytorch import masked_softmax_attention_torch
 from .reference import masked_softmax_attention_reference
@@ -41,6 +41,10 @@ OP = Op('masked_softmax_attention', [
     Backend('torch', masked_softmax_attention_torch, _torch_unsupported),
 ])
 IMPLS = OP.impls
+# an exported graph would be the training network: the branch is removed for inference, never traced
+EXPORT_REFUSAL = ('masked_softmax_attention: the training-only softmax branch is still in place: call '
+                  'model.backbone.switch_to_deploy() (mmdeploy does) or mmvisattn.deploy.switch_to_deploy(model) '
+                  'before exporting')
 
 
 def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
@@ -59,6 +63,8 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
         ``(..., N, E)`` in ``v``'s dtype.
     """
     request = Request.of((q, k, v), Options(dropout))
+    if request.context == 'export':
+        raise UnsupportedInput(EXPORT_REFUSAL)
     return OP(impl, request, q, k, v, threshold, scale, dropout)
 
 
