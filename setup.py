@@ -2,9 +2,9 @@
 (tools/install.sh), because mmcv must be compiled against the local torch first.
 
 The wheel carries the library alone (``mmvisattn/``, with the ops' C++ sources) and, under
-``mmvisattn/.mim/``, the configs, the tools, ``model-index.yml`` and the demo, as OpenMMLab's packages ship
-them for ``mim`` and for users who never clone; the repository's lab (``lab/`` and the tools that front it)
-stays out."""
+``mmvisattn/.mim/``, the configs, the tools, ``model-index.yml`` and the demo, as OpenMMLab's
+packages ship them for ``mim`` and for users who never clone; the repository's lab (``lab/`` and the
+tools that front it) stays out."""
 import ast
 import re
 import shutil
@@ -26,8 +26,9 @@ def read_version() -> str:
 
 
 def add_mim_extension() -> None:
-    """``mmvisattn/.mim/`` links to the configs, tools and ``model-index.yml``, for the editable install of
-    ``make install``, where they are the checkout's own (a wheel's build copies them: :class:`BuildPy`)."""
+    """``mmvisattn/.mim/`` links to the configs, tools and ``model-index.yml``, for the editable
+    install of ``make install``, where they are the checkout's own (a wheel's build copies
+    them: :class:`BuildPy`)."""
     mim_dir = ROOT / 'mmvisattn' / '.mim'
     mim_dir.mkdir(exist_ok=True)
     for name in SHIPPED:
@@ -37,7 +38,8 @@ def add_mim_extension() -> None:
 
 
 def fronts_the_lab(path: Path) -> bool:
-    """Whether a tool is a front door of the repository's lab (it imports ``lab``), or the install."""
+    """Whether a tool is a front door of the repository's lab (it imports ``lab``), or the
+    install."""
     if path.name in CHECKOUT_TOOLS:
         return True
     if path.suffix != '.py':
@@ -51,8 +53,9 @@ def fronts_the_lab(path: Path) -> bool:
 
 
 class BuildPy(build_py):
-    """Copies the shipped folders into the build's ``mmvisattn/.mim/`` (as OpenMMLab's setup.py does for a
-    non-editable install); an editable install keeps the links of :func:`add_mim_extension`."""
+    """Copies the shipped folders into the build's ``mmvisattn/.mim/`` (as OpenMMLab's setup.py does
+    for a non-editable install); an editable install keeps the links
+    of :func:`add_mim_extension`."""
 
     def run(self) -> None:
         super().run()
@@ -85,17 +88,16 @@ def read_requirements(name: str) -> list:
 
 add_mim_extension()
 setup(
-    name='mmvisattn',
-    version=read_version(),
+    name='mmvisattn', version=read_version(),
     description='Efficient vision attention for the OpenMMLab detection and segmentation stack',
     long_description=(ROOT / 'README.md').read_text() if (ROOT / 'README.md').exists() else '',
-    long_description_content_type='text/markdown',
-    python_requires='>=3.10',
+    long_description_content_type='text/markdown', python_requires='>=3.10',
     packages=find_packages(include=['mmvisattn', 'mmvisattn.*']),
     # the C++ CPU kernels, compiled on first use (mmvisattn/ops/utils/cpu_extension.py)
     package_data={'mmvisattn.ops': ['*/cpu.cpp'], 'mmvisattn.ops.utils': ['cpu_kernels.h']},
     cmdclass={'build_py': BuildPy},
     install_requires=read_requirements('runtime.txt'),
-    extras_require={'tests': read_requirements('tests.txt'), 'deploy': read_requirements('deploy.txt')},
+    extras_require={'tests': read_requirements('tests.txt'),
+                    'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
 )

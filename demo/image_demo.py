@@ -1,6 +1,7 @@
 """Predict on images with any config of the project and draw the predictions.
 
-    python demo/image_demo.py IMAGE CONFIG [--weights CKPT] [--out-dir DIR] [--device cpu] [--score-thr 0.3]
+    python demo/image_demo.py IMAGE CONFIG [--weights CKPT] [--out-dir DIR] [--device cpu]
+    [--score-thr 0.3]
 
 IMAGE is a file or a folder of images. Detection configs (``default_scope='mmdet'``) go through
 mmdet's ``DetInferencer``, segmentation configs through mmseg's ``MMSegInferencer``: the stock
@@ -24,13 +25,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--weights', help='checkpoint (default: none, the model as initialised)')
     parser.add_argument('--out-dir', default='outputs', help='the drawn images go to OUT_DIR/vis/')
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--score-thr', type=float, default=0.3, help='detection: smallest score drawn')
+    parser.add_argument('--score-thr', type=float, default=0.3,
+                        help='detection: smallest score drawn')
     return parser.parse_args(argv)
 
 
 def check_inputs(args: argparse.Namespace) -> str:
     """The config's scope, after the checks ``tools/test.py`` makes: the image exists, the config
-    loads without a mistake, the weights are a readable checkpoint; each fault is named in one line."""
+    loads without a mistake, the weights are a readable checkpoint; each fault is named in one
+    line."""
     if not osp.exists(args.image):
         raise SystemExit(f'error: image {args.image!r} does not exist')
     cfg = load_config(args.config)
@@ -46,7 +49,8 @@ def main(argv=None) -> None:
     scope = check_inputs(args)
     if scope == 'mmdet':
         from mmdet.apis import DetInferencer
-        inferencer = DetInferencer(args.config, args.weights, device=args.device, show_progress=False)
+        inferencer = DetInferencer(args.config, args.weights, device=args.device,
+                                   show_progress=False)
         inferencer(args.image, out_dir=args.out_dir, pred_score_thr=args.score_thr)
     else:
         from mmseg.apis import MMSegInferencer

@@ -3,17 +3,17 @@
     python tools/misc/gpu_setup.py [--wheelhouse .gpu_wheelhouse] [--target .gpu_site] [--rehearse]
 
 Checks the wheelhouse of ``make gpu-wheelhouse`` (each file against its ``MANIFEST.json``, the set
-complete), installs its wheels with ``pip install --no-index --no-deps`` into ``--target`` (an ignored
-folder of the repository; a warm machine reuses it while the manifest, the torch and the GPU are the
-same), and mmcv 2.1.0: the wheelhouse's CUDA build where its torch, CUDA version and architecture are
-this machine's, else compiled here from the carried source for this GPU's compute capability on every
-core (the build time printed; a failed build names its first failing source file and the compiler's
-last lines). Then mmcv's ops are run on CUDA (``check_mmcv_ops.py``). The last line printed is the
-``PYTHONPATH`` the ``gpu-*`` targets use.
+complete), installs its wheels with ``pip install --no-index --no-deps`` into ``--target`` (an
+ignored folder of the repository; a warm machine reuses it while the manifest, the torch and the GPU
+are the same), and mmcv 2.1.0: the wheelhouse's CUDA build where its torch, CUDA version and
+architecture are this machine's, else compiled here from the carried source for this GPU's compute
+capability on every core (the build time printed; a failed build names its first failing source file
+and the compiler's last lines). Then mmcv's ops are run on CUDA (``check_mmcv_ops.py``). The last
+line printed is the ``PYTHONPATH`` the ``gpu-*`` targets use.
 
-``--rehearse`` (``make test``, on a machine without a GPU, with CPython 3.12): every carried wheel but
-mmcv, installed the same way into a fresh ``--target``, and those of them that need nothing of the
-machine's image imported from it.
+``--rehearse`` (``make test``, on a machine without a GPU, with CPython 3.12): every carried wheel
+but mmcv, installed the same way into a fresh ``--target``, and those of them that need nothing of
+the machine's image imported from it.
 """
 import argparse
 import json
@@ -32,34 +32,42 @@ from lab.wheelhouse import MANIFEST, check_folder, distribution_name, sha256
 REPO = Path(__file__).resolve().parents[1]
 STAMP = '.mmvisattn-gpu-setup'
 BUILD_ONLY = ('setuptools', 'wheel')
-# what the rehearsal imports from its target: the carried packages that need nothing of the GPU machine's
-# image (mmengine, mmdet and mmseg need its numpy and torch)
-REHEARSAL_IMPORTS = ('addict', 'yapf', 'termcolor', 'terminaltables', 'prettytable', 'ftfy', 'wcwidth')
+# what the rehearsal imports from its target: the carried packages that need nothing of the GPU
+# machine's image (mmengine, mmdet and mmseg need its numpy and torch)
+REHEARSAL_IMPORTS = ('addict', 'yapf', 'termcolor', 'terminaltables', 'prettytable', 'ftfy',
+                     'wcwidth')
 
 
 def pip_install(files: List[Path], target: Path) -> None:
     if not files:
         return
-    result = subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-index', '--no-deps',
-                             '--no-compile', '--no-warn-conflicts', '--upgrade', '--target', str(target),
-                             *map(str, files)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-index',
+                             '--no-deps',
+                             '--no-compile', '--no-warn-conflicts', '--upgrade', '--target',
+                             str(target), *map(str, files)], capture_output=True, text=True)
     if result.returncode != 0:
-        errors = [line for line in result.stderr.splitlines() if line.startswith('ERROR')] or ['(no message)']
-        raise SystemExit(f'error: installing {len(files)} wheels into {target} failed: {errors[-1]}')
+        errors = [line for line in result.stderr.splitlines()
+                  if line.startswith('ERROR')] or ['(no message)']
+        raise SystemExit(
+            f'error: installing {len(files)} wheels into {target} failed: {errors[-1]}'
+        )
 
 
 def machine() -> Dict[str, str]:
     import torch
     if not torch.cuda.is_available():
-        raise SystemExit('error: no CUDA device: make gpu-setup installs the stack on a GPU machine')
+        raise SystemExit(
+            'error: no CUDA device: make gpu-setup installs the stack on a GPU machine'
+        )
     major, minor = torch.cuda.get_device_capability()
-    return dict(torch=torch.__version__.split('+')[0], cuda=torch.version.cuda, arch=f'{major}.{minor}',
-                python=f'{sys.version_info[0]}.{sys.version_info[1]}')
+    return dict(torch=torch.__version__.split('+')[0], cuda=torch.version.cuda,
+                arch=f'{major}.{minor}', python=f'{sys.version_info[0]}.{sys.version_info[1]}')
 
 
 def prebuilt_fits(manifest: Dict, here: Dict[str, str]) -> bool:
     build = manifest.get('mmcv_build')
-    return bool(build) and all(build[key] == here[key] for key in ('torch', 'cuda', 'arch', 'python'))
+    return bool(build) and all(build[key] == here[key] for key in ('torch', 'cuda', 'arch',
+                                                                   'python'))
 
 
 def build_mmcv(wheelhouse: Path, manifest: Dict, arch: str, scratch: Path) -> Path:
@@ -69,14 +77,18 @@ def build_mmcv(wheelhouse: Path, manifest: Dict, arch: str, scratch: Path) -> Pa
     with tarfile.open(wheelhouse / manifest['mmcv_source']) as archive:
         archive.extractall(scratch, filter='data')
     source = next(scratch.glob('mmcv-*/setup.py')).parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(helpers), os.environ.get('PYTHONPATH', '')]),
-               MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch, MAX_JOBS=str(os.cpu_count() or 1))
-    print(f'==> compiling mmcv from {manifest["mmcv_source"]} for sm_{arch.replace(".", "")} on {env["MAX_JOBS"]} '
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(helpers), os.environ.get('PYTHONPATH', '')]),
+               MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch,
+               MAX_JOBS=str(os.cpu_count() or 1))
+    print(f'==> compiling mmcv from {manifest["mmcv_source"]} for sm_{arch.replace(".", "")} on '
+          f'{env["MAX_JOBS"]} '
           'cores (no prebuilt wheel fits this machine)', flush=True)
     start = time.time()
     log = scratch / 'mmcv-build.log'
     with open(log, 'w') as out:
-        result = subprocess.run([sys.executable, 'setup.py', 'bdist_wheel', '-d', str(scratch / 'dist')], cwd=source,
+        result = subprocess.run([sys.executable, 'setup.py', 'bdist_wheel', '-d',
+                                 str(scratch / 'dist')], cwd=source,
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         raise SystemExit(f'error: the mmcv build failed; {failed_source(log.read_text())}')
@@ -89,8 +101,10 @@ def stamp_of(manifest_path: Path, here: Dict[str, str]) -> str:
 
 
 def check_mmcv_ops(target: Path, wheel: str) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(REPO), os.environ.get('PYTHONPATH', '')]))
-    result = subprocess.run([sys.executable, str(REPO / 'tools/misc/check_mmcv_ops.py'), '--wheel', wheel,
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(REPO),
+                                                       os.environ.get('PYTHONPATH', '')]))
+    result = subprocess.run([sys.executable, str(REPO / 'tools/misc/check_mmcv_ops.py'), '--wheel',
+                             wheel,
                              '--tool', 'make gpu-setup'], env=env, capture_output=True, text=True)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines() or ['(no output)']
@@ -104,7 +118,8 @@ def setup(wheelhouse: Path, target: Path) -> None:
     manifest = json.loads((wheelhouse / MANIFEST).read_text())
     stamp = stamp_of(wheelhouse / MANIFEST, here)
     if (target / STAMP).exists() and (target / STAMP).read_text() == stamp:
-        print(f'==> {target} is up to date (torch {here["torch"]}, CUDA {here["cuda"]}, sm_{here["arch"]})')
+        print(f'==> {target} is up to date (torch {here["torch"]}, CUDA {here["cuda"]}, '
+              f'sm_{here["arch"]})')
         return
     start = time.time()
     wheels = [wheelhouse / name for name in manifest['files'] if name.endswith('.whl')
@@ -114,7 +129,8 @@ def setup(wheelhouse: Path, target: Path) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         if prebuilt_fits(manifest, here):
             mmcv = wheelhouse / manifest['mmcv_build']['file']
-            print(f'==> mmcv: the prebuilt {mmcv.name} (torch {here["torch"]}, CUDA {here["cuda"]}, sm_{here["arch"]})')
+            print(f'==> mmcv: the prebuilt {mmcv.name} (torch {here["torch"]}, CUDA '
+                  f'{here["cuda"]}, sm_{here["arch"]})')
         else:
             mmcv = build_mmcv(wheelhouse, manifest, here['arch'], Path(scratch))
         pip_install([mmcv], target)
@@ -124,7 +140,8 @@ def setup(wheelhouse: Path, target: Path) -> None:
 
 
 def rehearse(wheelhouse: Path, target: Path) -> None:
-    """The carried wheels (mmcv aside) into a fresh target, then imported from it in a fresh interpreter."""
+    """The carried wheels (mmcv aside) into a fresh target, then imported from it in a fresh
+    interpreter."""
     check_folder(wheelhouse)
     manifest = json.loads((wheelhouse / MANIFEST).read_text())
     if target.exists():
@@ -133,12 +150,14 @@ def rehearse(wheelhouse: Path, target: Path) -> None:
               and distribution_name(Path(name)) not in (*BUILD_ONLY, 'mmcv')]
     pip_install(wheels, target)
     code = f'import {", ".join(REHEARSAL_IMPORTS)}'
-    result = subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(target)),
+    result = subprocess.run([sys.executable, '-c', code],
+                            env=dict(os.environ, PYTHONPATH=str(target)),
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f'error: after installing {len(wheels)} wheels, {code!r} failed: '
                          f'{result.stderr.strip().splitlines()[-1]}')
-    print(f'rehearsal: {len(wheels)} wheels installed into {target} with Python {sys.version.split()[0]}; '
+    print(f'rehearsal: {len(wheels)} wheels installed into {target} with Python '
+          f'{sys.version.split()[0]}; '
           f'{", ".join(REHEARSAL_IMPORTS)} imported')
 
 
@@ -146,8 +165,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--wheelhouse', type=Path, default=REPO / '.gpu_wheelhouse')
     parser.add_argument('--target', type=Path, default=REPO / '.gpu_site')
-    parser.add_argument('--rehearse', action='store_true', help='without a GPU: the wheels but mmcv, into a fresh '
-                        'target')
+    parser.add_argument('--rehearse', action='store_true',
+                        help='without a GPU: the wheels but mmcv, into a fresh ' 'target')
     args = parser.parse_args(argv)
     if args.rehearse:
         rehearse(args.wheelhouse, args.target)

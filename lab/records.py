@@ -4,25 +4,26 @@ prints: the newest GPU record of each kind and GPU, the CPU records newest first
 
     python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
 
-A run's record is data, one JSON file per run, stamped with the machine, the software versions and the
-commit of this tree. The GPU proofs (``proof``, ``models``, :func:`record`) and the CPU benchmarks
-(:func:`mmvisattn.analysis.records.cpu_record`, shared with the user's tools) write one into their output
-folder as ``record_<kind>.json``; a maintainer commits it under its ``name`` in the repository's
-``docs/records/<kind>/``, where the docs build renders its tables.
+A run's record is data, one JSON file per run, stamped with the machine, the software versions and
+the commit of this tree. The GPU proofs (``proof``, ``models``, :func:`record`) and the CPU
+benchmarks (:func:`mmvisattn.analysis.records.cpu_record`, shared with the user's tools) write one
+into their output folder as ``record_<kind>.json``; a maintainer commits it under its ``name`` in
+the repository's ``docs/records/<kind>/``, where the docs build renders its tables.
 
-A record is named ``<date>_<machine>_<commit>_<kind>.json``. The commit is the one of the git work tree
-the package was imported from (an editable install); ``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY`` (``0``
-for a clean tree), where set, say what the tree is a copy of (a lent GPU machine's copy may carry another
-``.git`` or none); an installed package outside any work tree records ``unknown`` and its version in
-``software``.
+A record is named ``<date>_<machine>_<commit>_<kind>.json``. The commit is the one of the git work
+tree the package was imported from (an editable install); ``$MMVISATTN_COMMIT`` and
+``$MMVISATTN_DIRTY`` (``0`` for a clean tree), where set, say what the tree is a copy of (a lent GPU
+machine's copy may carry another ``.git`` or none); an installed package outside any work tree
+records ``unknown`` and its version in ``software``.
 
 GPU records hold ``gpu``, ``date``, ``software`` (torch, CUDA, Triton, Python and, for models, the
 OpenMMLab packages), ``commit``, ``dirty`` and ``rows``, one schema per kind:
 
 * ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
   :data:`lab.proof.cases.CASES`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
-  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its crossover
-  sweep): ``op``, ``tokens``, ``impl``, ``dense`` (true on the dense form), ``forward_backward_ms``;
+  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its
+  crossover sweep): ``op``, ``tokens``, ``impl``, ``dense`` (true on the dense form),
+  ``forward_backward_ms``;
 * ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
   ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
@@ -47,8 +48,9 @@ def software(openmmlab: bool) -> Dict[str, Optional[str]]:
     import mmvisattn
     from mmvisattn.ops.utils.machine import installed_triton
     found = installed_triton()
-    versions = dict(mmvisattn=mmvisattn.__version__, torch=torch.__version__, cuda=torch.version.cuda,
-                    python=platform.python_version(), triton='.'.join(map(str, found)) if found else None)
+    versions = dict(mmvisattn=mmvisattn.__version__, torch=torch.__version__,
+                    cuda=torch.version.cuda, python=platform.python_version(),
+                    triton='.'.join(map(str, found)) if found else None)
     if openmmlab:
         for name in ('mmcv', 'mmengine', 'mmdet', 'mmseg'):
             versions[name] = __import__(name).__version__
@@ -63,7 +65,8 @@ def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool,
     commit, dirty = tree_state()
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
-    missing = [f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row]
+    missing = [f'{field} (row {i})' for i,
+               row in enumerate(rows) for field in fields if field not in row]
     if missing:
         raise ValueError(f'{kind} record rows lack {missing[0]}')
     data = dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
@@ -76,8 +79,8 @@ SDPA = 'sdpa'
 
 class Goal(NamedTuple):
     """A goal against SDPA over the same tokens: at the ``layers`` (``(op, layer)`` as
-    :data:`lab.proof.cases.CASES` names them), the implementations measured fastest in forward + backward,
-    their ``field`` summed, at most ``at_most`` times the SDPA row of the first layer."""
+    :data:`lab.proof.cases.CASES` names them), the implementations measured fastest in forward +
+    backward, their ``field`` summed, at most ``at_most`` times the SDPA row of the first layer."""
     name: str
     layers: Tuple[Tuple[str, str], ...]
     field: str
@@ -87,13 +90,17 @@ class Goal(NamedTuple):
 _VIL = 'sliding_chunk_attention'
 _CASTLING = (('linear_angular_attention', 'Castling ViT-B at 512x512'),)
 _PERVIT = (('peripheral_attention', 'PerViT-T stage 3 at 800x1344'),)
-# At or ahead of FlashAttention at the shipped sizes (bfloat16; SDPA's flash backend is the baseline)
+# At or ahead of FlashAttention at the shipped sizes (bfloat16; SDPA's flash backend is the
+# baseline)
 GOALS = (
-    Goal('ViL-S stage 1: 30x faster than SDPA', ((_VIL, 'ViL-S stage 1 at 800x1344'),), 'forward_backward_ms', 1 / 30),
-    Goal('ViL-S stage 2: no slower than SDPA', ((_VIL, 'ViL-S stage 2'),), 'forward_backward_ms', 1.0),
-    Goal('ViL-S stage 3: no slower than SDPA', ((_VIL, 'ViL-S stage 3'),), 'forward_backward_ms', 1.0),
-    Goal('SMCA-Ripple 25x42: within 1.5x of SDPA', (('ripple_attention', 'SMCA-Ripple encoder at 800x1344'),),
-         'forward_backward_ms', 1.5),
+    Goal('ViL-S stage 1: 30x faster than SDPA', ((_VIL, 'ViL-S stage 1 at 800x1344'),),
+         'forward_backward_ms', 1 / 30),
+    Goal('ViL-S stage 2: no slower than SDPA', ((_VIL, 'ViL-S stage 2'),), 'forward_backward_ms',
+         1.0),
+    Goal('ViL-S stage 3: no slower than SDPA', ((_VIL, 'ViL-S stage 3'),), 'forward_backward_ms',
+         1.0),
+    Goal('SMCA-Ripple 25x42: within 1.5x of SDPA',
+         (('ripple_attention', 'SMCA-Ripple encoder at 800x1344'),), 'forward_backward_ms', 1.5),
     Goal('Castling 32x32, deploy: forward no slower than SDPA', _CASTLING, 'forward_ms', 1.0),
     Goal('Castling 32x32: within 2x of SDPA', _CASTLING, 'forward_backward_ms', 2.0),
     Goal('Castling 32x32, training form (both branches): within 3x of SDPA',
@@ -105,32 +112,37 @@ GOALS = (
 
 
 def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:
-    """The benchmark rows of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out);
-    ``baseline`` is its label of the SDPA rows."""
+    """The benchmark rows of ``gpu_proof.py`` in the record's schema (skipped and failed rows left
+    out); ``baseline`` is its label of the SDPA rows."""
     rows = []
     for row in sections.get('benchmarks', {}).get('rows', []):
         if 'forward_backward_ms' not in row:
             continue
         impl = SDPA if row['impl'] == baseline else row['impl']
         rows.append(dict(op=row['op'], layer=row['layer'], impl=impl, auto=bool(row.get('auto')),
-                         forward_ms=row.get('forward_ms'), forward_backward_ms=row['forward_backward_ms'],
+                         forward_ms=row.get('forward_ms'),
+                         forward_backward_ms=row['forward_backward_ms'],
                          peak_mb=row.get('peak_mb'), size=row.get('size')))
     return rows
 
 
 def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
-    """The crossover sweep of ``gpu_proof.py`` in the record's schema (skipped and failed rows left out)."""
+    """The crossover sweep of ``gpu_proof.py`` in the record's schema (skipped and failed rows left
+    out)."""
     return [dict(op=row['op'], tokens=row['tokens'], impl=row['impl'], dense=row['dense'],
                  forward_backward_ms=row['forward_backward_ms'])
-            for row in sections.get('crossovers', {}).get('rows', []) if 'forward_backward_ms' in row]
+            for row in sections.get('crossovers', {}).get('rows', [])
+            if 'forward_backward_ms' in row]
 
 
 def measured_crossovers(rows: Sequence[Dict]) -> Dict[str, int]:
     """``{op: tokens}``: the largest swept size up to which the dense form was faster than the other
-    implementation at every size (0 where it lost at the smallest; ops swept at no size left out)."""
+    implementation at every size (0 where it lost at the smallest; ops swept at no size left
+    out)."""
     times: Dict[str, Dict[int, Dict[bool, float]]] = {}
     for row in rows:
-        times.setdefault(row['op'], {}).setdefault(row['tokens'], {})[row['dense']] = row['forward_backward_ms']
+        times.setdefault(row['op'], {}).setdefault(row['tokens'],
+                                                   {})[row['dense']] = row['forward_backward_ms']
     found = {}
     for op, sizes in times.items():
         found[op] = 0
@@ -143,29 +155,32 @@ def measured_crossovers(rows: Sequence[Dict]) -> Dict[str, int]:
 
 
 def fastest_rows(data: Dict) -> Dict[Tuple[str, str], Dict]:
-    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out); none
-    where the record marks that time invalid."""
+    """``(op, layer) -> row``: each layer's row of least forward + backward time (SDPA left out);
+    none where the record marks that time invalid."""
     fastest: Dict[Tuple[str, str], Dict] = {}
     if 'forward_backward_ms' in data.get('invalid', ()):
         return fastest
     for row in data['rows']:
         key, time = (row['op'], row['layer']), row.get('forward_backward_ms')
-        if row['impl'] != SDPA and time is not None and (key not in fastest or
-                                                         time < fastest[key]['forward_backward_ms']):
+        if (
+            row['impl'] != SDPA
+            and time is not None
+            and (key not in fastest or time < fastest[key]['forward_backward_ms'])
+        ):
             fastest[key] = row
     return fastest
 
 
 def goal_rows(data: Dict, goals: Sequence[Goal] = GOALS) -> List[Dict]:
-    """Each goal judged on a proof record: ``goal``, ``impls``, ``ratio`` (ours over SDPA) and ``met``
-    (``None`` for both where the record lacks a row or field the goal needs)."""
+    """Each goal judged on a proof record: ``goal``, ``impls``, ``ratio`` (ours over SDPA) and
+    ``met`` (``None`` for both where the record lacks a row or field the goal needs)."""
     fastest = fastest_rows(data)
     sdpa = {(row['op'], row['layer']): row for row in data['rows'] if row['impl'] == SDPA}
     judged = []
     for goal in goals:
         ours, baseline = [fastest.get(layer) for layer in goal.layers], sdpa.get(goal.layers[0])
-        row = dict(goal=goal.name, impls=[None if r is None else r['impl'] for r in ours], at_most=goal.at_most,
-                   ratio=None, met=None)
+        row = dict(goal=goal.name, impls=[None if r is None else r['impl'] for r in ours],
+                   at_most=goal.at_most, ratio=None, met=None)
         values = [None if r is None else shown(data, r, goal.field) for r in ours]
         base = None if baseline is None else shown(data, baseline, goal.field)
         if None not in values and base:
@@ -176,8 +191,8 @@ def goal_rows(data: Dict, goals: Sequence[Goal] = GOALS) -> List[Dict]:
 
 
 def goals_table(data: Dict) -> List[str]:
-    lines = ['', 'Goals against SDPA (the implementations measured fastest in forward + backward):', '',
-             '| goal | implementation | ours / SDPA | at most | met |', '|---|---|---|---|---|']
+    lines = ['', 'Goals against SDPA (the implementations measured fastest in forward + backward):',
+             '', '| goal | implementation | ours / SDPA | at most | met |', '|---|---|---|---|---|']
     for row in goal_rows(data):
         met = '-' if row['met'] is None else ('yes' if row['met'] else 'no')
         lines.append(f'| {row["goal"]} | {" + ".join(impl or "-" for impl in row["impls"])} | '
@@ -198,15 +213,17 @@ def cpu_stamp(record: Dict) -> str:
     """The line above a CPU record's tables: what ran it, when, on which commit."""
     machine = record['machine']
     return (f'Measured {record["date"]} at {record["time"]}, commit `{record["commit"]}`'
-            f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with {machine["cores"]} '
+            f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with '
+            f'{machine["cores"]} '
             f'cores, Python {machine["python"]}, torch {machine["torch"]}.')
 
 
 def cpu_records(records_dir: Path) -> List[Dict]:
-    """The records under ``records_dir`` (none where it does not exist), the newest first (by date and UTC
-    time, then name)."""
+    """The records under ``records_dir`` (none where it does not exist), the newest first (by date
+    and UTC time, then name)."""
     records = [json.loads(path.read_text()) for path in records_dir.glob('*.json')]
-    return sorted(records, key=lambda record: (record['date'], record['time'], record['name']), reverse=True)
+    return sorted(records, key=lambda record: (record['date'], record['time'], record['name']),
+                  reverse=True)
 
 
 def newest(records_dir: Path, kind: str) -> List[Dict]:
@@ -225,28 +242,38 @@ def notes(data: Dict) -> List[str]:
 
 
 def proof_table(data: Dict) -> List[str]:
-    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
-             f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; forward / '
-             'forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s choice', '',
-             '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |', '|---|---|---|---|---|---|']
+    lines = [f'**{data["gpu"]}**, {data["date"]}, commit '
+             f'{data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
+             f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; '
+             'forward / '
+             'forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s '
+             'choice', '', '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |',
+             '|---|---|---|---|---|---|']
     for row in data['rows']:
         impl = row['impl'] + (' *' if row['auto'] else '')
-        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | {number(shown(data, row, "forward_ms"))} | '
-                     f'{number(shown(data, row, "forward_backward_ms"))} | {number(shown(data, row, "peak_mb"), 0)} |')
+        lines.append(f'| {row["op"]} | {row["layer"]} | {impl} | '
+                     f'{number(shown(data, row, "forward_ms"))} | '
+                     f'{number(shown(data, row, "forward_backward_ms"))} | '
+                     f'{number(shown(data, row, "peak_mb"), 0)} |')
     return lines + goals_table(data) + notes(data)
 
 
 def models_table(data: Dict) -> List[str]:
-    lines = [f'**{data["gpu"]}**, {data["date"]}, commit {data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
+    lines = [f'**{data["gpu"]}**, {data["date"]}, commit '
+             f'{data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
              f'torch {data["software"]["torch"]}, mmcv {data["software"].get("mmcv")}, mmdet '
-             f'{data["software"].get("mmdet")}, mmseg {data["software"].get("mmseg")}. Through tools/train.py in '
-             'float32 at the training size; step ms: median of the last 10 of 20 (synchronised)', '',
-             '| model | stock | step ms | peak MB | test images/s | largest square input (batch 2) |',
-             '|---|---|---|---|---|---|']
+             f'{data["software"].get("mmdet")}, mmseg {data["software"].get("mmseg")}. Through '
+             'tools/train.py in '
+             'float32 at the training size; step ms: median of the last 10 of 20 (synchronised)',
+             '',
+             '| model | stock | step ms | peak MB | test images/s | largest square input (batch 2) '
+             '|', '|---|---|---|---|---|---|']
     for row in data['rows']:
         largest = shown(data, row, 'largest_input')
-        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | {number(shown(data, row, "step_ms"), 1)} | '
-                     f'{number(shown(data, row, "peak_mb"), 0)} | {number(shown(data, row, "test_images_s"), 1)} | '
+        lines.append(f'| {row["model"]} | {"yes" if row["stock"] else ""} | '
+                     f'{number(shown(data, row, "step_ms"), 1)} | '
+                     f'{number(shown(data, row, "peak_mb"), 0)} | '
+                     f'{number(shown(data, row, "test_images_s"), 1)} | '
                      f'{"-" if largest is None else largest} |')
     return lines + notes(data)
 

@@ -1,5 +1,5 @@
-"""Auditing a training step on the CPU for what it would cost on a GPU: what it reads back from the device
-(:class:`HostReadCounter`) and what it launches (:class:`LaunchCounter`).
+"""Auditing a training step on the CPU for what it would cost on a GPU: what it reads back from the
+device (:class:`HostReadCounter`) and what it launches (:class:`LaunchCounter`).
 
 
 On a GPU every value the host reads from a tensor (``item``, ``int``, ``bool``, a data-dependent
@@ -29,8 +29,10 @@ aten = torch.ops.aten
 # checks that raise on a value (linalg's info codes)
 HOST_READ_OPS = frozenset({
     aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default,
-    aten.nonzero.default, aten.nonzero_static.default, aten.argwhere.default, aten.masked_select.default,
-    aten._unique.default, aten._unique2.default, aten.unique_dim.default, aten.unique_consecutive.default,
+    aten.nonzero.default, aten.nonzero_static.default, aten.argwhere.default,
+    aten.masked_select.default,
+    aten._unique.default, aten._unique2.default, aten.unique_dim.default,
+    aten.unique_consecutive.default,
     aten.repeat_interleave.Tensor, aten._linalg_check_errors.default,
 })
 
@@ -86,12 +88,13 @@ def _caller() -> str:
 
 
 class LaunchCounter(TorchDispatchMode):
-    """Aten calls by operator and Triton launches by kernel while active. On a GPU every aten call is at
-    least one kernel launch (5-10 us of host time), and a layer whose step issues thousands is bound by
-    launches before it is bound by arithmetic. The Triton launches are counted by patching Triton's own
-    launch (``JITFunction.run``, and the interpreter's under ``TRITON_INTERPRET=1``); with ``dry_kernels``
-    they are counted and not run (their outputs left as allocated): the glue around them, which decides
-    the count, runs at the shipped sizes on CPU tensors, where the interpreter would take minutes::
+    """Aten calls by operator and Triton launches by kernel while active. On a GPU every aten call
+    is at least one kernel launch (5-10 us of host time), and a layer whose step issues thousands is
+    bound by launches before it is bound by arithmetic. The Triton launches are counted by patching
+    Triton's own launch (``JITFunction.run``, and the interpreter's under ``TRITON_INTERPRET=1``);
+    with ``dry_kernels`` they are counted and not run (their outputs left as allocated): the glue
+    around them, which decides the count, runs at the shipped sizes on CPU tensors, where the
+    interpreter would take minutes::
 
         with LaunchCounter(dry_kernels=True) as launches:
             attention(x, hw_shape).sum().backward()
@@ -110,8 +113,10 @@ class LaunchCounter(TorchDispatchMode):
         return sum(self.aten.values()) + sum(self.triton.values())
 
     def summary(self, top: int = 8) -> str:
-        common = ', '.join(f'{name} {count}' for name, count in (self.aten + self.triton).most_common(top))
-        return (f'{sum(self.aten.values())} aten calls + {sum(self.triton.values())} Triton launches '
+        common = ', '.join(f'{name} {count}' for name,
+                           count in (self.aten + self.triton).most_common(top))
+        return (f'{sum(self.aten.values())} aten calls + {sum(self.triton.values())} Triton '
+                'launches '
                 f'(most: {common})')
 
     def __enter__(self) -> 'LaunchCounter':

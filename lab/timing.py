@@ -1,9 +1,10 @@
 """The lab's one timing loop and one peak-memory reader, for the benchmarks and the GPU proofs.
 
 Times are wall seconds per call on CPU and CUDA-event seconds on a GPU (the queue drained after each
-call); several steps timed together alternate their order every other round, so a drift of the machine
-(clocks, caches) falls on each alike. Peak memory is CUDA's ``max_memory_allocated`` on a GPU and the
-process's peak resident set (Linux's ``VmHWM``, which can be reset) on CPU. Needs torch only.
+call); several steps timed together alternate their order every other round, so a drift of the
+machine (clocks, caches) falls on each alike. Peak memory is CUDA's ``max_memory_allocated`` on a
+GPU and the process's peak resident set (Linux's ``VmHWM``, which can be reset) on CPU. Needs torch
+only.
 """
 import math
 import statistics
@@ -26,10 +27,11 @@ def _seconds(step: Callable[[], object], cuda: bool) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def rounds(steps: Dict[str, Callable[[], object]], count: int, budget: float = math.inf, warm_up: int = 1,
-           cuda: bool = False) -> Dict[str, List[float]]:
-    """Seconds of every step per round, the order reversed every other round, after ``warm_up`` calls of
-    each. Rounds stop at ``count`` or once ``budget`` seconds are spent (never fewer than three)."""
+def rounds(steps: Dict[str, Callable[[], object]], count: int, budget: float = math.inf,
+           warm_up: int = 1, cuda: bool = False) -> Dict[str, List[float]]:
+    """Seconds of every step per round, the order reversed every other round, after ``warm_up``
+    calls of each. Rounds stop at ``count`` or once ``budget`` seconds are spent (never fewer than
+    three)."""
     for step in steps.values():
         for _ in range(warm_up):
             step()
@@ -44,9 +46,11 @@ def rounds(steps: Dict[str, Callable[[], object]], count: int, budget: float = m
     return times
 
 
-def median_ms(step: Callable[[], object], repeats: int, warm_up: int = 1, cuda: bool = False) -> float:
+def median_ms(step: Callable[[], object], repeats: int, warm_up: int = 1,
+              cuda: bool = False) -> float:
     """The median of ``repeats`` timed calls of ``step``, in ms."""
-    return 1e3 * statistics.median(rounds({'step': step}, repeats, warm_up=warm_up, cuda=cuda)['step'])
+    return 1e3 * statistics.median(rounds({'step': step}, repeats, warm_up=warm_up,
+                                          cuda=cuda)['step'])
 
 
 def reset_peak(cuda: bool) -> None:
@@ -55,12 +59,14 @@ def reset_peak(cuda: bool) -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         return
-    with open('/proc/self/clear_refs', 'w') as clear_refs:  # '5' resets VmHWM to the current resident set
+    # '5' resets VmHWM to the current resident set
+    with open('/proc/self/clear_refs', 'w') as clear_refs:
         clear_refs.write('5')
 
 
 def peak_mb(cuda: bool) -> float:
-    """The peak since the last :func:`reset_peak` (since the process started where there was none), MB."""
+    """The peak since the last :func:`reset_peak` (since the process started where there was none),
+    MB."""
     if cuda:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() / 2 ** 20

@@ -1,8 +1,8 @@
 """Runs command-line tools in forked copies of a process that has already imported the stock stack,
 so that a tool run costs what the tool does, not the seconds of importing torch, mmengine, mmcv,
 mmdet and mmseg again (most of a short run's time). The test suite runs its tools through it, and
-through it the children the package's measurements start (``gpu_proof_models.py --smoke``'s train, test and
-resume runs among them).
+through it the children the package's measurements start (``gpu_proof_models.py --smoke``'s train,
+test and resume runs among them).
 
 Each run is still a process of its own: forked from this server, in its own session, with the run's
 working directory, environment, ``sys.argv`` and standard streams, the script executed as
@@ -11,15 +11,15 @@ server, which is started from this file's path, not as a module of the package),
 forgot an import of the project still fails as it would for a user. Only the stock packages below
 come pre-imported, as ``register_all_modules`` would import them anyway. Runs that set a variable
 read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
-A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER`` and, in ``$MMVISATTN_PYTHON_RUNNER``, this module's
-:func:`run_python` as the runner of the package's measurement children
+A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER`` and, in ``$MMVISATTN_PYTHON_RUNNER``,
+this module's :func:`run_python` as the runner of the package's measurement children
 (:func:`lab.bench.processes.run_python`), so that they are forked from the server too.
 
 Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
 ``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
-both merges them); the server answers ``{"pid": ...}`` when the run starts and ``{"returncode": ...}``
-when it ends (negative: killed by that signal, as ``subprocess`` reports it). ``python
-lab/tool_server.py SOCKET`` serves until its parent is gone."""
+both merges them); the server answers ``{"pid": ...}`` when the run starts and
+``{"returncode": ...}`` when it ends (negative: killed by that signal, as ``subprocess`` reports
+it). ``python lab/tool_server.py SOCKET`` serves until its parent is gone."""
 import atexit
 import importlib
 import json
@@ -36,19 +36,22 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start. Not their
-# models: mmdet's and mmseg's import mmpretrain, which imports torchvision, and where torchvision's compiled
-# ops do not load (a CPU torch) it imports only after mmvisattn's patch (compat.import_torchvision_without_its_ops),
-# which the server never imports; each run imports them after mmvisattn (about a second).
-PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine', 'mmdet.evaluation',
-           'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine', 'mmseg.evaluation', 'mmseg.visualization')
+# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start.
+# Not their
+# models: mmdet's and mmseg's import mmpretrain, which imports torchvision, and where torchvision's
+# compiled ops do not load (a CPU torch) it imports only after mmvisattn's patch
+# (compat.import_torchvision_without_its_ops), which the server never imports; each run imports them
+# after mmvisattn (about a second).
+PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine',
+           'mmdet.evaluation', 'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine',
+           'mmseg.evaluation', 'mmseg.visualization')
 
 
 # where a run forked from a server finds it (:func:`run_python`)
 SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
-# the package's measurements start their children through the runner this names (lab.bench.processes)
-# (named here, not imported: the server never imports mmvisattn; the runner by its module's name, as the server
-# itself runs as __main__)
+# the package's measurements start their children through the runner this names
+# (lab.bench.processes) (named here, not imported: the server never imports mmvisattn; the runner by
+# its module's name, as the server itself runs as __main__)
 RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'
 
 
@@ -102,8 +105,9 @@ def supervise(connection: socket.socket) -> None:
 
 def run(request: dict) -> None:
     """Become the run: a new session (the client kills its group on a time-out), the request's
-    directory, environment, streams and arguments, then the script (or ``-m`` module) as ``__main__``.
-    The interpreter's own shutdown ends the process (threads joined, atexit, streams flushed)."""
+    directory, environment, streams and arguments, then the script (or ``-m`` module) as
+    ``__main__``. The interpreter's own shutdown ends the process (threads joined, atexit, streams
+    flushed)."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request['cwd'])
@@ -142,13 +146,15 @@ def run(request: dict) -> None:
 
 
 def fresh_random_states() -> None:
-    """A new process seeds Python's and numpy's generators from the OS; a fork inherits the server's.
-    Torch's threads follow the run's ``OMP_NUM_THREADS``, which OpenMP read when the server loaded it."""
+    """A new process seeds Python's and numpy's generators from the OS; a fork inherits the
+    server's. Torch's threads follow the run's ``OMP_NUM_THREADS``, which OpenMP read when the
+    server loaded it."""
     import numpy
     import torch
     random.seed()
     numpy.random.seed()
-    torch.manual_seed(torch.initial_seed())  # a new process starts torch's generator at its fixed default
+    # a new process starts torch's generator at its fixed default
+    torch.manual_seed(torch.initial_seed())
     threads = os.environ.get('OMP_NUM_THREADS', '')
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
@@ -156,9 +162,9 @@ def fresh_random_states() -> None:
 
 # Read when an interpreter starts or a stock package loads: a run whose environment sets them
 # otherwise than the server's starts a fresh interpreter instead.
-IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWARNINGS', 'PYTHONNOUSERSITE',
-                         'LD_PRELOAD', 'LD_LIBRARY_PATH', 'CUDA_VISIBLE_DEVICES', 'TRITON_INTERPRET',
-                         'TORCH_LOGS')
+IMPORT_TIME_VARIABLES = ('PYTHONPATH', 'PYTHONHOME', 'PYTHONHASHSEED', 'PYTHONWARNINGS',
+                         'PYTHONNOUSERSITE', 'LD_PRELOAD', 'LD_LIBRARY_PATH',
+                         'CUDA_VISIBLE_DEVICES', 'TRITON_INTERPRET', 'TORCH_LOGS')
 
 
 class ToolServer:
@@ -197,19 +203,22 @@ class ToolServer:
     def start(self, env: Dict[str, str]) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix='tools-'))
         log = open(self.folder / 'server.log', 'w')
-        self.process = subprocess.Popen([sys.executable, __file__, str(self.folder / 'socket')], env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen([sys.executable, __file__, str(self.folder / 'socket')],
+                                        env=env, text=True, stdout=subprocess.PIPE, stderr=log,
+                                        stdin=subprocess.DEVNULL)
         log.close()
         if not any(line.strip() == 'ready' for line in self.process.stdout):
-            raise RuntimeError(f'the tool server did not start: {(self.folder / "server.log").read_text()[-3000:]}')
+            raise RuntimeError('the tool server did not start: '
+                               f'{(self.folder / "server.log").read_text()[-3000:]}')
         self.env = dict(env)
         atexit.register(self.close)
 
     def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str],
             output: Optional[Path] = None) -> subprocess.CompletedProcess:
-        """``command`` (``python script args`` or ``python -m module args``) forked from the server, as
-        ``subprocess.run`` would report it (``output``: both streams written to that file instead, and
-        reported as None); past ``timeout`` seconds its process group is killed and TimeoutExpired raised."""
+        """``command`` (``python script args`` or ``python -m module args``) forked from the server,
+        as ``subprocess.run`` would report it (``output``: both streams written to that file
+        instead, and reported as None); past ``timeout`` seconds its process group is killed and
+        TimeoutExpired raised."""
         self.started()
         streams = Path(tempfile.mkdtemp(dir=self.folder))
         stdout, stderr = (output, output) if output else (streams / 'stdout', streams / 'stderr')
@@ -243,8 +252,9 @@ class ToolServer:
             self.process = None
 
 
-def run_python(args: List[str], timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-               cwd: Optional[Path] = None, output: Optional[Path] = None) -> subprocess.CompletedProcess:
+def run_python(args: List[str], timeout: Optional[float] = None,
+               env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
+               output: Optional[Path] = None) -> subprocess.CompletedProcess:
     """``python args`` (a script or ``-m module``), as :func:`lab.bench.processes.run_python` runs
     it: forked from the tool server this process was forked from, where
     ``env`` keeps its start-up variables, else a fresh interpreter."""

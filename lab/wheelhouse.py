@@ -1,6 +1,7 @@
 """The OpenMMLab stack for a bare GPU machine, prepared here (``make gpu-wheelhouse``).
 
-    python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--mmcv-build | --no-mmcv-build] [--check-only]
+    python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--mmcv-build | --no-mmcv-build]
+    [--check-only]
 
 A lent GPU machine has torch, triton and numpy but no OpenMMLab and no network. This tool writes,
 into ``--out`` (an ignored folder of the repository, which travels with the working tree):
@@ -11,9 +12,10 @@ into ``--out`` (an ignored folder of the repository, which travels with the work
 * mmcv 2.1.0's source, for a build there when no prebuilt wheel fits the GPU (with setuptools < 80:
   the image's setuptools has no ``pkg_resources``, which mmcv's ``setup.py`` imports);
 * mmcv 2.1.0 compiled with CUDA against the image's torch (2.11.0+cu130) for sm_90, the H100's and
-  H200's, where the cache holds that build (``mmcv_cuda_build.py``). Compiling it here takes over an hour on
-  2 cores and the GPU machine compiles the carried source in minutes, so only ``--mmcv-build`` compiles it
-  here (once: then cached); ``--no-mmcv-build`` leaves out even a cached one;
+  H200's, where the cache holds that build (``mmcv_cuda_build.py``). Compiling it here takes over an
+  hour on 2 cores and the GPU machine compiles the carried source in minutes, so only
+  ``--mmcv-build`` compiles it here (once: then cached); ``--no-mmcv-build`` leaves out even a
+  cached one;
 * ``MANIFEST.json``: every file with its size and sha256, and the prebuilt mmcv's torch, CUDA and
   architecture, which ``gpu_setup.py`` matches against the machine.
 
@@ -38,7 +40,15 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from lab.mmcv_cuda_build import BUILD_ARCH, BUILD_CUDA, BUILD_TORCH, CACHE, build_tag, built_mmcv, cached_mmcv
+from lab.mmcv_cuda_build import (
+    BUILD_ARCH,
+    BUILD_CUDA,
+    BUILD_TORCH,
+    CACHE,
+    build_tag,
+    built_mmcv,
+    cached_mmcv,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / 'requirements' / 'gpu_wheelhouse.txt'
@@ -46,8 +56,8 @@ MACHINE = REPO / 'requirements' / 'gpu_machine.txt'
 MANIFEST = 'MANIFEST.json'
 LIMIT_MIB = 40
 PYTHON_TAG = '3.12'
-PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64', 'manylinux_2_17_x86_64',
-             'manylinux2014_x86_64', 'manylinux1_x86_64', 'any')
+PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64',
+             'manylinux_2_17_x86_64', 'manylinux2014_x86_64', 'manylinux1_x86_64', 'any')
 # what the machine provides under another name than the one declared
 PROVIDED_AS = {'opencv-python': 'opencv-python-headless'}
 # imported at start-up without being declared (mmseg/utils/tokenizer.py)
@@ -61,7 +71,8 @@ def canonical(name: str) -> str:
 
 
 def read_names(path: Path) -> List[str]:
-    return [line.split('#')[0].strip() for line in path.read_text().splitlines() if line.split('#')[0].strip()]
+    return [line.split('#')[0].strip() for line in path.read_text().splitlines()
+            if line.split('#')[0].strip()]
 
 
 def pinned(path: Path = LOCK) -> Dict[str, str]:
@@ -82,14 +93,16 @@ def wheel_metadata(wheel: Path):
 
 
 def requirements_of(wheel: Path) -> List[str]:
-    """The canonical names of the wheel's ``Requires-Dist`` that apply on CPython 3.12 / Linux, no extras."""
+    """The canonical names of the wheel's ``Requires-Dist`` that apply on CPython 3.12 / Linux, no
+    extras."""
     try:
         from packaging.requirements import Requirement
     except ImportError:  # a bare Python (the rehearsal's): pip's own copy
         from pip._vendor.packaging.requirements import Requirement
-    environment = dict(python_version=PYTHON_TAG, python_full_version=f'{PYTHON_TAG}.3', sys_platform='linux',
-                       platform_system='Linux', os_name='posix', platform_machine='x86_64',
-                       implementation_name='cpython', platform_python_implementation='CPython', extra='')
+    environment = dict(python_version=PYTHON_TAG, python_full_version=f'{PYTHON_TAG}.3',
+                       sys_platform='linux', platform_system='Linux', os_name='posix',
+                       platform_machine='x86_64', implementation_name='cpython',
+                       platform_python_implementation='CPython', extra='')
     names = []
     for line in wheel_metadata(wheel).get_all('Requires-Dist') or []:
         requirement = Requirement(line)
@@ -110,22 +123,26 @@ def missing_requirements(wheels: Sequence[Path], machine: Iterable[str]) -> List
     have |= {declared for declared, provided in PROVIDED_AS.items() if canonical(provided) in have}
     missing = [f'{name} (of {wheel.name})' for wheel in wheels if wheel.name.endswith('.whl')
                for name in requirements_of(wheel) if name not in have]
-    missing += [f'{name} (imported by mmsegmentation, undeclared)' for name in UNDECLARED if name not in have]
+    missing += [f'{name} (imported by mmsegmentation, undeclared)' for name in UNDECLARED
+                if name not in have]
     return missing
 
 
 def pip_download(spec: str, dest: Path) -> Path:
     """The wheel of ``spec`` for CPython 3.12 manylinux x86_64, downloaded into ``dest``."""
     before = set(dest.iterdir())
-    command = [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '--only-binary=:all:',
-               '--python-version', PYTHON_TAG, '--implementation', 'cp', '--abi', 'cp312', '--abi', 'abi3',
-               '--abi', 'none', *(f'--platform={p}' for p in PLATFORMS), '-d', str(dest), spec]
+    command = [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps',
+               '--only-binary=:all:', '--python-version', PYTHON_TAG, '--implementation', 'cp',
+               '--abi', 'cp312', '--abi', 'abi3', '--abi', 'none',
+               *(f'--platform={p}' for p in PLATFORMS), '-d', str(dest), spec]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        last = [line for line in result.stderr.splitlines() if line.startswith('ERROR')] or ['(no message)']
+        last = [line for line in result.stderr.splitlines()
+                if line.startswith('ERROR')] or ['(no message)']
         raise SystemExit(f'error: pip download {spec} failed: {last[-1]}')
     name, version = spec.split('==')
-    found = [p for p in dest.iterdir() if distribution_name(p) == canonical(name) and f'-{version}-' in p.name]
+    found = [p for p in dest.iterdir() if distribution_name(p) == canonical(name)
+             and f'-{version}-' in p.name]
     if not found:
         raise SystemExit(f'error: pip download {spec} wrote no wheel of {name} {version} (new: '
                          f'{sorted(p.name for p in set(dest.iterdir()) - before)})')
@@ -139,7 +156,8 @@ def download_sdist(spec: str, dest: Path) -> Path:
     2.1.0 needs torch and a setuptools older than this machine's."""
     name, version = spec.split('==')
     page = urllib.request.urlopen(f'{SIMPLE_INDEX}/{name}/', timeout=60).read().decode()
-    match = re.search(rf'href="([^"]*/{name}-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"', page)
+    match = re.search(rf'href="([^"]*/{name}-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"',
+                      page)
     if match is None:
         raise SystemExit(f'error: {SIMPLE_INDEX}/{name}/ lists no {name}-{version}.tar.gz')
     url, digest = match.groups()
@@ -160,7 +178,8 @@ def sha256(path: Path) -> str:
 
 
 def check_out_folder(out: Path) -> Optional[Dict]:
-    """The folder's earlier manifest, or ``None`` for a new folder; refuses what the tool did not write."""
+    """The folder's earlier manifest, or ``None`` for a new folder; refuses what the tool did not
+    write."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise SystemExit(f'error: {out} is a link or a file; expected a folder this tool writes')
     if not out.exists():
@@ -168,7 +187,8 @@ def check_out_folder(out: Path) -> Optional[Dict]:
     manifest = out / MANIFEST
     if not manifest.exists():
         if any(out.iterdir()):
-            raise SystemExit(f'error: {out} is not empty and holds no {MANIFEST}: not a wheelhouse of this tool')
+            raise SystemExit(f'error: {out} is not empty and holds no {MANIFEST}: not a wheelhouse '
+                             'of this tool')
         return None
     return json.loads(manifest.read_text())
 
@@ -184,9 +204,11 @@ def write_manifest(out: Path, files: Sequence[Path], mmcv: Optional[Path]) -> Di
     manifest = dict(files={f.name: dict(bytes=f.stat().st_size, sha256=sha256(f)) for f in files},
                     mmcv_source=next(f.name for f in files if f.name.startswith('mmcv-') and
                                      f.name.endswith('.tar.gz')),
-                    mmcv_build=None if mmcv is None else dict(file=mmcv.name, torch=BUILD_TORCH, cuda=BUILD_CUDA,
+                    mmcv_build=None if mmcv is None
+                    else dict(file=mmcv.name, torch=BUILD_TORCH, cuda=BUILD_CUDA,
                                                               arch=BUILD_ARCH, python='3.12'),
-                    build_requirements=[f.name for f in files if distribution_name(f) in ('setuptools', 'wheel')])
+                    build_requirements=[f.name for f in files
+                                        if distribution_name(f) in ('setuptools', 'wheel')])
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return manifest
 
@@ -201,16 +223,20 @@ def check_folder(out: Path) -> None:
         if not path.exists():
             raise SystemExit(f'error: the wheelhouse {out} lacks {name}; run make gpu-wheelhouse')
         if path.stat().st_size != entry['bytes'] or sha256(path) != entry['sha256']:
-            raise SystemExit(f'error: {path} differs from {MANIFEST} (size or sha256); run make gpu-wheelhouse')
+            raise SystemExit(f'error: {path} differs from {MANIFEST} (size or sha256); run make '
+                             'gpu-wheelhouse')
     missing = missing_requirements([out / n for n in manifest['files']], read_names(MACHINE))
     if missing:
-        raise SystemExit(f'error: the wheelhouse {out} lacks {missing[0]}' + (f' and {len(missing) - 1} more'
-                                                                          if len(missing) > 1 else ''))
+        raise SystemExit(f'error: the wheelhouse {out} lacks {missing[0]}'
+                         + (f' and {len(missing) - 1} more'
+                                                                          if len(missing) > 1
+                            else ''))
 
 
 def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
-    """Downloads into a staging folder beside ``out`` with the mmcv CUDA build (``mmcv_build``: ``cached``
-    where there is one, ``compile`` where there is none, ``none``); returns its files and the mmcv build."""
+    """Downloads into a staging folder beside ``out`` with the mmcv CUDA build (``mmcv_build``:
+    ``cached`` where there is one, ``compile`` where there is none, ``none``); returns its files and
+    the mmcv build."""
     staging = out.with_name(f'.{out.name}.partial')
     if staging.exists():
         shutil.rmtree(staging)  # this tool's own staging folder, left by an interrupted run
@@ -224,7 +250,8 @@ def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
         mmcv = staging / built_mmcv(next(staging.glob('mmcv-*.tar.gz'))).name
         shutil.copy2(CACHE / build_tag() / mmcv.name, mmcv)
     elif mmcv_build == 'cached':
-        print(f'==> no cached mmcv CUDA build ({CACHE / build_tag()}): make gpu-setup compiles the carried source '
+        print(f'==> no cached mmcv CUDA build ({CACHE / build_tag()}): make gpu-setup compiles the '
+              'carried source '
               'there (--mmcv-build compiles it here, over an hour on 2 cores)', flush=True)
     files = sorted(staging.iterdir())
     missing = missing_requirements([f for f in files if not f.name.startswith('mmcv-')] +
@@ -236,15 +263,18 @@ def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
     return files, mmcv
 
 
-def install(staging_files: Sequence[Path], out: Path, earlier: Optional[Dict], mmcv: Optional[Path]) -> None:
-    """Moves the staged files into ``out``, removing only the files of the earlier manifest it replaces."""
+def install(staging_files: Sequence[Path], out: Path, earlier: Optional[Dict],
+            mmcv: Optional[Path]) -> None:
+    """Moves the staged files into ``out``, removing only the files of the earlier manifest it
+    replaces."""
     out.mkdir(parents=True, exist_ok=True)
     for name in (earlier or {}).get('files', {}):
         if not (out / name).is_symlink() and (out / name).is_file():
             (out / name).unlink()
     for path in staging_files:
         path.replace(out / path.name)
-    write_manifest(out, [out / p.name for p in staging_files], None if mmcv is None else out / mmcv.name)
+    write_manifest(out, [out / p.name for p in staging_files],
+                   None if mmcv is None else out / mmcv.name)
     staging_files[0].parent.rmdir()
 
 
@@ -252,20 +282,25 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', type=Path, default=REPO / '.gpu_wheelhouse')
     build = parser.add_mutually_exclusive_group()
-    build.add_argument('--mmcv-build', action='store_const', dest='mmcv_build', const='compile', default='cached',
-                       help='compile the mmcv CUDA build here where none is cached (default: the cached one, '
+    build.add_argument('--mmcv-build', action='store_const', dest='mmcv_build', const='compile',
+                       default='cached',
+                       help='compile the mmcv CUDA build here where none is cached (default: the '
+                       'cached one, '
                             'else none)')
     build.add_argument('--no-mmcv-build', action='store_const', dest='mmcv_build', const='none',
-                       help='leave out the mmcv CUDA build, even a cached one (the machine then compiles it from the '
+                       help='leave out the mmcv CUDA build, even a cached one (the machine then '
+                       'compiles it from the '
                             'carried source)')
-    parser.add_argument('--check-only', action='store_true', help='check the folder; download nothing')
+    parser.add_argument('--check-only', action='store_true',
+                        help='check the folder; download nothing')
     args = parser.parse_args(argv)
     out = args.out.resolve() if not args.out.is_symlink() else args.out
     if args.check_only:
         check_folder(out)
     else:
         earlier = check_out_folder(out)
-        print(f'==> downloading the wheels of {LOCK.relative_to(REPO)} for CPython {PYTHON_TAG} manylinux x86_64')
+        print(f'==> downloading the wheels of {LOCK.relative_to(REPO)} for CPython {PYTHON_TAG} '
+              'manylinux x86_64')
         files, mmcv = gather(out, args.mmcv_build)
         install(files, out, earlier, mmcv)
         check_folder(out)

@@ -1,15 +1,17 @@
-"""Every change the package makes to another library's code, each one function named in :data:`PATCHES`
-(docs/advanced/compat.md gives each: what it alters, who meets the defect, how to opt in or out, upstream).
+"""Every change the package makes to another library's code, each one function named
+in :data:`PATCHES` (docs/advanced/compat.md gives each: what it alters, who meets the defect, how to
+opt in or out, upstream).
 
-``import mmvisattn`` adds and does not alter: on import it applies only :data:`FIXES`, fixes of defects of
-the pinned stack that a user meets without the project's models, and :data:`ADDITIONS`, names stock does not
-have. What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are applied by the project's own
-tools (:func:`apply_tool_patches`, from :func:`mmvisattn.launch.load_config`), ``count_dropped_annotations``
-by ``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES` by
-:mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The environment variable
-``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out wherever they would be applied;
-:data:`APPLIED` holds the names applied, which :func:`patches_line` puts in the one line every run of the
-tools logs.
+``import mmvisattn`` adds and does not alter: on import it applies only :data:`FIXES`, fixes of
+defects of the pinned stack that a user meets without the project's models, and :data:`ADDITIONS`,
+names stock does not have. What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are
+applied by the project's own tools (:func:`apply_tool_patches`,
+from :func:`mmvisattn.launch.load_config`), ``count_dropped_annotations`` by
+``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES`
+by :mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The
+environment variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out
+wherever they would be applied; :data:`APPLIED` holds the names applied, which :func:`patches_line`
+puts in the one line every run of the tools logs.
 """
 import copy
 import functools
@@ -38,7 +40,8 @@ def history_buffer_statistic(owner: Any, name: str) -> Callable:
     allowed = set(BUILTIN_STATISTICS) | set(HistoryBuffer._statistics_methods)
     if (owner is HistoryBuffer or type(owner) is HistoryBuffer) and name in allowed:
         return getattr(owner, name)
-    raise UnpicklingError(f'refused getattr({owner!r}, {name!r}) while loading a checkpoint: only HistoryBuffer '
+    raise UnpicklingError(f'refused getattr({owner!r}, {name!r}) while loading a checkpoint: only '
+                          'HistoryBuffer '
                           f'statistics methods {sorted(allowed)} are allowed')
 
 
@@ -46,14 +49,17 @@ def empty_bytes(*args: Any) -> bytes:
     """``bytes`` as a Runner checkpoint uses it, and nothing more: numpy pickles the data of an
     empty array (an empty ``HistoryBuffer``'s history) as ``bytes()``; any argument is refused."""
     if args:
-        raise UnpicklingError(f'refused bytes{args!r} while loading a checkpoint: only bytes() is allowed')
+        raise UnpicklingError(f'refused bytes{args!r} while loading a checkpoint: only bytes() is '
+                              'allowed')
     return b''
 
 
 def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
     """Everything outside torch's default allowlist that an mmengine Runner checkpoint refers to;
-    ``getattr`` and ``bytes`` (pickled as ``__builtin__.*`` by protocol 2) map to restricted stand-ins."""
-    stand_ins = [(function, f'{module}.{name}') for function, name in ((history_buffer_statistic, 'getattr'),
+    ``getattr`` and ``bytes`` (pickled as ``__builtin__.*`` by protocol 2) map to restricted
+    stand-ins."""
+    stand_ins = [(function, f'{module}.{name}') for function,
+                 name in ((history_buffer_statistic, 'getattr'),
                                                                        (empty_bytes, 'bytes'))
                  for module in ('__builtin__', 'builtins')]
     return [HistoryBuffer, *numpy_globals(), *stand_ins]
@@ -84,7 +90,8 @@ def allow_half_mmcv_ops_on_cpu() -> None:
     import importlib
 
     from mmcv.ops import RoIAlign
-    nms_module = importlib.import_module('mmcv.ops.nms')  # the module; ``mmcv.ops.nms`` names the function
+    # the module; ``mmcv.ops.nms`` names the function
+    nms_module = importlib.import_module('mmcv.ops.nms')
     if not getattr(nms_module.nms, 'float32_on_cpu', False):
         nms_module.nms = float32_on_cpu(nms_module.nms)
     if not getattr(RoIAlign.forward, 'float32_on_cpu', False):
@@ -92,15 +99,16 @@ def allow_half_mmcv_ops_on_cpu() -> None:
 
 
 def registered_statistics() -> List[Callable]:
-    """The statistics registered with ``HistoryBuffer.register_statistics`` that a checkpoint names by
-    module and name (module-level functions); the built-in ones it reaches through ``getattr``."""
+    """The statistics registered with ``HistoryBuffer.register_statistics`` that a checkpoint names
+    by module and name (module-level functions); the built-in ones it reaches through
+    ``getattr``."""
     return [method for name, method in HistoryBuffer._statistics_methods.items()
             if name not in BUILTIN_STATISTICS and '.' not in getattr(method, '__qualname__', '.')]
 
 
 def allowing_registered_statistics(register: Callable) -> Callable:
-    """``HistoryBuffer.register_statistics`` that also allows the method in torch's restricted loader
-    (a Runner checkpoint pickles every registered statistic by name)."""
+    """``HistoryBuffer.register_statistics`` that also allows the method in torch's restricted
+    loader (a Runner checkpoint pickles every registered statistic by name)."""
     @functools.wraps(register)
     def wrapped(cls: type, method: Callable) -> Callable:
         registered = register(cls, method)
@@ -112,15 +120,17 @@ def allowing_registered_statistics(register: Callable) -> Callable:
 
 def allow_runner_checkpoints() -> None:
     """Let ``torch.load(..., weights_only=True)`` (torch's default since 2.6) read mmengine Runner
-    checkpoints, which mmengine 0.10.7 loads without the argument. Their message hub stores ``HistoryBuffer``
-    objects holding numpy arrays and scalars, each pickling its statistics methods by ``getattr`` and an empty
-    history as ``bytes()``: those types, each statistic registered now and later, and stand-ins for
-    ``getattr`` and ``bytes`` that return nothing else join torch's allowlist (upstream's fix turns
-    ``weights_only`` off, which lets any pickle run code)."""
+    checkpoints, which mmengine 0.10.7 loads without the argument. Their message hub stores
+    ``HistoryBuffer`` objects holding numpy arrays and scalars, each pickling its statistics methods
+    by ``getattr`` and an empty history as ``bytes()``: those types, each statistic registered now
+    and later, and stand-ins for ``getattr`` and ``bytes`` that return nothing else join torch's
+    allowlist (upstream's fix turns ``weights_only`` off, which lets any pickle run code)."""
     torch.serialization.add_safe_globals(runner_checkpoint_globals() + registered_statistics())
     register = HistoryBuffer.register_statistics
     if not getattr(register, 'allows_checkpoints', False):
-        HistoryBuffer.register_statistics = classmethod(allowing_registered_statistics(register.__func__))
+        HistoryBuffer.register_statistics = classmethod(
+            allowing_registered_statistics(register.__func__)
+        )
 
 
 def register_torch_hardsigmoid() -> None:
@@ -140,11 +150,9 @@ def register_flop_handles() -> None:
 
 
 # mmdet 3.3's CocoDataset.parse_data_info skips these annotations without a word, in this order.
-DROP_REASONS = {
-    'outside': 'outside the image',
-    'degenerate': 'degenerate (area <= 0 or a side under 1 px)',
-    'unknown_category': 'of a category the dataset does not train',
-}
+DROP_REASONS = {'outside': 'outside the image',
+                'degenerate': 'degenerate (area <= 0 or a side under 1 px)',
+                'unknown_category': 'of a category the dataset does not train',}
 
 
 def drop_reason(annotation: dict, image: dict, category_ids) -> str:
@@ -204,7 +212,8 @@ def name_undecodable_label_maps() -> None:
         except FileNotFoundError:
             raise
         except Exception as exc:
-            raise ValueError(f'failed to load image: {results["seg_map_path"]} ({type(exc).__name__})') from exc
+            raise ValueError(f'failed to load image: {results["seg_map_path"]} '
+                             f'({type(exc).__name__})') from exc
 
     load_naming_file.names_file = True
     LoadAnnotations._load_seg_map = load_naming_file
@@ -217,7 +226,9 @@ def remembered_metafiles(load: Callable) -> Callable:
 
     @functools.wraps(load)
     def wrapped(path, *args, **kwargs):
-        return parsed(path) if isinstance(path, str) and not args and not kwargs else load(path, *args, **kwargs)
+        return parsed(path) if isinstance(path,
+                                          str) and not args and not kwargs else load(path, *args,
+                                                                                     **kwargs)
     wrapped.remembered = True
     return wrapped
 
@@ -263,16 +274,16 @@ def formatted_once(format_code: Callable) -> Callable:
 
 
 def format_each_config_once() -> None:
-    """``Config.pretty_text`` formats a config text once per process (a training run formats its config five
-    times before its first iteration)."""
+    """``Config.pretty_text`` formats a config text once per process (a training run formats its
+    config five times before its first iteration)."""
     from mmengine.config import config as config_module
     if not getattr(config_module.FormatCode, 'remembered', False):
         config_module.FormatCode = formatted_once(config_module.FormatCode)
 
 
 def dropout_written_into_a_copy(init: Callable) -> Callable:
-    """mmcv's ``MultiheadAttention.__init__`` whose deprecated ``dropout=`` is written into a copy of
-    ``dropout_layer`` (its default dict, or the caller's), never into the dict it was given."""
+    """mmcv's ``MultiheadAttention.__init__`` whose deprecated ``dropout=`` is written into a copy
+    of ``dropout_layer`` (its default dict, or the caller's), never into the dict it was given."""
     signature = inspect.signature(init)
 
     @functools.wraps(init)
@@ -289,19 +300,21 @@ def dropout_written_into_a_copy(init: Callable) -> Callable:
 
 
 def keep_attention_dropout_defaults() -> None:
-    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is: given the deprecated
-    ``dropout=`` (every DETR-family config of mmdet), it wrote it into that default dict, and every
-    ``MultiheadAttention`` built later without a ``dropout_layer`` (mmseg's ViT layers) got the dropout."""
+    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is: given the
+    deprecated ``dropout=`` (every DETR-family config of mmdet), it wrote it into that default dict,
+    and every ``MultiheadAttention`` built later without a ``dropout_layer`` (mmseg's ViT layers)
+    got the dropout."""
     from mmcv.cnn.bricks.transformer import MultiheadAttention
     if not getattr(MultiheadAttention.__init__, 'copies_dropout_layer', False):
         MultiheadAttention.__init__ = dropout_written_into_a_copy(MultiheadAttention.__init__)
 
 
 def write_checkpoints_atomically() -> None:
-    """Runner checkpoints written through a partial file renamed into place (a URI or ``backend_args``
-    through its file backend, as stock writes it), and the checkpoint beyond ``max_keep_ckpts`` removed
-    after the new one and ``last_checkpoint`` are written: a kill left a truncated file, or no checkpoint
-    while ``last_checkpoint`` named a removed one (:mod:`mmvisattn.utils.checkpoint`)."""
+    """Runner checkpoints written through a partial file renamed into place (a URI or
+    ``backend_args`` through its file backend, as stock writes it), and the checkpoint beyond
+    ``max_keep_ckpts`` removed after the new one and ``last_checkpoint`` are written: a kill left a
+    truncated file, or no checkpoint while ``last_checkpoint`` named a removed one
+    (:mod:`mmvisattn.utils.checkpoint`)."""
     from mmengine.hooks import CheckpointHook
     from mmengine.runner import runner as runner_module
 
@@ -310,32 +323,38 @@ def write_checkpoints_atomically() -> None:
         runner_module.save_checkpoint = atomic_save_checkpoint(runner_module.save_checkpoint)
     CheckpointHook._save_checkpoint_with_step = save_then_prune
     if not getattr(CheckpointHook._save_best_checkpoint, 'replaces_then_removes', False):
-        CheckpointHook._save_best_checkpoint = replace_best_then_remove(CheckpointHook._save_best_checkpoint)
+        CheckpointHook._save_best_checkpoint = replace_best_then_remove(
+            CheckpointHook._save_best_checkpoint
+        )
 
 
 def plain_param_groups(build: Callable) -> Callable:
-    """``build_optim_wrapper`` whose optimizer holds plain dicts as its parameter groups: built from a
-    config they are ``ConfigDict`` s (wherever ``paramwise_cfg`` or a constructor lists the groups), which
-    ``torch.compile``'s tracer of the optimizer step cannot read."""
+    """``build_optim_wrapper`` whose optimizer holds plain dicts as its parameter groups: built from
+    a config they are ``ConfigDict`` s (wherever ``paramwise_cfg`` or a constructor lists the
+    groups), which ``torch.compile``'s tracer of the optimizer step cannot read."""
     @functools.wraps(build)
     def built(*args: Any, **kwargs: Any) -> Any:
         wrapper = build(*args, **kwargs)
-        wrapper.optimizer.param_groups[:] = [dict(group) for group in wrapper.optimizer.param_groups]
+        wrapper.optimizer.param_groups[:] = [
+            dict(group) for group in wrapper.optimizer.param_groups
+        ]
         return wrapper
     built.plain_groups = True
     return built
 
 
 def compile_optimizer_steps() -> None:
-    """The optimizer steps of ``compile=True`` traced whatever the config's parameter groups: with torch 2.13
-    Dynamo stops on a ``ConfigDict`` group (``'UserDefinedDictVariable' object has no attribute 'items'``)."""
+    """The optimizer steps of ``compile=True`` traced whatever the config's parameter groups: with
+    torch 2.13 Dynamo stops on a ``ConfigDict`` group
+    (``'UserDefinedDictVariable' object has no attribute 'items'``)."""
     from mmengine.runner import runner as runner_module
     if not getattr(runner_module.build_optim_wrapper, 'plain_groups', False):
         runner_module.build_optim_wrapper = plain_param_groups(runner_module.build_optim_wrapper)
 
 
 def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
-    """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes (the others log)."""
+    """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes (the others
+    log)."""
     from mmengine.dist import is_main_process
     from mmengine.hooks import logger_hook
 
@@ -354,11 +373,13 @@ def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
 
 
 def dump_test_metrics_once() -> None:
-    """The test metrics file written by the main process alone: every rank dumped it into the log folder
-    the ranks share, and two writers leave it unreadable now and then."""
+    """The test metrics file written by the main process alone: every rank dumped it into the log
+    folder the ranks share, and two writers leave it unreadable now and then."""
     from mmengine.hooks import LoggerHook
     if not getattr(LoggerHook.after_test_epoch, 'main_process_dumps', False):
-        LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(LoggerHook.after_test_epoch)
+        LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(
+            LoggerHook.after_test_epoch
+        )
 
 
 def torchscript_exporter_by_default(export: Callable) -> Callable:
@@ -372,19 +393,19 @@ def torchscript_exporter_by_default(export: Callable) -> Callable:
 
 
 def export_onnx_with_torchscript() -> None:
-    """``torch.onnx.export`` takes the TorchScript exporter unless its caller asks for the other: torch >= 2.9
-    defaults to the dynamo exporter, which needs ``onnxscript`` and does not run mmdeploy's rewriters, and
-    mmdeploy 1.3.1 calls it without ``dynamo``."""
+    """``torch.onnx.export`` takes the TorchScript exporter unless its caller asks for the other:
+    torch >= 2.9 defaults to the dynamo exporter, which needs ``onnxscript`` and does not run
+    mmdeploy's rewriters, and mmdeploy 1.3.1 calls it without ``dynamo``."""
     if not getattr(torch.onnx.export, 'torchscript_by_default', False):
         torch.onnx.export = torchscript_exporter_by_default(torch.onnx.export)
 
 
 def restore_onnx_cast_long() -> None:
-    """``torch.onnx.symbolic_opset9._cast_Long``, gone from torch 2.13, which mmdeploy 1.3.1's RoIAlign
-    translation imports for ONNX Runtime (every two-stage detector: ``ImportError`` mid-export): an ONNX
-    ``Cast`` to int64, as it was."""
-    # the module of that name (torch's backward-compatibility file), not the torch.onnx attribute of the same
-    # name, which is the exporter's internal module until the file is first imported
+    """``torch.onnx.symbolic_opset9._cast_Long``, gone from torch 2.13, which mmdeploy 1.3.1's
+    RoIAlign translation imports for ONNX Runtime (every two-stage detector: ``ImportError``
+    mid-export): an ONNX ``Cast`` to int64, as it was."""
+    # the module of that name (torch's backward-compatibility file), not the torch.onnx attribute of
+    # the same name, which is the exporter's internal module until the file is first imported
     symbolic_opset9 = importlib.import_module('torch.onnx.symbolic_opset9')
     if not hasattr(symbolic_opset9, '_cast_Long'):
         symbolic_opset9._cast_Long = _cast_long
@@ -394,14 +415,15 @@ def _cast_long(g, value, non_blocking):
     return g.op('Cast', value, to_i=torch._C._onnx.TensorProtoDataType.INT64)
 
 
-# applied on import: fixes of defects of the pinned stack a user meets without the project's models (the
-# torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and additions
-FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints, keep_attention_dropout_defaults,
-         write_checkpoints_atomically, dump_test_metrics_once)
+# applied on import: fixes of defects of the pinned stack a user meets without the project's models
+# (the torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and
+# additions
+FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints,
+         keep_attention_dropout_defaults, write_checkpoints_atomically, dump_test_metrics_once)
 ADDITIONS = (register_torch_hardsigmoid, register_flop_handles)
 # applied by the project's tools (apply_tool_patches), and by DroppedAnnotationsHook
-TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps, remember_package_config_lookups,
-                format_each_config_once, compile_optimizer_steps)
+TOOL_PATCHES = (allow_half_mmcv_ops_on_cpu, name_undecodable_label_maps,
+                remember_package_config_lookups, format_each_config_once, compile_optimizer_steps)
 HOOK_PATCHES = (count_dropped_annotations,)
 # applied by mmvisattn.deploy.mmdeploy_support, which the project's mmdeploy deploy configs import
 DEPLOY_PATCHES = (export_onnx_with_torchscript, restore_onnx_cast_long)
@@ -413,12 +435,14 @@ APPLIED: List[str] = []
 
 
 def patches_left_out() -> List[str]:
-    """The patch names ``$MMVISATTN_SKIP_PATCHES`` lists; a name that is no patch ends in one line."""
+    """The patch names ``$MMVISATTN_SKIP_PATCHES`` lists; a name that is no patch ends in one
+    line."""
     names = [name.strip() for name in os.environ.get(SKIP_VARIABLE, '').split(',') if name.strip()]
     known = [patch.__name__ for patch in PATCHES]
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise SystemExit(f'error: {SKIP_VARIABLE} names {", ".join(unknown)}, which are not patches; expected '
+        raise SystemExit(f'error: {SKIP_VARIABLE} names {", ".join(unknown)}, which are not '
+                         'patches; expected '
                          f'names among {", ".join(known)}')
     return names
 
@@ -431,7 +455,8 @@ def patches_line() -> str:
 
 
 def apply(*patches: Callable) -> None:
-    """Apply ``patches`` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each applies itself once)."""
+    """Apply ``patches`` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each applies itself
+    once)."""
     left_out = patches_left_out()
     for patch in patches:
         if patch.__name__ not in left_out:

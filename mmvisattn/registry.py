@@ -16,9 +16,8 @@ from mmengine.registry import Registry
 from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mmseg.registry import MODELS as MMSEG_MODELS
 
-ATTENTIONS = Registry(
-    'attention', parent=MMENGINE_MODELS, scope='mmvisattn',
-    locations=['mmvisattn.models.attentions'])
+ATTENTIONS = Registry('attention', parent=MMENGINE_MODELS, scope='mmvisattn',
+                      locations=['mmvisattn.models.attentions'])
 
 ModelClass = TypeVar('ModelClass', bound=type)
 
@@ -27,22 +26,23 @@ SCOPE_MODELS = {'mmdet': MMDET_MODELS, 'mmseg': MMSEG_MODELS, 'mmpretrain': MMPR
 
 
 def models_of_scope(scope: str) -> Registry:
-    """The ``MODELS`` registry of a config's ``default_scope`` (``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``)."""
+    """The ``MODELS`` registry of a config's ``default_scope`` (``'mmdet'``, ``'mmseg'`` or
+    ``'mmpretrain'``)."""
     if scope not in SCOPE_MODELS:
         raise KeyError(f'default_scope={scope!r}; expected one of {sorted(SCOPE_MODELS)}')
     return SCOPE_MODELS[scope]
 
 
 def with_data_preprocessor(cfg) -> None:
-    """Give ``cfg.model`` the config's top-level ``data_preprocessor`` (where mmpretrain's configs keep it)
-    unless the model names its own, as mmengine's Runner does."""
+    """Give ``cfg.model`` the config's top-level ``data_preprocessor`` (where mmpretrain's configs
+    keep it) unless the model names its own, as mmengine's Runner does."""
     if cfg.get('data_preprocessor'):
         cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
 
 
 def build_from_config(config, part: Optional[str] = None) -> nn.Module:
-    """Build ``model`` of a config (a path or an mmengine ``Config``), or its sub-dict ``part`` such as
-    ``'backbone'``, in the config's ``default_scope``. The backbone's ``init_cfg`` is dropped: no
+    """Build ``model`` of a config (a path or an mmengine ``Config``), or its sub-dict ``part`` such
+    as ``'backbone'``, in the config's ``default_scope``. The backbone's ``init_cfg`` is dropped: no
     pretrained weights are looked for (building never loads them; ``init_weights()`` would)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
@@ -54,7 +54,8 @@ def build_from_config(config, part: Optional[str] = None) -> nn.Module:
 
 
 def register_model(cls: ModelClass) -> ModelClass:
-    """Class decorator: register ``cls`` in the mmdet, mmseg and mmpretrain ``MODELS`` registries."""
+    """Class decorator: register ``cls`` in the mmdet, mmseg and mmpretrain ``MODELS``
+    registries."""
     for registry in SCOPE_MODELS.values():
         registry.register_module(module=cls)
     return cls
@@ -67,7 +68,8 @@ def attention_class(cfg: dict) -> type:
     attn_type = cfg.get('type')
     attn_class = ATTENTIONS.get(attn_type) if attn_type is not None else None
     if attn_class is None:
-        raise KeyError(f'unknown attention type {attn_type!r}; registered: {", ".join(sorted(ATTENTIONS.module_dict))}')
+        raise KeyError(f'unknown attention type {attn_type!r}; registered: '
+                       f'{", ".join(sorted(ATTENTIONS.module_dict))}')
     return attn_class
 
 
@@ -79,25 +81,29 @@ def attention_accepts(cfg: dict, name: str) -> bool:
 def build_attention(cfg: dict, optional: Optional[dict] = None, *, owner: str = 'build_attention',
                     num_extra_tokens: Optional[int] = None, **defaults) -> nn.Module:
     """Build an attention from ``cfg`` for tokens with ``num_extra_tokens`` in front of the map (the
-    extra-token contract of :mod:`mmvisattn.models.attentions.base`); ``defaults`` (e.g. a stage's width)
-    fill keys it leaves out, and so do the ``optional`` ones (a stage's window, reduction ratio...) where
-    the class takes them, so a backbone can offer its per-stage settings to any attention without knowing
-    its type. A backbone passes its count, and a ``cfg`` that sets another, or a class that takes none
-    where there are some, is refused in one line naming ``owner``; left ``None`` (an attention built on
-    its own), the count is the ``cfg``'s."""
+    extra-token contract of :mod:`mmvisattn.models.attentions.base`); ``defaults`` (e.g. a stage's
+    width) fill keys it leaves out, and so do the ``optional`` ones (a stage's window, reduction
+    ratio...) where the class takes them, so a backbone can offer its per-stage settings to any
+    attention without knowing its type. A backbone passes its count, and a ``cfg`` that sets
+    another, or a class that takes none where there are some, is refused in one line naming
+    ``owner``; left ``None`` (an attention built on its own), the count is the ``cfg``'s."""
     attn_class = attention_class(cfg)
     attn_type = cfg['type']
     if num_extra_tokens is None:
         num_extra_tokens = cfg.get('num_extra_tokens', 0)
     if cfg.get('num_extra_tokens', num_extra_tokens) != num_extra_tokens:
-        raise ValueError(f'{owner}: attn_cfg sets num_extra_tokens={cfg["num_extra_tokens"]!r} for {attn_type}, '
-                         f'but its tokens have {num_extra_tokens} in front of the map; leave num_extra_tokens out '
+        raise ValueError(f'{owner}: attn_cfg sets num_extra_tokens={cfg["num_extra_tokens"]!r} for '
+                         f'{attn_type}, '
+                         f'but its tokens have {num_extra_tokens} in front of the map; leave '
+                         'num_extra_tokens out '
                          f'(the backbone passes it)')
     if attention_accepts(cfg, 'num_extra_tokens'):
         defaults['num_extra_tokens'] = num_extra_tokens
     elif num_extra_tokens:
-        raise ValueError(f'{owner}: {attn_type} takes no num_extra_tokens, but its tokens have {num_extra_tokens} '
-                         'in front of the map; expected an attention whose constructor takes num_extra_tokens')
+        raise ValueError(f'{owner}: {attn_type} takes no num_extra_tokens, but its tokens have '
+                         f'{num_extra_tokens} '
+                         'in front of the map; expected an attention whose constructor takes '
+                         'num_extra_tokens')
     offered = {key: value for key, value in (optional or {}).items() if attention_accepts(cfg, key)}
     args = {**defaults, **offered, **cfg}
     args.pop('type')

@@ -15,10 +15,10 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-# Under pytest-xdist (`make test` runs two workers) each worker takes its share of the cores, and the
-# tools it starts as much: two workers each running two OpenMP threads on two cores make the many
-# small operations of these models many times slower than one thread each. More than two threads
-# gain these small models nothing.
+# Under pytest-xdist (`make test` runs two workers) each worker takes its share of the cores, and
+# the tools it starts as much: two workers each running two OpenMP threads on two cores make the
+# many small operations of these models many times slower than one thread each. More than two
+# threads gain these small models nothing.
 WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 THREADS = max(1, min(2, len(os.sched_getaffinity(0)) // WORKERS))
 if WORKERS > 1:
@@ -33,19 +33,22 @@ pytest_plugins = ['tests.durations_record']
 # compiled, on CUDA tensors (`make test` sets the interpreter only where there is no GPU).
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
-# cuBLAS under torch.use_deterministic_algorithms(True) (tests/test_ops/test_determinism.py) needs a fixed
-# workspace, read when CUDA starts
+# cuBLAS under torch.use_deterministic_algorithms(True) (tests/test_ops/test_determinism.py) needs a
+# fixed workspace, read when CUDA starts
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
-# before any test module imports mmdet's or mmseg's models: they import mmpretrain, hence torchvision, which
-# imports beside a CPU torch only after mmvisattn's patch (compat.import_torchvision_without_its_ops)
+# before any test module imports mmdet's or mmseg's models: they import mmpretrain, hence
+# torchvision, which imports beside a CPU torch only after mmvisattn's patch
+# (compat.import_torchvision_without_its_ops)
 import mmvisattn  # noqa: E402,F401
 
-if importlib.util.find_spec('mmengine') is not None:  # the suite runs the tools' code: with the tools' patches
+# the suite runs the tools' code: with the tools' patches
+if importlib.util.find_spec('mmengine') is not None:
     mmvisattn.compat.apply_tool_patches()
 
 REPO = Path(__file__).resolve().parents[1]
-# every model config: configs/<family>/*.py, not the bases nor mmdeploy's deploy configs (configs/_deploy_/)
+# every model config: configs/<family>/*.py, not the bases nor mmdeploy's deploy configs
+# (configs/_deploy_/)
 MODEL_CONFIGS = sorted(path for path in (REPO / 'configs').rglob('*.py')
                        if not {'_base_', '_deploy_'} & set(path.parts))
 
@@ -54,9 +57,9 @@ LAB_TESTS = Path(__file__).resolve().parent / 'lab'
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Every test of ``tests/lab`` marked ``lab``; tests marked ``starts_first`` first (the order is otherwise
-    kept): pytest-xdist hands tests out in this order, so a long one overlaps the rest of the suite on its
-    worker instead of ending it alone."""
+    """Every test of ``tests/lab`` marked ``lab``; tests marked ``starts_first`` first (the order is
+    otherwise kept): pytest-xdist hands tests out in this order, so a long one overlaps the rest of
+    the suite on its worker instead of ending it alone."""
     for item in items:
         if Path(str(item.fspath)).is_relative_to(LAB_TESTS):
             item.add_marker(pytest.mark.lab)
@@ -69,16 +72,21 @@ KERNEL_DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 def release(version: str) -> Tuple[int, int]:
-    """``(major, minor)`` of a version string such as ``'2.6.0+cu124'``, to compare with a release."""
+    """``(major, minor)`` of a version string such as ``'2.6.0+cu124'``, to compare with a
+    release."""
     major, minor = version.split('+')[0].split('.')[:2]
     return int(major), int(minor)
 
 
-# The kernels' float64 gradchecks (their hand-written backwards, under the interpreter) need float64 operands of
-# `tl.dot`, which Triton takes from 3.5 on (the oldest torch of the range, 2.6, comes with Triton 3.2).
-TRITON_VERSION = importlib.metadata.version('triton') if importlib.util.find_spec('triton') else None
+# The kernels' float64 gradchecks (their hand-written backwards, under the interpreter) need float64
+# operands of `tl.dot`, which Triton takes from 3.5 on (the oldest torch of the range, 2.6, comes
+# with Triton 3.2).
+TRITON_VERSION = (
+    importlib.metadata.version('triton') if importlib.util.find_spec('triton') else None
+)
 float64_dot = pytest.mark.skipif(TRITON_VERSION is not None and release(TRITON_VERSION) < (3, 5),
-                                 reason=f"Triton {TRITON_VERSION}'s tl.dot takes no float64 operands "
+                                 reason=f"Triton {TRITON_VERSION}'s tl.dot takes no float64 "
+                                 "operands "
                                         '(Triton 3.5 and later do)')
 
 # Tolerances of float32 results against a float64 reference (or another float32 path), by how the
@@ -108,8 +116,9 @@ def device(request) -> torch.device:
 
 
 def tool_env() -> dict:
-    """The environment of a tool subprocess: this interpreter's venv first on PATH, and this interpreter the
-    launch scripts' ``PYTHON`` (tools/pick_python.sh would take the checkout's .venv, not .venv-oldest)."""
+    """The environment of a tool subprocess: this interpreter's venv first on PATH, and this
+    interpreter the launch scripts' ``PYTHON`` (tools/pick_python.sh would take the checkout's
+    .venv, not .venv-oldest)."""
     env = dict(os.environ, PYTHON=sys.executable)
     env['PATH'] = f'{Path(sys.executable).parent}{os.pathsep}{env.get("PATH", "")}'
     env.setdefault('OMP_NUM_THREADS', str(THREADS))
@@ -142,34 +151,40 @@ def run_command(command: List[str], timeout: float = 600, forked: bool = False,
             return TOOLS.run(command, limit, **kwargs)
         return subprocess.run(command, capture_output=True, text=True, timeout=limit, **kwargs)
     except subprocess.TimeoutExpired:
-        pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} s x '
-                    f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on a slow or '
+        pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} '
+                    's x '
+                    f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on '
+                    'a slow or '
                     f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
 
 # Tools run forked from a server that has imported the stock stack (lab/tool_server.py
-# says what that changes, and what not); MMVISATTN_TEST_FRESH_TOOLS=1 starts a new interpreter for each
-# instead, as does a machine without OpenMMLab (the op tests on a bare GPU machine).
-FORK_TOOLS = os.environ.get('MMVISATTN_TEST_FRESH_TOOLS', '0') == '0' and importlib.util.find_spec('mmdet') is not None
+# says what that changes, and what not); MMVISATTN_TEST_FRESH_TOOLS=1 starts a new interpreter for
+# each instead, as does a machine without OpenMMLab (the op tests on a bare GPU machine).
+FORK_TOOLS = os.environ.get('MMVISATTN_TEST_FRESH_TOOLS',
+                            '0') == '0' and importlib.util.find_spec('mmdet') is not None
 if FORK_TOOLS:
     from lab.tool_server import ToolServer
 TOOLS = ToolServer(tool_env) if FORK_TOOLS else None
 
 
-def run_tool(args: List[str], cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+def run_tool(args: List[str], cwd: Path, timeout: float = 600,
+             check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python <repo>/<args[0]> args[1:]`` in ``cwd``; on failure show its output."""
     command = [sys.executable, str(REPO / args[0]), *map(str, args[1:])]
     env = tool_env()
     done = run_command(command, timeout, forked=FORK_TOOLS and TOOLS.serves(env), cwd=cwd, env=env)
     if check and done.returncode != 0:
-        pytest.fail(f'{" ".join(command)} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}'
+        pytest.fail(f'{" ".join(command)} exited {done.returncode}\n--- '
+                    f'stdout\n{done.stdout[-4000:]}'
                     f'\n--- stderr\n{done.stderr[-6000:]}')
     return done
 
 
 def load_tool(path: str):
-    """The module of the tool script ``path`` (relative to the repository), to call its functions. Its
-    folder is on ``sys.path`` while it loads, as when the script runs, so it imports its siblings."""
+    """The module of the tool script ``path`` (relative to the repository), to call its functions.
+    Its folder is on ``sys.path`` while it loads, as when the script runs, so it imports its
+    siblings."""
     spec = importlib.util.spec_from_file_location(Path(path).stem, REPO / path)
     module = importlib.util.module_from_spec(spec)
     folder = str((REPO / path).parent)
@@ -192,8 +207,8 @@ def workspace(tmp_path_factory) -> Path:
 
 @contextlib.contextmanager
 def recorded_choices() -> Iterator[List[Tuple[str, str, str]]]:
-    """``(op, impl asked, backend chosen)`` of every op call made inside, the ops' decision watched from
-    outside."""
+    """``(op, impl asked, backend chosen)`` of every op call made inside, the ops' decision watched
+    from outside."""
     from mmvisattn.ops.utils.dispatch import observing
     records = []
 
@@ -205,8 +220,8 @@ def recorded_choices() -> Iterator[List[Tuple[str, str, str]]]:
 
 
 def running_reference(op, reference):
-    """Inside, every call of ``op`` runs ``reference`` (a function of the backends' arguments): a module's
-    output with its op's reference in place, to compare with."""
+    """Inside, every call of ``op`` runs ``reference`` (a function of the backends' arguments): a
+    module's output with its op's reference in place, to compare with."""
     from mmvisattn.ops.utils.dispatch import observing
     return observing(lambda called, impl, request: reference if called is op else None)
 
@@ -214,9 +229,11 @@ def running_reference(op, reference):
 @pytest.fixture
 def machine(monkeypatch):
     """Sets what the ops read of the machine (:mod:`mmvisattn.ops.utils.machine`) for one test:
-    ``machine(triton=(3, 6), capability=(7, 5), interpreted=True)``; a fact left out stays this machine's."""
+    ``machine(triton=(3, 6), capability=(7, 5), interpreted=True)``; a fact left out stays this
+    machine's."""
     from mmvisattn.ops.utils import machine as facts
-    functions = dict(triton='installed_triton', capability='cuda_capability', interpreted='triton_interpreted')
+    functions = dict(triton='installed_triton', capability='cuda_capability',
+                     interpreted='triton_interpreted')
 
     def assume(**values) -> None:
         for name, value in values.items():

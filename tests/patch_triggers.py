@@ -1,14 +1,16 @@
-"""For each patch of ``mmvisattn.compat``, the model, input or tool that needs it, run as a user would:
-:data:`TRIGGERS` maps a patch's name to a function that returns ``'ok'`` or what went wrong.
+"""For each patch of ``mmvisattn.compat``, the model, input or tool that needs it, run as a user
+would: :data:`TRIGGERS` maps a patch's name to a function that returns ``'ok'`` or what went wrong.
 ``tests/test_compat.py`` runs them all in a process that leaves every patch out
 (``MMVISATTN_SKIP_PATCHES``) and in its own, patched: each must go wrong without its patch and not
 with it, so each patch shows it is still needed.
 
-``import_torchvision_without_its_ops`` is needed before anything of the stack imports (mmdet's models
-import mmpretrain, which imports torchvision): its trigger is a process of its own with the environment
-as given, and the script's own process keeps that patch to import mmvisattn for the other triggers.
+``import_torchvision_without_its_ops`` is needed before anything of the stack imports (mmdet's
+models import mmpretrain, which imports torchvision): its trigger is a process of its own with the
+environment as given, and the script's own process keeps that patch to import mmvisattn for the
+other triggers.
 
-    MMVISATTN_SKIP_PATCHES=... python tests/patch_triggers.py FOLDER   # prints {name: outcome} as JSON
+    MMVISATTN_SKIP_PATCHES=... python tests/patch_triggers.py FOLDER   # prints {name: outcome} as
+    JSON
 """
 import builtins
 import errno
@@ -27,10 +29,10 @@ SKIP_VARIABLE = 'MMVISATTN_SKIP_PATCHES'
 
 
 def stack_imports(folder: Path) -> str:
-    """``import mmvisattn`` (mmdet's models, hence mmpretrain and torchvision) and torchvision's transforms, in
-    a fresh process with this process's environment."""
-    done = subprocess.run([sys.executable, '-c', 'import mmvisattn, torchvision.transforms'], capture_output=True,
-                          text=True, timeout=300, cwd=folder)
+    """``import mmvisattn`` (mmdet's models, hence mmpretrain and torchvision) and torchvision's
+    transforms, in a fresh process with this process's environment."""
+    done = subprocess.run([sys.executable, '-c', 'import mmvisattn, torchvision.transforms'],
+                          capture_output=True, text=True, timeout=300, cwd=folder)
     return 'ok' if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
 
 
@@ -49,12 +51,14 @@ def runner_checkpoint_loads(folder: Path) -> str:
 
 
 def half_nms_on_cpu(folder: Path) -> str:
-    """mmcv's ``batched_nms`` on bfloat16 CPU boxes, as a detector's test step under CPU autocast."""
+    """mmcv's ``batched_nms`` on bfloat16 CPU boxes, as a detector's test step under CPU
+    autocast."""
     from mmcv.ops import batched_nms
     boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]], dtype=torch.bfloat16)
     scores = torch.tensor([0.9, 0.8], dtype=torch.bfloat16)
     try:
-        batched_nms(boxes, scores, torch.zeros(2, dtype=torch.long), dict(type='nms', iou_threshold=0.5))
+        batched_nms(boxes, scores, torch.zeros(2, dtype=torch.long),
+                    dict(type='nms', iou_threshold=0.5))
     except RuntimeError as error:
         return f'RuntimeError: {str(error).splitlines()[0]}'
     return 'ok'
@@ -102,7 +106,9 @@ def broken_label_map_named(folder: Path) -> str:
     try:
         LoadAnnotations()(dict(seg_map_path=str(path), reduce_zero_label=False, seg_fields=[]))
     except Exception as error:
-        return 'ok' if str(path) in str(error) else f'{type(error).__name__} without the path: {error}'
+        return (
+            'ok' if str(path) in str(error) else f'{type(error).__name__} without the path: {error}'
+        )
     return 'decoded'
 
 
@@ -144,11 +150,16 @@ def interrupted_checkpoint_write(folder: Path) -> str:
         pass
     finally:
         builtins.open = real_open
-    return 'ok' if not path.exists() else f'a truncated file of {path.stat().st_size} bytes at {path.name}'
+    return (
+        'ok'
+        if not path.exists()
+        else f'a truncated file of {path.stat().st_size} bytes at {path.name}'
+    )
 
 
 def metafiles_parsed_once(folder: Path) -> str:
-    """A config whose bases name ``mmdet::``, loaded a second time: are mmdet's metafiles parsed again?"""
+    """A config whose bases name ``mmdet::``, loaded a second time: are mmdet's metafiles parsed
+    again?"""
     from mmengine.config import Config
     from mmengine.fileio.handlers import YamlHandler
     parse, parsed = YamlHandler.load_from_fileobj, []
@@ -168,11 +179,12 @@ def metafiles_parsed_once(folder: Path) -> str:
 
 
 def config_formatted_once(folder: Path) -> str:
-    """A config's text read twice, as a Runner reads it before its first iteration (its log, then the
-    message hub): does yapf format it twice?"""
+    """A config's text read twice, as a Runner reads it before its first iteration (its log, then
+    the message hub): does yapf format it twice?"""
     from mmengine.config import Config
     from yapf.yapflib import yapf_api
-    config = Config(dict(model=dict(type='RetinaNet', name=str(folder))))  # a text no earlier call formatted
+    # a text no earlier call formatted
+    config = Config(dict(model=dict(type='RetinaNet', name=str(folder))))
     format_tree, formatted = yapf_api.FormatTree, []
 
     def counted(*args, **kwargs):
@@ -189,8 +201,8 @@ def config_formatted_once(folder: Path) -> str:
 
 
 def attention_dropout_after_a_detr_config(folder: Path) -> str:
-    """mmcv's MultiheadAttention built as the DETR-family configs build it (``dropout=0.1``), then one
-    with its defaults, as mmseg's ViT layers build theirs: does the second drop its residual?"""
+    """mmcv's MultiheadAttention built as the DETR-family configs build it (``dropout=0.1``), then
+    one with its defaults, as mmseg's ViT layers build theirs: does the second drop its residual?"""
     from mmcv.cnn.bricks.transformer import MultiheadAttention
     MultiheadAttention(8, 2, dropout=0.1)
     residual = MultiheadAttention(8, 2).dropout_layer
@@ -198,15 +210,18 @@ def attention_dropout_after_a_detr_config(folder: Path) -> str:
 
 
 def test_metrics_file_of_rank_1(folder: Path) -> str:
-    """LoggerHook at the end of a distributed test, on rank 1: does it write the shared metrics file?"""
+    """LoggerHook at the end of a distributed test, on rank 1: does it write the shared metrics
+    file?"""
     from types import SimpleNamespace
 
     from mmengine.dist import utils as dist_utils
     from mmengine.hooks import LoggerHook
     hook = LoggerHook()
     hook.json_log_path = 'metrics.json'
-    runner = SimpleNamespace(log_dir=str(folder), test_dataloader=[0], logger=SimpleNamespace(info=lambda line: None),
-                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: ({}, '')))
+    runner = SimpleNamespace(log_dir=str(folder), test_dataloader=[0],
+                             logger=SimpleNamespace(info=lambda line: None),
+                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args,
+                                                           **kwargs: ({}, '')))
     get_rank, dist_utils.get_rank = dist_utils.get_rank, lambda group=None: 1
     try:
         hook.after_test_epoch(runner, {})
@@ -216,7 +231,8 @@ def test_metrics_file_of_rank_1(folder: Path) -> str:
 
 
 def onnx_export_as_mmdeploy_calls_it(folder: Path) -> str:
-    """``torch.onnx.export`` without ``dynamo=``, as mmdeploy 1.3.1 calls it: does it reach for onnxscript?"""
+    """``torch.onnx.export`` without ``dynamo=``, as mmdeploy 1.3.1 calls it: does it reach for
+    onnxscript?"""
     try:
         torch.onnx.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), str(folder / 'linear.onnx'))
     except ModuleNotFoundError as error:
@@ -225,7 +241,8 @@ def onnx_export_as_mmdeploy_calls_it(folder: Path) -> str:
 
 
 def roi_align_as_mmdeploy_exports_it(folder: Path) -> str:
-    """mmdeploy 1.3.1's RoIAlign translation for ONNX Runtime imports ``_cast_Long``: is it there?"""
+    """mmdeploy 1.3.1's RoIAlign translation for ONNX Runtime imports ``_cast_Long``: is it
+    there?"""
     try:
         from torch.onnx.symbolic_opset9 import _cast_Long  # noqa: F401
     except ImportError as error:
@@ -234,13 +251,14 @@ def roi_align_as_mmdeploy_exports_it(folder: Path) -> str:
 
 
 def compiled_step_with_paramwise_groups(folder: Path) -> str:
-    """The optimizer step, compiled as ``compile=True`` compiles it, of an optimizer the Runner built from a
-    config with ``paramwise_cfg``: does Dynamo trace it?"""
+    """The optimizer step, compiled as ``compile=True`` compiles it, of an optimizer the Runner
+    built from a config with ``paramwise_cfg``: does Dynamo trace it?"""
     from mmengine.config import ConfigDict
     from mmengine.runner import runner as runner_module
     model = torch.nn.Linear(2, 2)
     wrapper = runner_module.build_optim_wrapper(model, ConfigDict(
-        optimizer=dict(type='AdamW', lr=0.1, weight_decay=0.05), paramwise_cfg=dict(bias_decay_mult=0.0)))
+        optimizer=dict(type='AdamW', lr=0.1, weight_decay=0.05),
+        paramwise_cfg=dict(bias_decay_mult=0.0)))
     model(torch.randn(3, 2)).sum().backward()
     try:
         torch.compile(wrapper.optimizer.step, backend='eager')()
@@ -250,12 +268,15 @@ def compiled_step_with_paramwise_groups(folder: Path) -> str:
 
 
 TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
-    import_torchvision_without_its_ops=stack_imports, allow_runner_checkpoints=runner_checkpoint_loads,
-    allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
+    import_torchvision_without_its_ops=stack_imports,
+    allow_runner_checkpoints=runner_checkpoint_loads, allow_half_mmcv_ops_on_cpu=half_nms_on_cpu,
     register_torch_hardsigmoid=hardsigmoid_builds, register_flop_handles=sdpa_flops_counted,
-    count_dropped_annotations=dropped_annotations_reported, name_undecodable_label_maps=broken_label_map_named,
-    write_checkpoints_atomically=interrupted_checkpoint_write, remember_package_config_lookups=metafiles_parsed_once,
-    format_each_config_once=config_formatted_once, compile_optimizer_steps=compiled_step_with_paramwise_groups,
+    count_dropped_annotations=dropped_annotations_reported,
+    name_undecodable_label_maps=broken_label_map_named,
+    write_checkpoints_atomically=interrupted_checkpoint_write,
+    remember_package_config_lookups=metafiles_parsed_once,
+    format_each_config_once=config_formatted_once,
+    compile_optimizer_steps=compiled_step_with_paramwise_groups,
     keep_attention_dropout_defaults=attention_dropout_after_a_detr_config,
     dump_test_metrics_once=test_metrics_file_of_rank_1,
     export_onnx_with_torchscript=onnx_export_as_mmdeploy_calls_it,
@@ -263,7 +284,8 @@ TRIGGERS: Dict[str, Callable[[Path], str]] = dict(
 
 
 def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:
-    """Every trigger's outcome but those of ``skip``, each in a folder of its own under ``folder``."""
+    """Every trigger's outcome but those of ``skip``, each in a folder of its own under
+    ``folder``."""
     results = {}
     for name, trigger in TRIGGERS.items():
         if name in skip:
@@ -274,9 +296,10 @@ def outcomes(folder: Path, skip: Tuple[str, ...] = ()) -> Dict[str, str]:
 
 
 def keep_torchvision_patch() -> None:
-    """This process imports mmvisattn with the torchvision patch whatever the environment leaves out (the
-    trigger of that patch, a child process, sees the environment as given)."""
-    skipped = [name for name in os.environ.get(SKIP_VARIABLE, '').split(',') if name.strip() != TORCHVISION_PATCH]
+    """This process imports mmvisattn with the torchvision patch whatever the environment leaves out
+    (the trigger of that patch, a child process, sees the environment as given)."""
+    skipped = [name for name in os.environ.get(SKIP_VARIABLE, '').split(',')
+               if name.strip() != TORCHVISION_PATCH]
     os.environ[SKIP_VARIABLE] = ','.join(skipped)
 
 
@@ -287,6 +310,7 @@ if __name__ == '__main__':
     keep_torchvision_patch()
     import mmvisattn  # noqa: F401,E402  (applies the patches the environment leaves in)
     mmvisattn.compat.apply_tool_patches()  # as the project's tools do
-    mmvisattn.compat.apply(*mmvisattn.compat.DEPLOY_PATCHES)  # as mmvisattn.deploy.mmdeploy_support does
+    # as mmvisattn.deploy.mmdeploy_support does
+    mmvisattn.compat.apply(*mmvisattn.compat.DEPLOY_PATCHES)
     results.update(outcomes(folder, skip=(TORCHVISION_PATCH,)))
     print(json.dumps(results))

@@ -1,7 +1,7 @@
-"""The patches of ``mmvisattn.compat``: Runner checkpoints load under torch's weights_only loader through
-an allowlist (anything that would execute a callable is still refused, and the callable does not run);
-checkpoints reach the file backend a user configured; ``import mmvisattn`` applies only fixes and
-additions, the tools' conveniences come with the tools; each patch is still needed."""
+"""The patches of ``mmvisattn.compat``: Runner checkpoints load under torch's weights_only loader
+through an allowlist (anything that would execute a callable is still refused, and the callable does
+not run); checkpoints reach the file backend a user configured; ``import mmvisattn`` applies only
+fixes and additions, the tools' conveniences come with the tools; each patch is still needed."""
 import io
 import json
 import pickle
@@ -36,8 +36,9 @@ from .patch_triggers import TRIGGERS
 
 @pytest.fixture(autouse=True)
 def default_scope_as_it_was():
-    """The Runners built here make 'mmengine' the worker's default scope (mmengine's latest ``DefaultScope``);
-    the tests after them in the worker build mmdet and mmseg models by registry under the scope they found."""
+    """The Runners built here make 'mmengine' the worker's default scope (mmengine's latest
+    ``DefaultScope``); the tests after them in the worker build mmdet and mmseg models by registry
+    under the scope they found."""
     from mmengine.registry import DefaultScope
     before = set(DefaultScope._instance_dict)
     yield
@@ -65,14 +66,16 @@ class ToyDataset(torch.utils.data.Dataset):
         return dict(inputs=torch.full((2,), float(index)), targets=torch.tensor(float(index % 3)))
 
 
-def toy_runner(work_dir: Path, max_iters: int, resume: bool = False, checkpoint: Optional[dict] = None) -> Runner:
+def toy_runner(work_dir: Path, max_iters: int, resume: bool = False,
+               checkpoint: Optional[dict] = None) -> Runner:
     return Runner(
         model=ToyModel(), work_dir=str(work_dir),
-        train_dataloader=dict(dataset=ToyDataset(), sampler=dict(type='InfiniteSampler'), batch_size=4,
-                              num_workers=0, collate_fn=dict(type='default_collate')),
+        train_dataloader=dict(dataset=ToyDataset(), sampler=dict(type='InfiniteSampler'),
+                              batch_size=4, num_workers=0, collate_fn=dict(type='default_collate')),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         train_cfg=dict(by_epoch=False, max_iters=max_iters),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False, **(checkpoint or {}))),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2, by_epoch=False,
+                                           **(checkpoint or {}))),
         randomness=dict(seed=0), resume=resume, default_scope='mmengine')
 
 
@@ -84,7 +87,10 @@ def test_runner_checkpoint_resumes(tmp_path):
     runner = toy_runner(tmp_path, max_iters=4, resume=True)
     runner.train()
     assert runner.iter == 4
-    assert 'Advance dataloader 2 steps' in (tmp_path / runner.timestamp / f'{runner.timestamp}.log').read_text()
+    assert (
+        'Advance dataloader 2 steps'
+        in (tmp_path / runner.timestamp / f'{runner.timestamp}.log').read_text()
+    )
 
 
 def test_mmengine_load_checkpoint_reads_runner_checkpoint(tmp_path):
@@ -94,7 +100,8 @@ def test_mmengine_load_checkpoint_reads_runner_checkpoint(tmp_path):
 
 
 class MemoryBackend(BaseStorageBackend):
-    """A storage backend of mmengine's kind (as Petrel, S3 and HTTP are) that keeps its files in memory."""
+    """A storage backend of mmengine's kind (as Petrel, S3 and HTTP are) that keeps its files in
+    memory."""
     files: dict = {}
 
     def get(self, filepath):
@@ -131,8 +138,8 @@ FileClient.register_backend('mmvisattn_test_memory', MemoryBackend, force=True, 
 
 @pytest.mark.parametrize('where', ['backend_args', 'uri'])
 def test_checkpoints_reach_the_configured_storage_backend(tmp_path, where):
-    """A checkpoint named by a URI or written with ``backend_args`` goes through that file backend, as
-    stock mmengine writes it (the atomic local write is for mmengine's local backend only)."""
+    """A checkpoint named by a URI or written with ``backend_args`` goes through that file backend,
+    as stock mmengine writes it (the atomic local write is for mmengine's local backend only)."""
     from mmengine.runner import runner as runner_module
     MemoryBackend.files.clear()
     if where == 'uri':
@@ -147,9 +154,9 @@ def test_checkpoints_reach_the_configured_storage_backend(tmp_path, where):
 
 
 def test_checkpoint_hook_writes_and_prunes_through_its_backend(tmp_path):
-    """``CheckpointHook(backend_args=...)`` as a lab that keeps checkpoints on Petrel or S3 configures it:
-    every checkpoint reaches the backend, the expired one is removed there after the new one is written,
-    and ``last_checkpoint`` (local, as stock writes it) names the newest."""
+    """``CheckpointHook(backend_args=...)`` as a lab that keeps checkpoints on Petrel or S3
+    configures it: every checkpoint reaches the backend, the expired one is removed there after the
+    new one is written, and ``last_checkpoint`` (local, as stock writes it) names the newest."""
     MemoryBackend.files.clear()
     runner = toy_runner(tmp_path, max_iters=6, checkpoint=dict(
         max_keep_ckpts=2, backend_args=dict(backend='mmvisattn_test_memory')))
@@ -169,12 +176,14 @@ class Accuracy(BaseMetric):
 
 @pytest.mark.parametrize('action', ['val', 'test'])
 def test_validation_alone_with_the_default_checkpoint_hook(tmp_path, action):
-    """``runner.val()`` / ``runner.test()`` without training first, with the default CheckpointHook (its file
-    backend is set only before training): the save_best replacement steps aside as stock does."""
-    loader = dict(dataset=ToyDataset(), sampler=dict(type='DefaultSampler', shuffle=False), batch_size=4,
-                  num_workers=0, collate_fn=dict(type='default_collate'))
+    """``runner.val()`` / ``runner.test()`` without training first, with the default CheckpointHook
+    (its file backend is set only before training): the save_best replacement steps aside as stock
+    does."""
+    loader = dict(dataset=ToyDataset(), sampler=dict(type='DefaultSampler', shuffle=False),
+                  batch_size=4, num_workers=0, collate_fn=dict(type='default_collate'))
     runner = Runner(model=ToyModel(), work_dir=str(tmp_path), default_scope='mmengine',
-                    **{f'{action}_dataloader': loader, f'{action}_cfg': dict(), f'{action}_evaluator': [Accuracy()]})
+                    **{f'{action}_dataloader': loader, f'{action}_cfg': dict(),
+                       f'{action}_evaluator': [Accuracy()]})
     assert getattr(runner, action)() == dict(accuracy=1.0)
 
 
@@ -185,8 +194,9 @@ def first_logged(self) -> float:
 
 
 def test_runner_checkpoint_with_a_registered_statistic_loads(tmp_path):
-    """A statistic registered with ``HistoryBuffer.register_statistics`` is pickled by name into every
-    Runner checkpoint written after; the restricted loader allows it (and still nothing else)."""
+    """A statistic registered with ``HistoryBuffer.register_statistics`` is pickled by name into
+    every Runner checkpoint written after; the restricted loader allows it (and still nothing
+    else)."""
     toy_runner(tmp_path, max_iters=2).train()
     checkpoint = torch.load(tmp_path / 'iter_2.pth')
     buffer = next(iter(checkpoint['message_hub']['log_scalars'].values()))
@@ -246,9 +256,11 @@ def test_mmcv_cpu_ops_take_half_inputs(dtype):
     """mmcv's CPU nms (through batched_nms, as mmdet's RPN calls it) and RoIAlign take float32 only;
     the shims run half inputs in float32 and return the input's dtype."""
     from mmcv.ops import RoIAlign, batched_nms
-    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]], dtype=dtype)
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]],
+                         dtype=dtype)
     scores = torch.tensor([0.9, 0.8, 0.7], dtype=dtype)
-    dets, keep = batched_nms(boxes, scores, torch.zeros(3, dtype=torch.long), dict(type='nms', iou_threshold=0.5))
+    dets, keep = batched_nms(boxes, scores, torch.zeros(3, dtype=torch.long),
+                             dict(type='nms', iou_threshold=0.5))
     assert keep.tolist() == [0, 2] and dets.dtype == dtype
     feats = torch.arange(64.).view(1, 1, 8, 8).to(dtype).requires_grad_(True)
     rois = torch.tensor([[0., 0., 0., 4., 4.]], dtype=dtype)
@@ -278,7 +290,8 @@ def test_bytes_is_limited_to_the_empty_call(tmp_path):
 
 
 def test_the_patch_table_lists_every_patch():
-    """Every function of ``compat.PATCHES`` has a row in the docs' patch table, and every row a function."""
+    """Every function of ``compat.PATCHES`` has a row in the docs' patch table, and every row a
+    function."""
     from mmvisattn.compat import PATCHES
     readme = (Path(__file__).resolve().parents[1] / 'docs/advanced/compat.md').read_text()
     table = readme[readme.index('| patch (`mmvisattn/compat.py`) |'):].split('\n\n')[0]
@@ -287,9 +300,9 @@ def test_the_patch_table_lists_every_patch():
 
 
 def test_no_module_but_compat_patches_another_library():
-    """An assignment to an attribute of an imported class or module (``CocoDataset.x = ...``) happens
-    only in compat.py (``sys``'s streams and arguments are the interpreter's, not a library's code:
-    the tool server sets them for each run it starts)."""
+    """An assignment to an attribute of an imported class or module (``CocoDataset.x = ...``)
+    happens only in compat.py (``sys``'s streams and arguments are the interpreter's, not a
+    library's code: the tool server sets them for each run it starts)."""
     import ast
     package = Path(mmvisattn.__file__).parent
     found = []
@@ -302,7 +315,8 @@ def test_no_module_but_compat_patches_another_library():
         for node in ast.walk(tree):
             targets = node.targets if isinstance(node, ast.Assign) else []
             for target in targets:
-                if isinstance(target, ast.Attribute) and getattr(target.value, 'id', None) in imported - {'sys'}:
+                if isinstance(target, ast.Attribute) and getattr(target.value, 'id',
+                                                                 None) in imported - {'sys'}:
                     found.append(f'{path.relative_to(package)}:{node.lineno}')
     assert not found, found
 
@@ -313,7 +327,8 @@ def test_package_config_names_parse_the_metafiles_once(monkeypatch):
     from mmengine.config import Config
     from mmengine.config import config as config_module
     from mmengine.config import utils as config_utils
-    assert config_utils.load.remembered and config_module.is_installed.remembered  # the tools' patch (conftest.py)
+    # the tools' patch (conftest.py)
+    assert config_utils.load.remembered and config_module.is_installed.remembered
     reads = []
     parse = config_utils.load.__wrapped__
     monkeypatch.setattr(config_utils, 'load', mmvisattn.compat.remembered_metafiles(
@@ -327,8 +342,8 @@ def test_package_config_names_parse_the_metafiles_once(monkeypatch):
 
 @pytest.mark.parametrize('patched', [True, False], ids=['patched', 'stock'])
 def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
-    """``save_best``: the previous best stays until the new one is written (stock mmengine removes it
-    first, so a write that fails, or a kill, leaves none), and is removed once it is."""
+    """``save_best``: the previous best stays until the new one is written (stock mmengine removes
+    it first, so a write that fails, or a kill, leaves none), and is removed once it is."""
     from types import SimpleNamespace
 
     from mmengine.hooks import CheckpointHook
@@ -338,12 +353,14 @@ def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
         if runner.failing:
             raise OSError('disk full')
         (Path(out_dir) / filename).write_bytes(b'weights')
-    runner = SimpleNamespace(work_dir=str(tmp_path), epoch=0, iter=1, failing=False, save_checkpoint=save_checkpoint,
+    runner = SimpleNamespace(work_dir=str(tmp_path), epoch=0, iter=1, failing=False,
+                             save_checkpoint=save_checkpoint,
                              logger=MMLogger.get_instance(f'best-{patched}'),
                              message_hub=MessageHub.get_instance(f'best-{patched}'))
     hook = CheckpointHook(interval=1, by_epoch=False, save_best='acc', rule='greater')
     hook.before_train(runner)
-    save_best = CheckpointHook._save_best_checkpoint if patched else CheckpointHook._save_best_checkpoint.__wrapped__
+    save_best = (CheckpointHook._save_best_checkpoint if patched
+                 else CheckpointHook._save_best_checkpoint.__wrapped__)
     save_best(hook, runner, {'acc': 1.0})
     runner.iter, runner.failing = 2, True
     with pytest.raises(OSError, match='disk full'):
@@ -351,7 +368,8 @@ def test_a_failed_best_checkpoint_keeps_the_previous_best(tmp_path, patched):
     assert (tmp_path / 'best_acc_iter_1.pth').exists() == patched
     if patched:
         runner.iter, runner.failing = 3, False
-        hook.best_ckpt_path = str(tmp_path / 'best_acc_iter_1.pth')  # as a run resumed from its checkpoint knows it
+        # as a run resumed from its checkpoint knows it
+        hook.best_ckpt_path = str(tmp_path / 'best_acc_iter_1.pth')
         save_best(hook, runner, {'acc': 3.0})
         assert sorted(path.name for path in tmp_path.glob('best_*')) == ['best_acc_iter_3.pth']
 
@@ -370,13 +388,16 @@ def test_only_the_main_process_writes_the_test_metrics_file(tmp_path, rank, monk
     logged = []
     hook = LoggerHook()
     hook.json_log_path = 'run.json'
-    runner = SimpleNamespace(log_dir=str(tmp_path), test_dataloader=[0, 1], logger=SimpleNamespace(info=logged.append),
-                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: (
+    runner = SimpleNamespace(log_dir=str(tmp_path), test_dataloader=[0, 1],
+                             logger=SimpleNamespace(info=logged.append),
+                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args,
+                                                           **kwargs: (
                                  dict(mIoU=50.0), 'mIoU: 50.0000')))
     hook.after_test_epoch(runner, dict(mIoU=50.0))
     assert logged == ['mIoU: 50.0000']
     written = tmp_path / 'run.json'
-    assert (written.read_text() == '{"mIoU": 50.0}' if rank == 0 else not written.exists()), list(tmp_path.iterdir())
+    assert (written.read_text() == '{"mIoU": 50.0}' if rank == 0
+            else not written.exists()), list(tmp_path.iterdir())
 
 
 # what each patch's trigger (tests/patch_triggers.py) meets without the patch
@@ -386,7 +407,8 @@ FAILURES_WITHOUT = dict(
     allow_half_mmcv_ops_on_cpu='RuntimeError: expected scalar type Float but found BFloat16',
     register_torch_hardsigmoid="KeyError: 'Hardsigmoid is not in the mmengine::model registry",
     register_flop_handles='SDPA counted as 0 FLOPs',
-    count_dropped_annotations=f'error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
+    count_dropped_annotations='error: DroppedAnnotationsHook needs the patch '
+    'count_dropped_annotations, which '
                               f'{SKIP_VARIABLE} leaves out',
     name_undecodable_label_maps='UnidentifiedImageError without the path',
     write_checkpoints_atomically='a truncated file of',
@@ -403,17 +425,20 @@ FAILURES_WITHOUT = dict(
 def outcomes_without_patches(tmp_path_factory) -> dict:
     """Every trigger in a process that leaves every patch out."""
     env = dict(tool_env(), **{SKIP_VARIABLE: ','.join(patch.__name__ for patch in PATCHES)})
-    done = run_command([sys.executable, str(REPO / 'tests/patch_triggers.py'), str(tmp_path_factory.mktemp('stock'))],
+    done = run_command([sys.executable, str(REPO / 'tests/patch_triggers.py'),
+                        str(tmp_path_factory.mktemp('stock'))],
                        timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# The patches whose defect only some releases of the declared range have (docs/advanced/compat.md): where this
-# torch has it not, the trigger runs without the patch, and the test says so instead of failing
+# The patches whose defect only some releases of the declared range have (docs/advanced/compat.md):
+# where this torch has it not, the trigger runs without the patch, and the test says so instead of
+# failing
 TORCH = release(torch.__version__)
 DEFECT_WHERE = dict(
-    export_onnx_with_torchscript=('torch >= 2.9, whose torch.onnx.export defaults to dynamo', TORCH >= (2, 9)),
+    export_onnx_with_torchscript=('torch >= 2.9, whose torch.onnx.export defaults to dynamo',
+                                  TORCH >= (2, 9)),
     restore_onnx_cast_long=('torch >= 2.13, which removed _cast_Long', TORCH >= (2, 13)),
     import_torchvision_without_its_ops=("a CPU build of torch beside torchvision's CUDA wheel",
                                         torch.version.cuda is None))
@@ -425,9 +450,11 @@ def test_each_patch_is_still_needed(name, outcomes_without_patches, tmp_path):
     table says; patched (this process, with the patch applied), it does not."""
     if name in DEFECT_WHERE and not DEFECT_WHERE[name][1]:
         assert TRIGGERS[name](tmp_path) == 'ok'
-        pytest.skip(f'{name} fixes a defect of {DEFECT_WHERE[name][0]}; torch {torch.__version__} here has it not')
+        pytest.skip(f'{name} fixes a defect of {DEFECT_WHERE[name][0]}; torch {torch.__version__} '
+                    'here has it not')
     assert FAILURES_WITHOUT[name] in outcomes_without_patches[name], outcomes_without_patches[name]
-    mmvisattn.compat.apply(getattr(mmvisattn.compat, name))  # those applied on demand (the hook's, mmdeploy's)
+    # those applied on demand (the hook's, mmdeploy's)
+    mmvisattn.compat.apply(getattr(mmvisattn.compat, name))
     assert TRIGGERS[name](tmp_path) == 'ok'
 
 
@@ -436,10 +463,13 @@ def test_every_patch_has_a_trigger():
 
 
 def test_a_name_that_is_no_patch_is_one_line():
-    done = subprocess.run([sys.executable, '-c', 'import mmvisattn'], capture_output=True, text=True,
-                          env=dict(tool_env(), **{SKIP_VARIABLE: 'allow_runner_checkpoints, nope'}), timeout=300)
+    done = subprocess.run([sys.executable, '-c', 'import mmvisattn'], capture_output=True,
+                          text=True,
+                          env=dict(tool_env(), **{SKIP_VARIABLE: 'allow_runner_checkpoints, nope'}),
+                          timeout=300)
     assert done.returncode == 1 and done.stderr.strip().startswith(
-        f'error: {SKIP_VARIABLE} names nope, which are not patches; expected names among {PATCHES[0].__name__}, ')
+        f'error: {SKIP_VARIABLE} names nope, which are not patches; expected names among '
+        f'{PATCHES[0].__name__}, ')
 
 
 IMPORT_ONLY = """
@@ -450,22 +480,24 @@ from mmcv.ops import RoIAlign
 import mmvisattn
 from mmvisattn.compat import apply_tool_patches, patches_line
 print(json.dumps(dict(line=patches_line(), altered=[
-    name for name, altered in (('config lookups', getattr(config_utils.load, 'remembered', False)),
-                               ('CocoDataset', getattr(CocoDataset.parse_data_info, 'counts_drops', False)),
-                               ('RoIAlign', getattr(RoIAlign.forward, 'float32_on_cpu', False))) if altered])))
+    name for name, altered in (
+        ('config lookups', getattr(config_utils.load, 'remembered', False)),
+        ('CocoDataset', getattr(CocoDataset.parse_data_info, 'counts_drops', False)),
+        ('RoIAlign', getattr(RoIAlign.forward, 'float32_on_cpu', False))) if altered])))
 apply_tool_patches()
 print(json.dumps(dict(line=patches_line())))
 """
 
 
 def test_import_applies_fixes_and_additions_only():
-    """``import mmvisattn`` in a fresh process applies :data:`FIXES` and :data:`ADDITIONS`, and none of the
-    tools' conveniences (which the line of a run names once the tools apply them)."""
-    done = subprocess.run([sys.executable, '-c', IMPORT_ONLY], capture_output=True, text=True, env=tool_env(),
-                          timeout=300)
+    """``import mmvisattn`` in a fresh process applies :data:`FIXES` and :data:`ADDITIONS`, and none
+    of the tools' conveniences (which the line of a run names once the tools apply them)."""
+    done = subprocess.run([sys.executable, '-c', IMPORT_ONLY], capture_output=True, text=True,
+                          env=tool_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     on_import, with_tools = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     names = [patch.__name__ for patch in FIXES + ADDITIONS]
-    assert on_import == dict(line=f'mmvisattn patched the pinned stack: {", ".join(names)}', altered=[])
+    assert on_import == dict(line=f'mmvisattn patched the pinned stack: {", ".join(names)}',
+                             altered=[])
     names += [patch.__name__ for patch in TOOL_PATCHES]
     assert with_tools['line'] == f'mmvisattn patched the pinned stack: {", ".join(names)}'

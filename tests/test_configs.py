@@ -20,7 +20,8 @@ CONFIGS = MODEL_CONFIGS
 BASES = sorted((REPO / 'configs' / '_base_').rglob('*.py'))
 
 
-# the test batch: the smallest images every config's strides and windows take (64 = 2 tokens at stride 32)
+# the test batch: the smallest images every config's strides and windows take (64 = 2 tokens at
+# stride 32)
 DETECTION_SIZE, SEGMENTATION_SIZE, CLASSIFICATION_SIZE = (64, 96), (64, 64), (64, 64)
 
 
@@ -30,7 +31,8 @@ def detection_batch(size=DETECTION_SIZE, num_classes=3, with_mask=False):
     from mmengine.structures import InstanceData
     samples = []
     for i in range(2):
-        instances = InstanceData(bboxes=torch.tensor([[5.0, 7.0, 33.0, 40.0], [40.0, 13.0, 60.0, 47.0]]),
+        instances = InstanceData(bboxes=torch.tensor([[5.0, 7.0, 33.0, 40.0],
+                                                      [40.0, 13.0, 60.0, 47.0]]),
                                  labels=torch.tensor([i % num_classes, (i + 1) % num_classes]))
         if with_mask:
             masks = torch.zeros(2, *size, dtype=torch.uint8)
@@ -38,7 +40,8 @@ def detection_batch(size=DETECTION_SIZE, num_classes=3, with_mask=False):
             masks[1, 13:47, 40:60] = 1
             instances.masks = BitmapMasks(masks.numpy(), *size)
         samples.append(DetDataSample(gt_instances=instances, metainfo=dict(
-            img_shape=size, ori_shape=size, pad_shape=size, batch_input_shape=size, scale_factor=(1.0, 1.0))))
+            img_shape=size, ori_shape=size, pad_shape=size, batch_input_shape=size,
+            scale_factor=(1.0, 1.0))))
     return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
                 data_samples=samples)
 
@@ -47,14 +50,19 @@ def segmentation_batch(size=SEGMENTATION_SIZE, num_classes=4):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
     samples = [SegDataSample(gt_sem_seg=PixelData(data=torch.randint(0, num_classes, (1, *size))),
-                             metainfo=dict(img_shape=size, ori_shape=size, pad_shape=size)) for _ in range(2)]
+                             metainfo=dict(img_shape=size, ori_shape=size,
+                                           pad_shape=size)) for _ in range(2)]
     return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
                 data_samples=samples)
 
 
 def classification_batch(size=CLASSIFICATION_SIZE, num_classes=1000):
     from mmpretrain.structures import DataSample
-    samples = [DataSample(metainfo=dict(img_shape=size)).set_gt_label(7 * i % num_classes) for i in range(2)]
+
+    samples = [
+        DataSample(metainfo=dict(img_shape=size)).set_gt_label(7 * i % num_classes)
+        for i in range(2)
+    ]
     return dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for _ in range(2)],
                 data_samples=samples)
 
@@ -65,7 +73,8 @@ def without_unavailable_weights(cfg: Config) -> Config:
     backbone = cfg.model.get('backbone', {})
     init_cfg = backbone.get('init_cfg') or {}
     if init_cfg.get('type') == 'Pretrained':
-        assert init_cfg['checkpoint'].startswith(('pretrain/', 'torchvision://', 'https://')), init_cfg
+        assert init_cfg['checkpoint'].startswith(('pretrain/', 'torchvision://',
+                                                  'https://')), init_cfg
         if not Path(init_cfg['checkpoint']).exists():
             backbone.init_cfg = None
     return cfg
@@ -77,10 +86,13 @@ def model_and_batch(path: Path):
     assert cfg.default_scope in ('mmdet', 'mmseg', 'mmpretrain')
     init_default_scope(cfg.default_scope)
     with_data_preprocessor(cfg)
-    if cfg.model.get('data_preprocessor', {}).get('size'):  # pad the small test batch, not to the crop size
-        cfg.model.data_preprocessor.size = DETECTION_SIZE if cfg.default_scope == 'mmdet' else SEGMENTATION_SIZE
+    # pad the small test batch, not to the crop size
+    if cfg.model.get('data_preprocessor', {}).get('size'):
+        cfg.model.data_preprocessor.size = (DETECTION_SIZE if cfg.default_scope == 'mmdet'
+                                            else SEGMENTATION_SIZE)
     if cfg.model.get('data_preprocessor', {}).get('batch_augments'):
-        cfg.model.data_preprocessor.batch_augments = None  # no multi-scale resize of the small test batch
+        # no multi-scale resize of the small test batch
+        cfg.model.data_preprocessor.batch_augments = None
     if cfg.default_scope == 'mmdet':
         batch = detection_batch(num_classes=cfg.model.get('bbox_head', {}).get('num_classes', 3),
                                 with_mask=bool(cfg.model.get('roi_head', {}).get('mask_head')))
@@ -93,10 +105,12 @@ def model_and_batch(path: Path):
     return model.train(), batch
 
 
-# model keys a loss step on the test batch does not see: the rate of the stochastic depth (the same code
-# at another probability, e.g. ViL's 1x and 3x schedules) and the pretrained weights (absent here)
+# model keys a loss step on the test batch does not see: the rate of the stochastic depth (the same
+# code at another probability, e.g. ViL's 1x and 3x schedules) and the pretrained weights (absent
+# here)
 UNSEEN_BY_A_STEP = ('drop_path_rate', 'init_cfg')
-# the data preprocessor's keys that model_and_batch replaces (the input sizes of PicoDet's 320/416/640)
+# the data preprocessor's keys that model_and_batch replaces (the input sizes of PicoDet's
+# 320/416/640)
 REPLACED_BY_THE_TEST = ('size', 'batch_augments')
 
 
@@ -115,7 +129,8 @@ def model_structure(path: Path) -> str:
 
 
 def same_structures(paths: List[Path]) -> Dict[str, List[Path]]:
-    """``{structure: configs}`` in the order of ``paths``: the first config of each group takes the step."""
+    """``{structure: configs}`` in the order of ``paths``: the first config of each group takes the
+    step."""
     groups: Dict[str, List[Path]] = {}
     for path in paths:
         groups.setdefault(model_structure(path), []).append(path)
@@ -132,8 +147,8 @@ def group_id(group: List[Path]) -> str:
 
 def test_grouped_configs_differ_from_their_first_only_in_what_a_step_does_not_see():
     """The grouping is not a loophole: every config belongs to exactly one group, within a group the
-    models are equal once those keys go, and a group holds one model name (its first two fields, e.g.
-    ``mask-rcnn_vil-small``) at several schedules or input sizes."""
+    models are equal once those keys go, and a group holds one model name (its first two fields,
+    e.g. ``mask-rcnn_vil-small``) at several schedules or input sizes."""
     assert sorted(path for group in STEP_GROUPS for path in group) == CONFIGS
     for group in STEP_GROUPS:
         assert len({model_structure(path) for path in group}) == 1
@@ -159,17 +174,22 @@ def test_demo_config_trains_under_cpu_amp(path: Path):
     from mmengine.optim import build_optim_wrapper
     torch.manual_seed(0)
     model, batch = model_and_batch(path)
-    wrapper = build_optim_wrapper(model, dict(type='CPUAmpOptimWrapper', optimizer=dict(type='AdamW', lr=1e-4)))
+    wrapper = build_optim_wrapper(model, dict(type='CPUAmpOptimWrapper',
+                                              optimizer=dict(type='AdamW', lr=1e-4)))
     for _ in range(2):
         log_vars = model.train_step(batch, wrapper)
-        assert all(torch.isfinite(torch.as_tensor(value)).all() for value in log_vars.values()), log_vars
+        assert all(torch.isfinite(torch.as_tensor(value)).all() for value in log_vars.values()), (
+            log_vars
+        )
 
 
 @pytest.mark.parametrize('path', BASES, ids=lambda p: str(p.relative_to(REPO / 'configs')))
 def test_base_configs_parse(path: Path):
     cfg = Config.fromfile(path)
-    roots = [cfg[name].dataset.get('data_root') for name in ('train_dataloader', 'test_dataloader') if name in cfg]
-    expected_roots = {'coco': 'data/coco/', 'cityscapes': 'data/cityscapes/', 'ade20k': 'data/ade/ADEChallengeData2016'}
+    roots = [cfg[name].dataset.get('data_root') for name in ('train_dataloader', 'test_dataloader')
+             if name in cfg]
+    expected_roots = {'coco': 'data/coco/', 'cityscapes': 'data/cityscapes/',
+                      'ade20k': 'data/ade/ADEChallengeData2016'}
     if 'datasets' in path.parts and not path.name.startswith('demo_'):
         expected = expected_roots[next(k for k in expected_roots if k in path.name)]
         assert roots and all(root == expected for root in roots)
@@ -188,8 +208,8 @@ def test_config_folders_document_every_config(folder: Path):
 
 
 def test_demo_configs_log_the_loss_in_a_short_run():
-    """A run of a few tens of iterations (the tests', a first try) shows the loss: the shapes configs
-    log at least every 10 iterations."""
+    """A run of a few tens of iterations (the tests', a first try) shows the loss: the shapes
+    configs log at least every 10 iterations."""
     intervals = {path.name: Config.fromfile(path).default_hooks.logger.interval for path in CONFIGS
                  if 'shapes' in path.name}
     assert intervals and max(intervals.values()) <= 10, intervals

@@ -36,10 +36,12 @@ def test_readme_inference_lines_run_on_cpu(tmp_path):
     guide = (REPO / 'docs/user_guides/inference.md').read_text()
     example = re.search(r'```python\n(.*?)```', guide, re.S).group(1)
     for config, weights in re.findall(r"'(configs/[^']+\.py)',\s*'([^']+\.pth)'", example):
-        model = build_from_config(str(REPO / config))  # saved as a Runner saves it (mmseg reads 'meta')
+        # saved as a Runner saves it (mmseg reads 'meta')
+        model = build_from_config(str(REPO / config))
         torch.save({'meta': {}, 'state_dict': model.state_dict()}, tmp_path / weights)
     for image in set(re.findall(r"'(\w+\.(?:jpg|png))'", example)):
-        cv2.imwrite(str(tmp_path / image), np.random.default_rng(0).integers(0, 255, (96, 128, 3), np.uint8))
+        cv2.imwrite(str(tmp_path / image),
+                    np.random.default_rng(0).integers(0, 255, (96, 128, 3), np.uint8))
     (tmp_path / 'configs').symlink_to(REPO / 'configs')
     done = run_command([sys.executable, '-c', example], timeout=600, cwd=tmp_path, env=tool_env())
     assert done.returncode == 0, done.stderr[-4000:]

@@ -14,7 +14,8 @@ from mmvisattn.registry import ATTENTIONS, register_model
 def test_attentions_is_a_child_of_models():
     assert ATTENTIONS.parent is MMENGINE_MODELS
     assert ATTENTIONS.scope == 'mmvisattn'
-    assert {'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention'} <= set(ATTENTIONS.module_dict)
+    assert {'SoftmaxAttention', 'LinearAttention',
+            'SpatialReductionAttention'} <= set(ATTENTIONS.module_dict)
 
 
 def test_register_model_reaches_both_scopes():
@@ -40,7 +41,8 @@ def test_custom_imports_registers_attentions(tmp_path):
         "assert 'mmvisattn' in sys.modules\n"
         'from mmvisattn.registry import ATTENTIONS\n'
         "print(sorted(ATTENTIONS.module_dict))\n")
-    out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                         check=True).stdout
     assert 'SoftmaxAttention' in out
 
 
@@ -48,11 +50,15 @@ def test_optional_settings_reach_only_attentions_that_take_them():
     """A backbone offers its stage settings to any attention without knowing its type."""
     from mmvisattn.registry import attention_accepts, build_attention
     stage = dict(window=3, sr_ratio=2)
-    softmax = build_attention(dict(type='SoftmaxAttention'), stage, num_extra_tokens=1, embed_dims=8, num_heads=2)
-    assert not attention_accepts(dict(type='SoftmaxAttention'), 'window') and softmax.num_extra_tokens == 1
+    softmax = build_attention(dict(type='SoftmaxAttention'), stage, num_extra_tokens=1,
+                              embed_dims=8, num_heads=2)
+    assert not attention_accepts(dict(type='SoftmaxAttention'),
+                                 'window') and softmax.num_extra_tokens == 1
     longformer = build_attention(dict(type='LongformerAttention'), stage, embed_dims=8, num_heads=2)
     assert (longformer.window, longformer.num_extra_tokens) == (3, 0)
-    reduced = build_attention(dict(type='SpatialReductionAttention'), stage, embed_dims=8, num_heads=2)
+    reduced = build_attention(dict(type='SpatialReductionAttention'), stage, embed_dims=8,
+                              num_heads=2)
     assert reduced.sr_ratio == 2
-    own = build_attention(dict(type='LongformerAttention', window=5), stage, embed_dims=8, num_heads=2)
+    own = build_attention(dict(type='LongformerAttention', window=5), stage, embed_dims=8,
+                          num_heads=2)
     assert own.window == 5  # the config wins over the offer

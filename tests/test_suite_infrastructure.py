@@ -31,7 +31,8 @@ def forked(tmp_path, *args, env=None, timeout=60):
     script.write_text(PROBE)
     env = env or tool_env()
     assert TOOLS.serves(env)
-    return run_command([sys.executable, str(script), *map(str, args)], timeout, forked=True, cwd=tmp_path, env=env)
+    return run_command([sys.executable, str(script), *map(str, args)], timeout, forked=True,
+                       cwd=tmp_path, env=env)
 
 
 @forking
@@ -77,11 +78,19 @@ def test_the_durations_record(tmp_path):
             pass
         '''))
     record = tmp_path / 'out' / 'durations.json'
-    done = run_command([sys.executable, '-m', 'pytest', '-p', 'tests.durations_record', '-p', 'no:cacheprovider',
-                        str(tmp_path / 'test_two.py'), '--record-durations', str(record)], 120, cwd=tmp_path,
-                       env=dict(tool_env(), PYTHONPATH=str(REPO)))
+    done = run_command([sys.executable, '-m', 'pytest', '-p', 'tests.durations_record', '-p',
+                        'no:cacheprovider',
+                        str(tmp_path / 'test_two.py'), '--record-durations', str(record)], 120,
+                       cwd=tmp_path, env=dict(tool_env(), PYTHONPATH=str(REPO)))
     assert done.returncode == 0, done.stdout[-2000:]
     written = json.loads(record.read_text())
-    assert written['kind'] == 'tests' and written['outcomes'] == {'passed': 2} and written['tests'] == 2
-    assert written['slowest'][0]['test'].endswith('test_two.py::test_slow') and written['slowest'][0]['seconds'] >= 0.3
+    assert (
+        written['kind'] == 'tests'
+        and written['outcomes'] == {'passed': 2}
+        and written['tests'] == 2
+    )
+    assert (
+        written['slowest'][0]['test'].endswith('test_two.py::test_slow')
+        and written['slowest'][0]['seconds'] >= 0.3
+    )
     assert written['machine']['cores'] >= 1 and written['wall_s'] > 0 and 'commit' in written

@@ -1,5 +1,6 @@
 """Train a model from a config, as the stock ``tools/train.py`` of mmdet, mmseg and mmpretrain do
-(``dist_train.sh`` and ``slurm_train.sh`` run it too; ``mim train mmvisattn CONFIG`` runs this file):
+(``dist_train.sh`` and ``slurm_train.sh`` run it too; ``mim train mmvisattn CONFIG`` runs this
+file):
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] ...
 

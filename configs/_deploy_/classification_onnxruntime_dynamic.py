@@ -1,5 +1,7 @@
-# mmdeploy deploy config of the project's classifiers on ONNX Runtime with dynamic shapes: mmdeploy 1.3.1's
-# configs/mmpretrain/classification_onnxruntime_dynamic.py with the project's deploy support. Models whose
-# attention is traced for one map size (ViL, DeiT-Ripple, PerViT) refuse it in one line: use the static config.
+# mmdeploy deploy config of the project's classifiers on ONNX Runtime with dynamic shapes: mmdeploy
+# 1.3.1's configs/mmpretrain/classification_onnxruntime_dynamic.py with the project's deploy
+# support. Models whose attention is traced for one map size (ViL, DeiT-Ripple, PerViT) refuse it in
+# one line: use the static config.
 _base_ = ['./classification_onnxruntime_static.py']
-onnx_config = dict(dynamic_axes=dict(input={0: 'batch', 2: 'height', 3: 'width'}, output={0: 'batch'}))
+onnx_config = dict(dynamic_axes=dict(input={0: 'batch', 2: 'height', 3: 'width'},
+                                     output={0: 'batch'}))

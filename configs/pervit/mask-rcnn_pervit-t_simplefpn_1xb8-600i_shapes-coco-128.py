@@ -6,21 +6,21 @@
 # per bin (stock: adaptive), 128 RoIs are sampled per image (at most 3 shapes each) out of 300
 # proposals, and the box head's FCs have 512 units.
 _base_ = [
-    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
-    '../_base_/datasets/demo_shapes_coco_instance.py',
-    '../_base_/det_runtime.py',
-    '../_base_/schedules/demo_600i.py',
+    'mmdet::_base_/models/mask-rcnn_r50_fpn.py', '../_base_/datasets/demo_shapes_coco_instance.py',
+    '../_base_/det_runtime.py', '../_base_/schedules/demo_600i.py',
 ]
 
 width = 128
 norm_cfg = dict(type='GN', num_groups=32)
 roi_extractor = dict(out_channels=width, roi_layer=dict(sampling_ratio=2))
 model = dict(
-    backbone=dict(_delete_=True, type='PerViT', arch='tiny', out_indices=(0, 1, 2, 3), init_cfg=None),
+    backbone=dict(_delete_=True, type='PerViT', arch='tiny', out_indices=(0, 1, 2, 3),
+                  init_cfg=None),
     neck=[
-        dict(type='ChannelMapper', in_channels=[192, 224, 280, 280], out_channels=width, kernel_size=1,
-             act_cfg=None, norm_cfg=norm_cfg),
-        dict(type='mmseg.Feature2Pyramid', embed_dim=width, rescales=[4, 2, 1, 0.5], norm_cfg=norm_cfg),
+        dict(type='ChannelMapper', in_channels=[192, 224, 280, 280], out_channels=width,
+             kernel_size=1, act_cfg=None, norm_cfg=norm_cfg),
+        dict(type='mmseg.Feature2Pyramid', embed_dim=width, rescales=[4, 2, 1, 0.5],
+             norm_cfg=norm_cfg),
         dict(type='FPN', in_channels=[width] * 4, out_channels=width, num_outs=5),
     ],
     rpn_head=dict(in_channels=width, feat_channels=width),
@@ -32,7 +32,8 @@ model = dict(
     train_cfg=dict(rpn_proposal=dict(max_per_img=300), rcnn=dict(sampler=dict(num=128))),
     test_cfg=dict(rpn=dict(max_per_img=300), rcnn=dict(max_per_img=20)))
 
-# lr 2e-4, a fifth of the other demos': the rate its figures in configs/pervit/README.md were measured at
+# lr 2e-4, a fifth of the other demos': the rate its figures in configs/pervit/README.md were
+# measured at
 optim_wrapper = dict(
     optimizer=dict(lr=2e-4),
     paramwise_cfg=dict(norm_decay_mult=0.0, custom_keys={'rpe_proj': dict(decay_mult=0.0),

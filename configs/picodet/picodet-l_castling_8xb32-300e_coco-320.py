@@ -4,5 +4,6 @@
 # a key of default_hooks so that it merges with the inherited hooks instead of replacing the EMA.
 _base_ = './picodet-l_esnet_8xb32-300e_coco-320.py'
 
-model = dict(backbone=dict(_delete_=True, type='CastlingLeViT', arch='l'), neck=dict(in_channels=[80, 160, 320]))
+model = dict(backbone=dict(_delete_=True, type='CastlingLeViT', arch='l'),
+             neck=dict(in_channels=[80, 160, 320]))
 default_hooks = dict(castling=dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75))

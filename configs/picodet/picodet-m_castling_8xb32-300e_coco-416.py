@@ -4,5 +4,6 @@
 # a key of default_hooks so that it merges with the inherited hooks instead of replacing the EMA.
 _base_ = './picodet-m_esnet_8xb32-300e_coco-416.py'
 
-model = dict(backbone=dict(_delete_=True, type='CastlingLeViT', arch='m'), neck=dict(in_channels=[64, 128, 256]))
+model = dict(backbone=dict(_delete_=True, type='CastlingLeViT', arch='m'),
+             neck=dict(in_channels=[64, 128, 256]))
 default_hooks = dict(castling=dict(type='CastlingScheduleHook', fade_start=0.5, fade_end=0.75))

@@ -1,6 +1,7 @@
 # SegFormer-B0-RWGKA on ADE20K 512x512: the stock mmseg SegFormer ADE20K recipe (AdamW 6e-5,
 # poly power 1.0, 160k iterations, batch 8x2) with RWGK attention in every block.
-_base_ = ['mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py', '../_base_/safeguard_hooks.py']
+_base_ = ['mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py',
+          '../_base_/safeguard_hooks.py']
 
 custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)
 model = dict(

@@ -3,10 +3,9 @@ _base_ = './segformer_mit-b0-rwgka_8xb1-160k_cityscapes-1024x1024.py'
 
 # the ImageNet MiT-B2 weights stock mmseg's B2 SegFormer configs start from, converted
 # while loading (the RWGK anchors stay newly initialised)
-checkpoint = 'https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segformer/mit_b2_20220624-66e8bf70.pth'  # noqa
+checkpoint = ('https://download.openmmlab.com/mmsegmentation/v0.5/pretrain/segformer/mit_b2_20220624-66e8bf70.pth')  # noqa
 model = dict(
     backbone=dict(
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint),
-        embed_dims=64,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint), embed_dims=64,
         num_layers=[3, 4, 6, 3]),
     decode_head=dict(in_channels=[64, 128, 320, 512]))

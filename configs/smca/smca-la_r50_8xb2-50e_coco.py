@@ -1,9 +1,11 @@
 # SMCA-LA (arXiv:2110.02453, Table 3: 41.7M, 79 GFLOPs, 39.1 AP at 50 epochs): SMCA whose encoder
 # self-attention is linearized attention with ripple attention's feature map (trigonometric
-# random-feature layer with learnable Gaussian-initialised W1, then a fully connected layer and ReLU).
+# random-feature layer with learnable Gaussian-initialised W1, then a fully connected layer and
+# ReLU).
 _base_ = './smca_r50_8xb2-50e_coco.py'
 
 # The encoder's dropout (0.1) still applies to the attention output; attention-weight dropout
 # does not exist in the linear form (the weights are never formed), so it is 0, said explicitly
 # (the module refuses a non-zero value rather than ignore it).
-model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, type='RippleLinearAttention', attn_drop=0.0))))
+model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, type='RippleLinearAttention',
+                                                       attn_drop=0.0))))

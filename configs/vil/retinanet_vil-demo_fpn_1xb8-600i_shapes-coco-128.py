@@ -9,17 +9,15 @@ _base_ = '../demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='ViL',
+        _delete_=True, type='ViL',
         arch=dict(embed_dims=(32, 64, 128, 256), depths=(1, 1, 3, 1), num_heads=(1, 2, 4, 8),
                   patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0)),
-        drop_path_rate=0.0,
-        out_indices=(1, 2, 3)),
-    neck=dict(in_channels=[64, 128, 256], out_channels=128, start_level=0, add_extra_convs='on_input', num_outs=5),
+        drop_path_rate=0.0, out_indices=(1, 2, 3)),
+    neck=dict(in_channels=[64, 128, 256], out_channels=128, start_level=0,
+              add_extra_convs='on_input', num_outs=5),
     bbox_head=dict(in_channels=128, feat_channels=128))
 
 optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'norm': dict(decay_mult=0.0),
-    'cls_token': dict(decay_mult=0.0),
+    'norm': dict(decay_mult=0.0), 'cls_token': dict(decay_mult=0.0),
     'relative_position': dict(decay_mult=0.0),
 }))

@@ -1,19 +1,20 @@
 """Records rendered from committed JSON when the docs are built. A page that holds the line
 ``<!-- records: tests -->`` gets, in its place, the tables of the newest record under
-``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped with
-its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of each
-GPU under ``docs/records/gpu/`` (:func:`lab.records.tables`); ``<!-- records: bench -->``
+``docs/records/tests/`` (what ``make test`` writes to ``work_dirs/tests/durations.json``), stamped
+with its machine, date and commit; ``<!-- records: gpu -->`` gets the tables of the newest record of
+each GPU under ``docs/records/gpu/`` (:func:`lab.records.tables`); ``<!-- records: bench -->``
 the side-by-side benchmark's tables from the records under ``docs/records/bench/`` (``make bench``),
 ``<!-- records: bench_models -->`` the model pairs' from those under ``docs/records/bench_models/``
 (``make bench-models``) and ``<!-- records: bench_models FAMILY -->`` those of one family's pairs;
 ``<!-- records: bench_deploy -->`` the newest run through mmdeploy's tools (``make bench-deploy``);
-``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins (``make bench-demos``);
-``<!-- records: arena FOLDER -->`` the attention arena's table and plots of the newest record under
-``docs/records/arena/`` of each config of ``configs/FOLDER/`` (``compare_attentions.py --record-dir``);
-``<!-- records: demo_spread [FOLDER|CONFIG] -->`` the runs of each demo's newest spread record (``make demo-spread``)
-of ``configs/FOLDER/``, or of the config named by its file name without ``.py``.
-Each op, model group or pair comes from the newest record that measured it (a run may measure some:
-``--cases``, ``--pairs``), under that record's stamp. Nothing generated is committed as text."""
+``<!-- records: bench_demos -->`` the demos' images per second beside their stock twins
+(``make bench-demos``); ``<!-- records: arena FOLDER -->`` the attention arena's table and plots of
+the newest record under ``docs/records/arena/`` of each config of ``configs/FOLDER/``
+(``compare_attentions.py --record-dir``); ``<!-- records: demo_spread [FOLDER|CONFIG] -->`` the runs
+of each demo's newest spread record (``make demo-spread``) of ``configs/FOLDER/``, or of the config
+named by its file name without ``.py``. Each op, model group or pair comes from the newest record
+that measured it (a run may measure some: ``--cases``, ``--pairs``), under that record's stamp.
+Nothing generated is committed as text."""
 import json
 import re
 from pathlib import Path
@@ -41,10 +42,12 @@ def tests_tables(record: dict) -> str:
     torch = f', torch {machine["torch"]}' if 'torch' in machine else ''
     lines: List[str] = [
         f'Newest record: {record["date"]}, commit `{record["commit"]}`'
-        f'{" (with uncommitted changes)" if record["dirty"] else ""}, {machine["cpu"]} with {machine["cores"]} cores, '
+        f'{" (with uncommitted changes)" if record["dirty"] else ""}, {machine["cpu"]} with '
+        f'{machine["cores"]} cores, '
         f'Python {machine["python"]}{torch}, {record["workers"]} workers.', '',
         '| wall time | tests | outcomes | test-seconds |', '|---|---|---|---|',
-        f'| {record["wall_s"]:.0f} s | {record["tests"]} | {outcomes} | {record["test_seconds"]:.0f} s |', '',
+        f'| {record["wall_s"]:.0f} s | {record["tests"]} | {outcomes} | '
+        f'{record["test_seconds"]:.0f} s |', '',
         '## The slowest tests', '', '| test | seconds |', '|---|---|']
     lines += [f'| `{row["test"]}` | {row["seconds"]:.1f} |' for row in record['slowest']]
     if record.get('skipped'):  # kept since the oldest torch's suite
@@ -64,29 +67,33 @@ def gpu_tables() -> str:
 
 def by_newest_record(records: List[dict], keys: List, held) -> Tuple[List[Tuple[dict, List]], List]:
     """``keys`` shared out to the newest record that holds each (``records`` the newest first,
-    ``held(record)`` the keys it measured): each record with its keys, the newest first, and the keys
-    no record holds."""
-    owner = {key: next((i for i, record in enumerate(records) if key in held(record)), None) for key in keys}
+    ``held(record)`` the keys it measured): each record with its keys, the newest first, and the
+    keys no record holds."""
+    owner = {key: next((i for i, record in enumerate(records) if key in held(record)),
+                       None) for key in keys}
     groups = [(records[i], [key for key in keys if owner[key] == i])
               for i in sorted({i for i in owner.values() if i is not None})]
     return groups, [key for key in keys if owner[key] is None]
 
 
 def bench_tables(_: Optional[str]) -> str:
-    """The side-by-side tables, each op and model group from the newest record that measured it (a run
-    may measure some: ``--cases``)."""
+    """The side-by-side tables, each op and model group from the newest record that measured it (a
+    run may measure some: ``--cases``)."""
     from lab.bench.cases import MODEL_GROUPS, OP_CASES
     from lab.bench.suite import tables
     from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench')
     if not records:
         raise FileNotFoundError(f'no record under {RECORDS / "bench"}: make bench writes one')
-    keys = [('ops', str(i)) for i in range(len(OP_CASES))] + [('models', str(i)) for i in range(len(MODEL_GROUPS))]
+    keys = [('ops',
+             str(i)) for i in range(len(OP_CASES))] + [('models',
+                                                        str(i)) for i in range(len(MODEL_GROUPS))]
     groups, _ = by_newest_record(records, keys, lambda record: {
         (part, index) for part in ('ops', 'models') for index in record['results'][part]})
     lines = []
     for record, held in groups:
-        mine = {part: {index: record['results'][part][index] for kind, index in held if kind == part}
+        mine = {part: {index: record['results'][part][index] for kind,
+                       index in held if kind == part}
                 for part in ('ops', 'models')}
         lines += [cpu_stamp(record), '', tables(mine), '']
     return '\n'.join(lines)
@@ -104,7 +111,8 @@ def bench_models_tables(family: Optional[str]) -> str:
     lines = []
     for record, keys in groups:
         results = record['results']
-        lines += [cpu_stamp(record), '', tables({key: results['pairs'][key] for key in keys}, results['batch'],
+        lines += [cpu_stamp(record), '',
+                  tables({key: results['pairs'][key] for key in keys}, results['batch'],
                                                 results['threads'])]
     if missing:
         lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
@@ -112,33 +120,38 @@ def bench_models_tables(family: Optional[str]) -> str:
 
 
 def bench_deploy_tables(_: Optional[str]) -> str:
-    """Every family through mmdeploy's tools and the deployed latencies, each case and pair from the newest
-    record that measured it (a run may measure some: ``--cases``, ``--latency``)."""
+    """Every family through mmdeploy's tools and the deployed latencies, each case and pair from the
+    newest record that measured it (a run may measure some: ``--cases``, ``--latency``)."""
     from lab.deploy_benchmark import CASES, LATENCY_PAIRS, case_table, latency_table
     from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench_deploy')
     if not records:
-        raise FileNotFoundError(f'no record under {RECORDS / "bench_deploy"}: make bench-deploy writes one')
+        raise FileNotFoundError(f'no record under {RECORDS / "bench_deploy"}: make bench-deploy '
+                                'writes one')
     lines = []
-    for part, keys, table in (('cases', list(CASES), case_table), ('latency', list(LATENCY_PAIRS), latency_table)):
-        groups, missing = by_newest_record(records, keys, lambda record: record['results'][part])  # noqa: B023
+    for part, keys, table in (('cases', list(CASES), case_table),
+                              ('latency', list(LATENCY_PAIRS), latency_table)):
+        groups, missing = by_newest_record(records, keys,
+                                           lambda record: record['results'][part])  # noqa: B023
         for record, held in groups:
-            lines += [cpu_stamp(record), '', table({key: record['results'][part][key] for key in held}), '']
+            lines += [cpu_stamp(record), '',
+                      table({key: record['results'][part][key] for key in held}), '']
         if missing:
             lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
     return '\n'.join(lines)
 
 
 def bench_demos_tables(_: Optional[str]) -> str:
-    """The demos beside their stock twins, each pair from the newest record that measured it (a run may
-    measure some: ``--pairs``)."""
+    """The demos beside their stock twins, each pair from the newest record that measured it (a run
+    may measure some: ``--pairs``)."""
     from lab.bench.demo_fps import PAIRS, table
     from lab.records import cpu_records, cpu_stamp
     groups, missing = by_newest_record(cpu_records(RECORDS / 'bench_demos'), list(PAIRS),
                                        lambda record: record['results']['pairs'])
     lines = []
     for record, keys in groups:
-        results = dict(record['results'], pairs={key: record['results']['pairs'][key] for key in keys})
+        results = dict(record['results'],
+                       pairs={key: record['results']['pairs'][key] for key in keys})
         lines += [cpu_stamp(record), '', table(results)]
     if missing:
         lines.append(f'Not measured in any record yet: {", ".join(missing)}.\n')
@@ -146,7 +159,8 @@ def bench_demos_tables(_: Optional[str]) -> str:
 
 
 def arena_tables(folder: Optional[str]) -> str:
-    """The attention arena of each config of ``configs/<folder>/``: the newest record's table and plots."""
+    """The attention arena of each config of ``configs/<folder>/``: the newest record's table and
+    plots."""
     from lab.records import cpu_records, cpu_stamp
     from mmvisattn.analysis.compare_attentions import table
     newest_of: Dict[str, dict] = {}
@@ -155,18 +169,20 @@ def arena_tables(folder: Optional[str]) -> str:
         if Path(config).parent.name == folder:
             newest_of.setdefault(config, record)
     if not newest_of:
-        raise FileNotFoundError(f'no arena record of a config of configs/{folder}/ under {RECORDS / "arena"}')
+        raise FileNotFoundError(f'no arena record of a config of configs/{folder}/ under '
+                                f'{RECORDS / "arena"}')
     lines = []
     for record in newest_of.values():
         stem = record['name'][:-len('.json')]
-        lines += [cpu_stamp(record), '', table(record['results']), f'![cost](/records/arena/{stem}_cost.png)',
+        lines += [cpu_stamp(record), '', table(record['results']),
+                  f'![cost](/records/arena/{stem}_cost.png)',
                   f'![metric against cost](/records/arena/{stem}_metric.png)', '']
     return '\n'.join(lines)
 
 
 def demo_spread_tables(folder: Optional[str]) -> str:
-    """The spread of each demo of ``configs/<folder>/``, or of the config of that name (every demo's without
-    one): the newest record's runs."""
+    """The spread of each demo of ``configs/<folder>/``, or of the config of that name (every demo's
+    without one): the newest record's runs."""
     from lab.records import cpu_records, cpu_stamp
     from mmvisattn.analysis.demo_spread import table
     newest_of: Dict[str, dict] = {}
@@ -175,7 +191,8 @@ def demo_spread_tables(folder: Optional[str]) -> str:
         if folder is None or folder in (Path(config).parent.name, Path(config).stem):
             newest_of.setdefault(config, record)
     if not newest_of:
-        raise FileNotFoundError(f'no demo_spread record of configs/{folder or "*"}/ under {RECORDS / "demo_spread"}')
+        raise FileNotFoundError(f'no demo_spread record of configs/{folder or "*"}/ under '
+                                f'{RECORDS / "demo_spread"}')
     lines = []
     for config, record in newest_of.items():
         lines += [f'`{config}`: {cpu_stamp(record)}', '', table(record['results']), '']
@@ -184,15 +201,11 @@ def demo_spread_tables(folder: Optional[str]) -> str:
 
 MARKS: Dict[str, Callable[[Optional[str]], str]] = {
     'tests': lambda _: tests_tables(newest('tests')),
-    'tests_oldest': lambda _: tests_tables(newest('tests_oldest')) if list((RECORDS / 'tests_oldest').glob('*.json'))
-    else 'No record yet: `make test-oldest` writes one.\n',
-    'gpu': lambda _: gpu_tables(),
-    'bench': bench_tables,
-    'bench_models': bench_models_tables,
-    'bench_deploy': bench_deploy_tables,
-    'bench_demos': bench_demos_tables,
-    'arena': arena_tables,
-    'demo_spread': demo_spread_tables,
+    'tests_oldest': lambda _: tests_tables(newest('tests_oldest'))
+    if list((RECORDS / 'tests_oldest').glob('*.json'))
+    else 'No record yet: `make test-oldest` writes one.\n', 'gpu': lambda _: gpu_tables(),
+    'bench': bench_tables, 'bench_models': bench_models_tables, 'bench_deploy': bench_deploy_tables,
+    'bench_demos': bench_demos_tables, 'arena': arena_tables, 'demo_spread': demo_spread_tables,
 }
 MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 
@@ -200,7 +213,8 @@ MARK = re.compile(r'<!-- records: (\w+)(?: (\w+))? -->')
 def render(app, docname: str, source: List[str]) -> None:
     def tables(match: re.Match) -> str:
         if match.group(1) not in MARKS:
-            raise ValueError(f'{docname}: {match.group(0)!r} names no records; expected one of {sorted(MARKS)}')
+            raise ValueError(f'{docname}: {match.group(0)!r} names no records; expected one of '
+                             f'{sorted(MARKS)}')
         return MARKS[match.group(1)](match.group(2))
 
     text = MARK.sub(tables, source[0])
@@ -210,7 +224,8 @@ def render(app, docname: str, source: List[str]) -> None:
 
 
 def reread_record_pages(app, env, added, changed, removed) -> List[str]:
-    """The pages that render records are read again on every build: a new record changes no source."""
+    """The pages that render records are read again on every build: a new record changes no
+    source."""
     return sorted(getattr(env, 'record_pages', set()))
 
 

@@ -4,10 +4,10 @@ process (``gpu_proof_models.py --largest``):
     python -m lab.bench.largest_input '{"config": ..., "deploy": false, "stride": 32,
         "start": 256, "ceiling": 8192, "memory_cap_mb": null}'
 
-One float32 training step (loss, backward, AdamW) on synthetic targets (:mod:`.model_pairs`) per side:
-doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride. A try that
-runs out of memory is caught and the allocator's cache emptied; ``memory_cap_mb`` caps the process
-first (:func:`cap_memory`). Prints the result as one JSON line.
+One float32 training step (loss, backward, AdamW) on synthetic targets (:mod:`.model_pairs`) per
+side: doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride. A
+try that runs out of memory is caught and the allocator's cache emptied; ``memory_cap_mb`` caps the
+process first (:func:`cap_memory`). Prints the result as one JSON line.
 """
 import json
 import os
@@ -15,21 +15,22 @@ import sys
 from typing import Dict
 
 # std::bad_alloc: a C++ allocation (a kernel's scratch, not torch's allocator) the host refused
-OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'MemoryError', 'OutOfMemoryError',
-             'std::bad_alloc')
-# oneDNN reports a buffer the capped address space refused (a convolution's scratchpad or JIT code) as a
-# failed primitive creation with no word of memory: a sign only where a CPU run is capped
+OOM_SIGNS = ('out of memory', "can't allocate memory", 'not enough memory', 'MemoryError',
+             'OutOfMemoryError', 'std::bad_alloc')
+# oneDNN reports a buffer the capped address space refused (a convolution's scratchpad or JIT code)
+# as a failed primitive creation with no word of memory: a sign only where a CPU run is capped
 CAPPED_CPU_OOM_SIGNS = (*OOM_SIGNS, 'could not create a primitive')
 
 
 def out_of_memory(text: str, capped_cpu: bool) -> bool:
-    """The error text is the allocator's refusal; ``capped_cpu``: the run's address space was capped."""
+    """The error text is the allocator's refusal; ``capped_cpu``: the run's address space was
+    capped."""
     return any(sign in text for sign in (CAPPED_CPU_OOM_SIGNS if capped_cpu else OOM_SIGNS))
 
 
 def cap_memory(megabytes: float) -> None:
-    """Cap this process at ``megabytes`` more than it holds (CPU: its address space) or at that much of the
-    GPU's memory, so that a run past it fails as out of memory."""
+    """Cap this process at ``megabytes`` more than it holds (CPU: its address space) or at that much
+    of the GPU's memory, so that a run past it fails as out of memory."""
     import torch
     if torch.cuda.is_available():
         total = torch.cuda.get_device_properties(0).total_memory
@@ -102,7 +103,8 @@ def largest_worker(payload: Dict) -> Dict:
     capped = bool(payload.get('memory_cap_mb'))
     if capped:
         cap_memory(payload['memory_cap_mb'])
-    return largest_side(model, payload['stride'], payload['start'], payload['ceiling'], device, capped)
+    return largest_side(model, payload['stride'], payload['start'], payload['ceiling'], device,
+                        capped)
 
 
 if __name__ == '__main__':

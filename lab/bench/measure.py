@@ -1,10 +1,11 @@
-"""The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a process of its own:
+"""The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a process of its
+own:
 
     python -m lab.bench.measure '{"kind": "time", ...}'
 
 prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds (the order
-reversed every other round, :func:`lab.timing.rounds`; ratios are medians of per-round ratios); memory is
-the growth of the peak resident set over one step (:func:`lab.timing.peak_growth_mb`).
+reversed every other round, :func:`lab.timing.rounds`; ratios are medians of per-round ratios);
+memory is the growth of the peak resident set over one step (:func:`lab.timing.peak_growth_mb`).
 """
 import json
 import statistics
@@ -34,12 +35,15 @@ def official_attention(name: str, peers: Path, dims: int, heads: int, grid: int)
     import torch.nn as nn
     root = peers / OFFICIAL_REPOS[name]
     if not root.is_dir():
-        raise SystemExit(f'benchmark_suite: {root} is missing (check out {OFFICIAL_REPOS[name]} there)')
+        raise SystemExit(f'benchmark_suite: {root} is missing (check out {OFFICIAL_REPOS[name]} '
+                         'there)')
     stub_timm()
     if name == 'vil':
         layers = root / 'src' / 'models' / 'layers'
-        longformer = import_file('vil_layers.longformer2d', layers / 'longformer2d.py', package_dir=layers)
-        module = longformer.Long2DSCSelfAttention(dims, num_heads=heads, w=7, nglo=1, rpe=True, exact=0)
+        longformer = import_file('vil_layers.longformer2d', layers / 'longformer2d.py',
+                                 package_dir=layers)
+        module = longformer.Long2DSCSelfAttention(dims, num_heads=heads, w=7, nglo=1, rpe=True,
+                                                  exact=0)
         return module, lambda x: module(x, grid, grid), 1
     if name == 'castling':
         attention = import_file('castling_attention', root / 'attention.py')
@@ -89,16 +93,20 @@ def median_ratio(times: Sequence[float], peer_times: Sequence[float]) -> float:
     return statistics.median(a / b for a, b in zip(times, peer_times))
 
 
-def ratio_summary(times: Dict[str, List[float]], ratios: Dict[str, Tuple[str, str]]) -> Dict[str, object]:
-    """Median times in ms and, for each ``name: (label, peer label)`` of ``ratios``, the median ratio."""
+def ratio_summary(times: Dict[str, List[float]],
+                  ratios: Dict[str, Tuple[str, str]]) -> Dict[str, object]:
+    """Median times in ms and, for each ``name: (label, peer label)`` of ``ratios``, the median
+    ratio."""
     return {'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()},
-            'ratio': {name: median_ratio(times[mine], times[peer]) for name, (mine, peer) in ratios.items()},
+            'ratio': {name: median_ratio(times[mine], times[peer]) for name,
+                      (mine, peer) in ratios.items()},
             'rounds': len(next(iter(times.values())))}
 
 
 def runnable(specs: Dict[str, str], peers: Optional[str]) -> Dict[str, str]:
     """``specs`` without the official modules when no ``--peers`` folder was given."""
-    return {label: spec for label, spec in specs.items() if peers or not spec.startswith('official:')}
+    return {label: spec for label,
+            spec in specs.items() if peers or not spec.startswith('official:')}
 
 
 def child_time(payload: dict) -> dict:
@@ -126,7 +134,8 @@ def child_memory(payload: dict) -> dict:
     # dense form, so the linear paths, which the benchmark grids take, warm up too.
     for impl in ('torch', 'cpu', None):
         training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
-    return {'peak_mb': timing.peak_growth_mb(training_step(payload['spec'], case, payload['grid'], peers))}
+    return {'peak_mb': timing.peak_growth_mb(training_step(payload['spec'], case, payload['grid'],
+                                                           peers))}
 
 
 def child_models(payload: dict) -> dict:
@@ -145,7 +154,8 @@ def child_models(payload: dict) -> dict:
         times = timing.rounds(steps, group.rounds)
     first = next(iter(group.configs))
     ratios = {}
-    for label in group.configs:  # each model against the first, each backbone against the first one's
+    # each model against the first, each backbone against the first one's
+    for label in group.configs:
         ratios[label] = (label, first)
         ratios[f'{label} backbone'] = (f'{label} backbone', f'{first} backbone')
     return ratio_summary(times, ratios)
@@ -183,8 +193,9 @@ def measured_step(step) -> Dict[str, float]:
 def child_train_pair(payload: dict) -> dict:
     """A pair of ``benchmark_models.py`` at one input size, both models in this process (after a
     step each at a small size, which allocates the libraries' workspaces): parameters, one measured
-    training step each (the order reversed at every other size), with ``macs`` the multiply-accumulates
-    of one image, then ``rounds`` more paired rounds of steps (the order reversed every other round)."""
+    training step each (the order reversed at every other size), with ``macs`` the
+    multiply-accumulates of one image, then ``rounds`` more paired rounds of steps (the order
+    reversed every other round)."""
     import torch
 
     from lab.bench.model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
@@ -192,13 +203,15 @@ def child_train_pair(payload: dict) -> dict:
     from mmvisattn.utils import count_flops, count_parameters
     torch.manual_seed(0)
     pair = PAIRS[payload['pair']]
-    models = {'project': build_training_model(pair.project, pair.deploy), 'stock': build_training_model(pair.stock)}
+    models = {'project': build_training_model(pair.project, pair.deploy),
+              'stock': build_training_model(pair.stock)}
     steps = {}
     for side, model in models.items():
         TrainingStep(model, payload['batch'], *payload['warm_up_shape'])()
         steps[side] = TrainingStep(model, payload['batch'], *payload['shape'])
     order = list(steps)[::-1] if payload['reverse'] else list(steps)
-    result = {side: dict(params=count_parameters(models[side]), **measured_step(steps[side])) for side in order}
+    result = {side: dict(params=count_parameters(models[side]),
+                         **measured_step(steps[side])) for side in order}
     if payload['macs']:
         for side, model in models.items():
             forward = tensor_forward(model.eval(), model_scope(model), *payload['shape'])
@@ -212,13 +225,13 @@ def child_train_pair(payload: dict) -> dict:
 
 
 MEMORY_KINDS = ('memory', 'model_memory', 'train_pair')
-CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models, 'model_memory': child_model_memory,
-            'train_pair': child_train_pair}
+CHILDREN = {'time': child_time, 'memory': child_memory, 'models': child_models,
+            'model_memory': child_model_memory, 'train_pair': child_train_pair}
 
 
 def in_child(kind: str, **payload) -> dict:
-    """Run ``CHILDREN[kind](payload)`` in a process of its own (:func:`run_python`); a failure becomes
-    ``{'error': ...}``."""
+    """Run ``CHILDREN[kind](payload)`` in a process of its own (:func:`run_python`); a failure
+    becomes ``{'error': ...}``."""
     from lab.bench.processes import run_python
     done = run_python(['-m', 'lab.bench.measure', json.dumps(dict(payload, kind=kind))])
     lines = [line for line in done.stdout.splitlines() if line.startswith('{')]

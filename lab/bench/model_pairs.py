@@ -31,19 +31,22 @@ def _pairs() -> List[ModelPair]:
         pairs.append(ModelPair(
             f'segformer-{arch}-rwgka', 'segformer_rwgka',
             f'configs/segformer_rwgka/segformer_mit-{arch}-rwgka_8xb1-160k_cityscapes-1024x1024.py',
-            f'mmseg::segformer/segformer_mit-{arch}_8xb1-160k_cityscapes-1024x1024.py', f'SegFormer-{arch.upper()}',
-            (1024, 1024)))
+            f'mmseg::segformer/segformer_mit-{arch}_8xb1-160k_cityscapes-1024x1024.py',
+            f'SegFormer-{arch.upper()}', (1024, 1024)))
     for head, stock in (('retinanet', SWIN_RETINANET), ('mask-rcnn', SWIN_MASK_RCNN)):
         for arch in ('tiny', 'small'):
-            pairs.append(ModelPair(f'{head}-vil-{arch}', 'vil', f'configs/vil/{head}_vil-{arch}_fpn_1x_coco.py',
+            pairs.append(ModelPair(f'{head}-vil-{arch}', 'vil',
+                                   f'configs/vil/{head}_vil-{arch}_fpn_1x_coco.py',
                                    stock, f'Swin-T {head}', COCO_SIZE))
     castling = 'configs/castling/mask2former_castling-vit-b_8xb2-160k_ade20k-512x512.py'
     softmax = 'configs/castling/mask2former_vit-b_8xb2-160k_ade20k-512x512.py'
-    pairs.append(ModelPair('mask2former-castling-vit-b', 'castling', castling, softmax, 'ViT-B (softmax)', (512, 512)))
-    pairs.append(ModelPair('mask2former-castling-vit-b-deploy', 'castling', castling, softmax, 'ViT-B (softmax)',
-                           (512, 512), deploy=True))
+    pairs.append(ModelPair('mask2former-castling-vit-b', 'castling', castling, softmax,
+                           'ViT-B (softmax)', (512, 512)))
+    pairs.append(ModelPair('mask2former-castling-vit-b-deploy', 'castling', castling, softmax,
+                           'ViT-B (softmax)', (512, 512), deploy=True))
     for variant in ('ripple', 'la'):
-        pairs.append(ModelPair(f'smca-{variant}', 'smca', f'configs/smca/smca-{variant}_r50_8xb2-50e_coco.py',
+        pairs.append(ModelPair(f'smca-{variant}', 'smca',
+                               f'configs/smca/smca-{variant}_r50_8xb2-50e_coco.py',
                                'configs/smca/smca_r50_8xb2-50e_coco.py', 'SMCA', COCO_SIZE))
     for arch, side in (('s', 320), ('l', 640)):
         pairs.append(ModelPair(f'picodet-{arch}-castling', 'picodet',
@@ -52,12 +55,12 @@ def _pairs() -> List[ModelPair]:
                                f'PicoDet-{arch.upper()} ESNet', (side, side)))
     for arch in ('t', 's'):
         pairs.append(ModelPair(f'upernet-pervit-{arch}', 'pervit',
-                               f'configs/pervit/upernet_pervit-{arch}_8xb2-160k_ade20k-512x512.py', SWIN_UPERNET,
-                               'Swin-T UperNet', (512, 512)))
+                               f'configs/pervit/upernet_pervit-{arch}_8xb2-160k_ade20k-512x512.py',
+                               SWIN_UPERNET, 'Swin-T UperNet', (512, 512)))
     for arch in ('t', 's'):
         pairs.append(ModelPair(f'mask-rcnn-pervit-{arch}', 'pervit',
-                               f'configs/pervit/mask-rcnn_pervit-{arch}_simplefpn_1x_coco.py', SWIN_MASK_RCNN,
-                               'Swin-T mask-rcnn', COCO_SIZE))
+                               f'configs/pervit/mask-rcnn_pervit-{arch}_simplefpn_1x_coco.py',
+                               SWIN_MASK_RCNN, 'Swin-T mask-rcnn', COCO_SIZE))
     return pairs
 
 
@@ -130,15 +133,18 @@ def synthetic_samples(model, batch: int, height: int, width: int) -> list:
 
 
 class TrainingStep:
-    """One optimiser-free training step of ``model`` on a fixed synthetic batch on ``device``: ``step()`` clears
-    the gradients, computes the loss and runs the backward; ``step.loss()`` and ``step.backward(loss)``
-    are its two halves (what autograd saves for the backward is saved in the first)."""
+    """One optimiser-free training step of ``model`` on a fixed synthetic batch on ``device``:
+    ``step()`` clears the gradients, computes the loss and runs the backward; ``step.loss()`` and
+    ``step.backward(loss)`` are its two halves (what autograd saves for the backward is saved in the
+    first)."""
 
     def __init__(self, model, batch: int, height: int, width: int, device: str = 'cpu'):
         import torch
         self.model = model
-        self.images = torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(1)).to(device)
-        self.samples = [sample.to(device) for sample in synthetic_samples(model, batch, height, width)]
+        self.images = torch.randn(batch, 3, height, width,
+                                  generator=torch.Generator().manual_seed(1)).to(device)
+        self.samples = [sample.to(device) for sample in synthetic_samples(model, batch, height,
+                                                                          width)]
 
     def loss(self):
         self.model.zero_grad(set_to_none=True)

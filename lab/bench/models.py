@@ -28,9 +28,9 @@ Writes ``results.json`` (after every pair; ``--resume`` keeps the pairs it holds
 with the same settings, and those not selected, so a run may be split by ``--pairs``),
 ``tables.md``, ``saved_bytes.png`` (saved MB against pixels per pair) and the run's record
 (``record_bench_models.json``: the pairs this run measured, batch and threads, stamped with the
-machine, date and commit) into ``--out-dir``, and the record under its name into ``--record-dir`` where given (``make
-bench-models``: ``docs/records/bench_models``, from which the docs build renders the tables of
-``docs/records/models.md`` and of each family's page).
+machine, date and commit) into ``--out-dir``, and the record under its name into ``--record-dir``
+where given (``make bench-models``: ``docs/records/bench_models``, from which the docs build renders
+the tables of ``docs/records/models.md`` and of each family's page).
 """
 import argparse
 import json
@@ -57,55 +57,73 @@ def parse_size(text: str) -> Tuple[int, int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--families', nargs='+', metavar='FAMILY', help=f'default: all of {", ".join(FAMILIES)}')
-    parser.add_argument('--pairs', nargs='+', metavar='KEY', help='pair keys (default: every pair of the families)')
+    parser.add_argument('--families', nargs='+', metavar='FAMILY',
+                        help=f'default: all of {", ".join(FAMILIES)}')
+    parser.add_argument('--pairs', nargs='+', metavar='KEY',
+                        help='pair keys (default: every pair of the families)')
     parser.add_argument('--scales', type=float, nargs='+', default=[0.5, 0.75, 1.0, 1.25],
-                        help="input sides as fractions of each pair's training size, rounded to its stride")
-    parser.add_argument('--sizes', type=parse_size, nargs='+', metavar='HxW', help='these sizes for every pair '
-                        'instead (multiples of the stride); the largest stands in for the training size')
+                        help="input sides as fractions of each pair's training size, rounded to "
+                        "its stride")
+    parser.add_argument('--sizes', type=parse_size, nargs='+', metavar='HxW',
+                        help='these sizes for every pair '
+                        'instead (multiples of the stride); the largest stands in for the training '
+                        'size')
     parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--rounds', type=int, default=1, help='paired rounds at the training size after the measured '
+    parser.add_argument('--rounds', type=int, default=1,
+                        help='paired rounds at the training size after the measured '
                         'steps (which count as the first)')
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/bench_models'))
-    parser.add_argument('--resume', action='store_true', help="keep the pairs of --out-dir's results.json that were "
+    parser.add_argument('--resume', action='store_true',
+                        help="keep the pairs of --out-dir's results.json that were "
                         'measured with the same sizes, batch, rounds and threads')
-    parser.add_argument('--record-dir', type=Path, help='also write the record there, under its name')
+    parser.add_argument('--record-dir', type=Path,
+                        help='also write the record there, under its name')
     args = parser.parse_args(argv)
-    for flag, given, known in (('--families', args.families, FAMILIES), ('--pairs', args.pairs, PAIRS)):
+    for flag, given, known in (('--families', args.families, FAMILIES),
+                               ('--pairs', args.pairs, PAIRS)):
         unknown = sorted(set(given or ()) - set(known))
         if unknown:
             parser.error(f'{flag} {unknown}: expected names among {sorted(known)}')
-    args.selected = [pair for pair in PAIRS.values() if (not args.families or pair.family in args.families)
+    args.selected = [pair for pair in PAIRS.values()
+                     if (not args.families or pair.family in args.families)
                      and (not args.pairs or pair.key in args.pairs)]
     if not args.selected:
         parser.error(f'--families {args.families} and --pairs {args.pairs} select no pair')
     for pair in args.selected:
         for height, width in args.sizes or ():
             if height % pair.stride or width % pair.stride or min(height, width) < 1:
-                parser.error(f'--sizes {height}x{width}: expected positive sides divisible by {pair.stride} '
+                parser.error(f'--sizes {height}x{width}: expected positive sides divisible by '
+                             f'{pair.stride} '
                              f'(the stride of {pair.key})')
     if min(args.scales) <= 0 or args.batch < 1 or args.rounds < 0:
-        parser.error(f'--scales {args.scales}, --batch {args.batch}, --rounds {args.rounds}: expected positive '
+        parser.error(f'--scales {args.scales}, --batch {args.batch}, --rounds {args.rounds}: '
+                     'expected positive '
                      'scales and batch, and rounds >= 0')
     return args
 
 
-def pair_sizes(pair: ModelPair, args: argparse.Namespace) -> Tuple[List[Tuple[int, int]], Tuple[int, int]]:
+def pair_sizes(pair: ModelPair,
+               args: argparse.Namespace) -> Tuple[List[Tuple[int, int]], Tuple[int, int]]:
     """The sizes measured for ``pair`` (ascending) and the one standing for its training size."""
     if args.sizes:
         sizes = sorted(set(args.sizes), key=lambda s: s[0] * s[1])
         return sizes, sizes[-1]
-    on_stride = [tuple(max(pair.stride, round(side * scale / pair.stride) * pair.stride) for side in pair.train_size)
-                 for scale in sorted(set(args.scales))]
+    on_stride = [
+        tuple(
+            max(pair.stride, round(side * scale / pair.stride) * pair.stride)
+            for side in pair.train_size
+        )
+        for scale in sorted(set(args.scales))
+    ]
     return sorted(set(on_stride), key=lambda s: s[0] * s[1]), pair.train_size
 
 
 def settings(pair: ModelPair, args: argparse.Namespace) -> Dict[str, object]:
     """What a pair's measurements depend on besides the code: a resumed run reuses an entry only if
     these are equal."""
-    return {'sizes': [list(size) for size in pair_sizes(pair, args)[0]], 'batch': args.batch, 'rounds': args.rounds,
-            'threads': args.threads}
+    return {'sizes': [list(size) for size in pair_sizes(pair, args)[0]], 'batch': args.batch,
+            'rounds': args.rounds, 'threads': args.threads}
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -118,19 +136,22 @@ def write_json(path: Path, data: dict) -> None:
 def measure_pair(pair: ModelPair, args: argparse.Namespace) -> Dict[str, object]:
     """Every size of ``pair`` in its own process; paired rounds at the training size."""
     sizes, train = pair_sizes(pair, args)
-    entry = {'family': pair.family, 'project': pair.project, 'stock': pair.stock, 'stock_label': pair.stock_label,
-             'deploy': pair.deploy, 'train_size': list(train), 'sizes': [list(s) for s in sizes],
-             'settings': settings(pair, args), 'memory': {'project': [], 'stock': []},
-             'time': {'error': 'not measured'}}
+    entry = {'family': pair.family, 'project': pair.project, 'stock': pair.stock,
+             'stock_label': pair.stock_label, 'deploy': pair.deploy, 'train_size': list(train),
+             'sizes': [list(s) for s in sizes], 'settings': settings(pair, args),
+             'memory': {'project': [], 'stock': []}, 'time': {'error': 'not measured'}}
     for index, size in enumerate(sizes):
-        measured = in_child('train_pair', pair=pair.key, shape=list(size), batch=args.batch, threads=args.threads,
-                            warm_up_shape=[pair.stride * 2] * 2, reverse=index % 2 == 1, macs=size == train,
-                            rounds=args.rounds if size == train else 0)
+        measured = in_child('train_pair', pair=pair.key, shape=list(size), batch=args.batch,
+                            threads=args.threads,
+                            warm_up_shape=[pair.stride * 2] * 2, reverse=index % 2 == 1,
+                            macs=size == train, rounds=args.rounds if size == train else 0)
         for side in ('project', 'stock'):
-            entry['memory'][side].append(measured.get(side, measured))  # a failed child: its error in both
+            # a failed child: its error in both
+            entry['memory'][side].append(measured.get(side, measured))
         if size == train:
             entry['time'] = measured.get('time', measured)
-    entry['fit'] = {side: fit_and_predict(sizes, entry['memory'][side], pair.stride) for side in ('project', 'stock')}
+    entry['fit'] = {side: fit_and_predict(sizes, entry['memory'][side],
+                                          pair.stride) for side in ('project', 'stock')}
     return entry
 
 
@@ -140,7 +161,8 @@ def fit_saved(pixels: Sequence[float], saved: Sequence[float]):
     import numpy as np
     pixels, saved = np.asarray(pixels, float), np.asarray(saved, float)
     if len(pixels) >= 3:
-        a, b, c = np.linalg.lstsq(np.stack([pixels ** 0, pixels, pixels ** 2], 1), saved, rcond=None)[0]
+        a, b, c = np.linalg.lstsq(np.stack([pixels ** 0, pixels, pixels ** 2], 1), saved,
+                                  rcond=None)[0]
         if c >= 0:
             return float(a), float(b), float(c)
     if len(pixels) >= 2:
@@ -150,7 +172,8 @@ def fit_saved(pixels: Sequence[float], saved: Sequence[float]):
 
 
 def largest_side(coefficients, params: int, gigabytes: float, stride: int) -> int:
-    """The largest square side on ``stride`` whose training memory fits ``gigabytes`` (0 if none)."""
+    """The largest square side on ``stride`` whose training memory fits ``gigabytes`` (0 if
+    none)."""
     a, b, c = coefficients
 
     def fits(side: int) -> bool:
@@ -163,15 +186,18 @@ def largest_side(coefficients, params: int, gigabytes: float, stride: int) -> in
     return low * stride
 
 
-def fit_and_predict(sizes: Sequence[Tuple[int, int]], rows: Sequence[dict], stride: int) -> Dict[str, object]:
-    measured = [(h * w, row['saved_mb'] * 2**20) for (h, w), row in zip(sizes, rows) if 'saved_mb' in row]
+def fit_and_predict(sizes: Sequence[Tuple[int, int]], rows: Sequence[dict],
+                    stride: int) -> Dict[str, object]:
+    measured = [(h * w, row['saved_mb'] * 2**20) for (h, w),
+                row in zip(sizes, rows) if 'saved_mb' in row]
     if not measured:
         return {'error': 'no size measured'}
     params = next(row['params'] for row in rows if 'params' in row)
     pixels, saved = zip(*measured)
     coefficients = fit_saved(pixels, saved)
     result = {'coefficients': coefficients,
-              'largest_side': {str(gb): largest_side(coefficients, params, gb, stride) for gb in GPU_GB}}
+              'largest_side': {str(gb): largest_side(coefficients, params, gb,
+                                                     stride) for gb in GPU_GB}}
     if len(measured) >= 3:
         a, b, c = fit_saved(pixels[:-1], saved[:-1])
         result['extrapolation_error'] = (a + b * pixels[-1] + c * pixels[-1] ** 2) / saved[-1] - 1
@@ -193,7 +219,8 @@ def _both(mine: dict, stock: dict, field: str, digits: int, scale: float = 1.0) 
 
 
 def summary_table(results: Dict[str, dict]) -> List[str]:
-    lines = ['| pair (project vs stock) | input | params M | GMACs / image (inference) | saved for backward MB | '
+    lines = ['| pair (project vs stock) | input | params M | GMACs / image (inference) | saved for '
+             'backward MB | '
              'step s (paired) | saved ratio | time ratio | within 1.0x saved, 1.2x time |',
              '|---|---|---|---|---|---|---|---|---|']
     for key, entry in results.items():
@@ -207,8 +234,10 @@ def summary_table(results: Dict[str, dict]) -> List[str]:
         step = (f"{_num(timing['project'] / 1e3, 2)} / {_num(timing['stock'] / 1e3, 2)}" if timing
                 else entry['time'].get('error', '-'))
         lines.append(f"| {key} vs {entry['stock_label']} | {train[0]}x{train[1]} | "
-                     f"{_both(mine, stock, 'params', 2, 1e-6)} | {_both(mine, stock, 'gmacs', 2)} | "
-                     f"{_both(mine, stock, 'saved_mb', 0)} | {step} | {_num(saved_ratio, 2, 'x')} | "
+                     f"{_both(mine, stock, 'params', 2, 1e-6)} | {_both(mine, stock, 'gmacs', 2)} "
+                     "| "
+                     f"{_both(mine, stock, 'saved_mb', 0)} | {step} | {_num(saved_ratio, 2, 'x')} "
+                     "| "
                      f"{_num(time_ratio, 2, 'x')} | {within} |")
     return lines
 
@@ -231,25 +260,30 @@ def prediction_table(results: Dict[str, dict]) -> List[str]:
 
 
 def size_table(results: Dict[str, dict]) -> List[str]:
-    lines = ['| model | input | saved for backward MB | peak RSS growth MB | one step s |', '|---|---|---|---|---|']
+    lines = ['| model | input | saved for backward MB | peak RSS growth MB | one step s |',
+             '|---|---|---|---|---|']
     for key, entry in results.items():
         for side, label in (('project', key), ('stock', entry['stock_label'])):
             for (height, width), row in zip(entry['sizes'], entry['memory'][side]):
                 if 'error' in row:
                     lines.append(f'| {label} | {height}x{width} | error: {row["error"]} |')
                     continue
-                lines.append(f"| {label} | {height}x{width} | {_num(row['saved_mb'])} | {_num(row['peak_mb'])} | "
+                lines.append(f"| {label} | {height}x{width} | {_num(row['saved_mb'])} | "
+                             f"{_num(row['peak_mb'])} | "
                              f"{_num(row['step_s'], 2)} |")
     return lines
 
 
 def tables(results: Dict[str, dict], batch: int, threads: int) -> str:
     sections = [
-        [f'Training step (forward + backward, batch {batch}, synthetic targets), CPU {threads} threads; each cell '
+        [f'Training step (forward + backward, batch {batch}, synthetic targets), CPU {threads} '
+         'threads; each cell '
          'project / stock at the training size.', ''] + summary_table(results),
-        [f'Predicted largest square training input, batch {batch} (float32, AdamW; the method is in '
+        [f'Predicted largest square training input, batch {batch} (float32, AdamW; the method is '
+         'in '
          '`benchmark_models.py`):', ''] + prediction_table(results),
-        ['Per input size (one process per pair and size, the peak resident set reset before each step):', '']
+        ['Per input size (one process per pair and size, the peak resident set reset before each '
+         'step):', '']
         + size_table(results)]
     return '\n\n'.join('\n'.join(lines) for lines in sections) + '\n'
 
@@ -265,8 +299,8 @@ def plot(results: Dict[str, dict], path: Path) -> None:
     figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False)
     for axis, (key, entry) in zip(axes.flat, results.items()):
         for side, label in (('project', key), ('stock', entry['stock_label'])):
-            points = [(h * w / 1e6, row['saved_mb']) for (h, w), row in zip(entry['sizes'], entry['memory'][side])
-                      if 'saved_mb' in row]
+            points = [(h * w / 1e6, row['saved_mb']) for (h, w),
+                      row in zip(entry['sizes'], entry['memory'][side]) if 'saved_mb' in row]
             if points:
                 axis.plot(*zip(*points), marker='o', label=label)
         axis.set(xlabel='input megapixels', ylabel='saved for backward, MB', title=key)
@@ -282,7 +316,8 @@ def main(argv=None) -> None:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / 'results.json'
     previous = json.loads(path.read_text()) if args.resume and path.is_file() else {}
-    results = dict(previous)  # in PAIRS order below; a resumed run keeps the pairs it does not select
+    # in PAIRS order below; a resumed run keeps the pairs it does not select
+    results = dict(previous)
     measured = []
     for pair in args.selected:
         if previous.get(pair.key, {}).get('settings') == settings(pair, args):
@@ -299,10 +334,13 @@ def main(argv=None) -> None:
     (args.out_dir / 'tables.md').write_text(text)
     plot(results, args.out_dir / 'saved_bytes.png')
     print(f'wrote results.json, tables.md and saved_bytes.png into {args.out_dir}')
-    if measured:  # the record holds what this run measured (a pair kept by --resume is in an earlier one)
-        record = cpu_record('bench_models', dict(pairs={key: results[key] for key in measured}, batch=args.batch,
+    # the record holds what this run measured (a pair kept by --resume is in an earlier one)
+    if measured:
+        record = cpu_record('bench_models',
+                            dict(pairs={key: results[key] for key in measured}, batch=args.batch,
                                                  threads=args.threads))
-        print(f'wrote the record {", ".join(map(str, write_cpu_record(record, args.out_dir, args.record_dir)))}')
+        print('wrote the record '
+              f'{", ".join(map(str, write_cpu_record(record, args.out_dir, args.record_dir)))}')
     errors = [key for key, entry in results.items() if 'error' in entry['time']
               or any('error' in row for rows in entry['memory'].values() for row in rows)]
     if errors:

@@ -17,12 +17,13 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
-VIL, SMCA, PERVIT, CASTLING = ('microsoft+vision-longformer', 'gaopengcuhk+SMCA-DETR', 'juhongm999+pervit',
-                               'GATECH-EIC+Castling-ViT')
+VIL, SMCA, PERVIT, CASTLING = ('microsoft+vision-longformer', 'gaopengcuhk+SMCA-DETR',
+                               'juhongm999+pervit', 'GATECH-EIC+Castling-ViT')
 
 
 def stub_timm() -> None:
-    """The three helpers of ``timm.models.layers`` the official files import (all drop paths are 0)."""
+    """The three helpers of ``timm.models.layers`` the official files import (all drop paths are
+    0)."""
     layers = types.ModuleType('timm.models.layers')
     layers.trunc_normal_ = lambda tensor, std=1.0, **kwargs: nn.init.trunc_normal_(tensor, std=std)
     layers.DropPath = lambda *args, **kwargs: nn.Identity()
@@ -35,7 +36,8 @@ def stub_timm() -> None:
 
 
 def import_file(name: str, path: Path, package_dir: Path = None) -> types.ModuleType:
-    """Import ``path`` as module ``name``; with ``package_dir``, ``name``'s parent package is that folder."""
+    """Import ``path`` as module ``name``; with ``package_dir``, ``name``'s parent package is that
+    folder."""
     if package_dir is not None:
         package = types.ModuleType(name.rsplit('.', 1)[0])
         package.__path__ = [str(package_dir)]
@@ -49,7 +51,8 @@ def import_file(name: str, path: Path, package_dir: Path = None) -> types.Module
 
 @contextlib.contextmanager
 def checkout_on_path(root: Path) -> Iterator[None]:
-    """``root`` importable (its top-level packages, e.g. PerViT's ``model``) while the block runs."""
+    """``root`` importable (its top-level packages, e.g. PerViT's ``model``) while the block
+    runs."""
     sys.path.insert(0, str(root))
     try:
         yield
@@ -62,7 +65,9 @@ def cuda_calls_stay_on_cpu():
     """PerViT's constructor calls ``.cuda()`` / ``.to('cuda')``; on CPU they keep the tensor."""
     cuda, to = torch.Tensor.cuda, torch.Tensor.to
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    torch.Tensor.to = lambda self, *args, **kwargs: self if args[:1] == ('cuda',) else to(self, *args, **kwargs)
+    torch.Tensor.to = lambda self, *args, **kwargs: self if args[:1] == ('cuda',
+                                                                         ) else to(self, *args,
+                                                                                   **kwargs)
     try:
         yield
     finally:
@@ -80,5 +85,6 @@ def default_dtype(dtype: torch.dtype):
 
 
 def commit_of(checkout: Path) -> str:
-    result = subprocess.run(['git', '-C', str(checkout), 'rev-parse', 'HEAD'], capture_output=True, text=True)
+    result = subprocess.run(['git', '-C', str(checkout), 'rev-parse', 'HEAD'], capture_output=True,
+                            text=True)
     return result.stdout.strip() or 'unknown (not a git checkout)'

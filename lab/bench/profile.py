@@ -1,14 +1,15 @@
-"""Where a model's training step spends its time and its saved-for-backward memory, module by module:
-the per-module profile behind the explanation in docs/records/models.md of a pair of ``benchmark_models.py`` that is
-heavier than its stock counterpart.
+"""Where a model's training step spends its time and its saved-for-backward memory, module by
+module: the per-module profile behind the explanation in docs/records/models.md of a pair of
+``benchmark_models.py`` that is heavier than its stock counterpart.
 
     python tools/analysis_tools/profile_training.py PAIR [--side project|stock] [--shape H W]
         [--batch 2] [--depth 3]
 
-One training step (the synthetic targets of :mod:`.model_pairs`) after a warm-up step at a small size.
-Every module down to ``--depth`` dots in its name gets the seconds of its forward (inclusive of its
-children) and the bytes autograd saves while it is the innermost such module running and still holds
-when the forward ends (each storage once); the step's backward seconds are given whole. Prints a Markdown table.
+One training step (the synthetic targets of :mod:`.model_pairs`) after a warm-up step at a small
+size. Every module down to ``--depth`` dots in its name gets the seconds of its forward (inclusive
+of its children) and the bytes autograd saves while it is the innermost such module running and
+still holds when the forward ends (each storage once); the step's backward seconds are given whole.
+Prints a Markdown table.
 """
 import argparse
 import time
@@ -26,9 +27,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('pair', help=f'a pair key: {", ".join(PAIRS)}')
     parser.add_argument('--side', choices=('project', 'stock'), default='project')
-    parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help="default: the pair's training size")
+    parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
+                        help="default: the pair's training size")
     parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--depth', type=int, default=3, help='modules with at most this many dots in their name')
+    parser.add_argument('--depth', type=int, default=3,
+                        help='modules with at most this many dots in their name')
     args = parser.parse_args(argv)
     if args.pair not in PAIRS:
         parser.error(f'pair {args.pair!r}: expected one of {sorted(PAIRS)}')
@@ -51,7 +54,8 @@ class ModuleProfile:
         for name, module in model.named_modules():
             if name and name.count('.') < depth:
                 self.handles.append(module.register_forward_pre_hook(self._enter(name)))
-                self.handles.append(module.register_forward_hook(self._leave(name), always_call=True))
+                self.handles.append(module.register_forward_hook(self._leave(name),
+                                                                 always_call=True))
 
     def _enter(self, name: str):
         def hook(module, inputs):
@@ -76,7 +80,8 @@ class ModuleProfile:
 def profile(args: argparse.Namespace) -> str:
     pair = PAIRS[args.pair]
     torch.manual_seed(0)
-    model = build_training_model(*((pair.project, pair.deploy) if args.side == 'project' else (pair.stock, False)))
+    model = build_training_model(*((pair.project, pair.deploy) if args.side == 'project'
+                                   else (pair.stock, False)))
     TrainingStep(model, args.batch, pair.stride * 2, pair.stride * 2)()
     step = TrainingStep(model, args.batch, *args.shape)
     modules = ModuleProfile(model, args.depth)
@@ -88,13 +93,18 @@ def profile(args: argparse.Namespace) -> str:
     total = time.perf_counter() - start
     modules.remove()
     forward = sum(seconds for name, seconds in modules.seconds.items() if '.' not in name)
-    lines = [f'{args.pair} ({args.side}: {pair.project if args.side == "project" else pair.stock}), '
-             f'{args.shape[0]}x{args.shape[1]}, batch {args.batch}: step {total:.2f} s, of which the forward of the '
-             f'top-level modules {forward:.2f} s; {count_parameters(model) / 1e6:.2f} M parameters', '',
+    lines = [f'{args.pair} ({args.side}: '
+             f'{pair.project if args.side == "project" else pair.stock}), '
+             f'{args.shape[0]}x{args.shape[1]}, batch {args.batch}: step {total:.2f} s, of which '
+             'the forward of the '
+             f'top-level modules {forward:.2f} s; {count_parameters(model) / 1e6:.2f} M parameters',
+             '',
              '| module | forward s | saved for backward MB (while innermost) |', '|---|---|---|']
-    names = sorted(set(modules.seconds) | set(saved_by_module), key=lambda n: (n == '(outside modules)', n))
+    names = sorted(set(modules.seconds) | set(saved_by_module),
+                   key=lambda n: (n == '(outside modules)', n))
     for name in names:
-        lines.append(f'| {name} | {modules.seconds.get(name, 0):.3f} | {saved_by_module.get(name, 0) / 2**20:,.0f} |')
+        lines.append(f'| {name} | {modules.seconds.get(name, 0):.3f} | '
+                     f'{saved_by_module.get(name, 0) / 2**20:,.0f} |')
     return '\n'.join(lines)
 
 

@@ -24,8 +24,8 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
         return self
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        # an alias without the grad_fn, held by the graph alone (an output packed as itself would hold
-        # its own grad_fn, a cycle that keeps a dead graph alive)
+        # an alias without the grad_fn, held by the graph alone (an output packed as itself would
+        # hold its own grad_fn, a cycle that keeps a dead graph alive)
         alias = tensor.detach()
         self.saved.append((self.label(), weakref.ref(alias)))
         return alias
@@ -47,9 +47,9 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
 
 
 def saved_for_backward(run: Callable[[], object], in_elements: bool = False) -> int:
-    """Bytes (or elements) that autograd holds for the backward once ``run()`` has returned (its result
-    kept alive until they are counted): the activations a training step holds at its peak, the same on
-    any device (:class:`SavedTensors` says what counts)."""
+    """Bytes (or elements) that autograd holds for the backward once ``run()`` has returned (its
+    result kept alive until they are counted): the activations a training step holds at its peak,
+    the same on any device (:class:`SavedTensors` says what counts)."""
     with SavedTensors() as saved:
         result = run()  # holds the graph, and what it saved, alive until they are counted
     total = sum(saved.alive(in_elements).values())

@@ -1,5 +1,5 @@
-"""Linear-angular attention in dense form, for small maps (arXiv:2211.10526, Eq. 3): Castling's deploy
-kernel ``phi(Q) phi(K)^T V`` in one Triton program per block of queries.
+"""Linear-angular attention in dense form, for small maps (arXiv:2211.10526, Eq. 3): Castling's
+deploy kernel ``phi(Q) phi(K)^T V`` in one Triton program per block of queries.
 
 The program normalises its queries, then for each block of keys normalises them, forms that tile of
 the angular kernel ``1/2 + q^ k^T / pi`` by one product and adds the tile times the values, and its
@@ -14,19 +14,20 @@ row sums ``r_i``, each owning what it writes (no atomics): with ``delta_i = dO_i
 ``dA_ij = (dO_i . v_j - delta_i) / r_i``,
 
 * :func:`_grad_queries`, per block of queries over the keys: ``dq^ = dA k^ / pi``;
-* :func:`_grad_keys`, per block of keys over the queries: ``dk^ = dA^T q^ / pi`` and ``dV = (A / r)^T dO``;
+* :func:`_grad_keys`, per block of keys over the queries: ``dk^ = dA^T q^ / pi`` and
+  ``dV = (A / r)^T dO``;
 
 each then through its rows' normalisation (:func:`_unit_backward`, as
 :func:`.pytorch.normalise_backward`), so nothing ``N x M`` is held in the backward either.
 
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there too
-(``gradcheck``).
+Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
+too (``gradcheck``).
 
 Mixed precision (:mod:`mmvisattn.ops.utils.flash`): the kernels normalise in float32 and take their
 products' operands in the inputs' precision (half-precision tensor cores, TF32 for float32),
-accumulating in float32; the row scalings (``1 / r``, ``delta``) and the normalisation's backward are
-float32. The output comes back in ``v``'s dtype, each gradient in its input's. Autocast is off in the
-Function.
+accumulating in float32; the row scalings (``1 / r``, ``delta``) and the normalisation's backward
+are float32. The output comes back in ``v``'s dtype, each gradient in its input's. Autocast is off
+in the Function.
 """
 import math
 from typing import Tuple
@@ -36,7 +37,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from lab.experimental.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
+from lab.experimental.flash import (
+    block_offsets,
+    launch_meta,
+    normalised_output_grads,
+    rows,
+    store_rows,
+)
 from mmvisattn.ops.utils.amp import autocast_off, norm_eps
 
 BLOCK_M = 64  # queries per program
@@ -48,8 +55,8 @@ STAGES = {4: 2, 8: 1}
 
 @triton.jit
 def _unit(x_ptr, bh, offs, count, offs_d, dims, eps, ACC: tl.constexpr):
-    """Rows ``offs`` of image x head ``bh`` of a ``(B * heads, count, dims)`` table divided by their clamped
-    norms ``max(||x||, eps)``, and those norms."""
+    """Rows ``offs`` of image x head ``bh`` of a ``(B * heads, count, dims)`` table divided by their
+    clamped norms ``max(||x||, eps)``, and those norms."""
     x = rows(x_ptr + bh * count * dims, offs, count, offs_d, dims).to(ACC)
     norm = tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tl.cast(eps, ACC))
     return x / norm[:, None], norm
@@ -63,9 +70,9 @@ def _unit_backward(grad_hat, x_hat, norm):
 
 
 @triton.jit
-def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, value_dims, inv_pi, eps,
-             DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, value_dims, inv_pi,
+             eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
@@ -75,49 +82,59 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, queries, keys_count, dims, 
     for start in range(0, keys_count, BLOCK_N):
         offs_k = start + tl.arange(0, BLOCK_N)
         keys = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)[0]
-        values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+        values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv,
+                      value_dims).to(DOT)
         kernel = 0.5 + tl.dot(q, tl.trans(keys.to(DOT)), out_dtype=ACC) * inv_pi
         kernel = tl.where(offs_k[None, :] < keys_count, kernel, 0.0)
         acc += tl.dot(kernel.to(DOT), values, out_dtype=ACC)
         row_sum += tl.sum(kernel, axis=1)
-    store_rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims, acc / row_sum[:, None])
+    store_rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims,
+               acc / row_sum[:, None])
     tl.store(sums_ptr + bh * queries + offs_q, row_sum, mask=offs_q < queries)
 
 
 @triton.jit
-def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_ptr, queries, keys_count, dims,
-                  value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_ptr, queries,
+                  keys_count, dims, value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr,
+                  BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``dq`` of a block of queries over the key blocks: ``dq^ = dA k^ / pi``, then through the norm."""
+    """``dq`` of a block of queries over the key blocks: ``dq^ = dA k^ / pi``, then through the
+    norm."""
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
-    grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv,
-                                                    value_dims, ACC)
+    grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q,
+                                                    queries, offs_dv, value_dims, ACC)
     grad_out = grad_out.to(DOT)
     grad_hat = tl.zeros((BLOCK_M, BLOCK_D), ACC)
     for start in range(0, keys_count, BLOCK_N):
         offs_k = start + tl.arange(0, BLOCK_N)
-        k_hat, _ = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)  # zero past the keys
-        values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
-        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC) - delta[:, None]) / sums[:, None]
+        # zero past the keys
+        k_hat, _ = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)
+        values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv,
+                      value_dims).to(DOT)
+        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC)
+                       - delta[:, None]) / sums[:, None]
         grad_hat += tl.dot(grad_kernel.to(DOT), k_hat.to(DOT), out_dtype=ACC)
-    q_hat, q_norm = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)  # loaded here: fewer live registers
+    # loaded here: fewer live registers
+    q_hat, q_norm = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)
     store_rows(grad_q_ptr + bh * queries * dims, offs_q, queries, offs_d, dims,
                _unit_backward(grad_hat * inv_pi, q_hat, q_norm))
 
 
 @triton.jit
-def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr, grad_v_ptr, queries, keys_count,
-               dims, value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr, grad_v_ptr,
+               queries, keys_count, dims, value_dims, inv_pi, eps, DOT: tl.constexpr,
+               ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``dk`` and ``dv`` of a block of ``BLOCK_N`` keys over blocks of ``BLOCK_M`` queries:
     ``dk^ = dA^T q^ / pi`` (then through the norm) and ``dv = (A / r)^T dO``."""
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)
     offs_k, offs_d, offs_dv = block_offsets(block, BLOCK_N, BLOCK_D, BLOCK_DV)
     keys = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)[0].to(DOT)
-    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims).to(DOT)
+    values = rows(v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv,
+                  value_dims).to(DOT)
     grad_hat = tl.zeros((BLOCK_N, BLOCK_D), ACC)
     grad_v = tl.zeros((BLOCK_N, BLOCK_DV), ACC)
     for start in range(0, queries, BLOCK_M):
@@ -125,48 +142,56 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr,
         q_hat, _ = _unit(q_ptr, bh, offs_q, queries, offs_d, dims, eps, ACC)
         q_hat = q_hat.to(DOT)
         # rows past the queries: zero output gradients and delta, so they add nothing
-        grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries,
-                                                        offs_dv, value_dims, ACC)
+        grad_out, delta, sums = normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q,
+                                                        queries, offs_dv, value_dims, ACC)
         grad_out = grad_out.to(DOT)
         kernel = 0.5 + tl.dot(q_hat, tl.trans(keys), out_dtype=ACC) * inv_pi
         grad_v += tl.dot(tl.trans((kernel / sums[:, None]).to(DOT)), grad_out, out_dtype=ACC)
-        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC) - delta[:, None]) / sums[:, None]
+        grad_kernel = (tl.dot(grad_out, tl.trans(values), out_dtype=ACC)
+                       - delta[:, None]) / sums[:, None]
         grad_hat += tl.dot(tl.trans(grad_kernel.to(DOT)), q_hat, out_dtype=ACC)
-    k_hat, k_norm = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)  # in float32 again, as above
+    # in float32 again, as above
+    k_hat, k_norm = _unit(k_ptr, bh, offs_k, keys_count, offs_d, dims, eps, ACC)
     store_rows(grad_k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims,
                _unit_backward(grad_hat * inv_pi, k_hat, k_norm))
-    store_rows(grad_v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims, grad_v)
+    store_rows(grad_v_ptr + bh * keys_count * value_dims, offs_k, keys_count, offs_dv, value_dims,
+               grad_v)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared memory a
-# block): _grad_keys over tiles of 32 queries spilled on sm_90 in float32 (at 64-wide heads with 4 warps, at 128
-# with 8), takes them 16 at a time, and heads over 64 wide for blocks of 16 keys (over 32, 8 warps spilled in
-# float32 and 4 in half precision); heads over 64 wide, _grad_queries over 32 queries.
+# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
+# memory a block): _grad_keys over tiles of 32 queries spilled on sm_90 in float32 (at 64-wide heads
+# with 4 warps, at 128 with 8), takes them 16 at a time, and heads over 64 wide for blocks of 16
+# keys (over 32, 8 warps spilled in float32 and 4 in half precision); heads over 64 wide,
+# _grad_queries over 32 queries.
 LAUNCH = {_grad_keys: dict(BLOCK_M=16, BLOCK_N=32)}
 WIDE_LAUNCH = {_grad_keys: dict(BLOCK_N=16), _grad_queries: dict(BLOCK_M=32)}
 
 
 def _launch(kernel, q: Tensor, k: Tensor, v: Tensor, *tensors: Tensor) -> None:
-    """``kernel`` on ``(..., N, d)`` queries, ``(..., M, d)`` keys and ``(..., M, e)`` values, one program per
-    image x head and block of tokens (keys for :func:`_grad_keys`, else queries)."""
+    """``kernel`` on ``(..., N, d)`` queries, ``(..., M, d)`` keys and ``(..., M, e)`` values, one
+    program per image x head and block of tokens (keys for :func:`_grad_keys`, else queries)."""
     queries, dims = q.shape[-2:]
     keys, value_dims = k.shape[-2], v.shape[-1]
-    meta = launch_meta(kernel, dims, value_dims, q.dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH, STAGES)
-    blocks = triton.cdiv(keys, meta['BLOCK_N']) if kernel is _grad_keys else triton.cdiv(queries, meta['BLOCK_M'])
+    meta = launch_meta(kernel, dims, value_dims, q.dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH,
+                       STAGES)
+    blocks = triton.cdiv(keys,
+                         meta['BLOCK_N']) if kernel is _grad_keys else triton.cdiv(queries,
+                                                                                   meta['BLOCK_M'])
     kernel[(q.numel() // (queries * dims), blocks)](q, k, v, *tensors,
            queries, keys, dims, value_dims, 1 / math.pi, norm_eps(q.dtype), **meta)
 
 
 class DenseAngular(torch.autograd.Function):
-    """``(A V) / (A 1)`` with ``A = 1/2 + q^ k^T / pi`` of ``(..., N, d)`` queries, ``(..., M, d)`` keys
-    and ``(..., M, e)`` values; saves the inputs, the output and the row sums."""
+    """``(A V) / (A 1)`` with ``A = 1/2 + q^ k^T / pi`` of ``(..., N, d)`` queries, ``(..., M, d)``
+    keys and ``(..., M, e)`` values; saves the inputs, the output and the row sums."""
 
     @staticmethod
     @autocast_off
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = v.new_empty(*q.shape[:-1], v.shape[-1])
-        sums = q.new_empty(q.shape[:-1], dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+        sums = q.new_empty(q.shape[:-1],
+                           dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         _launch(_forward, q, k, v, out, sums)
         ctx.save_for_backward(q, k, v, out, sums)
         return out
@@ -183,5 +208,6 @@ class DenseAngular(torch.autograd.Function):
 
 
 def linear_angular_attention_dense(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values -> ``(B, heads, N, d_v)``."""
+    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values ->
+    ``(B, heads, N, d_v)``."""
     return DenseAngular.apply(q, k, v)

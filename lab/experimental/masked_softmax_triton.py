@@ -1,8 +1,10 @@
-"""Triton kernels of the masked softmax attention (``impl='triton'``; see :mod:`mmvisattn.ops.masked_softmax`):
-``(P * [P > t]) V`` with ``P = softmax(s Q K^T)`` by blocks of queries and keys, after "FlashAttention-2"
-(arXiv:2307.08691, Alg. 1 and 2), so no ``N x M`` weights exist in memory in either pass.
+"""Triton kernels of the masked softmax attention (``impl='triton'``;
+see :mod:`mmvisattn.ops.masked_softmax`): ``(P * [P > t]) V`` with ``P = softmax(s Q K^T)`` by
+blocks of queries and keys, after "FlashAttention-2" (arXiv:2307.08691, Alg. 1 and 2), so no
+``N x M`` weights exist in memory in either pass.
 
-The mask compares each weight with ``t``, so it needs the row's final normaliser before any weight is
+The mask compares each weight with ``t``, so it needs the row's final normaliser before any weight
+is
 kept: the forward runs over the keys twice in one program, first for each row's log-sum-exp (the
 online maximum and sum, no values read), then for the kept weights ``exp(s q.k - lse)`` times the
 values; it stores the output and the log-sum-exp. The weights are not renormalised after masking
@@ -12,9 +14,9 @@ The backward is FlashAttention's with the mask on the weights' gradient: ``dP = 
 and ``dS = P (dP - delta)``, where ``delta_i = sum_j P_ij dP_ij = dO_i . O_i`` as in the unmasked
 case (the kept weights are exactly what formed ``O``): the flash backward's two kernels
 (:func:`~mmvisattn.ops.utils.flash.grad_queries`, :func:`~mmvisattn.ops.utils.flash.grad_keys`) with
-``MASKED``. The mask is piecewise constant, so it has no gradient of its own; the backward recomputes
-each weight from the same products, so its mask is the forward's up to the rounding of a weight a few
-ulps from ``t``.
+``MASKED``. The mask is piecewise constant, so it has no gradient of its own; the backward
+recomputes each weight from the same products, so its mask is the forward's up to the rounding of a
+weight a few ulps from ``t``.
 
 Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
 too (``gradcheck``).
@@ -31,25 +33,35 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from lab.experimental.flash import block_offsets, grad_keys, grad_queries, key_rows, launch_meta, rows, store_rows
+from lab.experimental.flash import (
+    block_offsets,
+    grad_keys,
+    grad_queries,
+    key_rows,
+    launch_meta,
+    rows,
+    store_rows,
+)
 from mmvisattn.ops.utils.amp import autocast_off
 from mmvisattn.ops.utils.flash import log_sum_exp
 
 BLOCK_M = 64  # queries per block
-BLOCK_N = 32  # keys per block: a 64 x 32 tile of scores, its weights and their gradient stay in registers
+# keys per block: a 64 x 32 tile of scores, its weights and their gradient stay in registers
+BLOCK_N = 32
 
 
 @triton.jit
 def _scores(q, keys, offs_k, keys_count, scale, ACC: tl.constexpr):
-    """The scaled scores of the queries ``q`` against the keys ``offs_k``, ``-inf`` past the keys."""
+    """The scaled scores of the queries ``q`` against the keys ``offs_k``, ``-inf`` past the
+    keys."""
     scores = tl.dot(q, tl.trans(keys), out_dtype=ACC) * scale
     return tl.where(offs_k[None, :] < keys_count, scores, float('-inf'))
 
 
 @triton.jit
-def _forward(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, queries, keys_count, dims, value_dims, scale, threshold,
-             DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _forward(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, queries, keys_count, dims, value_dims, scale,
+             threshold, DOT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
     scale, threshold = tl.cast(scale, ACC), tl.cast(threshold, ACC)  # compiled: float64 scalars
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
@@ -61,13 +73,15 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, queries, keys_count, dims, v
         keys = rows(k_ptr + bh * keys_count * dims, offs_k, keys_count, offs_d, dims).to(DOT)
         scores = _scores(q, keys, offs_k, keys_count, scale, ACC)
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
-        row_sum = row_sum * tl.exp(row_max - new_max) + tl.sum(tl.exp(scores - new_max[:, None]), axis=1)
+        row_sum = row_sum * tl.exp(row_max
+                                   - new_max) + tl.sum(tl.exp(scores - new_max[:, None]), axis=1)
         row_max = new_max
     lse = log_sum_exp(row_max, row_sum)[0]
     acc = tl.zeros((BLOCK_M, BLOCK_DV), ACC)
     for start in range(0, keys_count, BLOCK_N):  # the kept weights times the values
         offs_k = start + tl.arange(0, BLOCK_N)
-        keys, values = key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_dims, DOT)
+        keys, values = key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims,
+                                value_dims, DOT)
         scores = _scores(q, keys, offs_k, keys_count, scale, ACC)
         probs = tl.exp(scores - lse[:, None])
         acc += tl.dot(tl.where(probs > threshold, probs, 0.0).to(DOT), values, out_dtype=ACC)
@@ -75,13 +89,15 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, queries, keys_count, dims, v
     tl.store(lse_ptr + bh * queries + offs_q, lse, mask=offs_q < queries)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared memory a
-# block). grad_keys takes its queries 32 at a time with 4 warps: over blocks of 64 it spilled on sm_90 in float32
-# at 64-wide heads and took 164864 B at 128. Heads over 64 wide: _forward at Triton's 3 software-pipelining
-# stages took 131072 B in float32 (98304 at 2); grad_queries with 8 warps spilled on sm_80 in half precision
-# and took 114688 B over blocks of 64 queries with 4 (81920 over 32, at 2 stages).
+# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
+# memory a block). grad_keys takes its queries 32 at a time with 4 warps: over blocks of 64 it
+# spilled on sm_90 in float32 at 64-wide heads and took 164864 B at 128. Heads over 64 wide:
+# _forward at Triton's 3 software-pipelining stages took 131072 B in float32 (98304 at 2);
+# grad_queries with 8 warps spilled on sm_80 in half precision and took 114688 B over blocks of 64
+# queries with 4 (81920 over 32, at 2 stages).
 LAUNCH = {grad_keys: dict(BLOCK_M=32, num_warps=4)}
-WIDE_LAUNCH = {_forward: dict(num_stages=2), grad_queries: dict(BLOCK_M=32, num_warps=4, num_stages=2)}
+WIDE_LAUNCH = {_forward: dict(num_stages=2),
+               grad_queries: dict(BLOCK_M=32, num_warps=4, num_stages=2)}
 
 
 def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
@@ -93,8 +109,8 @@ def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
 
 
 class MaskedSoftmaxTriton(torch.autograd.Function):
-    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)`` values; saves
-    the inputs, the output and one log-sum-exp per query."""
+    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)``
+    values; saves the inputs, the output and one log-sum-exp per query."""
 
     @staticmethod
     @autocast_off
@@ -104,10 +120,12 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
         slices = q.numel() // (queries * dims)  # images x heads
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out = v.new_empty(*lead, queries, value_dims)
-        lse = q.new_empty(*lead, queries, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
+        lse = q.new_empty(*lead, queries,
+                          dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         meta = _meta(_forward, dims, value_dims, q.dtype)
-        _forward[(slices, triton.cdiv(queries, meta['BLOCK_M']))](q, k, v, out, lse, queries, keys, dims,
-                                                                  value_dims, scale, threshold, **meta)
+        _forward[(slices, triton.cdiv(queries, meta['BLOCK_M']))](q, k, v, out, lse, queries, keys,
+                                                                  dims, value_dims, scale,
+                                                                  threshold, **meta)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.threshold = scale, threshold
         return out
@@ -120,14 +138,19 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
         keys, value_dims = k.shape[-2], v.shape[-1]
         slices = q.numel() // (queries * dims)
         grad_out = grad_out.contiguous()
-        delta = (grad_out.to(lse.dtype) * out.to(lse.dtype)).sum(dim=-1)  # sum_j p_ij dp_ij over the kept weights
-        reads = (q, k, v, q, grad_out, lse, delta)  # no bias: q stands in for its pointer, never read
-        sizes = (1, queries, keys, dims, value_dims, ctx.scale, ctx.threshold)  # 1: the bias's heads, unused
+        # sum_j p_ij dp_ij over the kept weights
+        delta = (grad_out.to(lse.dtype) * out.to(lse.dtype)).sum(dim=-1)
+        # no bias: q stands in for its pointer, never read
+        reads = (q, k, v, q, grad_out, lse, delta)
+        # 1: the bias's heads, unused
+        sizes = (1, queries, keys, dims, value_dims, ctx.scale, ctx.threshold)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         meta = _meta(grad_queries, dims, value_dims, q.dtype)
-        grad_queries[(slices, triton.cdiv(queries, meta['BLOCK_M']))](*reads, grad_q, *sizes, **meta)
+        grad_queries[(slices, triton.cdiv(queries, meta['BLOCK_M']))](*reads, grad_q, *sizes,
+                                                                      **meta)
         meta = _meta(grad_keys, dims, value_dims, q.dtype)
-        grad_keys[(slices, triton.cdiv(keys, meta['BLOCK_N']))](*reads, grad_k, grad_v, *sizes, **meta)
+        grad_keys[(slices, triton.cdiv(keys, meta['BLOCK_N']))](*reads, grad_k, grad_v, *sizes,
+                                                                **meta)
         return grad_q, grad_k, grad_v, None, None
 
 

@@ -1,19 +1,20 @@
-"""Ripple attention in one Triton program per block of queries, for small maps (arXiv:2110.02453, Eq. 4-6).
+"""Ripple attention in one Triton program per block of queries, for small maps (arXiv:2110.02453,
+Eq. 4-6).
 
 With the weights of :func:`mmvisattn.ops.ripple.ring_weights` the local and the global parts
-of ripple attention are one ``N x N`` weighting: the pair ``(i, j)`` in Chebyshev group ``r`` carries
-``W_ij = w_m(i) + beta_r(i)`` for ``r < R_max`` and ``w_m(i)`` beyond, so::
+of ripple attention are one ``N x N`` weighting: the pair ``(i, j)`` in Chebyshev group ``r``
+carries ``W_ij = w_m(i) + beta_r(i)`` for ``r < R_max`` and ``w_m(i)`` beyond, so::
 
     out_i = sum_j W_ij (q_i . k_j) v_j / (sum_j W_ij (q_i . k_j) + eps)
 
 ``W_ij`` is entry ``min(r, R_max)`` of query ``i``'s row of a ``(..., N, R_max + 1)`` table
-(:func:`weight_table`). The forward program loads its queries and their table rows once, and for each
-block of keys forms the scores by one product, weights them by the pairs' groups (computed from the
-token coordinates) and adds the tile times the values, and its row sums, to float32 accumulators:
-flash-attention's loop without a softmax (the weights are non-negative, so no running maximum), one
-launch where the local/global split takes a dozen, nothing ``N x N`` in memory. Quadratic:
-meant for small maps (SMCA's 25x42 encoder), where it may beat the O(H W R_max^2) kernels of
-:mod:`.triton`; up to where it does is measured per GPU (:mod:`mmvisattn.ops.utils.crossover`).
+(:func:`weight_table`). The forward program loads its queries and their table rows once, and for
+each block of keys forms the scores by one product, weights them by the pairs' groups (computed from
+the token coordinates) and adds the tile times the values, and its row sums, to float32
+accumulators: flash-attention's loop without a softmax (the weights are non-negative, so no running
+maximum), one launch where the local/global split takes a dozen, nothing ``N x N`` in memory.
+Quadratic: meant for small maps (SMCA's 25x42 encoder), where it may beat the O(H W R_max^2) kernels
+of :mod:`.triton`; up to where it does is measured per GPU (:mod:`mmvisattn.ops.utils.crossover`).
 
 The backward is two programs that recompute the tiles from the inputs, the output and the
 normaliser, each owning what it writes (no atomics): with ``dnum_i = dO_i / den_i``,
@@ -25,15 +26,15 @@ normaliser, each owning what it writes (no atomics): with ``dnum_i = dO_i / den_
 
 the table's gradient flows back into the ring weights (their Triton passes) under autograd.
 
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there too
-(``gradcheck``).
+Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
+too (``gradcheck``).
 
-Mixed precision (:mod:`mmvisattn.ops.utils.flash`): autocast is off in the Function. The scores' product
-takes the inputs' precision (half-precision tensor cores, TF32 for float32) and accumulates in float32;
-the weighted scores and the output's gradients meet the values, keys and queries (``VALUES``) in
-bfloat16 for bfloat16 inputs and in float32 (TF32) for float16 ones, whose range scores of non-negative
-features may pass; the table, the sums and the normaliser are float32. The output comes back in
-``v``'s dtype, each gradient in its input's.
+Mixed precision (:mod:`mmvisattn.ops.utils.flash`): autocast is off in the Function. The scores'
+product takes the inputs' precision (half-precision tensor cores, TF32 for float32) and accumulates
+in float32; the weighted scores and the output's gradients meet the values, keys and queries
+(``VALUES``) in bfloat16 for bfloat16 inputs and in float32 (TF32) for float16 ones, whose range
+scores of non-negative features may pass; the table, the sums and the normaliser are float32. The
+output comes back in ``v``'s dtype, each gradient in its input's.
 """
 from typing import Sequence
 
@@ -42,29 +43,39 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from lab.experimental.flash import block_offsets, launch_meta, normalised_output_grads, rows, store_rows
+from lab.experimental.flash import (
+    block_offsets,
+    launch_meta,
+    normalised_output_grads,
+    rows,
+    store_rows,
+)
 from mmvisattn.ops.ripple import ring_weights
 from mmvisattn.ops.utils.amp import autocast_off
 from mmvisattn.ops.utils.tracing import apply_function
 
 BLOCK_M = 64  # queries per program (per tile in _grad_keys)
 BLOCK_N = 32  # keys per tile (per program in _grad_keys)
-STAGES = {4: 2, 8: 1}  # software-pipelining stages by warps, as the Castling dense kernel (ptxas, sm_80)
+# software-pipelining stages by warps, as the Castling dense kernel (ptxas, sm_80)
+STAGES = {4: 2, 8: 1}
 
 
 @triton.jit
 def _weighted_scores(q, keys, table, offs_q, offs_k, tokens, width, groups, ACC: tl.constexpr):
-    """A tile's scores ``q k^T``, its pairs' groups ``min(r, groups - 1)`` (``r`` the Chebyshev distance on a
-    map ``width`` tokens wide) and their weights from the queries' rows of ``table`` (0 outside the map)."""
+    """A tile's scores ``q k^T``, its pairs' groups ``min(r, groups - 1)`` (``r`` the Chebyshev
+    distance on a map ``width`` tokens wide) and their weights from the queries' rows of ``table``
+    (0 outside the map)."""
     group = tl.minimum(tl.maximum(tl.abs(offs_q[:, None] // width - offs_k[None, :] // width),
-                                  tl.abs(offs_q[:, None] % width - offs_k[None, :] % width)), groups - 1)
+                                  tl.abs(offs_q[:, None] % width - offs_k[None, :] % width)),
+                       groups - 1)
     inside = (offs_q[:, None] < tokens) & (offs_k[None, :] < tokens)
     weights = tl.load(table + offs_q[:, None] * groups + group, mask=inside, other=0.0).to(ACC)
     return tl.dot(q, tl.trans(keys), out_dtype=ACC), group, weights
 
 
 @triton.jit
-def _forward(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, tokens, width, dims, value_dims, groups, eps,
+def _forward(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, tokens, width, dims, value_dims,
+             groups, eps,
              DOT: tl.constexpr, ACC: tl.constexpr, VALUES: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     bh, block = tl.program_id(0), tl.program_id(1)
@@ -76,36 +87,43 @@ def _forward(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, tokens, width, di
     for start in range(0, tokens, BLOCK_N):
         offs_k = start + tl.arange(0, BLOCK_N)
         keys = rows(k_ptr + bh * tokens * dims, offs_k, tokens, offs_d, dims).to(DOT)
-        values = rows(v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv, value_dims).to(VALUES)
-        scores, _, weights = _weighted_scores(q, keys, table, offs_q, offs_k, tokens, width, groups, ACC)
+        values = rows(v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv,
+                      value_dims).to(VALUES)
+        scores, _, weights = _weighted_scores(q, keys, table, offs_q, offs_k, tokens, width, groups,
+                                              ACC)
         weighted = scores * weights
         acc += tl.dot(weighted.to(VALUES), values, out_dtype=ACC)
         den += tl.sum(weighted, axis=1)
     den += tl.cast(eps, ACC)  # compiled: a float64 scalar
-    store_rows(out_ptr + bh * tokens * value_dims, offs_q, tokens, offs_dv, value_dims, acc / den[:, None])
+    store_rows(out_ptr + bh * tokens * value_dims, offs_q, tokens, offs_dv, value_dims,
+               acc / den[:, None])
     tl.store(den_ptr + bh * tokens + offs_q, den, mask=offs_q < tokens)
 
 
 @triton.jit
-def _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims, ACC: tl.constexpr):
-    """What the loss sends a block of queries' sums: ``dnum = dO / den`` and ``dden = -dnum . out``."""
-    grad_out, delta, den = normalised_output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv,
-                                                   value_dims, ACC)
+def _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims,
+                  ACC: tl.constexpr):
+    """What the loss sends a block of queries' sums: ``dnum = dO / den`` and
+    ``dden = -dnum . out``."""
+    grad_out, delta, den = normalised_output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q,
+                                                   tokens, offs_dv, value_dims, ACC)
     return grad_out / den[:, None], -delta / den
 
 
 @triton.jit
-def _grad_queries(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, grad_q_ptr, grad_table_ptr,
+def _grad_queries(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, grad_q_ptr,
+                  grad_table_ptr,
                   tokens, width, dims, value_dims, groups, DOT: tl.constexpr, ACC: tl.constexpr,
-                  VALUES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                  BLOCK_DV: tl.constexpr, BLOCK_G: tl.constexpr):
+                  VALUES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_G: tl.constexpr):
     """``dq`` and the table's gradient of a block of queries, over the key blocks: with
     ``dA = dnum v^T + dden``, ``dq = (dA * W) k`` and ``dW = dA * (q k^T)`` summed by group."""
     bh, block = tl.program_id(0), tl.program_id(1)
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
     q = rows(q_ptr + bh * tokens * dims, offs_q, tokens, offs_d, dims).to(DOT)
     table = table_ptr + bh * tokens * groups
-    grad_num, grad_den = _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims, ACC)
+    grad_num, grad_den = _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv,
+                                       value_dims, ACC)
     grad_num = grad_num.to(VALUES)
     cols = tl.arange(0, BLOCK_G)
     grad_q = tl.zeros((BLOCK_M, BLOCK_D), ACC)
@@ -113,8 +131,10 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr
     for start in range(0, tokens, BLOCK_N):
         offs_k = start + tl.arange(0, BLOCK_N)
         keys = rows(k_ptr + bh * tokens * dims, offs_k, tokens, offs_d, dims)
-        values = rows(v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv, value_dims).to(VALUES)
-        scores, group, weights = _weighted_scores(q, keys.to(DOT), table, offs_q, offs_k, tokens, width, groups, ACC)
+        values = rows(v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv,
+                      value_dims).to(VALUES)
+        scores, group, weights = _weighted_scores(q, keys.to(DOT), table, offs_q, offs_k, tokens,
+                                                  width, groups, ACC)
         grad_weighted = tl.dot(grad_num, tl.trans(values), out_dtype=ACC) + grad_den[:, None]
         grad_weights = grad_weighted * scores  # zero past the map: its keys load as zero
         for g in range(0, groups):
@@ -126,9 +146,10 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr
 
 
 @triton.jit
-def _grad_keys(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, grad_k_ptr, grad_v_ptr,
-               tokens, width, dims, value_dims, groups, DOT: tl.constexpr, ACC: tl.constexpr, VALUES: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+def _grad_keys(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, grad_k_ptr,
+               grad_v_ptr, tokens, width, dims, value_dims, groups, DOT: tl.constexpr,
+               ACC: tl.constexpr, VALUES: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``dk = (dA * W)^T q`` and ``dv = A^T dnum`` of a block of ``BLOCK_N`` keys, over blocks of
     ``BLOCK_M`` queries."""
     bh, block = tl.program_id(0), tl.program_id(1)
@@ -141,51 +162,60 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, g
     for start in range(0, tokens, BLOCK_M):
         offs_q = start + tl.arange(0, BLOCK_M)
         q = rows(q_ptr + bh * tokens * dims, offs_q, tokens, offs_d, dims)
-        grad_num, grad_den = _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims,
-                                           ACC)
+        grad_num, grad_den = _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens,
+                                           offs_dv, value_dims, ACC)
         grad_num = grad_num.to(VALUES)
-        scores, _, weights = _weighted_scores(q.to(DOT), keys, table, offs_q, offs_k, tokens, width, groups, ACC)
+        scores, _, weights = _weighted_scores(q.to(DOT), keys, table, offs_q, offs_k, tokens, width,
+                                              groups, ACC)
         grad_v += tl.dot(tl.trans((scores * weights).to(VALUES)), grad_num, out_dtype=ACC)
         grad_weighted = tl.dot(grad_num, tl.trans(values), out_dtype=ACC) + grad_den[:, None]
-        grad_k += tl.dot(tl.trans((grad_weighted * weights).to(VALUES)), q.to(VALUES), out_dtype=ACC)
+        grad_k += tl.dot(tl.trans((grad_weighted * weights).to(VALUES)), q.to(VALUES),
+                         out_dtype=ACC)
     store_rows(grad_k_ptr + bh * tokens * dims, offs_k, tokens, offs_d, dims, grad_k)
     store_rows(grad_v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv, value_dims, grad_v)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared memory a
-# block). _grad_keys over blocks of 64 keys spilled on sm_90 in float32 at 32-wide heads, and at 128 wherever
-# it ran 8 warps with 32 queries a tile; _grad_queries over 64 queries took 122880 B at 128 in float32.
+# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
+# memory a block). _grad_keys over blocks of 64 keys spilled on sm_90 in float32 at 32-wide heads,
+# and at 128 wherever it ran 8 warps with 32 queries a tile; _grad_queries over 64 queries took
+# 122880 B at 128 in float32.
 LAUNCH = {_grad_keys: dict(BLOCK_M=32, BLOCK_N=32)}
 WIDE_LAUNCH = {_grad_keys: dict(BLOCK_M=16), _grad_queries: dict(BLOCK_M=32)}
 
 
 def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
-    """Blocks, dtypes (``VALUES``: the dtype the weighted scores and their gradients meet the values, keys
-    and queries in, see the module docstring), warps and stages of ``kernel``'s launch."""
-    meta = launch_meta(kernel, dims, value_dims, dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH, STAGES)
+    """Blocks, dtypes (``VALUES``: the dtype the weighted scores and their gradients meet the
+    values, keys and queries in, see the module docstring), warps and stages of ``kernel``'s
+    launch."""
+    meta = launch_meta(kernel, dims, value_dims, dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH,
+                       STAGES)
     meta['VALUES'] = tl.float32 if dtype == torch.float16 else meta['DOT']
     return meta
 
 
-def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], groups: int, *scalars, **extra) -> None:
-    """``kernel`` over the ``(..., N, .)`` ``tensors`` (queries, keys and values first), one program per
-    slice and block of tokens (keys for :func:`_grad_keys`, else queries)."""
+def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], groups: int, *scalars,
+            **extra) -> None:
+    """``kernel`` over the ``(..., N, .)`` ``tensors`` (queries, keys and values first), one program
+    per slice and block of tokens (keys for :func:`_grad_keys`, else queries)."""
     q, v = tensors[0], tensors[2]
     tokens, dims = q.shape[-2:]
     meta = dict(_meta(kernel, dims, v.shape[-1], q.dtype), **extra)
     block = meta['BLOCK_N'] if kernel is _grad_keys else meta['BLOCK_M']
-    kernel[(q.numel() // (tokens * dims), triton.cdiv(tokens, block))](*tensors, tokens, hw_shape[1], dims,
-                                                                       v.shape[-1], groups, *scalars, **meta)
+    kernel[(q.numel() // (tokens * dims), triton.cdiv(tokens, block))](*tensors, tokens,
+                                                                       hw_shape[1], dims,
+                                                                       v.shape[-1], groups,
+                                                                       *scalars, **meta)
 
 
 class FusedRipple(torch.autograd.Function):
-    """``(A V) / (A 1 + eps)`` with ``A_ij = (q_i . k_j) W_ij`` of ``(..., N, D)`` features, ``(..., N, E)``
-    values and the ``(..., N, R_max + 1)`` float32 :func:`weight_table`; saves the inputs, the output and
-    the normaliser."""
+    """``(A V) / (A 1 + eps)`` with ``A_ij = (q_i . k_j) W_ij`` of ``(..., N, D)`` features,
+    ``(..., N, E)`` values and the ``(..., N, R_max + 1)`` float32 :func:`weight_table`; saves the
+    inputs, the output and the normaliser."""
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, table: Tensor, hw_shape: Sequence[int], eps: float) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, table: Tensor, hw_shape: Sequence[int],
+                eps: float) -> Tensor:
         q, k, v, table = q.contiguous(), k.contiguous(), v.contiguous(), table.contiguous()
         out, den = torch.empty_like(v), table.new_empty(table.shape[:-1])
         _launch(_forward, (q, k, v, table, out, den), hw_shape, table.shape[-1], eps)
@@ -207,14 +237,16 @@ class FusedRipple(torch.autograd.Function):
 
 
 def weight_table(beta: Tensor, merged_weight: Tensor) -> Tensor:
-    """``(..., N, R_max + 1)`` weights of the groups ``0 .. R_max - 1`` and of every farther token, from
-    :func:`mmvisattn.ops.ripple.ring_weights`' ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``."""
+    """``(..., N, R_max + 1)`` weights of the groups ``0 .. R_max - 1`` and of every farther token,
+    from :func:`mmvisattn.ops.ripple.ring_weights`' ``beta`` ``(..., N, R_max)`` and ``w_m``
+    ``(..., N)``."""
     merged = merged_weight.unsqueeze(-1)
     return torch.cat([beta + merged, merged], dim=-1)
 
 
-def ripple_attention_fused(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
-                           eps: float) -> Tensor:
+def ripple_attention_fused(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
+                           tau: float, eps: float) -> Tensor:
     """Ripple attention with its ``N x N`` weighting in one Triton program per block of queries."""
     beta, merged_weight = ring_weights(logits, hw_shape, tau, triton=True)
-    return apply_function(FusedRipple, q, k, v, weight_table(beta, merged_weight), tuple(hw_shape), eps)
+    return apply_function(FusedRipple, q, k, v, weight_table(beta, merged_weight), tuple(hw_shape),
+                          eps)

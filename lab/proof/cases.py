@@ -1,7 +1,7 @@
-"""The op calls ``gpu_proof.py`` checks and times: the package's cases (:mod:`mmvisattn.ops.check`: inputs
-at a test size, every backend, the float64 reference) with the sizes of the layers of the shipped models,
-the experimental kernels of :mod:`lab.experimental` beside the backends, and a call of the same shape
-through SDPA (the baseline).
+"""The op calls ``gpu_proof.py`` checks and times: the package's cases (:mod:`mmvisattn.ops.check`:
+inputs at a test size, every backend, the float64 reference) with the sizes of the layers of the
+shipped models, the experimental kernels of :mod:`lab.experimental` beside the backends, and a call
+of the same shape through SDPA (the baseline).
 
 Imports torch, Triton and :mod:`mmvisattn.ops` alone, as the proof runs on a bare GPU machine.
 """
@@ -17,7 +17,8 @@ from mmvisattn.ops.utils.dispatch import Op
 
 def _flex(size: Size, q, k, v, *rel_pos) -> Tensor:
     from lab.experimental.sliding_chunk_flex import sliding_chunk_attention_flex
-    return sliding_chunk_attention_flex(q, k, v, size.hw, window(size), 1, 'chunk', 0, rel_pos, q.shape[-1] ** -0.5)
+    return sliding_chunk_attention_flex(q, k, v, size.hw, window(size), 1, 'chunk', 0, rel_pos,
+                                        q.shape[-1] ** -0.5)
 
 
 def _ripple(name: str) -> Callable[..., Tensor]:
@@ -44,12 +45,13 @@ def _peripheral_triton(size: Size, q, k, v, bias) -> Tensor:
 
 
 class ProofCase(NamedTuple):
-    """An op under proof: its package case, the ``shipped`` sizes the benchmarks time (named after the
-    layer of the model each comes from), the ``experimental`` kernels timed beside its backends
-    (``name -> call(size, *leaves)``), the one of them that is a dense ``N x N`` form the crossover sweep
-    times against ``auto``'s choice (``dense``), the head width of the CPU smoke run (as small as the
-    kernels take: the position network's hidden channels are loops in its kernels) and whether the leaves
-    are activations (autocast hands them over in half precision) or parameters (kept in float32)."""
+    """An op under proof: its package case, the ``shipped`` sizes the benchmarks time (named after
+    the layer of the model each comes from), the ``experimental`` kernels timed beside its backends
+    (``name -> call(size, *leaves)``), the one of them that is a dense ``N x N`` form the crossover
+    sweep times against ``auto``'s choice (``dense``), the head width of the CPU smoke run (as small
+    as the kernels take: the position network's hidden channels are loops in its kernels) and
+    whether the leaves are activations (autocast hands them over in half precision) or parameters
+    (kept in float32)."""
     check: Case
     shipped: Dict[str, Size]
     experimental: Dict[str, Callable[..., Tensor]]
@@ -75,36 +77,45 @@ CUDA_TRAINING_ONLY = ('flex',)  # experimental kernels without a CPU backward
 _CASES = {case.op.name: case for case in check.CASES}
 CASES = [
     ProofCase(_CASES['sliding_chunk_attention'],
-              {'ViL-S stage 1 at 800x1344': Size(2, 3, 32, (200, 336)), 'ViL-S stage 2': Size(2, 3, 64, (100, 168)),
+              {'ViL-S stage 1 at 800x1344': Size(2, 3, 32, (200, 336)),
+               'ViL-S stage 2': Size(2, 3, 64, (100, 168)),
                'ViL-S stage 3': Size(2, 6, 64, (50, 84))}, dict(flex=_flex)),
-    ProofCase(_CASES['ripple_attention'], {'SMCA-Ripple encoder at 800x1344': Size(2, 8, 32, (25, 42))},
+    ProofCase(_CASES['ripple_attention'],
+              {'SMCA-Ripple encoder at 800x1344': Size(2, 8, 32, (25, 42))},
               dict(sat=_ripple('sat'), fused=_ripple('fused')), dense='fused'),
-    ProofCase(_CASES['linear_angular_attention'], {'Castling ViT-B at 512x512': Size(2, 12, 64, (32, 32))},
+    ProofCase(_CASES['linear_angular_attention'],
+              {'Castling ViT-B at 512x512': Size(2, 12, 64, (32, 32))},
               dict(dense=_angular_dense), dense='dense'),
     ProofCase(_CASES['masked_softmax_attention'],
-              {'Castling ViT-B auxiliary branch at 512x512': Size(2, 12, 64, (32, 32))}, dict(triton=_masked_triton)),
-    ProofCase(_CASES['peripheral_attention'], {'PerViT-T stage 3 at 800x1344': Size(2, 4, 56, (50, 84))},
+              {'Castling ViT-B auxiliary branch at 512x512': Size(2, 12, 64, (32, 32))},
+              dict(triton=_masked_triton)),
+    ProofCase(_CASES['peripheral_attention'],
+              {'PerViT-T stage 3 at 800x1344': Size(2, 4, 56, (50, 84))},
               dict(triton=_peripheral_triton)),
-    ProofCase(_CASES['position_logits'], {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))}, {},
-              smoke_dims=4, activations=False),
-    ProofCase(_CASES['rwgk_attention'], {'MiT-B0-RWGKA stage 1 at 1024x1024': Size(1, 1, 32, (256, 256))}, {}),
-    ProofCase(_CASES['trig_relu_features'], {}, {}),  # a feature map, not an attention: no SDPA row to stand beside
+    ProofCase(_CASES['position_logits'], {'PerViT-T stage 3 at 800x1344': Size(1, 4, 16, (50, 84))},
+              {}, smoke_dims=4, activations=False),
+    ProofCase(_CASES['rwgk_attention'],
+              {'MiT-B0-RWGKA stage 1 at 1024x1024': Size(1, 1, 32, (256, 256))}, {}),
+    # a feature map, not an attention: no SDPA row to stand beside
+    ProofCase(_CASES['trig_relu_features'], {}, {}),
 ]
 
 
 def smoke_size(size: Size, dims: int = 16) -> Size:
-    """A size the CPU smoke run takes in a second under the Triton interpreter: batch 2, one head, the
-    case's ``smoke_dims``, a map of a few tokens a side."""
+    """A size the CPU smoke run takes in a second under the Triton interpreter: batch 2, one head,
+    the case's ``smoke_dims``, a map of a few tokens a side."""
     return Size(2, 1, dims, (3, 4) if check.small(size) else (4, 5))
 
 
 def baseline_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
-    """``q, k, v`` of SDPA over the same tokens, heads and head width (the baseline of the benchmarks)."""
+    """``q, k, v`` of SDPA over the same tokens, heads and head width (the baseline of the
+    benchmarks)."""
     return check.qkv(size, device, dtype, generator)
 
 
 def flash_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The baseline of every benchmark layer: softmax attention over the same tokens, flash backend."""
+    """The baseline of every benchmark layer: softmax attention over the same tokens, flash
+    backend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)

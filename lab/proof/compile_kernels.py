@@ -1,8 +1,8 @@
 """Compile every Triton kernel of ``mmvisattn.ops`` ahead of time for named GPU architectures, on a
 machine without a GPU, at every configuration the shipped models launch.
 
-    python tools/analysis_tools/compile_kernels.py [--arch sm_80 sm_90] [--dtypes float32 float16 bfloat16]
-        [--configs CONFIG ...] [--out-dir DIR]
+    python tools/analysis_tools/compile_kernels.py [--arch sm_80 sm_90] [--dtypes float32 float16
+        bfloat16] [--configs CONFIG ...] [--out-dir DIR]
 
 * **Kernels** are discovered, not listed: every ``triton.jit`` function defined in a module of
   ``mmvisattn.ops``.
@@ -14,20 +14,22 @@ machine without a GPU, at every configuration the shipped models launch.
   model). ``JITFunction.run`` is replaced by a recorder, so nothing launches: Triton's own binder
   turns each call into the signature, constexprs (block sizes) and specialisation (alignment,
   divisibility by 16) a GPU launch would compile. Each kernel with float scalars is also compiled
-  once per architecture with them typed ``fp64``, as ``torch.compile`` (inductor) passes Python floats
-  to user-defined Triton kernels (source ``torch.compile``).
+  once per architecture with them typed ``fp64``, as ``torch.compile`` (inductor) passes Python
+  floats to user-defined Triton kernels (source ``torch.compile``).
 * **Compilation**: each distinct launch goes through ``triton.compile(ASTSource(...),
   target=GPUTarget('cuda', cc, 32))`` in a fresh cache, to PTX and cubin; ptxas's report gives
   registers and spills, the metadata the shared memory, the Triton IR the operand dtype of each
-  ``tl.dot`` (``dots``: ``bf16`` or ``f16`` where half inputs reach the tensor cores, ``f32`` for TF32).
+  ``tl.dot`` (``dots``: ``bf16`` or ``f16`` where half inputs reach the tensor cores, ``f32`` for
+  TF32).
 
 Prints a table (kernel, arch, dtype, dot operands, block sizes, warps, shared memory, registers,
-spills, compile time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile, on shared
-memory above the architecture's per-block limit, on register spills, or on a kernel of the package
-that no launch reached (neither launched nor called from a launched kernel). The tool unsets
+spills, compile time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile,
+on shared memory above the architecture's per-block limit, on register spills, or on a kernel of the
+package that no launch reached (neither launched nor called from a launched kernel). The tool unsets
 ``TRITON_INTERPRET`` before triton loads (the interpreter compiles nothing); :func:`main` refuses a
 process where it was set when the kernels were made. The recorder follows Triton's own launch path
-(``triton.knobs``, ``JITFunction._pack_args``: Triton 3.6 and 3.9 have them); an older Triton is refused in one line.
+(``triton.knobs``, ``JITFunction._pack_args``: Triton 3.6 and 3.9 have them); an older Triton is
+refused in one line.
 """
 import argparse
 import contextlib
@@ -46,14 +48,15 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 from unittest import mock
 
-# Largest shared memory one block may use, bytes (CUDA C Programming Guide, "Technical Specifications
-# per Compute Capability": the opt-in maximum per block).
-SHARED_MEMORY_LIMITS = {'sm_75': 65536, 'sm_80': 166912, 'sm_86': 101376, 'sm_87': 166912, 'sm_89': 101376,
-                        'sm_90': 232448}
+# Largest shared memory one block may use, bytes (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability": the opt-in maximum per block).
+SHARED_MEMORY_LIMITS = {'sm_75': 65536, 'sm_80': 166912, 'sm_86': 101376, 'sm_87': 166912,
+                        'sm_89': 101376, 'sm_90': 232448}
 DTYPES = ('float32', 'float16', 'bfloat16')
 GRIDS = ((16, 16), (13, 11))  # token counts divisible by 16 and not: both specialisations
 # Backbones whose sizes the papers give but which no detection or segmentation config builds
-EXTRA_MODELS = {'DeiT-Ripple': dict(type='DeiTRipple'), 'PerViT-M': dict(type='PerViT', arch='medium')}
+EXTRA_MODELS = {'DeiT-Ripple': dict(type='DeiTRipple'),
+                'PerViT-M': dict(type='PerViT', arch='medium')}
 
 
 def _position_op():
@@ -66,21 +69,24 @@ def _aux_op():
     return OP
 
 
-# the attentions' attributes that name the backend of a further op (imported late: the interpreter is unset first)
+# the attentions' attributes that name the backend of a further op (imported late: the interpreter
+# is unset first)
 OP_ARGUMENTS = {'position_impl': _position_op, 'aux_impl': _aux_op}
 
 
-# What JITFunction.run passes from triton.knobs.compilation to the compiler, where the release has it
+# What JITFunction.run passes from triton.knobs.compilation to the compiler, where the release has
+# it
 RUN_KNOBS = ('instrumentation_mode', 'fpsan_homomorphic_casts')
 
 
 def unsupported_triton() -> Optional[str]:
-    """Why the installed Triton's launch path is not the one :class:`LaunchRecorder` follows (``triton.knobs``
-    and ``JITFunction._pack_args``), or ``None``."""
+    """Why the installed Triton's launch path is not the one :class:`LaunchRecorder` follows
+    (``triton.knobs`` and ``JITFunction._pack_args``), or ``None``."""
     import triton
     from triton.runtime.jit import JITFunction
     if importlib.util.find_spec('triton.knobs') is None or not hasattr(JITFunction, '_pack_args'):
-        return (f'Triton {triton.__version__} launches kernels without triton.knobs and JITFunction._pack_args, '
+        return (f'Triton {triton.__version__} launches kernels without triton.knobs and '
+                'JITFunction._pack_args, '
                 'the launch path this tool records (Triton 3.6 and 3.9 have both)')
     return None
 
@@ -91,7 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f'GPU architectures, of {", ".join(SHARED_MEMORY_LIMITS)}')
     parser.add_argument('--dtypes', nargs='+', default=list(DTYPES), help=f'of {", ".join(DTYPES)}')
     parser.add_argument('--configs', nargs='+', type=Path,
-                        help='configs whose models are recorded (default: every config of configs/ and the '
+                        help='configs whose models are recorded (default: every config of configs/ '
+                        'and the '
                              f'backbones {", ".join(EXTRA_MODELS)})')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/compile_kernels'))
     args = parser.parse_args(argv)
@@ -108,7 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def discover_kernels() -> Dict[str, object]:
-    """``{module.name: JITFunction}`` for every ``triton.jit`` function defined in ``mmvisattn.ops``."""
+    """``{module.name: JITFunction}`` for every ``triton.jit`` function defined in
+    ``mmvisattn.ops``."""
     from triton.runtime.jit import JITFunction
 
     import mmvisattn.ops
@@ -140,8 +148,9 @@ class Launch:
 
 
 class LaunchRecorder:
-    """Within ``with recorder.recording(workload, dtype):`` every ``kernel[grid](...)`` is turned into
-    :class:`Launch` records, one per architecture, and nothing runs; ``launches`` holds the distinct ones."""
+    """Within ``with recorder.recording(workload, dtype):`` every ``kernel[grid](...)`` is turned
+    into :class:`Launch` records, one per architecture, and nothing runs; ``launches`` holds the
+    distinct ones."""
 
     def __init__(self, archs: Sequence[str]) -> None:
         from triton.backends.compiler import GPUTarget
@@ -153,9 +162,9 @@ class LaunchRecorder:
 
     @contextlib.contextmanager
     def recording(self, source: str, dtype: str) -> Iterator[None]:
-        """Every kernel launch inside is recorded instead of run (``JITFunction.run`` replaced for the
-        block only, as a test double: this is instrumentation, not a patch of triton); the ops take the
-        CPU tensors for their Triton backends as under the interpreter."""
+        """Every kernel launch inside is recorded instead of run (``JITFunction.run`` replaced for
+        the block only, as a test double: this is instrumentation, not a patch of triton); the ops
+        take the CPU tensors for their Triton backends as under the interpreter."""
         from triton.runtime.jit import JITFunction
 
         from mmvisattn.ops.utils.dispatch import observing
@@ -164,7 +173,8 @@ class LaunchRecorder:
         def record(kernel, *args, grid, warmup, **kwargs) -> None:
             self.add(kernel, args, kwargs)
 
-        def triton_on_cpu(op, impl, request):  # the named kernels past the check that they run on CUDA
+        # the named kernels past the check that they run on CUDA
+        def triton_on_cpu(op, impl, request):
             return op.backends[impl].function if impl == 'triton' else None
 
         with mock.patch.object(JITFunction, 'run', record), observing(triton_on_cpu):
@@ -173,23 +183,29 @@ class LaunchRecorder:
     def add(self, kernel, args: tuple, kwargs: dict) -> None:
         from triton import knobs
         from triton.runtime.jit import create_function_from_signature
-        # the options JITFunction.run adds from the compilation knobs, those of this Triton's release
-        knobbed = {name: getattr(knobs.compilation, name) for name in RUN_KNOBS if hasattr(knobs.compilation, name)}
-        kwargs = dict(kwargs, debug=kwargs.get('debug', kernel.debug) or knobs.runtime.debug, **knobbed)
+        # the options JITFunction.run adds from the compilation knobs, those of this Triton's
+        # release
+        knobbed = {name: getattr(knobs.compilation, name) for name in RUN_KNOBS
+                   if hasattr(knobs.compilation, name)}
+        kwargs = dict(kwargs, debug=kwargs.get('debug', kernel.debug) or knobs.runtime.debug,
+                      **knobbed)
         for arch, backend in self.backends.items():
             binder = create_function_from_signature(kernel.signature, kernel.params, backend)
             bound, specialization, options = binder(*args, **kwargs)
-            options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
-            launch = Launch(kernel, arch, signature, constexprs, attrs, options.__dict__, self._source, self._dtype)
+            options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound,
+                                                                      specialization, options)
+            launch = Launch(kernel, arch, signature, constexprs, attrs, options.__dict__,
+                            self._source, self._dtype)
             key = repr((launch.name, arch, signature, sorted(constexprs.items(), key=repr),
                         sorted(attrs.items(), key=repr), sorted(options.__dict__.items())))
             self.launches.setdefault(key, launch)
 
 
 def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
-    """The first launch of each (kernel, arch) with ``fp32`` scalars, those retyped ``fp64``: inductor
-    passes a Python float argument so, and a kernel that lets it promote a block to float64 fails to
-    compile there (a ``tl.dot`` of float64 and float32 operands) while it compiles in eager mode."""
+    """The first launch of each (kernel, arch) with ``fp32`` scalars, those retyped ``fp64``:
+    inductor passes a Python float argument so, and a kernel that lets it promote a block to float64
+    fails to compile there (a ``tl.dot`` of float64 and float32 operands) while it compiles in eager
+    mode."""
     firsts = {}
     for launch in launches:
         if 'fp32' in launch.signature.values():
@@ -200,7 +216,8 @@ def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
 
 
 def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object]]:
-    """``(name, model)`` of each config (default: every one the package ships) and of :data:`EXTRA_MODELS`."""
+    """``(name, model)`` of each config (default: every one the package ships) and
+    of :data:`EXTRA_MODELS`."""
     from mmvisattn.configs import config_file, model_configs
     from mmvisattn.registry import build_from_config, models_of_scope
     if paths is None:
@@ -211,14 +228,16 @@ def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object
         try:
             model = build_from_config(str(path))
         except Exception as exc:  # a file that is not a model config: one line naming it
-            raise SystemExit(f'error: cannot build the model of {path}: {type(exc).__name__}: '
-                             f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""}') from None
+            raise SystemExit(
+                f'error: cannot build the model of {path}: {type(exc).__name__}: '
+                f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""}'
+            ) from None
         yield str(path), model
 
 
 def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None:
-    """Each attention type with a Triton backend at the widest head its op accepts (the powers of two from
-    ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
+    """Each attention type with a Triton backend at the widest head its op accepts (the powers of
+    two from ``MAX_HEAD_DIMS`` down, until the op's own check lets one through)."""
     from mmvisattn.ops.utils.dispatch import UnsupportedInput
     from mmvisattn.ops.utils.triton_launch import MAX_HEAD_DIMS
     from mmvisattn.registry import ATTENTIONS, build_attention
@@ -235,9 +254,9 @@ def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None
 
 
 def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[str, object, object]]:
-    """``(source, attention, model)`` for the distinct attention modules with a Triton implementation
-    (the same type and settings once); the model owns what the attention shares (PerViT's distance
-    projection), so dtypes are changed on it."""
+    """``(source, attention, model)`` for the distinct attention modules with a Triton
+    implementation (the same type and settings once); the model owns what the attention shares
+    (PerViT's distance projection), so dtypes are changed on it."""
     from mmvisattn.models.attentions import BaseAttention
     seen = set()
     for name, model in models:
@@ -245,16 +264,18 @@ def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[st
             if not isinstance(module, BaseAttention) or not triton_impls(module):
                 continue
             settings = tuple(sorted((k, v) for k, v in vars(module).items()
-                                    if isinstance(v, (int, float, str, bool, tuple)) and k != 'training'))
+                                    if isinstance(v, (int, float, str, bool, tuple))
+                                    and k != 'training'))
             key = (type(module).__name__, settings)
             if key not in seen:
                 seen.add(key)
-                yield f'{name}: {type(module).__name__}({module.embed_dims}, heads={module.num_heads})', module, model
+                yield (f'{name}: {type(module).__name__}({module.embed_dims}, '
+                       f'heads={module.num_heads})', module, model)
 
 
 def triton_impls(attn) -> List[str]:
-    """The attributes of an attention that name the backend of an op with a Triton backend: ``impl`` for its
-    own op, and those of :data:`OP_ARGUMENTS` it has."""
+    """The attributes of an attention that name the backend of an op with a Triton backend: ``impl``
+    for its own op, and those of :data:`OP_ARGUMENTS` it has."""
     names = ['impl'] if 'triton' in getattr(attn, 'impls', ()) else []
     for name, op in OP_ARGUMENTS.items():
         if hasattr(attn, name) and 'triton' in op().backends:
@@ -262,29 +283,34 @@ def triton_impls(attn) -> List[str]:
     return names
 
 
-def record_attention(recorder: LaunchRecorder, source: str, attn, model, dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with every op that has a Triton backend on it (:func:`triton_impls`)
-    at :data:`GRIDS`, per dtype: float32; half under autocast (float32 weights) and as a half model."""
+def record_attention(recorder: LaunchRecorder, source: str, attn, model,
+                     dtypes: Sequence[str]) -> None:
+    """Forward and backward of ``attn`` with every op that has a Triton backend on it
+    (:func:`triton_impls`) at :data:`GRIDS`, per dtype: float32; half under autocast (float32
+    weights) and as a half model."""
     import torch
     for name in triton_impls(attn):
         setattr(attn, name, 'triton')
     attn.train()
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
-        variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True), (dtype, False)]
+        variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True),
+                                                                            (dtype, False)]
         for weights_dtype, autocast in variants:
             model.to(weights_dtype)
             for grid in GRIDS:
                 x = torch.randn(2, attn.num_extra_tokens + grid[0] * grid[1], attn.embed_dims,
                                 dtype=weights_dtype, requires_grad=True)
-                with recorder.recording(source, dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
+                with recorder.recording(source,
+                                        dtype_name), torch.autocast('cpu', dtype, enabled=autocast):
                     attn(x, grid).float().sum().backward()
     model.to(torch.float32)
 
 
 PTXAS_REGISTERS = re.compile(r'Used (\d+) registers')
 PTXAS_SPILLS = re.compile(r'(\d+) bytes spill stores, (\d+) bytes spill loads')
-# a product of the Triton IR: ``tt.dot %a, %b, %acc ... : tensor<MxKxbf16> * tensor<KxNxbf16> -> ...``
+# a product of the Triton IR:
+# ``tt.dot %a, %b, %acc ... : tensor<MxKxbf16> * tensor<KxNxbf16> -> ...``
 TTIR_DOT = re.compile(r'tt\.dot .*?: tensor<(?:\d+x)+(\w+)> \* tensor<(?:\d+x)+(\w+)>')
 
 
@@ -296,30 +322,38 @@ def compile_launch(launch: Launch, target) -> dict:
     names = launch.kernel.arg_names
     row = dict(kernel=launch.name, arch=launch.arch, dtype=launch.dtype, source=launch.source,
                signature={k: v for k, v in launch.signature.items() if v != 'constexpr'},
-               constexprs={names[k[0]]: v for k, v in launch.constexprs.items() if isinstance(v, (int, bool, float))},
+               constexprs={names[k[0]]: v for k,
+                           v in launch.constexprs.items() if isinstance(v, (int, bool, float))},
                num_warps=launch.options['num_warps'], num_stages=launch.options['num_stages'])
     knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton on stdout
     log = io.StringIO()
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(log):
-            compiled = triton.compile(ASTSource(launch.kernel, launch.signature, launch.constexprs, launch.attrs),
+            compiled = triton.compile(ASTSource(launch.kernel, launch.signature, launch.constexprs,
+                                                launch.attrs),
                                       target=target, options=launch.options)
-    except Exception as exc:  # a compile error of any kind is this tool's finding, reported per launch
+    # a compile error of any kind is this tool's finding, reported per launch
+    except Exception as exc:
         row.update(error=f'{type(exc).__name__}: {error_lines(exc)}')
         return row
     row['compile_s'] = round(time.perf_counter() - start, 2)
     registers, spills = PTXAS_REGISTERS.search(log.getvalue()), PTXAS_SPILLS.search(log.getvalue())
-    row.update(shared_bytes=compiled.metadata.shared, registers=int(registers.group(1)) if registers else None,
-               spill_bytes=int(spills.group(1)) + int(spills.group(2)) if spills else None,
-               called=sorted(set(re.findall(r'tt\.call @([\w.]+?)__', compiled.asm['source']))),
-               dot_operands=sorted({kind for pair in TTIR_DOT.findall(compiled.asm['ttir']) for kind in pair}))
+    row.update(
+        shared_bytes=compiled.metadata.shared,
+        registers=int(registers.group(1)) if registers else None,
+        spill_bytes=int(spills.group(1)) + int(spills.group(2)) if spills else None,
+        called=sorted(set(re.findall(r'tt\.call @([\w.]+?)__', compiled.asm['source']))),
+        dot_operands=sorted(
+            {kind for pair in TTIR_DOT.findall(compiled.asm['ttir']) for kind in pair}
+        ),
+    )
     return row
 
 
 def error_lines(exc: Exception) -> str:
-    """An exception in one line: Triton's compile errors give the place first (``at 22:8:``), then the
-    source line, then the message; the place and the message are kept."""
+    """An exception in one line: Triton's compile errors give the place first (``at 22:8:``), then
+    the source line, then the message; the place and the message are kept."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return ' '.join(dict.fromkeys(lines[:1] + lines[-1:]))
 
@@ -329,7 +363,8 @@ def problems(row: dict) -> List[str]:
     if 'error' in row:
         return [row['error']]
     if row['shared_bytes'] > SHARED_MEMORY_LIMITS[row['arch']]:
-        found.append(f'shared memory {row["shared_bytes"]} B > {SHARED_MEMORY_LIMITS[row["arch"]]} B')
+        found.append(f'shared memory {row["shared_bytes"]} B > {SHARED_MEMORY_LIMITS[row["arch"]]} '
+                     'B')
     if row['registers'] is None or row['spill_bytes'] is None:
         found.append('no ptxas report (registers, spills) was read')
     elif row['spill_bytes']:
@@ -339,7 +374,8 @@ def problems(row: dict) -> List[str]:
 
 def unreached(kernels: Dict[str, object], rows: List[dict]) -> List[str]:
     """Kernels of the package that were neither launched nor called from a launched kernel."""
-    reached = {row['kernel'] for row in rows} | {name for row in rows for name in row.get('called', ())}
+    reached = {row['kernel'] for row in rows} | {name for row in rows for name in row.get('called',
+                                                                                          ())}
     return sorted(name for name in kernels if name not in reached)
 
 
@@ -348,19 +384,21 @@ def short(name: str) -> str:
 
 
 def format_table(rows: List[dict]) -> str:
-    header = ('kernel', 'arch', 'dtype', 'tensors', 'dots', 'blocks', 'warps', 'shared B', 'regs', 'spills',
-              'compile s', 'status')
+    header = ('kernel', 'arch', 'dtype', 'tensors', 'dots', 'blocks', 'warps', 'shared B', 'regs',
+              'spills', 'compile s', 'status')
     lines = []
     for row in rows:
         blocks = ' '.join(f'{k}={v}' for k, v in row['constexprs'].items() if k.startswith('BLOCK'))
         tensors = '+'.join(sorted({v[1:] for v in row['signature'].values() if v.startswith('*')}))
         dots = '+'.join(row.get('dot_operands', ())) or '-'
-        lines.append((short(row['kernel']), row['arch'], row['dtype'], tensors, dots, blocks, str(row['num_warps']),
+        lines.append((short(row['kernel']), row['arch'], row['dtype'], tensors, dots, blocks,
+                      str(row['num_warps']),
                       str(row.get('shared_bytes', '-')), str(row.get('registers', '-')),
                       str(row.get('spill_bytes', '-')), str(row.get('compile_s', '-')),
                       '; '.join(row['problems']) or 'ok'))
     widths = [max(len(cell) for cell in column) for column in zip(header, *lines)]
-    return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(line, widths)) for line in [header, *lines])
+    return '\n'.join('  '.join(cell.ljust(width) for cell,
+                               width in zip(line, widths)) for line in [header, *lines])
 
 
 def main(argv=None) -> int:
@@ -380,7 +418,8 @@ def main(argv=None) -> int:
             record_attention(recorder, source, attn, model, args.dtypes)
         record_widest_heads(recorder, args.dtypes)
         rows = []
-        for launch in [*recorder.launches.values(), *as_inductor_passes(recorder.launches.values())]:
+        for launch in [*recorder.launches.values(),
+                       *as_inductor_passes(recorder.launches.values())]:
             row = compile_launch(launch, recorder.targets[launch.arch])
             row['problems'] = problems(row)
             rows.append(row)
@@ -388,24 +427,37 @@ def main(argv=None) -> int:
     print(format_table(rows))
     missing = unreached(kernels, rows)
     failed = [row for row in rows if row['problems']]
-    worst = max((row for row in rows if 'shared_bytes' in row), key=lambda r: r['shared_bytes'], default=None)
-    summary = dict(kernels_found=len(kernels), kernels_unreached=missing, launches=len(rows), failed=len(failed),
-                   worst_shared_bytes=worst and worst['shared_bytes'], worst_shared_kernel=worst and worst['kernel'],
+    worst = max((row for row in rows if 'shared_bytes' in row), key=lambda r: r['shared_bytes'],
+                default=None)
+    summary = dict(kernels_found=len(kernels), kernels_unreached=missing, launches=len(rows),
+                   failed=len(failed), worst_shared_bytes=worst and worst['shared_bytes'],
+                   worst_shared_kernel=worst and worst['kernel'],
                    max_registers=max((row.get('registers') or 0 for row in rows), default=0),
                    spilling=sum(1 for row in rows if row.get('spill_bytes')))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    settings = dict(arch=args.arch, dtypes=args.dtypes, configs=[str(p) for p in args.configs or ()])
-    (args.out_dir / 'kernels.json').write_text(json.dumps(dict(settings=settings, summary=summary, rows=rows),
+    settings = dict(arch=args.arch, dtypes=args.dtypes,
+                    configs=[str(p) for p in args.configs or ()])
+    (args.out_dir / 'kernels.json').write_text(json.dumps(dict(settings=settings, summary=summary,
+                                                               rows=rows),
                                                           indent=1, default=str))
-    print(f'{len(kernels)} kernels in mmvisattn.ops, {len(rows)} compiled launches, {len(failed)} failed; '
-          f'largest shared memory {summary["worst_shared_bytes"]} B ({short(summary["worst_shared_kernel"] or "-")}), '
+    print(f'{len(kernels)} kernels in mmvisattn.ops, {len(rows)} compiled launches, {len(failed)} '
+          'failed; '
+          f'largest shared memory {summary["worst_shared_bytes"]} B '
+          f'({short(summary["worst_shared_kernel"] or "-")}), '
           f'most registers {summary["max_registers"]}, {summary["spilling"]} spilling; '
           f'wrote {args.out_dir / "kernels.json"}')
     if missing:
-        print(f'error: kernels no launch reached: {", ".join(map(short, missing))}', file=sys.stderr)
+        print(f'error: kernels no launch reached: {", ".join(map(short, missing))}',
+              file=sys.stderr)
     if failed:
-        print(f'error: {len(failed)} launches failed: ' + '; '.join(
-            f'{short(r["kernel"])} {r["arch"]} {r["dtype"]}: {r["problems"][0]}' for r in failed[:5]), file=sys.stderr)
+        print(
+            f'error: {len(failed)} launches failed: '
+            + '; '.join(
+                f'{short(r["kernel"])} {r["arch"]} {r["dtype"]}: {r["problems"][0]}'
+                for r in failed[:5]
+            ),
+            file=sys.stderr,
+        )
     return 1 if missing or failed else 0
 
 

@@ -1,6 +1,6 @@
 """The data and the configs of ``gpu_proof_models.py``: synthetic shapes images at a dataset's own
-size in its own layout (:mod:`mmvisattn.utils.demo_data`), and a shipped config derived to train on them for a
-few iterations through the stock tools with the probe hook of :mod:`.model_probe`."""
+size in its own layout (:mod:`mmvisattn.utils.demo_data`), and a shipped config derived to train on
+them for a few iterations through the stock tools with the probe hook of :mod:`.model_probe`."""
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -9,7 +9,8 @@ from mmvisattn.utils import demo_data
 
 
 def read_config(name: str):
-    """A config: a stock one named ``mmdet::...`` / ``mmseg::...``, a file, or one the package ships."""
+    """A config: a stock one named ``mmdet::...`` / ``mmseg::...``, a file, or one the package
+    ships."""
     from mmengine.config import Config
     from mmengine.hub import get_config
     return get_config(name) if '::' in name else Config.fromfile(str(config_file(name)))
@@ -51,23 +52,25 @@ def dataset_layouts(cfg) -> List[str]:
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         walk(cfg.get(name))
     if not layouts:
-        raise SystemExit(f'error: no dataset of {sorted(LAYOUT_OF)} (or with a data_root naming one of '
+        raise SystemExit(f'error: no dataset of {sorted(LAYOUT_OF)} (or with a data_root naming '
+                         'one of '
                          f'{sorted(LAYOUT_ROOT)}) in the config\'s dataloaders')
     return sorted(set(layouts))
 
 
 def write_data(out: Path, layout: str, size: Tuple[int, int], images: int) -> Path:
-    """Synthetic shapes images of ``size`` in the dataset's layout (:mod:`mmvisattn.utils.demo_data`); its root."""
+    """Synthetic shapes images of ``size`` in the dataset's layout
+    (:mod:`mmvisattn.utils.demo_data`); its root."""
     height, width = size
     root = out / 'data' / f'{layout}-{height}x{width}-{images}'
-    demo_data.main(['--out', str(root), '--num-train', str(images), '--num-val', str(images), '--size', str(height),
-                    '--width', str(width)])
+    demo_data.main(['--out', str(root), '--num-train', str(images), '--num-val', str(images),
+                    '--size', str(height), '--width', str(width)])
     return root / LAYOUT_ROOT[layout]
 
 
 def rewrite_data(node, roots: Dict[str, Path], coco_classes: bool):
-    """``node`` with every dataset's ``data_root`` (and each path under the old root) on the synthetic
-    data; COCO datasets read the shapes' classes."""
+    """``node`` with every dataset's ``data_root`` (and each path under the old root) on the
+    synthetic data; COCO datasets read the shapes' classes."""
     if isinstance(node, (list, tuple)):
         return type(node)(rewrite_data(value, roots, coco_classes) for value in node)
     if not isinstance(node, dict):
@@ -82,12 +85,14 @@ def rewrite_data(node, roots: Dict[str, Path], coco_classes: bool):
 
 
 def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], work: Path) -> Path:
-    """The shipped config on the synthetic data, ``iters`` iterations with a checkpoint at the end, no
-    pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``; its path."""
+    """The shipped config on the synthetic data, ``iters`` iterations with a checkpoint at the end,
+    no pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``;
+    its path."""
     cfg = read_config(job['config'])
     cfg.merge_from_dict(job.get('options', {}))
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        loader = rewrite_data(cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name], roots, True)
+        loader = rewrite_data(cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name],
+                              roots, True)
         loader['num_workers'] = 0 if smoke else min(loader.get('num_workers', 2), 4)
         if smoke:  # the test loop's first batch is a warm-up: one image a batch leaves one timed
             loader['batch_size'] = 2 if name == 'train_dataloader' else 1
@@ -96,20 +101,22 @@ def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], wo
     for name in ('val_evaluator', 'test_evaluator'):
         evaluator = cfg.get(name)
         if isinstance(evaluator, dict) and str(evaluator.get('ann_file', '')).endswith('.json'):
-            evaluator['ann_file'] = str(roots['coco'] / 'annotations' / Path(evaluator['ann_file']).name)
+            evaluator['ann_file'] = str(
+                roots['coco'] / 'annotations' / Path(evaluator['ann_file']).name
+            )
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters, val_interval=10 ** 9)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=10 ** 9, save_last=True,
-                                        max_keep_ckpts=1)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=10 ** 9,
+                                        save_last=True, max_keep_ckpts=1)
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=5)
     cfg.log_processor = dict(type='LogProcessor', by_epoch=False, window_size=5)
     cfg.model.backbone.init_cfg = None  # no pretrained weights here
     cfg.load_from, cfg.resume = None, False
     cfg.randomness = dict(seed=0)
     imports = list(cfg.get('custom_imports', {}).get('imports', []))
-    cfg.custom_imports = dict(imports=[*dict.fromkeys([*imports, 'mmvisattn', 'lab.proof.model_probe'])],
+    cfg.custom_imports = dict(imports=[*dict.fromkeys([*imports, 'mmvisattn',
+                                                       'lab.proof.model_probe'])],
                               allow_failed_imports=False)
-    probe = dict(type='ModelProofProbe', out_dir=str(work),
-                 memory_cap_mb=job.get('memory_cap_mb'))
+    probe = dict(type='ModelProofProbe', out_dir=str(work), memory_cap_mb=job.get('memory_cap_mb'))
     cfg.custom_hooks = [*cfg.get('custom_hooks', []), probe]
     work.mkdir(parents=True, exist_ok=True)
     path = work / 'config.py'

@@ -4,10 +4,10 @@
 
 In training it records the first iteration (a resumed run starts at its checkpoint's), each
 iteration's loss and its synchronised time (the step after its batch is loaded: forward, backward,
-optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start of
-training (weights and optimizer state included; read every iteration before mmengine's logger resets
-it; on a CPU the peak resident set, :mod:`lab.timing`). At iteration ``probe_iter`` of the run, with nothing that
-changes what ``impl='auto'`` picks:
+optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start
+of training (weights and optimizer state included; read every iteration before mmengine's logger
+resets it; on a CPU the peak resident set, :mod:`lab.timing`). At iteration ``probe_iter`` of the
+run, with nothing that changes what ``impl='auto'`` picks:
 
 * every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
   names for this device, the attention's input dtype and this input size;
@@ -50,9 +50,9 @@ OUR_FRAMES = ('/mmvisattn/', '/mmdet/', '/mmseg/', '/mmengine/', '/mmcv/')
 
 
 class OpCalls:
-    """Every op call made while active: ``(layer, op, request, backend chosen)``, the layer the name the
-    caller sets in ``layer``; the ops' decision watched from outside (no dispatch mode, which would
-    change what ``auto`` picks)."""
+    """Every op call made while active: ``(layer, op, request, backend chosen)``, the layer the name
+    the caller sets in ``layer``; the ops' decision watched from outside (no dispatch mode, which
+    would change what ``auto`` picks)."""
 
     def __init__(self) -> None:
         self.layer, self.calls = '', []
@@ -85,18 +85,21 @@ def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
 
 
 def profiled_syncs(profile) -> Dict[str, object]:
-    """A profiled step's synchronisations: the runtime's waits (``runtime``, counted), and the operators
-    that read the device from the host (:data:`HOST_READ_OPS`: ``item``, ``nonzero``, ...), each
-    attributed to its stack's innermost frame of the project or OpenMMLab (``by_line``)."""
+    """A profiled step's synchronisations: the runtime's waits (``runtime``, counted), and the
+    operators that read the device from the host (:data:`HOST_READ_OPS`: ``item``,
+    ``nonzero``, ...), each attributed to its stack's innermost frame of the project or OpenMMLab
+    (``by_line``)."""
     reading = {f'aten::{op.overloadpacket.__name__}' for op in HOST_READ_OPS}
     runtime, by_line = 0, Counter()
     for event in profile.events():
         if event.name in SYNC_EVENTS:
             runtime += 1
         elif event.name in reading:
-            frames = [frame for frame in event.stack or [] if any(part in frame for part in OUR_FRAMES)]
+            frames = [frame for frame in event.stack or []
+                      if any(part in frame for part in OUR_FRAMES)]
             by_line[frames[0] if frames else f'{event.name} (no frame of ours)'] += 1
-    return dict(runtime=runtime, host_reads=sum(by_line.values()), by_line=dict(by_line.most_common()))
+    return dict(runtime=runtime, host_reads=sum(by_line.values()),
+                by_line=dict(by_line.most_common()))
 
 
 @HOOKS.register_module()
@@ -107,7 +110,8 @@ class ModelProofProbe(Hook):
     # of max_memory_allocated (mmengine's LogProcessor): the peak is read (and kept) before that
     priority = 'NORMAL'
 
-    def __init__(self, out_dir: str, probe_iter: int = 3, memory_cap_mb: Optional[float] = None) -> None:
+    def __init__(self, out_dir: str, probe_iter: int = 3,
+                 memory_cap_mb: Optional[float] = None) -> None:
         self.out_dir, self.probe_iter, self.memory_cap_mb = Path(out_dir), probe_iter, memory_cap_mb
         self.record: Dict = {}
         self.step_ms: List[float] = []
@@ -120,7 +124,8 @@ class ModelProofProbe(Hook):
         if self.memory_cap_mb is not None:
             cap_memory(self.memory_cap_mb)
         timing.reset_peak(torch.cuda.is_available())
-        self.record = dict(mode='train', first_iter=runner.iter, device='cuda' if torch.cuda.is_available() else 'cpu')
+        self.record = dict(mode='train', first_iter=runner.iter,
+                           device='cuda' if torch.cuda.is_available() else 'cpu')
         self.write()
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
@@ -144,10 +149,12 @@ class ModelProofProbe(Hook):
         step = runner.iter + 1 - self.record['first_iter']
         if probed and step == self.probe_iter:
             self.close_dispatch_probe(runner)
-        elif probed and step == self.probe_iter + 2:  # the second step under the counter: caches built in the first
+        # the second step under the counter: caches built in the first
+        elif probed and step == self.probe_iter + 2:
             self.close_host_read_probe()
         self.peak_mb = max(self.peak_mb, timing.peak_mb(torch.cuda.is_available()))
-        self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses, peak_mb=self.peak_mb)
+        self.record.update(last_iter=runner.iter + 1, step_ms=self.step_ms, losses=self.losses,
+                           peak_mb=self.peak_mb)
         self.write()
 
     def after_train(self, runner) -> None:
@@ -157,8 +164,9 @@ class ModelProofProbe(Hook):
         self.write()
 
     def open_dispatch_probe(self, runner) -> ExitStack:
-        """The dispatch step's recorders (none a dispatch mode, which would change what ``auto`` picks):
-        every attention op call, and on CUDA the backbone under the sync debug mode and the profiler."""
+        """The dispatch step's recorders (none a dispatch mode, which would change what ``auto``
+        picks): every attention op call, and on CUDA the backbone under the sync debug mode and the
+        profiler."""
         from mmvisattn.models.attentions.base import BaseAttention
         stack = ExitStack()
         model = getattr(runner.model, 'module', runner.model)
@@ -183,7 +191,8 @@ class ModelProofProbe(Hook):
                 caught.__exit__(None, None, None)
                 torch.cuda.set_sync_debug_mode(0)
             from torch.profiler import ProfilerActivity, profile
-            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU,
+                                                                   ProfilerActivity.CUDA],
                                                        with_stack=True))
         else:
             def before(module, args):
@@ -195,14 +204,15 @@ class ModelProofProbe(Hook):
     def close_dispatch_probe(self, runner) -> None:
         self.record['dispatch'] = self.dispatch_check(runner)
         if torch.cuda.is_available():
-            syncs = [f'{w.filename}:{w.lineno}' for w in self.sync_warnings if SYNC_WARNING in str(w.message)]
+            syncs = [f'{w.filename}:{w.lineno}' for w in self.sync_warnings
+                     if SYNC_WARNING in str(w.message)]
             self.record['backbone_syncs'] = dict(total=len(syncs), at=sorted(set(syncs)))
             self.record['profiled_syncs'] = profiled_syncs(self.profile)
 
     def open_host_read_probe(self, runner) -> ExitStack:
-        """On a CPU, where nothing synchronises: the step's host reads (the counter is a dispatch mode,
-        so ``auto`` may pick another implementation under it than in the dispatch step), and those of
-        the backbone's forward, told apart by the counter's totals around it."""
+        """On a CPU, where nothing synchronises: the step's host reads (the counter is a dispatch
+        mode, so ``auto`` may pick another implementation under it than in the dispatch step), and
+        those of the backbone's forward, told apart by the counter's totals around it."""
         stack = ExitStack()
         model = getattr(runner.model, 'module', runner.model)
         self.reads = stack.enter_context(HostReadCounter())
@@ -218,42 +228,50 @@ class ModelProofProbe(Hook):
 
     def close_host_read_probe(self) -> None:
         self.record['host_reads'] = dict(total=self.reads.total, **self.reads.as_dict())
-        self.record['backbone_syncs'] = dict(total=sum(self.backbone_lines.values()), at=sorted(self.backbone_lines))
+        self.record['backbone_syncs'] = dict(total=sum(self.backbone_lines.values()),
+                                             at=sorted(self.backbone_lines))
 
     def dispatch_check(self, runner) -> List[Dict]:
         """Each (layer, op) of the dispatch step: the implementation that ran and the one
-        ``print_dispatch.py`` names for this device, the attention's input dtype and this input size."""
+        ``print_dispatch.py`` names for this device, the attention's input dtype and this input
+        size."""
         from mmvisattn.analysis.print_dispatch import attention_requests, dispatch_rows
         calls = self.dispatch.calls
         if not calls:
             return []
         ran = {(layer, op.name): chosen for layer, op, _, chosen in calls}
         named = {(row['layer'], row['op']): row['runs'] for row in
-                 dispatch_rows(attention_requests(runner.cfg, self.input_size), self.record['device'],
-                               calls[0][2].dtype)}
-        return [dict(layer=layer, op=op, runs=impl, named=named.get((layer, op)), ok=named.get((layer, op)) == impl)
+                 dispatch_rows(attention_requests(runner.cfg, self.input_size),
+                               self.record['device'], calls[0][2].dtype)}
+        return [dict(layer=layer, op=op, runs=impl, named=named.get((layer, op)),
+                     ok=named.get((layer, op)) == impl)
                 for (layer, op), impl in ran.items()]
 
     # testing
     def before_test(self, runner) -> None:
-        self.record = dict(mode='test', images=0, device='cuda' if torch.cuda.is_available() else 'cpu')
+        self.record = dict(mode='test', images=0,
+                           device='cuda' if torch.cuda.is_available() else 'cpu')
 
     def after_test_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         self.record['images'] += len(outputs or ())
-        if batch_idx == 0:  # the first batch warms up (kernel compilation, cuDNN's choices): not timed
+        # the first batch warms up (kernel compilation, cuDNN's choices): not timed
+        if batch_idx == 0:
             synchronize()
             self.start, self.warm_up_images = time.perf_counter(), self.record['images']
 
     def after_test_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
         synchronize()
-        seconds, timed = time.perf_counter() - self.start, self.record['images'] - self.warm_up_images
+        seconds, timed = (time.perf_counter() - self.start,
+                          self.record['images'] - self.warm_up_images,)
         self.record.update(seconds=seconds, images_per_s=timed / seconds if timed else None,
-                           metrics={k: float(v) for k, v in (metrics or {}).items() if isinstance(v, numbers.Real)},
+                           metrics={k: float(v) for k,
+                                    v in (metrics or {}).items() if isinstance(v, numbers.Real)},
                            done=True)
         self.write()
 
     def write(self) -> None:
-        """The record so far, in ``out_dir/probe_<mode>.json`` (a crash leaves what was measured)."""
+        """The record so far, in ``out_dir/probe_<mode>.json`` (a crash leaves what was
+        measured)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / f'probe_{self.record["mode"]}.json'
         path.with_suffix('.partial').write_text(json.dumps(self.record, indent=1))

@@ -1,31 +1,35 @@
 """Whole models on a GPU through the stock tools (``make gpu-proof-models``): every family's shipped
-config trained by the train tool (``python -m mmvisattn.launch.train``, what ``tools/train.py`` runs: the real
-Runner, hooks and optimizer wrapper), tested by the test tool and resumed, beside the stock model it replaces.
+config trained by the train tool (``python -m mmvisattn.launch.train``, what ``tools/train.py``
+runs: the real Runner, hooks and optimizer wrapper), tested by the test tool and resumed, beside the
+stock model it replaces.
 
-    python tools/analysis_tools/gpu_proof_models.py [--out-dir DIR] [--families F ...] [--pairs KEY ...]
-        [--stages project stock amp rest] [--budget SECONDS] [--largest] [--smoke] [--fresh]
+    python tools/analysis_tools/gpu_proof_models.py [--out-dir DIR] [--families F ...] [--pairs
+        KEY ...] [--stages project stock amp rest] [--budget SECONDS] [--largest] [--smoke]
+        [--fresh]
 
 For each model (one process per run) the tool writes synthetic data at the config's training size in
-the dataset's own layout (:mod:`mmvisattn.utils.demo_data`: COCO 1333x800, Cityscapes 2048x1024, ADE20K 512x512),
-derives a config from the shipped one (the data there, ``--iters`` iterations with one checkpoint at
-the end, no pretrained weights, the probe hook of :mod:`.model_probe`) and runs:
+the dataset's own layout (:mod:`mmvisattn.utils.demo_data`: COCO 1333x800, Cityscapes 2048x1024,
+ADE20K 512x512), derives a config from the shipped one (the data there, ``--iters`` iterations with
+one checkpoint at the end, no pretrained weights, the probe hook of :mod:`.model_probe`) and runs:
 
-1. ``tools/train.py`` for ``--iters`` iterations in float32: finite losses, the synchronised step time
-   (median of the last 10), peak ``max_memory_allocated``; at one step the backbone's forward under
-   CUDA's sync debug mode, the step's synchronisations counted and attributed, and every attention
-   op's implementation beside the one ``print_dispatch.py`` names;
+1. ``tools/train.py`` for ``--iters`` iterations in float32: finite losses, the synchronised step
+   time (median of the last 10), peak ``max_memory_allocated``; at one step the backbone's forward
+   under CUDA's sync debug mode, the step's synchronisations counted and attributed, and every
+   attention op's implementation beside the one ``print_dispatch.py`` names;
 2. ``tools/test.py`` on the validation images (mAP / mIoU computed, any value): images per second;
-3. ``tools/train.py --resume`` for ``--resume-iters`` more: it must start at the checkpoint's iteration;
+3. ``tools/train.py --resume`` for ``--resume-iters`` more: it must start at the checkpoint's
+   iteration;
 4. (stage ``amp``) ``tools/train.py --amp`` for ``--iters`` iterations.
 
-The Castling pair's deploy form has no run of its own: ``CastlingScheduleHook`` switches the model to
-it at 3/4 of training, so the Castling run's test is of the deploy form.
+The Castling pair's deploy form has no run of its own: ``CastlingScheduleHook`` switches the model
+to it at 3/4 of training, so the Castling run's test is of the deploy form.
 
 Stages, in order, skipped with a note once ``--budget`` seconds have passed: ``project`` (one pair
 per family), ``stock`` (their stock models), ``amp`` (both, ``--amp``), ``rest`` (the other pairs).
 ``--largest`` is a separate run: the largest square training input with batch 2 per model
-(``largest_input.py``). Results accumulate in ``models.json`` (a later run skips what is there unless
-``--fresh``), tabled in ``models.md``; ``record_models.json`` is the record for ``docs/records/gpu/``.
+(``largest_input.py``). Results accumulate in ``models.json`` (a later run skips what is there
+unless ``--fresh``), tabled in ``models.md``; ``record_models.json`` is the record for
+``docs/records/gpu/``.
 
 ``--smoke`` runs the same code on a CPU at tiny sizes inside ``make test``: every family's shapes
 config (128 px, batch 2, 6 iterations, 2 after the resume) through train, test and resume, a
@@ -49,7 +53,13 @@ from lab.bench.largest_input import out_of_memory
 from lab.bench.model_pairs import FAMILIES, PAIRS, ModelPair
 from lab.bench.models import write_json
 from lab.bench.processes import run_python as run_child
-from lab.proof.model_data import LAYOUT_SIZES, dataset_layouts, derive_config, read_config, write_data
+from lab.proof.model_data import (
+    LAYOUT_SIZES,
+    dataset_layouts,
+    derive_config,
+    read_config,
+    write_data,
+)
 from lab.proof.model_report import markdown, record_rows
 from lab.records import record
 from mmvisattn.analysis.processes import failure_line
@@ -58,43 +68,56 @@ STAGES = ('project', 'stock', 'amp', 'rest')
 # the tools' logic, run as modules (``tools/train.py`` and ``tools/test.py`` are their front doors)
 TRAIN, TEST = 'mmvisattn.launch.train', 'mmvisattn.launch.test'
 # the pair of each family proven first
-FIRST_PAIRS = ('segformer-b0-rwgka', 'retinanet-vil-tiny', 'smca-ripple', 'mask2former-castling-vit-b',
-               'picodet-s-castling', 'upernet-pervit-t')
+FIRST_PAIRS = ('segformer-b0-rwgka', 'retinanet-vil-tiny', 'smca-ripple',
+               'mask2former-castling-vit-b', 'picodet-s-castling', 'upernet-pervit-t')
 # the shapes configs (128 px) of the CPU smoke, one per family
 SMOKE_CONFIGS = {
-    'segformer_rwgka': 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py',
+    'segformer_rwgka':
+        'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py',
     'vil': 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py',
-    'smca': 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py',
-    'castling': 'configs/castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
+    'smca': 'configs/smca/smca_r18_1xb8-600i_shapes-coco-128.py', 'castling':
+        'configs/castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
     'picodet': 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
     'pervit': 'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py',
 }
-# what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its family's op is ripple's)
-SMOKE_OPTIONS = {'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention', attn_drop=0.0)}}
+# what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its family's op is
+# ripple's)
+SMOKE_OPTIONS = {'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention',
+                                                                   attn_drop=0.0)}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/gpu_proof_models'))
-    parser.add_argument('--families', nargs='+', metavar='FAMILY', help=f'default: all of {", ".join(FAMILIES)}')
-    parser.add_argument('--pairs', nargs='+', metavar='KEY', help='pair keys (default: every pair of the families)')
+    parser.add_argument('--families', nargs='+', metavar='FAMILY',
+                        help=f'default: all of {", ".join(FAMILIES)}')
+    parser.add_argument('--pairs', nargs='+', metavar='KEY',
+                        help='pair keys (default: every pair of the families)')
     parser.add_argument('--stages', nargs='+', default=list(STAGES), choices=STAGES)
-    parser.add_argument('--budget', type=float, default=540.0, help='seconds after which nothing new starts')
+    parser.add_argument('--budget', type=float, default=540.0,
+                        help='seconds after which nothing new starts')
     parser.add_argument('--iters', type=int, help='training iterations (default 20; --smoke: 6)')
-    parser.add_argument('--resume-iters', type=int, help='iterations after the resume (default 5; --smoke: 2)')
-    parser.add_argument('--images', type=int, help='synthetic images per split (default 8; --smoke: 2)')
-    parser.add_argument('--parallel', type=int, help='runs at a time (default 1, as timings need; --smoke: 2); '
+    parser.add_argument('--resume-iters', type=int,
+                        help='iterations after the resume (default 5; --smoke: 2)')
+    parser.add_argument('--images', type=int,
+                        help='synthetic images per split (default 8; --smoke: 2)')
+    parser.add_argument('--parallel', type=int,
+                        help='runs at a time (default 1, as timings need; --smoke: 2); '
                         'a later run with another value measures again')
-    parser.add_argument('--largest', action='store_true', help='the largest-input search instead of the runs')
+    parser.add_argument('--largest', action='store_true',
+                        help='the largest-input search instead of the runs')
     parser.add_argument('--smoke', action='store_true', help='the same code on CPU at tiny sizes')
-    parser.add_argument('--fresh', action='store_true', help="ignore --out-dir's earlier models.json")
+    parser.add_argument('--fresh', action='store_true',
+                        help="ignore --out-dir's earlier models.json")
     args = parser.parse_args(argv)
-    for name, gpu, smoke in (('iters', 20, 6), ('resume_iters', 5, 2), ('images', 8, 2), ('parallel', 1, 2)):
+    for name, gpu, smoke in (('iters', 20, 6), ('resume_iters', 5, 2), ('images', 8, 2),
+                             ('parallel', 1, 2)):
         if getattr(args, name) is None:
             setattr(args, name, smoke if args.smoke else gpu)
     if args.iters < 3 + 2:  # the probe's steps (model_probe.py)
         parser.error(f'--iters must be at least 5, got {args.iters}')
-    for flag, given, known in (('--families', args.families, FAMILIES), ('--pairs', args.pairs, PAIRS)):
+    for flag, given, known in (('--families', args.families, FAMILIES),
+                               ('--pairs', args.pairs, PAIRS)):
         unknown = sorted(set(given or ()) - set(known))
         if unknown:
             parser.error(f'{flag} {unknown}: expected names among {sorted(known)}')
@@ -119,8 +142,8 @@ def plan(args: argparse.Namespace) -> List[Dict]:
         if stock and pair.deploy:
             return  # the deploy pair's stock model is its training pair's
         config = pair.stock if stock else pair.project
-        jobs.append(dict(stage=stage, pair=pair.key, family=pair.family, stock=stock, amp=amp, config=config,
-                         deploy=pair.deploy and not stock,
+        jobs.append(dict(stage=stage, pair=pair.key, family=pair.family, stock=stock, amp=amp,
+                         config=config, deploy=pair.deploy and not stock,
                          model=f'{pair.stock_label} ({pair.key})' if stock else pair.key))
     for pair in first:
         add('project', pair, False)
@@ -136,23 +159,25 @@ def plan(args: argparse.Namespace) -> List[Dict]:
 
 
 def smoke_plan() -> List[Dict]:
-    jobs = [dict(stage='project', pair=family, family=family, stock=False, amp=False, config=config, deploy=False,
-                 model=f'{family} (shapes)', options=SMOKE_OPTIONS.get(family, {}))
+    jobs = [dict(stage='project', pair=family, family=family, stock=False, amp=False, config=config,
+                 deploy=False, model=f'{family} (shapes)', options=SMOKE_OPTIONS.get(family, {}))
             for family, config in SMOKE_CONFIGS.items()]
-    jobs.append(dict(jobs[0], model=f'{jobs[0]["model"]} under a 1 MB cap', memory_cap_mb=1.0, stage='oom'))
+    jobs.append(dict(jobs[0], model=f'{jobs[0]["model"]} under a 1 MB cap', memory_cap_mb=1.0,
+                     stage='oom'))
     jobs.append(dict(jobs[0], stage='largest', memory_cap_mb=400.0))  # the search, up to its cap
     return jobs
 
 
 def job_key(job: Dict) -> str:
-    return f'{job["model"]}{" amp" if job["amp"] else ""}{" largest" if job["stage"] == "largest" else ""}'
+    largest = ' largest' if job['stage'] == 'largest' else ''
+    return f'{job["model"]}{" amp" if job["amp"] else ""}{largest}'
 
 
 # ---------------------------------------------------------------- running the stock tools
 
 def tool_env(threads: Optional[int] = None) -> Dict[str, str]:
-    """The tools' environment: this one, unbuffered; ``threads`` for torch's CPU operators (runs side by
-    side share the cores)."""
+    """The tools' environment: this one, unbuffered; ``threads`` for torch's CPU operators (runs
+    side by side share the cores)."""
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
@@ -185,8 +210,9 @@ def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optiona
 
 
 def read_probe(work: Path, mode: str, keep_as: Optional[str] = None) -> Dict:
-    """What the probe hook wrote of a run ({} if it wrote nothing), moved to ``probe_<keep_as>.json``
-    where given, so that the next run of the mode cannot be read as this one."""
+    """What the probe hook wrote of a run ({} if it wrote nothing), moved to
+    ``probe_<keep_as>.json`` where given, so that the next run of the mode cannot be read as this
+    one."""
     path = work / f'probe_{mode}.json'
     if not path.exists():
         return {}
@@ -204,11 +230,13 @@ def checks(train: Dict, resume: Dict, job: Dict, args: argparse.Namespace) -> Di
         finite_losses=train.get('finite_losses'),
         dispatch_as_named=None if dispatch is None else all(row['ok'] for row in dispatch),
         backbone_sync_free=None if backbone is None else backbone['total'] == 0,
-        resumes_at_checkpoint=resume.get('first_iter') == args.iters if resume.get('done') else None)
+        resumes_at_checkpoint=resume.get('first_iter') == args.iters if resume.get('done')
+        else None)
 
 
 def threads_per_run(args: argparse.Namespace) -> Optional[int]:
-    """The cores a run's CPU operators take when ``--parallel`` runs share them (None: torch's default)."""
+    """The cores a run's CPU operators take when ``--parallel`` runs share them (None: torch's
+    default)."""
     return max(1, (os.cpu_count() or 1) // args.parallel) if args.parallel > 1 else None
 
 
@@ -217,36 +245,41 @@ def work_dir(job: Dict, args: argparse.Namespace) -> Path:
 
 
 def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
-    """Train (float32 or --amp), test and, for float32, resume one model (its config derived into its
-    work dir beforehand); its row."""
+    """Train (float32 or --amp), test and, for float32, resume one model (its config derived into
+    its work dir beforehand); its row."""
     work = work_dir(job, args)
     config = str(work / 'config.py')
     threads = threads_per_run(args)
     capped_cpu = job.get('memory_cap_mb') is not None and args.device == 'CPU'
 
     def tool(name: str, *command: str) -> Tuple[Optional[str], float]:
-        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads, capped_cpu)
-    row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'], amp=job['amp'],
-               config=job['config'], stage=job['stage'])
+        return run_tool(command, work / f'{name}.log', deadline - time.perf_counter(), threads,
+                        capped_cpu)
+    row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'],
+               amp=job['amp'], config=job['config'], stage=job['stage'])
     error, row['train_s'] = tool('train', '-m', TRAIN, config, '--work-dir', str(work),
                                  *(['--amp'] if job['amp'] else []))
     train = read_probe(work, 'train', keep_as='first')
     row.update(first_iter=train.get('first_iter'), last_iter=train.get('last_iter'),
-               step_ms=train.get('median_step_ms'), peak_mb=train.get('peak_mb'), losses=train.get('losses'),
-               dispatch=train.get('dispatch'), host_reads=train.get('host_reads'),
-               backbone_syncs=train.get('backbone_syncs'), profiled_syncs=train.get('profiled_syncs'))
+               step_ms=train.get('median_step_ms'), peak_mb=train.get('peak_mb'),
+               losses=train.get('losses'), dispatch=train.get('dispatch'),
+               host_reads=train.get('host_reads'), backbone_syncs=train.get('backbone_syncs'),
+               profiled_syncs=train.get('profiled_syncs'))
     resume: Dict = {}
     if error is None and not job['amp']:
-        error, row['test_s'] = tool('test', '-m', TEST, config, str(work / f'iter_{args.iters}.pth'),
-                                    '--work-dir', str(work))
+        error, row['test_s'] = tool('test', '-m', TEST, config,
+                                    str(work / f'iter_{args.iters}.pth'), '--work-dir', str(work))
         test = read_probe(work, 'test')
         row.update(test_images_s=test.get('images_per_s'), test_images=test.get('images'),
                    metrics=test.get('metrics'))
     if error is None and not job['amp']:
-        error, row['resume_s'] = tool('resume', '-m', TRAIN, config, '--work-dir', str(work), '--resume',
-                                      '--cfg-options', f'train_cfg.max_iters={args.iters + args.resume_iters}')
-        resume = read_probe(work, 'train')  # the resumed run's record replaces the first's (kept in the row)
-        row.update(resume_first_iter=resume.get('first_iter'), resume_last_iter=resume.get('last_iter'))
+        error, row['resume_s'] = tool('resume', '-m', TRAIN, config, '--work-dir', str(work),
+                                      '--resume', '--cfg-options',
+                                      f'train_cfg.max_iters={args.iters + args.resume_iters}')
+        # the resumed run's record replaces the first's (kept in the row)
+        resume = read_probe(work, 'train')
+        row.update(resume_first_iter=resume.get('first_iter'),
+                   resume_last_iter=resume.get('last_iter'))
     row['checks'] = checks(train, resume, job, args)
     row['out_of_memory'] = error == 'out of memory'
     row['error'] = error
@@ -259,10 +292,11 @@ def run_model(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
 def run_largest(job: Dict, args: argparse.Namespace, deadline: float) -> Dict:
     pair = PAIRS.get(job['pair'])
     stride = pair.stride if pair else 32
-    payload = dict(config=job['config'], deploy=job['deploy'], stride=stride, memory_cap_mb=job.get('memory_cap_mb'),
+    payload = dict(config=job['config'], deploy=job['deploy'], stride=stride,
+                   memory_cap_mb=job.get('memory_cap_mb'),
                    start=64 if args.smoke else 256, ceiling=512 if args.smoke else 8192)
-    row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'], config=job['config'],
-               stage='largest')
+    row = dict(model=job['model'], pair=job['pair'], family=job['family'], stock=job['stock'],
+               config=job['config'], stage='largest')
     try:
         result = run_python(['-m', 'lab.bench.largest_input', json.dumps(payload)],
                             max(deadline - time.perf_counter(), 1), threads_per_run(args))
@@ -286,29 +320,36 @@ def preflight(smoke: bool) -> str:
         import mmdet  # noqa: F401
         import mmseg  # noqa: F401
     except ImportError as error:
-        raise SystemExit(f'error: OpenMMLab does not import ({error}); run make gpu-setup first') from None
+        raise SystemExit(
+            f'error: OpenMMLab does not import ({error}); run make gpu-setup first'
+        ) from None
     return torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'
 
 
 def layout_roots(jobs: Sequence[Dict], args: argparse.Namespace) -> Dict[str, Path]:
     """Synthetic data for every layout the jobs' configs read."""
-    layouts = sorted({layout for job in jobs for layout in dataset_layouts(read_config(job['config']))})
-    return {layout: write_data(args.out_dir, layout, (128, 128) if args.smoke else LAYOUT_SIZES[layout],
+    layouts = sorted(
+        {layout for job in jobs for layout in dataset_layouts(read_config(job['config']))}
+    )
+    return {layout: write_data(args.out_dir, layout,
+                               (128, 128) if args.smoke else LAYOUT_SIZES[layout],
                                args.images) for layout in layouts}
 
 
 def settings(args: argparse.Namespace) -> Dict:
-    return dict(iters=args.iters, resume_iters=args.resume_iters, images=args.images, smoke=args.smoke,
-                parallel=args.parallel)
+    return dict(iters=args.iters, resume_iters=args.resume_iters, images=args.images,
+                smoke=args.smoke, parallel=args.parallel)
 
 
 def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
-    """The rows of an earlier run with the same settings that need no rerun (done, or out of memory)."""
+    """The rows of an earlier run with the same settings that need no rerun (done, or out of
+    memory)."""
     path = args.out_dir / 'models.json'
     if args.fresh or not path.exists():
         return {}
     earlier = json.loads(path.read_text())
-    return {key: row for key, row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')} \
+    return {key: row for key,
+            row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')} \
         if earlier.get('settings') == settings(args) else {}
 
 
@@ -321,8 +362,10 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = smoke_plan() if args.smoke else plan(args)
     if args.largest:
-        jobs = [dict(job, stage='largest') for job in jobs if not job['amp'] and job['stage'] != 'oom']
-    else:  # the Castling run's test is of its deploy form already: CastlingScheduleHook switches at 3/4
+        jobs = [dict(job, stage='largest') for job in jobs if not job['amp']
+                and job['stage'] != 'oom']
+    # the Castling run's test is of its deploy form already: CastlingScheduleHook switches at 3/4
+    else:
         jobs = [job for job in jobs if not job['deploy']]
     rows = load_results(args)
     pending = [(job_key(job), job) for job in jobs if job_key(job) not in rows]
@@ -334,38 +377,46 @@ def main(argv=None) -> int:
         if time.perf_counter() > deadline:
             with lock:
                 skipped.append(key)
-                rows[key] = dict(model=job['model'], pair=job['pair'], stage=job['stage'], amp=job['amp'],
-                                 stock=job['stock'],
+                rows[key] = dict(model=job['model'], pair=job['pair'], stage=job['stage'],
+                                 amp=job['amp'], stock=job['stock'],
                                  skipped=f'out of time (--budget {args.budget:g} s)', ok=False)
             return
         print(f'==> {key} ({job["config"]})', flush=True)
         if job['stage'] != 'largest':
-            with lock:  # one at a time: loading configs is not thread-safe (mmengine's package lookups)
+            # one at a time: loading configs is not thread-safe (mmengine's package lookups)
+            with lock:
                 derive_config(job, args.iters, args.smoke, roots, work_dir(job, args))
-        row = run_largest(job, args, deadline) if job['stage'] == 'largest' else run_model(job, args, deadline)
+        row = run_largest(job, args,
+                          deadline) if job['stage'] == 'largest' else run_model(job, args, deadline)
         print(f'    {key}: {"ok" if row["ok"] else "FAILED"}: ' + ', '.join(
             f'{name} {row[name]:.1f}' if isinstance(row.get(name), float) else f'{name} {row[name]}'
-            for name in ('step_ms', 'peak_mb', 'test_images_s', 'largest_input', 'error') if row.get(name) is not None),
+            for name in ('step_ms', 'peak_mb', 'test_images_s', 'largest_input', 'error')
+            if row.get(name) is not None),
             flush=True)
         with lock:
             rows[key] = row
-            write_json(args.out_dir / 'models.json', dict(gpu=gpu, settings=settings(args), rows=rows))
+            write_json(args.out_dir / 'models.json',
+                       dict(gpu=gpu, settings=settings(args), rows=rows))
     lock = threading.Lock()
     with ThreadPoolExecutor(args.parallel) as pool:  # each run is its own process
         for future in [pool.submit(run, key, job) for key, job in pending]:
             future.result()
-    rows = {key: rows[key] for key in [*map(job_key, jobs), *rows] if key in rows}  # the plan's order first
+    # the plan's order first
+    rows = {key: rows[key] for key in [*map(job_key, jobs), *rows] if key in rows}
     write_json(args.out_dir / 'models.json', dict(gpu=gpu, settings=settings(args), rows=rows))
     (args.out_dir / 'models.md').write_text(markdown(gpu, rows, skipped))
-    write_json(args.out_dir / 'record_models.json', record('models', gpu, record_rows(rows), openmmlab=True))
+    write_json(args.out_dir / 'record_models.json',
+               record('models', gpu, record_rows(rows), openmmlab=True))
     failed = [key for key, row in rows.items() if not row['ok'] and not row.get('skipped')
               and not (row.get('out_of_memory') and (row['stage'] in ('oom',) or not args.smoke))]
     print(f'{len(rows)} runs in {time.perf_counter() - start:.0f} s; {len(failed)} failed'
-          + (f' ({"; ".join(failed)})' if failed else '') + (f'; {len(skipped)} skipped' if skipped else '')
+          + (f' ({"; ".join(failed)})' if failed else '')
+          + (f'; {len(skipped)} skipped' if skipped else '')
           + f'; wrote {args.out_dir}/models.md')
     capped = [row for row in rows.values() if row['stage'] == 'oom' and not row.get('skipped')]
     if capped and not all(row['out_of_memory'] for row in capped):
-        print('error: the run under the 1 MB cap did not come out as an out-of-memory row', file=sys.stderr)
+        print('error: the run under the 1 MB cap did not come out as an out-of-memory row',
+              file=sys.stderr)
         return 1
     return 1 if failed else 0
 

@@ -1,42 +1,46 @@
-"""The GPU proof: every op of mmvisattn on CUDA, in one command of a few minutes on a bare GPU machine.
+"""The GPU proof: every op of mmvisattn on CUDA, in one command of a few minutes on a bare GPU
+machine.
 
-    make gpu-proof                      # = python tools/analysis_tools/gpu_proof.py --out-dir work_dirs/gpu_proof
-    python tools/analysis_tools/gpu_proof.py [--out-dir DIR] [--sections ...] [--budget SECONDS] [--cpu-smoke]
+    make gpu-proof                      # = python tools/analysis_tools/gpu_proof.py --out-dir
+    work_dirs/gpu_proof python tools/analysis_tools/gpu_proof.py [--out-dir DIR] [--sections ...]
+    [--budget SECONDS] [--cpu-smoke]
 
 Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands alone). Sections:
 
-* ``correctness``: every op x backend (and experimental kernel, :mod:`lab.experimental`) that runs on
-  CUDA x dtype (float32, float16, bfloat16) against the float64 reference of the same inputs, the output
-  and every gradient, on odd maps with batch 2 (:func:`mmvisattn.ops.check.compare`);
+* ``correctness``: every op x backend (and experimental kernel, :mod:`lab.experimental`) that runs
+  on CUDA x dtype (float32, float16, bfloat16) against the float64 reference of the same inputs, the
+  output and every gradient, on odd maps with batch 2 (:func:`mmvisattn.ops.check.compare`);
 * ``races``: three backward passes on the same inputs agree to float32 rounding (some Triton
   backwards add gradients atomically; the sliding-chunk and peripheral ones write each once);
 * ``autocast``: float16 inputs under autocast, the gradient of a mean loss scaled by 2^16
-  (``GradScaler``'s start): every gradient finite, and unscaled within the bound of the float32 run's;
+  (``GradScaler``'s start): every gradient finite, and unscaled within the bound of the float32
+  run's;
 * ``syncs``: a training step (after a warm-up step) of each backend under
   ``torch.cuda.set_sync_debug_mode('error')``: nothing waits for the device;
 * ``random_states``: the CPU and CUDA generator states saved, loaded mapped to the device (as
   mmengine's resume does) and restored: the same draws;
 * ``compile``: ``torch.compile`` (inductor) of each op's forward and backward: graph breaks, and the
   largest error against eager;
-* ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in every backend and
-  experimental kernel that runs on CUDA (``auto``'s choice marked), beside ``F.scaled_dot_product_attention``
-  (flash backend) over the same tokens: forward and forward + backward, CUDA-event medians and
-  ``torch.cuda.max_memory_allocated`` above the inputs; the fastest forward + backward marked, and the
-  op's own fastest (``fastest_impl``), printed where it is not ``auto``'s choice;
-* ``crossovers``: each op with an experimental dense ``N x N`` form, that form beside ``auto``'s choice,
-  forward + backward in bfloat16 on square maps of :data:`CROSSOVER_SIDES` (the first shipped layer's
-  batch, heads and width); the largest token count up to which the dense form was faster at every size
-  goes into the record (``crossovers``) and is printed.
+* ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in every backend
+  and experimental kernel that runs on CUDA (``auto``'s choice marked), beside
+  ``F.scaled_dot_product_attention`` (flash backend) over the same tokens: forward and forward +
+  backward, CUDA-event medians and ``torch.cuda.max_memory_allocated`` above the inputs; the fastest
+  forward + backward marked, and the op's own fastest (``fastest_impl``), printed where it is not
+  ``auto``'s choice;
+* ``crossovers``: each op with an experimental dense ``N x N`` form, that form beside ``auto``'s
+  choice, forward + backward in bfloat16 on square maps of :data:`CROSSOVER_SIDES` (the first
+  shipped layer's batch, heads and width); the largest token count up to which the dense form was
+  faster at every size goes into the record (``crossovers``) and is printed.
 
 Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
 :mod:`.records`) into ``--out-dir`` and prints the record's judgement of the goals against SDPA
 (:data:`.records.GOALS`); exits 1 when a check fails (the benchmarks only measure).
 Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
 
-``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter in
-place of the sync debug mode, ``aot_eager`` in place of inductor), inside ``make test``, so the proof
-cannot rot between GPU sessions. Without CUDA (and without ``--cpu-smoke``), or with a Triton too old
-for the kernels, it fails in one line naming what is missing.
+``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter
+in place of the sync debug mode, ``aot_eager`` in place of inductor), inside ``make test``, so the
+proof cannot rot between GPU sessions. Without CUDA (and without ``--cpu-smoke``), or with a Triton
+too old for the kernels, it fails in one line naming what is missing.
 """
 import argparse
 import io
@@ -50,25 +54,36 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from lab.proof.report import describe, faster_than_auto, first_line, mark_fastest, markdown, row_label
+from lab.proof.report import (
+    describe,
+    faster_than_auto,
+    first_line,
+    mark_fastest,
+    markdown,
+    row_label,
+)
 from lab.records import crossover_rows, goals_table, measured_crossovers, proof_rows, record
 
-SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks', 'crossovers')
+SECTIONS = ('correctness', 'races', 'autocast', 'syncs', 'random_states', 'compile', 'benchmarks',
+            'crossovers')
 DTYPES = ('float32', 'float16', 'bfloat16')
 RACE_BOUND = 1e-5  # three float32 backward passes differ only by the order of atomic additions
 GRAD_SCALE = 2.0 ** 16
 SDPA_ROW = 'SDPA (flash)'  # the baseline of every benchmark layer
 BOUNDS = dict(float32=5e-3, float16=1e-2)  # of the compiled (float32) and autocast (float16) runs
-CROSSOVER_SIDES = (16, 24, 32, 48, 64, 100)  # square maps of the crossover sweep (ripple's dense index: 8 N^2 bytes)
+# square maps of the crossover sweep (ripple's dense index: 8 N^2 bytes)
+CROSSOVER_SIDES = (16, 24, 32, 48, 64, 100)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/gpu_proof'))
     parser.add_argument('--sections', nargs='+', default=list(SECTIONS), choices=SECTIONS)
-    parser.add_argument('--budget', type=float, default=420.0, help='seconds after which sections are skipped')
+    parser.add_argument('--budget', type=float, default=420.0,
+                        help='seconds after which sections are skipped')
     parser.add_argument('--repeats', type=int, default=10, help='timed runs per benchmark row')
-    parser.add_argument('--cpu-smoke', action='store_true', help='the same code on CPU at tiny sizes')
+    parser.add_argument('--cpu-smoke', action='store_true',
+                        help='the same code on CPU at tiny sizes')
     return parser.parse_args(argv)
 
 
@@ -84,7 +99,8 @@ def preflight(cpu_smoke: bool) -> str:
         raise SystemExit(f'error: the Triton kernels: {reason}')
     if not cpu_smoke and not torch.cuda.is_available():
         raise SystemExit('error: no CUDA device (torch.cuda.is_available() is False; torch '
-                         f'{torch.__version__}); run it on a GPU machine, or --cpu-smoke for the CPU run')
+                         f'{torch.__version__}); run it on a GPU machine, or --cpu-smoke for the '
+                         'CPU run')
     return 'cpu' if cpu_smoke else 'cuda'
 
 
@@ -95,7 +111,9 @@ class Proof:
         import torch
 
         from lab.proof import cases
-        from mmvisattn.ops import check  # after preflight: the interpreter is chosen before a kernel is defined
+
+        # after preflight: the interpreter is chosen before a kernel is defined
+        from mmvisattn.ops import check
         self.torch, self.cases, self.check, self.args = torch, cases, check, args
         self.device, self.smoke = device, args.cpu_smoke
         self.start = time.perf_counter()
@@ -103,18 +121,20 @@ class Proof:
         self.runnable: Dict[str, List[str]] = {}
 
     def test_size(self, case):
-        return self.cases.smoke_size(case.check.test, case.smoke_dims) if self.smoke else case.check.test
+        return self.cases.smoke_size(case.check.test,
+                                     case.smoke_dims) if self.smoke else case.check.test
 
     def shipped_sizes(self, case):
-        """The benchmark layers and their sizes; the smoke shrinks every layer of an op to the same tiny
-        size, so it times the first one only (the others would repeat it)."""
+        """The benchmark layers and their sizes; the smoke shrinks every layer of an op to the same
+        tiny size, so it times the first one only (the others would repeat it)."""
         if self.smoke:
-            return {name: self.cases.smoke_size(size, case.smoke_dims) for name, size in list(case.shipped.items())[:1]}
+            return {name: self.cases.smoke_size(size, case.smoke_dims) for name,
+                    size in list(case.shipped.items())[:1]}
         return dict(case.shipped)
 
     def leaves(self, make_inputs: Callable, size, dtype, seed: int = 0) -> List:
-        """The tensors ``make_inputs`` (a case's ``inputs``) makes on the device, the floating ones leaves
-        requiring gradients."""
+        """The tensors ``make_inputs`` (a case's ``inputs``) makes on the device, the floating ones
+        leaves requiring gradients."""
         generator = self.torch.Generator().manual_seed(seed)
         tensors = make_inputs(size, self.device, getattr(self.torch, dtype), generator)
         return [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
@@ -124,8 +144,8 @@ class Proof:
         return self.check.gradients(lambda: case.call(impl, size, *leaves), leaves, upstream)
 
     def impls(self, case) -> List[str]:
-        """The case's backends and experimental kernels that train here: a backend that cannot run on the
-        device says so when asked (the unit tests check flex's CPU forward)."""
+        """The case's backends and experimental kernels that train here: a backend that cannot run
+        on the device says so when asked (the unit tests check flex's CPU forward)."""
         from mmvisattn.ops.utils.dispatch import UnsupportedInput
         if case.op.name not in self.runnable:
             leaves = self.leaves(case.check.inputs, self.test_size(case), 'float32')
@@ -149,16 +169,20 @@ class Proof:
             if name not in self.args.sections:
                 continue
             if self.out_of_time():
-                self.sections[name] = dict(skipped=f'out of time (--budget {self.args.budget:g} s)', rows=[])
+                self.sections[name] = dict(skipped=f'out of time (--budget {self.args.budget:g} s)',
+                                           rows=[])
                 continue
             began = time.perf_counter()
             rows = getattr(self, name)()
             self.sections[name] = dict(seconds=round(time.perf_counter() - began, 1), rows=rows)
-            print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} failed, '
+            print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} '
+                  'failed, '
                   f'{self.sections[name]["seconds"]} s', flush=True)
-        print(*faster_than_auto(self.sections.get('benchmarks', {}).get('rows', [])), sep='\n', flush=True)
+        print(*faster_than_auto(self.sections.get('benchmarks', {}).get('rows', [])), sep='\n',
+              flush=True)
         for op, tokens in sorted(measured_crossovers(crossover_rows(self.sections)).items()):
-            print(f'{op}: the dense form was faster up to {tokens} tokens on {device_name(self.device)}', flush=True)
+            print(f'{op}: the dense form was faster up to {tokens} tokens on '
+                  f'{device_name(self.device)}', flush=True)
         return 1 if self.failures() else 0
 
     def failures(self) -> List[str]:
@@ -175,8 +199,10 @@ class Proof:
                     try:
                         leaves = self.leaves(case.check.inputs, size, dtype)
                         out, grads = self.step(case, impl, size, leaves)
-                        row.update(self.check.compare(case.check, size, leaves, [out, *grads], dtype))
-                    except Exception as error:  # a failure of an implementation is this row's finding
+                        row.update(self.check.compare(case.check, size, leaves, [out, *grads],
+                                                      dtype))
+                    # a failure of an implementation is this row's finding
+                    except Exception as error:
                         row.update(ok=False, error=first_line(error))
                     rows.append(row)
         return rows
@@ -201,7 +227,8 @@ class Proof:
             leaves = self.leaves(case.check.inputs, size, 'float32')
             _, expected = self.step(case, 'auto', size, leaves)
             with torch.autocast(self.device, dtype=torch.float16):
-                half = [t.half() if t.is_floating_point() and case.activations else t for t in leaves]
+                half = [t.half() if t.is_floating_point() and case.activations
+                        else t for t in leaves]
                 out, impl = chosen(case, lambda: case.call('auto', size, *half))  # noqa: B023
             # a mean loss scaled as GradScaler scales it: 2^16 / N on each output
             scale = GRAD_SCALE / out.numel()
@@ -209,7 +236,8 @@ class Proof:
                                         self.check.upstream_like(out).float().mul(scale).to(out.dtype))
             finite = all(bool(g.isfinite().all()) for g in grads)
             error = max(self.check.relative_error(g / scale, e) for g, e in zip(grads, expected))
-            rows.append(dict(op=case.op.name, impl=impl, output_dtype=str(out.dtype).replace('torch.', ''),
+            rows.append(dict(op=case.op.name, impl=impl,
+                             output_dtype=str(out.dtype).replace('torch.', ''),
                              finite=finite, error=error, bound=BOUNDS['float16'],
                              ok=finite and error <= BOUNDS['float16']))
         return rows
@@ -222,13 +250,14 @@ class Proof:
                 leaves = self.leaves(case.check.inputs, size, 'float32')
                 self.step(case, impl, size, leaves)  # warm-up: tables built and cached
                 upstream = self.check.upstream_like(case.call(impl, size, *leaves))
-                found = self.audited(lambda: self.step(case, impl, size, leaves, upstream))  # noqa: B023
+                found = self.audited(
+                    lambda: self.step(case, impl, size, leaves, upstream))  # noqa: B023
                 rows.append(dict(op=case.op.name, impl=impl, host_syncs=found, ok=found == 'none'))
         return rows
 
     def audited(self, step: Callable[[], object]) -> str:
-        """``'none'``, or the first synchronisation of ``step`` (CUDA's sync debug mode; on CPU the host
-        reads a GPU would wait for)."""
+        """``'none'``, or the first synchronisation of ``step`` (CUDA's sync debug mode; on CPU the
+        host reads a GPU would wait for)."""
         if self.device == 'cpu':
             from lab.step_audit import HostReadCounter
             with HostReadCounter() as reads:
@@ -247,11 +276,16 @@ class Proof:
     def random_states(self) -> List[Dict]:
         import numpy as np
         torch = self.torch
-        from mmvisattn.utils.random_states import capture_random_states, numpy_globals, restore_random_states
+        from mmvisattn.utils.random_states import (
+            capture_random_states,
+            numpy_globals,
+            restore_random_states,
+        )
 
         def draws():
             values = [random.random(), float(np.random.rand()), torch.rand(3).tolist()]
-            return values + ([torch.rand(3, device='cuda').tolist()] if self.device == 'cuda' else [])
+            return values + ([torch.rand(3, device='cuda').tolist()] if self.device == 'cuda'
+                             else [])
         torch.rand(1, device=self.device)  # the CUDA generator initialised, as in training
         buffer = io.BytesIO()
         torch.save(dict(random_states=[capture_random_states()]), buffer)
@@ -261,7 +295,8 @@ class Proof:
             states = torch.load(buffer, map_location=self.device)['random_states'][0]
         restore_random_states(states)
         same = draws() == expected
-        return [dict(generators=', '.join(sorted(states)), mapped_to=self.device, same_draws=same, ok=same)]
+        return [dict(generators=', '.join(sorted(states)), mapped_to=self.device, same_draws=same,
+                     ok=same)]
 
     def compile(self) -> List[Dict]:
         import logging
@@ -271,22 +306,30 @@ class Proof:
         for case in self.cases.CASES:
             size = self.test_size(case)
             leaves = self.leaves(case.check.inputs, size, 'float32')
-            row = dict(op=case.op.name, impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],  # noqa: B023
+            row = dict(op=case.op.name,
+                       impl=chosen(case, lambda: case.call('auto', size, *leaves))[1],  # noqa: B023
                        backend=backend)
             torch._dynamo.reset()
             eager_out, eager_grads = self.step(case, 'auto', size, leaves)
-            compiled = torch.compile(lambda *t: case.call('auto', size, *t), backend=backend)  # noqa: B023
+            compiled = torch.compile(lambda *t: case.call('auto', size, *t),  # noqa: B023
+                                     backend=backend)
             try:
-                explained = torch._dynamo.explain(lambda *t: case.call('auto', size, *t))(*leaves)  # noqa: B023
+                traced = lambda *t: case.call('auto', size, *t)  # noqa: B023, E731
+                explained = torch._dynamo.explain(traced)(*leaves)
                 row['graph_breaks'] = explained.graph_break_count
-                row['break_reasons'] = sorted({first_line(b.reason) for b in explained.break_reasons})
+                row['break_reasons'] = sorted(
+                    {first_line(b.reason) for b in explained.break_reasons}
+                )
                 out = compiled(*leaves)
-                grads = torch.autograd.grad(out, [t for t in leaves if t.requires_grad], self.check.upstream_like(out))
+                grads = torch.autograd.grad(out, [t for t in leaves if t.requires_grad],
+                                            self.check.upstream_like(out))
             except Exception as error:  # a failure to trace or compile is this row's finding
                 rows.append(dict(row, ok=False, error=first_line(error)))
                 continue
-            error = max(self.check.relative_error(a, b) for a, b in zip([out, *grads], [eager_out, *eager_grads]))
-            rows.append(dict(row, error=error, bound=BOUNDS['float32'], ok=error <= BOUNDS['float32']))
+            error = max(self.check.relative_error(a, b) for a,
+                        b in zip([out, *grads], [eager_out, *eager_grads]))
+            rows.append(dict(row, error=error, bound=BOUNDS['float32'],
+                             ok=error <= BOUNDS['float32']))
         return rows
 
     def out_of_time(self) -> bool:
@@ -303,11 +346,16 @@ class Proof:
                 leaves = self.leaves(case.check.inputs, size, 'bfloat16')
                 auto = chosen(case, lambda: case.call('auto', size, *leaves))[1]  # noqa: B023
                 layer_rows = [dict(op=case.op.name, layer=layer, size=describe(size), impl=impl,
-                                   auto=impl == auto, **self.timed(lambda: case.call(impl, size, *leaves), leaves))  # noqa: B023
+                                   auto=impl == auto,
+                                   **self.timed(lambda: case.call(impl, size, *leaves),  # noqa: B023
+                                                leaves))
                               for impl in dict.fromkeys([auto, *self.impls(case)])]
                 baseline = self.leaves(self.cases.baseline_inputs, size, 'bfloat16')
-                layer_rows.append(dict(op=case.op.name, layer=layer, size=describe(size), impl=SDPA_ROW,
-                                       auto=False, **self.timed(lambda: self.cases.flash_sdpa(*baseline), baseline)))  # noqa: B023
+                layer_rows.append(dict(op=case.op.name, layer=layer, size=describe(size),
+                                       impl=SDPA_ROW, auto=False,
+                                       **self.timed(
+                                           lambda: self.cases.flash_sdpa(*baseline),  # noqa: B023
+                                           baseline)))
                 rows += mark_fastest(layer_rows, SDPA_ROW)
         return rows
 
@@ -318,22 +366,26 @@ class Proof:
             if dense is None or dense not in self.impls(case):
                 continue
             layer, size = next(iter(self.shipped_sizes(case).items()))
-            linear = chosen(case, lambda: case.call('auto', size, *self.leaves(case.check.inputs, size,  # noqa: B023
-                                                                                'bfloat16')))[1]
+            shipped = self.leaves(case.check.inputs, size, 'bfloat16')
+            linear = chosen(case, lambda: case.call('auto', size, *shipped))[1]  # noqa: B023
             for side in (3, 4) if self.smoke else CROSSOVER_SIDES:
                 sized = size._replace(hw=(side, side))
                 for impl in (dense, linear):
-                    row = dict(op=case.op.name, layer=layer, size=describe(sized), tokens=side * side, impl=impl,
-                               dense=impl == dense)
+                    row = dict(op=case.op.name, layer=layer, size=describe(sized),
+                               tokens=side * side, impl=impl, dense=impl == dense)
                     if self.out_of_time():
-                        rows.append(dict(row, skipped=f'out of time (--budget {self.args.budget:g} s)'))
+                        rows.append(dict(row,
+                                         skipped=f'out of time (--budget {self.args.budget:g} s)'))
                         continue
                     leaves = self.leaves(case.check.inputs, sized, 'bfloat16')
-                    rows.append(dict(row, **self.timed(lambda: case.call(impl, sized, *leaves), leaves)))  # noqa: B023
+                    timed = self.timed(lambda: case.call(impl, sized, *leaves),  # noqa: B023
+                                       leaves)
+                    rows.append(dict(row, **timed))
         return rows
 
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:
-        """Median forward and forward + backward times (ms) and the peak memory above the inputs (MB)."""
+        """Median forward and forward + backward times (ms) and the peak memory above the inputs
+        (MB)."""
         torch = self.torch
         wanted = [t for t in leaves if t.requires_grad]
         try:
@@ -396,13 +448,17 @@ def main(argv=None) -> int:
                 python=platform.python_version(), cpu_smoke=args.cpu_smoke,
                 seconds=round(time.perf_counter() - proof.start, 1), failures=proof.failures())
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / 'gpu_proof.json').write_text(json.dumps(dict(meta=meta, sections=proof.sections), indent=1))
+    (args.out_dir / 'gpu_proof.json').write_text(json.dumps(dict(meta=meta,
+                                                                 sections=proof.sections),
+                                                            indent=1))
     (args.out_dir / 'gpu_proof.md').write_text(markdown(meta, proof.sections))
     rows = proof_rows(proof.sections, SDPA_ROW)
-    data = record('proof', meta['device_name'], rows, False, crossovers=crossover_rows(proof.sections))
+    data = record('proof', meta['device_name'], rows, False,
+                  crossovers=crossover_rows(proof.sections))
     (args.out_dir / 'record_proof.json').write_text(json.dumps(data))
     print(*goals_table(data), sep='\n')
-    print(f'wrote {args.out_dir / "gpu_proof.md"} and gpu_proof.json; {len(meta["failures"])} failed checks')
+    print(f'wrote {args.out_dir / "gpu_proof.md"} and gpu_proof.json; {len(meta["failures"])} '
+          'failed checks')
     for failure in meta['failures']:
         print(f'FAILED {failure}', file=sys.stderr)
     return status

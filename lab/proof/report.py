@@ -5,7 +5,8 @@ from typing import Dict, List
 
 def first_line(error) -> str:
     text = str(error).strip().splitlines()
-    return f'{type(error).__name__}: {text[0] if text else ""}' if isinstance(error, BaseException) else \
+    return f'{type(error).__name__}: {text[0] if text else ""}' if isinstance(error,
+                                                                              BaseException) else \
         (text[0] if text else '')
 
 
@@ -15,7 +16,8 @@ def describe(size) -> str:
 
 def row_label(row: Dict) -> str:
     keys = ('op', 'impl', 'dtype', 'layer', 'generators')
-    return ' '.join(str(row[key]) for key in keys if key in row) + (f' ({row["error"]})' if isinstance(
+    return ' '.join(str(row[key]) for key in keys
+                    if key in row) + (f' ({row["error"]})' if isinstance(
         row.get('error'), str) else '')
 
 
@@ -30,8 +32,8 @@ def mark_fastest(rows: List[Dict], baseline: str) -> List[Dict]:
 
 
 def faster_than_auto(rows: List[Dict]) -> List[str]:
-    """A line per benchmark layer whose fastest implementation is not ``auto``'s choice: a backend to move
-    ahead in its op's chain, or an experimental kernel to replace the incumbent with."""
+    """A line per benchmark layer whose fastest implementation is not ``auto``'s choice: a backend
+    to move ahead in its op's chain, or an experimental kernel to replace the incumbent with."""
     auto = {(row['op'], row['layer']): row['impl'] for row in rows if row.get('auto')}
     return [f'{row["op"]} at {row["layer"]}: {row["impl"]} measured fastest; auto takes '
             f'{auto.get((row["op"], row["layer"]))}' for row in rows
@@ -40,16 +42,19 @@ def faster_than_auto(rows: List[Dict]) -> List[str]:
 
 def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:
     lines = [f'# GPU proof: {meta["device_name"]}, {meta["date"]}', '',
-             f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python {meta["python"]}; '
+             f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python '
+             f'{meta["python"]}; '
              f'{meta["seconds"]} s; {len(meta["failures"])} failed checks', '']
     for name, section in sections.items():
-        lines.append(f'## {name}' + (f' (skipped: {section["skipped"]})' if 'skipped' in section else
+        lines.append(f'## {name}'
+                     + (f' (skipped: {section["skipped"]})' if 'skipped' in section else
                                      f' ({section["seconds"]} s)'))
         rows = section['rows']
         if rows:
             columns = list(dict.fromkeys(key for row in rows for key in row))
             lines += ['', '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-            lines += ['| ' + ' | '.join(cell(row.get(key, '')) for key in columns) + ' |' for row in rows]
+            lines += ['| ' + ' | '.join(cell(row.get(key, '')) for key in columns)
+                      + ' |' for row in rows]
         lines.append('')
     return '\n'.join(lines)
 

@@ -1,15 +1,15 @@
 """Inference speed of any detection, segmentation or classification config: mmdet's and mmseg's
-``tools/analysis_tools/benchmark.py`` (mmdet's ``InferenceBenchmark``) on the device this machine has, CPU or
-CUDA (the stock tools move the model to CUDA and synchronise it unconditionally, so a CPU-only machine cannot
-run them).
+``tools/analysis_tools/benchmark.py`` (mmdet's ``InferenceBenchmark``) on the device this machine
+has, CPU or CUDA (the stock tools move the model to CUDA and synchronise it unconditionally, so a
+CPU-only machine cannot run them).
 
     python tools/analysis_tools/benchmark.py CONFIG [CHECKPOINT] [--max-iter 2000] [--num-warmup 5]
         [--log-interval 50] [--repeat-num 1] [--fuse-conv-bn] [--device cpu|cuda] [--work-dir DIR]
 
-The config's test dataloader (batch 1, no workers, as the stock tools set it) feeds ``model.test_step``;
-after ``--num-warmup`` images, the images per second over the next ``--max-iter`` are logged every
-``--log-interval`` and at the end. Without a checkpoint the weights are random (speed does not depend on them).
-``--work-dir`` also receives ``benchmark.json``."""
+The config's test dataloader (batch 1, no workers, as the stock tools set it) feeds
+``model.test_step``; after ``--num-warmup`` images, the images per second over the next
+``--max-iter`` are logged every ``--log-interval`` and at the end. Without a checkpoint the weights
+are random (speed does not depend on them). ``--work-dir`` also receives ``benchmark.json``."""
 import argparse
 import json
 import time
@@ -29,13 +29,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', nargs='?', help='checkpoint file (default: random weights)')
-    parser.add_argument('--checkpoint', dest='checkpoint_option', help="mmdet's spelling of the checkpoint")
+    parser.add_argument('--checkpoint', dest='checkpoint_option',
+                        help="mmdet's spelling of the checkpoint")
     parser.add_argument('--max-iter', type=int, default=2000, help='images timed after the warm-up')
     parser.add_argument('--num-warmup', type=int, default=5, help='images run before the timing')
-    parser.add_argument('--log-interval', type=int, default=50, help='log the speed every this many images')
-    parser.add_argument('--repeat-num', type=int, default=1, help='repeat the measurement and average')
-    parser.add_argument('--fuse-conv-bn', action='store_true', help='fold batch norms into the convolutions first')
-    parser.add_argument('--device', choices=('cpu', 'cuda'), help='default: cuda where there is one')
+    parser.add_argument('--log-interval', type=int, default=50,
+                        help='log the speed every this many images')
+    parser.add_argument('--repeat-num', type=int, default=1,
+                        help='repeat the measurement and average')
+    parser.add_argument('--fuse-conv-bn', action='store_true',
+                        help='fold batch norms into the convolutions first')
+    parser.add_argument('--device', choices=('cpu', 'cuda'),
+                        help='default: cuda where there is one')
     parser.add_argument('--work-dir', help='write benchmark.json into this folder')
     add_config_arguments(parser)
     args = parser.parse_args(argv)
@@ -50,7 +55,8 @@ def build_model(cfg: Config, checkpoint: Optional[str], fuse: bool, device: str)
     model = build_from_config(cfg)
     if checkpoint:
         weights = read_run_checkpoint(checkpoint)
-        check_model_fits_checkpoint(model, weights, checkpoint, remedy='expected a checkpoint of this config')
+        check_model_fits_checkpoint(model, weights, checkpoint,
+                                    remedy='expected a checkpoint of this config')
         model.load_state_dict(model_weights(weights, checkpoint))
     if fuse:
         from mmcv.cnn import fuse_conv_bn
@@ -63,8 +69,10 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def images_per_second(model: torch.nn.Module, loader, device: str, args: argparse.Namespace) -> float:
-    """One measurement: ``--num-warmup`` images, then ``--max-iter`` timed ones (fewer if the dataset ends)."""
+def images_per_second(model: torch.nn.Module, loader, device: str,
+                      args: argparse.Namespace) -> float:
+    """One measurement: ``--num-warmup`` images, then ``--max-iter`` timed ones (fewer if the
+    dataset ends)."""
     elapsed, timed = 0.0, 0
     for index, data in enumerate(loader):
         synchronize(device)
@@ -81,7 +89,8 @@ def images_per_second(model: torch.nn.Module, loader, device: str, args: argpars
         if timed == args.max_iter:
             break
     if not timed:
-        raise SystemExit(f'error: the test dataset has no image after the {args.num_warmup} warm-up images')
+        raise SystemExit(f'error: the test dataset has no image after the {args.num_warmup} '
+                         'warm-up images')
     return timed / elapsed
 
 
@@ -91,15 +100,18 @@ def measure(args: argparse.Namespace) -> Dict:
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     if device == 'cuda' and not torch.cuda.is_available():
         raise SystemExit('error: --device cuda, but torch sees no CUDA device here')
-    model = build_model(cfg, args.checkpoint, args.fuse_conv_bn, device)  # sets the config's default scope
+    # sets the config's default scope
+    model = build_model(cfg, args.checkpoint, args.fuse_conv_bn, device)
     from mmengine.runner import Runner
-    loader = Runner.build_dataloader(dict(cfg.test_dataloader, batch_size=1, num_workers=0, persistent_workers=False))
-    runs: List[float] = [images_per_second(model, loader, device, args) for _ in range(args.repeat_num)]
+    loader = Runner.build_dataloader(dict(cfg.test_dataloader, batch_size=1, num_workers=0,
+                                          persistent_workers=False))
+    runs: List[float] = [images_per_second(model, loader, device,
+                                           args) for _ in range(args.repeat_num)]
     fps = sum(runs) / len(runs)
-    print_log(f'Overall fps: {fps:.2f} img / s, times per image: {1000 / fps:.1f} ms / img ({device})',
-              logger='current')
-    return dict(config=args.config, checkpoint=args.checkpoint, device=device, fps=fps, fps_list=runs,
-                ms_per_image=1000 / fps)
+    print_log(f'Overall fps: {fps:.2f} img / s, times per image: {1000 / fps:.1f} ms / img '
+              f'({device})', logger='current')
+    return dict(config=args.config, checkpoint=args.checkpoint, device=device, fps=fps,
+                fps_list=runs, ms_per_image=1000 / fps)
 
 
 def main(argv=None) -> None:

@@ -3,12 +3,14 @@
     python -m mmvisattn.analysis.benchmark_attention --types SoftmaxAttention LinearAttention \
         'SpatialReductionAttention:sr_ratio=8' --grids 16 32 64 128 --dims 96 --heads 3 --batch 4
 
-A type is ``NAME`` or ``NAME:key=value,...`` (Python literals), built by ``ATTENTIONS`` with ``embed_dims`` and
-``num_heads``; a dotted ``NAME`` is imported instead (a stock module with the same ``forward(x, hw_shape)``,
-e.g. ``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8``). Every (type, grid) runs in a
-process of its own, so its peak memory is its own (on CPU the growth of the peak resident set, on CUDA
-``max_memory_allocated``); times are medians of forward under ``no_grad`` and of forward + backward. Prints
-a table and the fitted time exponents, writes ``results.json`` and ``scaling.png`` into ``--out-dir``."""
+A type is ``NAME`` or ``NAME:key=value,...`` (Python literals), built by ``ATTENTIONS`` with
+``embed_dims`` and ``num_heads``; a dotted ``NAME`` is imported instead (a stock module with the
+same ``forward(x, hw_shape)``, e.g.
+``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8``). Every (type, grid) runs in a
+process of its own, so its peak memory is its own (on CPU the growth of the peak resident set, on
+CUDA ``max_memory_allocated``); times are medians of forward under ``no_grad`` and of forward +
+backward. Prints a table and the fitted time exponents, writes ``results.json`` and ``scaling.png``
+into ``--out-dir``."""
 import argparse
 import ast
 import json
@@ -26,7 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--types', nargs='+', default=['SoftmaxAttention', 'LinearAttention'],
                         help='attention types, each NAME or NAME:key=value,...')
-    parser.add_argument('--grids', type=int, nargs='+', default=[16, 32, 64, 128], help='grid sides H = W')
+    parser.add_argument('--grids', type=int, nargs='+', default=[16, 32, 64, 128],
+                        help='grid sides H = W')
     parser.add_argument('--dims', type=int, default=96)
     parser.add_argument('--heads', type=int, default=3)
     parser.add_argument('--batch', type=int, default=4)
@@ -34,7 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2, help='torch CPU threads')
     parser.add_argument('--device', default='cuda' if _cuda_available() else 'cpu')
-    parser.add_argument('--timeout', type=float, default=900, help='seconds allowed for one (type, grid)')
+    parser.add_argument('--timeout', type=float, default=900,
+                        help='seconds allowed for one (type, grid)')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/benchmark_attention'))
     parser.add_argument('--one', nargs=2, metavar=('TYPE', 'GRID'), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -63,7 +67,8 @@ def parse_type(spec: str) -> Dict:
     return cfg
 
 
-def median_seconds(fn: Callable[[], None], warmup: int, repeats: int, sync: Callable[[], None]) -> float:
+def median_seconds(fn: Callable[[], None], warmup: int, repeats: int,
+                   sync: Callable[[], None]) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -83,7 +88,8 @@ def build_module(cfg: Dict, dims: int, heads: int):
         return build_attention(cfg, embed_dims=dims, num_heads=heads)
     import importlib
     module_name, _, class_name = cfg.pop('type').rpartition('.')
-    return getattr(importlib.import_module(module_name), class_name)(embed_dims=dims, num_heads=heads, **cfg)
+    return getattr(importlib.import_module(module_name),
+                   class_name)(embed_dims=dims, num_heads=heads, **cfg)
 
 
 def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
@@ -122,15 +128,16 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
     return dict(type=spec, grid=grid, tokens=tokens, fwd_ms=1e3 * fwd, fwd_bwd_ms=1e3 * fwd_bwd,
-                peak_mb=peak / 2**20, device=args.device, complexity=getattr(module, 'complexity', 'quadratic'))
+                peak_mb=peak / 2**20, device=args.device,
+                complexity=getattr(module, 'complexity', 'quadratic'))
 
 
 def run_case(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     """Run :func:`measure_one` in a process of its own; failures become rows with an ``error``."""
-    command = [sys.executable, '-m', 'mmvisattn.analysis.benchmark_attention', '--one', spec, str(grid),
-               '--dims', str(args.dims), '--heads', str(args.heads), '--batch', str(args.batch),
-               '--warmup', str(args.warmup), '--repeats', str(args.repeats), '--threads', str(args.threads),
-               '--device', args.device]
+    command = [sys.executable, '-m', 'mmvisattn.analysis.benchmark_attention', '--one', spec,
+               str(grid), '--dims', str(args.dims), '--heads', str(args.heads), '--batch',
+               str(args.batch), '--warmup', str(args.warmup), '--repeats', str(args.repeats),
+               '--threads', str(args.threads), '--device', args.device]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -154,13 +161,15 @@ def fitted_exponent(rows: List[Dict], key: str) -> Optional[float]:
 
 
 def format_table(rows: List[Dict], exponents: Dict[str, Dict]) -> str:
-    header = f'{"type":<44} {"grid":>6} {"tokens":>7} {"fwd ms":>9} {"fwd+bwd ms":>11} {"peak MB":>9}'
+    header = (f'{"type":<44} {"grid":>6} {"tokens":>7} {"fwd ms":>9} {"fwd+bwd ms":>11} '
+              f'{"peak MB":>9}')
     lines = [header, '-' * len(header)]
     for row in rows:
         if 'error' in row:
             lines.append(f'{row["type"]:<44} {row["grid"]:>6} {"":>7} error: {row["error"]}')
         else:
-            lines.append(f'{row["type"]:<44} {row["grid"]:>6} {row["tokens"]:>7} {row["fwd_ms"]:>9.1f} '
+            lines.append(f'{row["type"]:<44} {row["grid"]:>6} {row["tokens"]:>7} '
+                         f'{row["fwd_ms"]:>9.1f} '
                          f'{row["fwd_bwd_ms"]:>11.1f} {row["peak_mb"]:>9.1f}')
     lines.append('')
     for spec, exps in exponents.items():
@@ -182,7 +191,8 @@ def plot(rows: List[Dict], path: Path) -> None:
         tokens = [r['tokens'] for r in ok]
         time_axis.plot(tokens, [r['fwd_bwd_ms'] for r in ok], marker='o', label=spec)
         memory_axis.plot(tokens, [max(r['peak_mb'], 1e-2) for r in ok], marker='o', label=spec)
-    for axis, label in ((time_axis, 'forward + backward, ms'), (memory_axis, 'peak memory growth, MB')):
+    for axis, label in ((time_axis, 'forward + backward, ms'),
+                        (memory_axis, 'peak memory growth, MB')):
         log_axes(axis, label)
     time_axis.legend(fontsize=7)
     save_figure(figure, path)

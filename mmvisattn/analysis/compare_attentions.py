@@ -1,30 +1,32 @@
 """The attention arena: attentions compared inside one model of a config, on equal footing.
 
     python tools/analysis_tools/compare_attentions.py CONFIG [--attentions A B ...] [--seeds 0 1 2]
-        [--iters N] [--device cpu|cuda] [--sizes 64 128 192 256] [--batch 2] [--threads T] [--jobs J]
-        [--out-dir DIR] [--record-dir DIR]
+        [--iters N] [--device cpu|cuda] [--sizes 64 128 192 256] [--batch 2] [--threads T] [--jobs
+        J] [--out-dir DIR] [--record-dir DIR]
 
-Each attention (``NAME`` or ``NAME:key=value,...`` of ``ATTENTIONS``; by default every registered one)
-replaces every attention of the config's model: each ``attention_args`` entry of a backbone of the project
-(DeiTRipple's ``ripple_cfg`` and ``attn_cfg`` alike) and any ``attn_cfg`` that names an attention (SMCA's
-encoder layers), with nothing set but what the spec sets. The backbone passes its extra tokens and stage
-settings (the contract of :mod:`mmvisattn.models.attentions.base`), so every attention gets the same
-recipe, schedule, data and seeds. For each it measures, every part in a process of its own:
+Each attention (``NAME`` or ``NAME:key=value,...`` of ``ATTENTIONS``; by default every registered
+one) replaces every attention of the config's model: each ``attention_args`` entry of a backbone of
+the project (DeiTRipple's ``ripple_cfg`` and ``attn_cfg`` alike) and any ``attn_cfg`` that names an
+attention (SMCA's encoder layers), with nothing set but what the spec sets. The backbone passes its
+extra tokens and stage settings (the contract of :mod:`mmvisattn.models.attentions.base`), so every
+attention gets the same recipe, schedule, data and seeds. For each it measures, every part in a
+process of its own:
 
 * parameters, and multiply-accumulates at the config's test input size after ``switch_to_deploy()``;
 * forward + backward time (median) and peak memory of the part holding the attentions (the backbone,
-  else the whole model), in training mode on ``--batch`` images of each side of ``--sizes``, with the
-  exponents of time and memory fitted against the tokens of the largest map an attention sees;
-* the task metric (``coco/bbox_mAP``, ``mIoU`` or ``accuracy/top1``) after the config's recipe shortened
-  to ``--iters`` iterations (its schedulers' steps scaled alike), for each seed; mean and spread.
+  else the whole model), in training mode on ``--batch`` images of each side of ``--sizes``, with
+  the exponents of time and memory fitted against the tokens of the largest map an attention sees;
+* the task metric (``coco/bbox_mAP``, ``mIoU`` or ``accuracy/top1``) after the config's recipe
+  shortened to ``--iters`` iterations (its schedulers' steps scaled alike), for each seed; mean and
+  spread.
 
 Each part keeps its result in its own folder under ``--out-dir`` (``<attention>/cost.json``,
-``<attention>/seed<k>/result.json``, beside that run's log): the same command run again skips what is
-done and refuses a folder written for other settings. The costs are measured one at a time, then
-``--jobs`` training runs go side by side (``--threads`` each: together at most the cores). ``arena.json``,
-``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against time and MACs) are
-written there, and with ``--record-dir`` the stamped record (:mod:`.records`) and its two plots under the
-record's name."""
+``<attention>/seed<k>/result.json``, beside that run's log): the same command run again skips what
+is done and refuses a folder written for other settings. The costs are measured one at a time, then
+``--jobs`` training runs go side by side (``--threads`` each: together at most the cores).
+``arena.json``, ``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against
+time and MACs) are written there, and with ``--record-dir`` the stamped record (:mod:`.records`) and
+its two plots under the record's name."""
 import argparse
 import copy
 import json
@@ -50,22 +52,31 @@ Slot = Tuple[object, ...]  # the keys from the model config down to an attention
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('config', help='a detection or segmentation config whose model holds attentions')
+    parser.add_argument('config',
+                        help='a detection or segmentation config whose model holds attentions')
     parser.add_argument('--attentions', nargs='+', help='NAME or NAME:key=value,... of ATTENTIONS '
                         '(default: every registered attention)')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2], help='one training run per seed')
-    parser.add_argument('--iters', type=int, help="training iterations (default: the config's own); the "
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2],
+                        help='one training run per seed')
+    parser.add_argument('--iters', type=int,
+                        help="training iterations (default: the config's own); the "
                         "schedulers' steps are scaled alike")
-    parser.add_argument('--device', choices=('cpu', 'cuda'), help='default: cuda where there is one')
+    parser.add_argument('--device', choices=('cpu', 'cuda'),
+                        help='default: cuda where there is one')
     parser.add_argument('--sizes', type=int, nargs='+', default=list(DEFAULT_SIZES),
                         help='square image sides of the cost curve (at least two)')
     parser.add_argument('--batch', type=int, default=2, help='images per step of the cost curve')
-    parser.add_argument('--repeats', type=int, default=3, help='timed steps per size (after one warm-up)')
-    parser.add_argument('--threads', type=int, help='torch CPU threads of each run (default: torch\'s)')
-    parser.add_argument('--jobs', type=int, default=1, help='training runs side by side (default: 1)')
+    parser.add_argument('--repeats', type=int, default=3,
+                        help='timed steps per size (after one warm-up)')
+    parser.add_argument('--threads', type=int,
+                        help='torch CPU threads of each run (default: torch\'s)')
+    parser.add_argument('--jobs', type=int, default=1,
+                        help='training runs side by side (default: 1)')
     parser.add_argument('--timeout', type=float, default=3600, help='seconds allowed for one part')
-    parser.add_argument('--out-dir', type=Path, help='default: work_dirs/compare_attentions/<config name>')
-    parser.add_argument('--record-dir', type=Path, help='also write the stamped record and its plots here '
+    parser.add_argument('--out-dir', type=Path,
+                        help='default: work_dirs/compare_attentions/<config name>')
+    parser.add_argument('--record-dir', type=Path,
+                        help='also write the stamped record and its plots here '
                         '(the repository keeps its own in docs/records/arena)')
     parser.add_argument('--child', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -73,9 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         return args
     if len(set(args.sizes)) < 2 or min(args.sizes) < 1:
         parser.error(f'--sizes takes at least two distinct positive sides, got {args.sizes}')
-    if min(args.seeds, default=-1) < 0 or (args.iters is not None and args.iters < 1) or args.batch < 1 \
+    if min(args.seeds,
+           default=-1) < 0 or (args.iters is not None and args.iters < 1) or args.batch < 1 \
             or args.repeats < 1 or args.jobs < 1:
-        parser.error('--seeds take non-negative integers; --iters, --batch, --repeats and --jobs positive ones')
+        parser.error('--seeds take non-negative integers; --iters, --batch, --repeats and --jobs '
+                     'positive ones')
     if args.device is None:
         import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -85,8 +98,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def attention_slots(model_cfg: dict, registry) -> List[Slot]:
-    """Where the model config holds attentions: the keys of ``attention_args`` of each backbone of the
-    project (set or not), and each ``attn_cfg`` that names a type of ``ATTENTIONS``."""
+    """Where the model config holds attentions: the keys of ``attention_args`` of each backbone of
+    the project (set or not), and each ``attn_cfg`` that names a type of ``ATTENTIONS``."""
     from mmvisattn.registry import ATTENTIONS
     slots: List[Slot] = []
 
@@ -100,7 +113,11 @@ def attention_slots(model_cfg: dict, registry) -> List[Slot]:
         args = getattr(cls, 'attention_args', ())
         slots.extend(path + (arg,) for arg in args)
         for key, value in node.items():
-            named = key == 'attn_cfg' and isinstance(value, dict) and value.get('type') in ATTENTIONS.module_dict
+            named = (
+                key == 'attn_cfg'
+                and isinstance(value, dict)
+                and value.get('type') in ATTENTIONS.module_dict
+            )
             if named and key not in args:
                 slots.append(path + (key,))
             elif key not in args:
@@ -126,7 +143,8 @@ def with_attention(cfg, spec: str):
     cfg = copy.deepcopy(cfg)
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
     if not slots:
-        raise SystemExit('error: the model holds no attention to swap (no backbone of the project with '
+        raise SystemExit('error: the model holds no attention to swap (no backbone of the project '
+                         'with '
                          'attention_args, no attn_cfg naming an attention)')
     for slot in slots:
         node = cfg.model
@@ -138,10 +156,12 @@ def with_attention(cfg, spec: str):
 
 def shortened(cfg, iters: Optional[int]):
     """``cfg`` trained for ``iters`` iterations (default: its own), validated once at the end, its
-    schedulers' ``begin``, ``end`` and ``milestones`` scaled by the same factor, no checkpoint kept."""
+    schedulers' ``begin``, ``end`` and ``milestones`` scaled by the same factor, no checkpoint
+    kept."""
     train_cfg = cfg.train_cfg
     if 'max_iters' not in train_cfg:
-        raise SystemExit(f'error: train_cfg={dict(train_cfg)!r}; the arena expects an iteration-based schedule '
+        raise SystemExit(f'error: train_cfg={dict(train_cfg)!r}; the arena expects an '
+                         'iteration-based schedule '
                          '(max_iters)')
     full = train_cfg.max_iters
     iters = iters or full
@@ -155,7 +175,9 @@ def shortened(cfg, iters: Optional[int]):
             if scheduler.get('end', float('inf')) < float('inf'):
                 scheduler['end'] = max(begin + 1, round(scheduler['end'] * scale))
             if 'milestones' in scheduler:
-                scheduler['milestones'] = sorted({max(1, round(m * scale)) for m in scheduler['milestones']})
+                scheduler['milestones'] = sorted(
+                    {max(1, round(m * scale)) for m in scheduler['milestones']}
+                )
     cfg.default_hooks['checkpoint'] = dict(type='CheckpointHook', interval=-1, save_last=False)
     return cfg
 
@@ -167,7 +189,8 @@ def leaves(outputs) -> List:
         return [outputs]
     if isinstance(outputs, dict):
         outputs = list(outputs.values())
-    return [t for item in outputs or () for t in leaves(item)] if isinstance(outputs, (list, tuple)) else []
+    return [t for item in outputs
+            or () for t in leaves(item)] if isinstance(outputs, (list, tuple)) else []
 
 
 def cost_curve(cfg, task: Dict) -> List[Dict]:
@@ -203,7 +226,8 @@ def cost_curve(cfg, task: Dict) -> List[Dict]:
         seconds = median_seconds(step, 1, task['repeats'], sync)
         peak = (torch.cuda.max_memory_allocated(device) if device.type == 'cuda'
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) - base
-        rows.append(dict(size=side, tokens=max(seen), fwd_bwd_ms=1e3 * seconds, peak_mb=peak / 2**20))
+        rows.append(dict(size=side, tokens=max(seen), fwd_bwd_ms=1e3 * seconds,
+                         peak_mb=peak / 2**20))
     return rows
 
 
@@ -215,11 +239,13 @@ def measure_cost(cfg, task: Dict) -> Dict:
     curve = cost_curve(copy.deepcopy(cfg), task)
     return dict(params=count_parameters(build_from_config(copy.deepcopy(cfg))),
                 gmacs=measure_config(copy.deepcopy(cfg), deploy=True)['gmacs'], curve=curve,
-                time_exponent=fitted_exponent(curve, 'fwd_bwd_ms'), memory_exponent=fitted_exponent(curve, 'peak_mb'))
+                time_exponent=fitted_exponent(curve, 'fwd_bwd_ms'),
+                memory_exponent=fitted_exponent(curve, 'peak_mb'))
 
 
 def train(cfg, task: Dict) -> Dict:
-    """The task metric after the shortened recipe with ``task['seed']``, trained in ``task['folder']``."""
+    """The task metric after the shortened recipe with ``task['seed']``, trained in
+    ``task['folder']``."""
     from mmengine.runner import Runner
 
     from mmvisattn.engine.hooks import NonFiniteLoss
@@ -235,13 +261,15 @@ def train(cfg, task: Dict) -> Dict:
         runner.train()
     except NonFiniteLoss as exc:
         return dict(error=str(exc))
-    metrics = {key[len('val/'):]: float(scalar.current()) for key, scalar in runner.message_hub.log_scalars.items()
+    metrics = {key[len('val/'):]: float(scalar.current()) for key,
+               scalar in runner.message_hub.log_scalars.items()
                if key.startswith('val/') and key not in ('val/time', 'val/data_time')}
     return dict(metrics=metrics, train_s=time.perf_counter() - start)
 
 
 def run_child(task: Dict) -> None:
-    """One part (``cost`` or ``train``) of one attention, in this process; its result into ``task['out']``."""
+    """One part (``cost`` or ``train``) of one attention, in this process; its result into
+    ``task['out']``."""
     import torch
 
     import mmvisattn  # noqa: F401
@@ -250,11 +278,13 @@ def run_child(task: Dict) -> None:
         torch.set_num_threads(task['threads'])
     cfg = with_attention(load_config(task['config']), task['attention'])
     result = measure_cost(cfg, task) if task['part'] == 'cost' else train(cfg, task)
-    Path(task['out']).write_text(json.dumps(dict(settings=task['settings'], **result), indent=1) + '\n')
+    Path(task['out']).write_text(json.dumps(dict(settings=task['settings'], **result), indent=1)
+                                 + '\n')
 
 
 def part_task(out_dir: Path, spec: str, seed: Optional[int], settings: Dict) -> Dict:
-    """What the child process of one part (the cost with ``seed=None``, else a training run) is given."""
+    """What the child process of one part (the cost with ``seed=None``, else a training run) is
+    given."""
     folder = out_dir / folder_name(spec) / ('' if seed is None else f'seed{seed}')
     cost = seed is None
     return dict(settings, settings=settings, part='cost' if cost else 'train', folder=str(folder),
@@ -263,8 +293,8 @@ def part_task(out_dir: Path, spec: str, seed: Optional[int], settings: Dict) -> 
 
 
 def read_back(task: Dict) -> Optional[Dict]:
-    """The part's result where an earlier run of the same settings left it; a folder of other settings is
-    refused."""
+    """The part's result where an earlier run of the same settings left it; a folder of other
+    settings is refused."""
     out = Path(task['out'])
     if not out.exists():
         return None
@@ -302,14 +332,16 @@ def summary(spec: str, cost: Dict, runs: Dict[int, Dict]) -> Dict:
     """One attention's row of the record."""
     values = {seed: metric_of(run.get('metrics', {}))[1] for seed, run in runs.items()}
     measured = [v for v in values.values() if v is not None]
-    row = dict(attention=spec, **{k: cost.get(k) for k in ('params', 'gmacs', 'curve', 'time_exponent',
+    row = dict(attention=spec,
+               **{k: cost.get(k) for k in ('params', 'gmacs', 'curve', 'time_exponent',
                                                              'memory_exponent')},
                metric={str(seed): value for seed, value in values.items()},
                mean=statistics.mean(measured) if measured else None,
                spread=statistics.stdev(measured) if len(measured) > 1 else None,
                train_s=statistics.mean(run['train_s'] for run in runs.values() if 'train_s' in run)
                if any('train_s' in run for run in runs.values()) else None)
-    errors = {name: part['error'] for name, part in [('cost', cost)] + [(f'seed {s}', r) for s, r in runs.items()]
+    errors = {name: part['error'] for name,
+              part in [('cost', cost)] + [(f'seed {s}', r) for s, r in runs.items()]
               if 'error' in part}
     return dict(row, errors=errors) if errors else row
 
@@ -322,9 +354,12 @@ def table(results: Dict) -> str:
     """The record's table (markdown)."""
     sizes = results['sizes']
     metric = results['metric'] or 'metric'
-    lines = [f'`{results["config"]}`: {results["iters"]} iterations per run, seeds {results["seeds"]}, '
-             f'{results["device"]}; forward + backward of the {results["measured_part"]} on {results["batch"]} '
-             f'images per side (ms), peak memory at {max(sizes)}x{max(sizes)}; MACs at the test input size, '
+    lines = [f'`{results["config"]}`: {results["iters"]} iterations per run, seeds '
+             f'{results["seeds"]}, '
+             f'{results["device"]}; forward + backward of the {results["measured_part"]} on '
+             f'{results["batch"]} '
+             f'images per side (ms), peak memory at {max(sizes)}x{max(sizes)}; MACs at the test '
+             'input size, '
              'deployed.', '',
              '| attention | params (M) | GMACs | ' + ' | '.join(f'{s}² ms' for s in sizes)
              + f' | time exp. | peak MB | memory exp. | {metric} (mean ± spread) |',
@@ -335,7 +370,8 @@ def table(results: Dict) -> str:
         largest = curve.get(max(sizes), {}).get('peak_mb')
         score = '-' if row['mean'] is None else f'{row["mean"]:.3f} ± {number(row["spread"], 3)}'
         params = None if row['params'] is None else row['params'] / 1e6
-        lines.append(f'| {row["attention"]} | {number(params, 2)} | {number(row["gmacs"], 2)} | {times} | '
+        lines.append(f'| {row["attention"]} | {number(params, 2)} | {number(row["gmacs"], 2)} | '
+                     f'{times} | '
                      f'{number(row["time_exponent"], 2)} | {number(largest, 0)} | '
                      f'{number(row["memory_exponent"], 2)} | {score} |')
     failures = [f'- {row["attention"]}, {part}: {error}' for row in results['attentions']
@@ -348,7 +384,8 @@ def short_name(spec: str) -> str:
 
 
 def plot(results: Dict, out_dir: Path) -> List[Path]:
-    """``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against time and MACs)."""
+    """``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against time and
+    MACs)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -359,7 +396,8 @@ def plot(results: Dict, out_dir: Path) -> List[Path]:
         tokens = [point['tokens'] for point in row['curve']]
         time_axis.plot(tokens, [point['fwd_bwd_ms'] for point in row['curve']], marker='o',
                        label=short_name(row['attention']))
-        memory_axis.plot(tokens, [max(point['peak_mb'], 1e-2) for point in row['curve']], marker='o')
+        memory_axis.plot(tokens, [max(point['peak_mb'], 1e-2) for point in row['curve']],
+                         marker='o')
     log_axes(time_axis, 'forward + backward, ms', results['measured_part'])
     log_axes(memory_axis, 'peak memory, MB', results['measured_part'])
     time_axis.legend(fontsize=7)
@@ -375,7 +413,8 @@ def plot(results: Dict, out_dir: Path) -> List[Path]:
             axis.errorbar([x], [row['mean']], yerr=[row['spread'] or 0], marker='o', capsize=3)
             axis.annotate(short_name(row['attention']), (x, row['mean']), fontsize=7, xytext=(4, 4),
                           textcoords='offset points')
-    for axis, label in zip(axes, (f'forward + backward at {at}x{at}, ms', 'GMACs at the test input size')):
+    for axis, label in zip(axes, (f'forward + backward at {at}x{at}, ms',
+                                  'GMACs at the test input size')):
         axis.set(xscale='log', xlabel=label, ylabel=results['metric'] or 'metric')
         axis.grid(True, which='both', alpha=0.3)
     save_figure(figure, out_dir / 'metric.png')
@@ -392,22 +431,27 @@ def compare(args: argparse.Namespace) -> Dict:
     from mmvisattn.registry import ATTENTIONS, models_of_scope
     cfg = load_config(args.config)
     if cfg.default_scope not in ('mmdet', 'mmseg'):
-        raise SystemExit(f'error: {args.config} has default_scope={cfg.default_scope!r}; the arena takes detection '
+        raise SystemExit(f'error: {args.config} has default_scope={cfg.default_scope!r}; the arena '
+                         'takes detection '
                          "and segmentation configs ('mmdet', 'mmseg')")
     specs = args.attentions or sorted(ATTENTIONS.module_dict)
     for spec in specs:
-        with_attention(cfg, spec)  # an unknown type, a model without attentions: refused before any run
+        # an unknown type, a model without attentions: refused before any run
+        with_attention(cfg, spec)
     check_data_files(cfg, TRAIN_LOADERS)
-    shortened(copy.deepcopy(cfg), args.iters)  # a schedule it cannot shorten: refused before any run
+    # a schedule it cannot shorten: refused before any run
+    shortened(copy.deepcopy(cfg), args.iters)
     iters = args.iters or cfg.train_cfg.max_iters
     common = dict(config=args.config, device=args.device, threads=args.threads)
     cost_settings = dict(sizes=sorted(args.sizes), batch=args.batch, repeats=args.repeats)
     tasks = {(spec, seed): part_task(args.out_dir, spec, seed, dict(
-        common, attention=spec, **(cost_settings if seed is None else dict(iters=iters, seed=seed))))
+        common, attention=spec,
+        **(cost_settings if seed is None else dict(iters=iters, seed=seed))))
         for spec in specs for seed in [None, *args.seeds]}
-    results = {key: read_back(task) for key, task in tasks.items()}  # other settings: refused before any run
-    with tqdm(total=len(tasks), initial=sum(r is not None for r in results.values()), desc='arena', unit='run',
-              file=sys.stderr) as bar:
+    # other settings: refused before any run
+    results = {key: read_back(task) for key, task in tasks.items()}
+    with tqdm(total=len(tasks), initial=sum(r is not None for r in results.values()), desc='arena',
+              unit='run', file=sys.stderr) as bar:
         for spec in specs:  # one at a time: a training beside it would disturb the timing
             if results[spec, None] is None:
                 bar.set_postfix_str(f'{short_name(spec)} cost')
@@ -420,17 +464,26 @@ def compare(args: argparse.Namespace) -> Dict:
                 results[runs[run]] = run.result()
                 bar.set_postfix_str(f'{short_name(runs[run][0])} seed {runs[run][1]} done')
                 bar.update()
-    done = {spec: dict(cost=results[spec, None], runs={seed: results[spec, seed] for seed in args.seeds})
+    done = {spec: dict(cost=results[spec, None],
+                       runs={seed: results[spec, seed] for seed in args.seeds})
             for spec in specs}
-    metric = next((metric_of(run.get('metrics', {}))[0] for spec in specs for run in done[spec]['runs'].values()
-                   if metric_of(run.get('metrics', {}))[0]), None)
+    metric = next(
+        (
+            metric_of(run.get('metrics', {}))[0]
+            for spec in specs
+            for run in done[spec]['runs'].values()
+            if metric_of(run.get('metrics', {}))[0]
+        ),
+        None,
+    )
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
     test_side = max(test_input_size(cfg, '--sizes')[0])
-    return dict(config=args.config, iters=iters, seeds=list(args.seeds), device=args.device, threads=args.threads,
-                sizes=sorted(args.sizes), batch=args.batch, metric=metric,
+    return dict(config=args.config, iters=iters, seeds=list(args.seeds), device=args.device,
+                threads=args.threads, sizes=sorted(args.sizes), batch=args.batch, metric=metric,
                 measured_part=measured_part(slots),
                 cost_at=min(sorted(args.sizes), key=lambda side: abs(side - test_side)),
-                attentions=[summary(spec, done[spec]['cost'], done[spec]['runs']) for spec in specs])
+                attentions=[summary(spec, done[spec]['cost'],
+                                    done[spec]['runs']) for spec in specs])
 
 
 def main(argv=None) -> None:

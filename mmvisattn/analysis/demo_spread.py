@@ -1,18 +1,22 @@
-"""How far a demo's metric moves with the seed and with the CPU's summation order, and whether a run falls inside.
+"""How far a demo's metric moves with the seed and with the CPU's summation order, and whether a run
+falls inside.
 
     python tools/analysis_tools/demo_spread.py CONFIG [--seeds 0 1 2 3 4] [--threads 1 2] [--jobs J]
         [--out-dir DIR] [--record-dir docs/records/demo_spread]
-    python tools/analysis_tools/demo_spread.py CONFIG --check WORK_DIR [--record-dir docs/records/demo_spread]
+    python tools/analysis_tools/demo_spread.py CONFIG --check WORK_DIR [--record-dir
+    docs/records/demo_spread]
 
-Each seed is trained with each thread count (a different count changes the order of torch's reductions, as
-another CPU does) through ``tools/train.py``, in a process of its own, ``OMP_NUM_THREADS`` set; the metric is the
-config's validation at the end of training (the demos validate on their test split). Each run keeps its
-result in ``DIR/seed<s>-threads<t>/result.json`` beside its work folder: the same command run again skips what
-is done and refuses a folder written for other settings. ``--jobs`` runs go side by side (together at most the
-cores). The record (:mod:`.records`) holds every run, the mean and the range.
+Each seed is trained with each thread count (a different count changes the order of torch's
+reductions, as another CPU does) through ``tools/train.py``, in a process of its own,
+``OMP_NUM_THREADS`` set; the metric is the config's validation at the end of training (the demos
+validate on their test split). Each run keeps its result in ``DIR/seed<s>-threads<t>/result.json``
+beside its work folder: the same command run again skips what is done and refuses a folder written
+for other settings. ``--jobs`` runs go side by side (together at most the cores). The record
+(:mod:`.records`) holds every run, the mean and the range.
 
-``--check WORK_DIR`` compares the metric of the newest ``tools/test.py`` run in WORK_DIR with the newest record
-of CONFIG in ``--record-dir`` and prints whether it falls inside the measured range; ``make demo`` ends with it.
+``--check WORK_DIR`` compares the metric of the newest ``tools/test.py`` run in WORK_DIR with the
+newest record of CONFIG in ``--record-dir`` and prints whether it falls inside the measured range;
+``make demo`` ends with it.
 """
 import argparse
 import json
@@ -36,11 +40,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--threads', type=int, nargs='+', default=[1, 2])
     parser.add_argument('--jobs', type=int, default=1, help='training runs side by side')
     parser.add_argument('--out-dir', type=Path, help='default work_dirs/demo_spread/<config name>')
-    parser.add_argument('--record-dir', type=Path, help=f'where the record goes (and --check reads it), '
+    parser.add_argument('--record-dir', type=Path,
+                        help=f'where the record goes (and --check reads it), '
                         f'e.g. {DEFAULT_RECORDS}')
-    parser.add_argument('--check', type=Path, metavar='WORK_DIR', help='compare the test run in WORK_DIR with '
+    parser.add_argument('--check', type=Path, metavar='WORK_DIR',
+                        help='compare the test run in WORK_DIR with '
                         'the newest record of CONFIG instead of measuring')
-    parser.add_argument('--timeout', type=float, default=7200, help='seconds one training run may take')
+    parser.add_argument('--timeout', type=float, default=7200,
+                        help='seconds one training run may take')
     args = parser.parse_args(argv)
     if min(args.jobs, *args.threads) < 1:
         parser.error(f'--jobs and --threads must be at least 1, got {args.jobs} and {args.threads}')
@@ -52,7 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# mmdet's CocoMetric logs this and returns no metric where no detection passed the score threshold: mAP 0
+# mmdet's CocoMetric logs this and returns no metric where no detection passed the score threshold:
+# mAP 0
 NO_DETECTIONS = 'The testing results of the whole dataset is empty'
 
 
@@ -68,9 +76,11 @@ def logged_metric(metrics: Dict, log: Path) -> Optional[Tuple[str, float]]:
 def final_metric(work_dir: Path) -> Tuple[str, float]:
     """The metric of the newest training run's last validation under ``work_dir`` (mmengine's
     ``<stamp>/vis_data/scalars.json``)."""
-    for stamp in sorted((path.parent.parent for path in work_dir.glob('*/vis_data/scalars.json')), reverse=True):
+    for stamp in sorted((path.parent.parent for path in work_dir.glob('*/vis_data/scalars.json')),
+                        reverse=True):
         lines = (stamp / 'vis_data' / 'scalars.json').read_text().splitlines()
-        validations = [json.loads(line) for line in lines if any(key in line for key in METRIC_KEYS)]
+        validations = [json.loads(line) for line in lines
+                       if any(key in line for key in METRIC_KEYS)]
         found = logged_metric(validations[-1] if validations else {}, stamp / f'{stamp.name}.log')
         if found:
             return found
@@ -91,13 +101,15 @@ def metric_of_test_run(work_dir: Path) -> Tuple[str, float]:
         found = logged_metric(metrics, log)
         if found:
             return found
-    raise SystemExit(f'error: no test run with {" or ".join(METRIC_KEYS)} in {work_dir}; run tools/test.py first')
+    raise SystemExit(f'error: no test run with {" or ".join(METRIC_KEYS)} in {work_dir}; run '
+                     'tools/test.py first')
 
 
 def run_task(out_dir: Path, config: str, seed: int, threads: int) -> Dict:
     folder = out_dir / f'seed{seed}-threads{threads}'
     settings = dict(config=config, seed=seed, threads=threads)
-    return dict(settings=settings, folder=str(folder), out=str(folder / 'result.json'), log=str(folder / 'run.log'))
+    return dict(settings=settings, folder=str(folder), out=str(folder / 'result.json'),
+                log=str(folder / 'run.log'))
 
 
 def train_run(task: Dict, timeout: float) -> Dict:
@@ -105,9 +117,10 @@ def train_run(task: Dict, timeout: float) -> Dict:
     folder, settings = Path(task['folder']), task['settings']
     folder.mkdir(parents=True, exist_ok=True)
     threads = str(settings['threads'])
-    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, CUDA_VISIBLE_DEVICES='')
-    command = [sys.executable, '-m', 'mmvisattn.launch.train', settings['config'], '--work-dir', str(folder / 'work'),
-               '--cfg-options', f'randomness.seed={settings["seed"]}']
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
+               CUDA_VISIBLE_DEVICES='')
+    command = [sys.executable, '-m', 'mmvisattn.launch.train', settings['config'], '--work-dir',
+               str(folder / 'work'), '--cfg-options', f'randomness.seed={settings["seed"]}']
     error = run_logged(command, Path(task['log']), env, timeout)
     if error:
         return dict(settings, error=error)
@@ -120,25 +133,30 @@ def train_run(task: Dict, timeout: float) -> Dict:
 def summary(config: str, runs: List[Dict]) -> Dict:
     values = [run['value'] for run in runs if 'value' in run]
     metric = next((run['metric'] for run in runs if 'metric' in run), None)
-    row = dict(config=config, metric=metric, runs=[{k: v for k, v in run.items() if k != 'settings'} for run in runs])
+    row = dict(config=config, metric=metric,
+               runs=[{k: v for k, v in run.items() if k != 'settings'} for run in runs])
     if values:
-        row.update(mean=statistics.mean(values), min=min(values), max=max(values), range=max(values) - min(values),
+        row.update(mean=statistics.mean(values), min=min(values), max=max(values),
+                   range=max(values) - min(values),
                    sd=statistics.stdev(values) if len(values) > 1 else 0.0)
     return row
 
 
 def measure(args: argparse.Namespace) -> Dict:
-    tasks = [run_task(args.out_dir, args.config, seed, threads) for threads in args.threads for seed in args.seeds]
+    tasks = [run_task(args.out_dir, args.config, seed,
+                      threads) for threads in args.threads for seed in args.seeds]
     results = [read_back(task) for task in tasks]  # other settings: refused before any run
     todo = [task for task, done in zip(tasks, results) if done is None]
     with ThreadPoolExecutor(args.jobs) as pool:
         fresh = iter(list(pool.map(lambda task: train_run(task, args.timeout), todo)))
-    runs = [done or next(fresh) for done in results]  # the fresh results in the order they were left to do
+    # the fresh results in the order they were left to do
+    runs = [done or next(fresh) for done in results]
     return summary(args.config, runs)
 
 
 def newest_record(record_dir: Path, config: str) -> Optional[Path]:
-    """The record of ``config`` written last (by its date and UTC time: names of one day differ by commit)."""
+    """The record of ``config`` written last (by its date and UTC time: names of one day differ by
+    commit)."""
     from .records import slug
     pattern = f'*_{slug(Path(config).stem)}_demo_spread.json'
 
@@ -153,17 +171,23 @@ def check(args: argparse.Namespace) -> str:
     key, value = metric_of_test_run(args.check)
     path = newest_record(args.record_dir, args.config)
     if path is None:
-        return f'{key} {value:.3f}; no measured range of {Path(args.config).name} in {args.record_dir}'
+        return (f'{key} {value:.3f}; no measured range of {Path(args.config).name} in '
+                f'{args.record_dir}')
     record = json.loads(path.read_text())['results']
     inside = record['min'] <= value <= record['max']
-    return (f'{key} {value:.3f}: {"inside" if inside else "OUTSIDE"} the range measured over {len(record["runs"])} '
+    return (f'{key} {value:.3f}: {"inside" if inside else "OUTSIDE"} the range measured over '
+            f'{len(record["runs"])} '
             f'runs, {record["min"]:.3f}-{record["max"]:.3f} (mean {record["mean"]:.3f}; {path})')
 
 
 def table(results: Dict) -> str:
     lines = ['| seed | threads | ' + (results['metric'] or 'metric') + ' |', '|---|---|---|']
-    lines += [f'| {run["seed"]} | {run["threads"]} | {run["value"]:.3f} |' if 'value' in run
-              else f'| {run["seed"]} | {run["threads"]} | {run["error"]} |' for run in results['runs']]
+    lines += [
+        f'| {run["seed"]} | {run["threads"]} | {run["value"]:.3f} |'
+        if 'value' in run
+        else f'| {run["seed"]} | {run["threads"]} | {run["error"]} |'
+        for run in results['runs']
+    ]
     if 'mean' in results:
         lines.append(f'mean {results["mean"]:.3f}, range {results["min"]:.3f}-{results["max"]:.3f} '
                      f'({results["range"]:.3f}), sd {results["sd"]:.3f}')
@@ -182,7 +206,8 @@ def main(argv=None) -> None:
     written = [args.out_dir / 'spread.json']
     if args.record_dir:
         from .records import cpu_record, write_cpu_record
-        written += write_cpu_record(cpu_record('demo_spread', results, label=Path(args.config).stem),
+        written += write_cpu_record(cpu_record('demo_spread', results,
+                                               label=Path(args.config).stem),
                                     args.out_dir, args.record_dir)
     print('wrote ' + ', '.join(map(str, written)))
     if any('error' in run for run in results['runs']):

@@ -1,10 +1,11 @@
-"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation config, with
-the attention matmuls and linear solves counted (the figures of mmengine's ``get_model_complexity_info``
-once ``mmvisattn`` is imported), and a break-down by operator.
+"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation
+config, with the attention matmuls and linear solves counted (the figures of mmengine's
+``get_model_complexity_info`` once ``mmvisattn`` is imported), and a break-down by operator.
 
     python tools/analysis_tools/get_flops.py CONFIG [--shape H W] [--deploy] [--json OUT]
 
-Without ``--shape`` the config's test input size is counted; ``--deploy`` calls ``switch_to_deploy()`` first."""
+Without ``--shape`` the config's test input size is counted; ``--deploy`` calls
+``switch_to_deploy()`` first."""
 import argparse
 import inspect
 import json
@@ -24,9 +25,11 @@ from mmvisattn.utils import count_flops, count_parameters
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config')
-    parser.add_argument('--shape', type=int, nargs='+', help="input H W (or one side); default: the config's test "
+    parser.add_argument('--shape', type=int, nargs='+',
+                        help="input H W (or one side); default: the config's test "
                         'input size (its test pipeline\'s Resize scale, or its slide crop)')
-    parser.add_argument('--deploy', action='store_true', help='count the model after switch_to_deploy()')
+    parser.add_argument('--deploy', action='store_true',
+                        help='count the model after switch_to_deploy()')
     parser.add_argument('--json', help='also write the figures to this file')
     add_config_arguments(parser)
     args = parser.parse_args(argv)
@@ -54,15 +57,18 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
     samples = [SegDataSample(metainfo=meta)]
     head = model.decode_head
     if 'batch_data_samples' in inspect.signature(head.forward).parameters:
-        # query-based heads (Mask2Former) need the image metas that mmseg's tensor mode does not pass
+        # query-based heads (Mask2Former) need the image metas that mmseg's tensor mode does not
+        # pass
         return lambda: head(model.extract_feat(inputs), samples)
     return lambda: model(inputs, samples, mode='tensor')
 
 
-def measure(config: str, shape=None, deploy: bool = False, cfg_options=None, new_keys: bool = False) -> Dict:
+def measure(config: str, shape=None, deploy: bool = False, cfg_options=None,
+            new_keys: bool = False) -> Dict:
     """Parameters and multiply-accumulates of the config's model on one ``shape`` image (default:
     the config's test input size)."""
-    return dict(config=config, **measure_config(load_config(config, cfg_options, new_keys=new_keys), shape, deploy))
+    return dict(config=config, **measure_config(load_config(config, cfg_options, new_keys=new_keys),
+                                                shape, deploy))
 
 
 def measure_config(cfg: Config, shape=None, deploy: bool = False) -> Dict:

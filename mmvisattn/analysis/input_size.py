@@ -1,5 +1,6 @@
 """The input size a config tests at: slide inference's crop, else the test pipeline's ``Resize``
-scale, padded as the data preprocessor pads (``print_dispatch.py`` and ``get_flops.py`` default to it)."""
+scale, padded as the data preprocessor pads (``print_dispatch.py`` and ``get_flops.py`` default to
+it)."""
 from typing import Optional, Sequence, Tuple
 
 from mmengine.config import Config

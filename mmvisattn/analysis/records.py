@@ -1,9 +1,9 @@
-"""What a measurement run of a user's writes beside its results: a record, one JSON file per run, stamped
-with the machine (processor, the cores the process may use, Python, torch), the date, the UTC time and the
-commit of the work tree the package was imported from (an editable install; ``$MMVISATTN_COMMIT`` and
-``$MMVISATTN_DIRTY``, ``0`` for a clean tree, say what a copy of a tree is a copy of). A record is named
-``<date>_<machine>_<commit>_<kind>.json``; the repository keeps its own under ``docs/records/<kind>/``,
-where the docs build renders them."""
+"""What a measurement run of a user's writes beside its results: a record, one JSON file per run,
+stamped with the machine (processor, the cores the process may use, Python, torch), the date, the
+UTC time and the commit of the work tree the package was imported from (an editable install;
+``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY``, ``0`` for a clean tree, say what a copy of a tree is
+a copy of). A record is named ``<date>_<machine>_<commit>_<kind>.json``; the repository keeps its
+own under ``docs/records/<kind>/``, where the docs build renders them."""
 import json
 import os
 import platform
@@ -37,37 +37,43 @@ def tree_state() -> Tuple[str, bool]:
 
 
 def cpu_machine() -> Dict:
-    """The processor's name (``/proc/cpuinfo``'s, else ``platform.processor()``), the cores this process
-    may use and the Python version: what a CPU record (and the suite's, ``tests/durations_record.py``)
-    says it ran on."""
+    """The processor's name (``/proc/cpuinfo``'s, else ``platform.processor()``), the cores this
+    process may use and the Python version: what a CPU record (and the suite's,
+    ``tests/durations_record.py``) says it ran on."""
     try:
-        name = next(line.split(':', 1)[1].strip() for line in Path('/proc/cpuinfo').read_text().splitlines()
-                    if line.startswith('model name'))
+        name = next(
+            line.split(':', 1)[1].strip()
+            for line in Path('/proc/cpuinfo').read_text().splitlines()
+            if line.startswith('model name')
+        )
     except (OSError, StopIteration):
         name = platform.processor() or 'unknown CPU'
     return dict(cpu=name, cores=len(os.sched_getaffinity(0)), python=platform.python_version())
 
 
 def cpu_record(kind: str, results: Dict, label: str = '') -> Dict:
-    """A record of this tree's CPU benchmark: ``results`` as the tool wrote them, stamped with the machine
-    (processor, the cores this process may use, Python, torch), the date, the UTC time and the commit;
-    ``name`` is the file name it is committed under in ``docs/records/<kind>/`` (with ``label``, e.g. the
-    config measured, before the kind where one run per label is kept)."""
+    """A record of this tree's CPU benchmark: ``results`` as the tool wrote them, stamped with the
+    machine (processor, the cores this process may use, Python, torch), the date, the UTC time and
+    the commit; ``name`` is the file name it is committed under in ``docs/records/<kind>/`` (with
+    ``label``, e.g. the config measured, before the kind where one run per label is kept)."""
     import torch
     commit, dirty = tree_state()
     now = datetime.now(timezone.utc)
     machine = dict(cpu_machine(), torch=torch.__version__)
-    return dict(name=f'{now.date().isoformat()}_{slug(machine["cpu"])}-{machine["cores"]}-cores_{commit}_'
-                     f'{slug(label) + "_" if label else ""}{kind}.json',
-                kind=kind, date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'), commit=commit, dirty=dirty,
-                machine=machine, results=results)
+    return dict(
+        name=f'{now.date().isoformat()}_{slug(machine["cpu"])}-{machine["cores"]}-cores_{commit}_'
+        f'{slug(label) + "_" if label else ""}{kind}.json', kind=kind, date=now.date().isoformat(),
+        time=now.strftime('%H:%M:%SZ'), commit=commit, dirty=dirty, machine=machine,
+        results=results,
+    )
 
 
 def write_cpu_record(record: Dict, out_dir: Path, record_dir: Optional[Path]) -> List[Path]:
-    """``record`` as ``record_<kind>.json`` in ``out_dir`` and, given ``record_dir``, under its ``name``
-    there too (``make bench`` names ``docs/records/<kind>``); the paths written."""
+    """``record`` as ``record_<kind>.json`` in ``out_dir`` and, given ``record_dir``, under its
+    ``name`` there too (``make bench`` names ``docs/records/<kind>``); the paths written."""
     text = json.dumps(record, indent=1) + '\n'
-    paths = [out_dir / f'record_{record["kind"]}.json'] + ([record_dir / record['name']] if record_dir else [])
+    paths = [out_dir / f'record_{record["kind"]}.json'] + ([record_dir / record['name']]
+                                                           if record_dir else [])
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

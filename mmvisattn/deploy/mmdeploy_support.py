@@ -1,26 +1,30 @@
-"""What mmdeploy 1.3.1 needs from the pinned torch and from the project's ops, opt-in and visible: a deploy
-config that names this module in ``custom_imports`` (those under ``configs/_deploy_/`` do) gets
+"""What mmdeploy 1.3.1 needs from the pinned torch and from the project's ops, opt-in and visible: a
+deploy config that names this module in ``custom_imports`` (those under ``configs/_deploy_/`` do)
+gets
 
 * the TorchScript exporter by default (torch >= 2.9 takes the dynamo one, which breaks mmdeploy's
   rewriters) and ``torch.onnx.symbolic_opset9._cast_Long`` again (mmdeploy's RoIAlign needs it;
   :data:`mmvisattn.compat.DEPLOY_PATCHES`);
-* RWGK attention's ``M x M`` solve as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``, and as the
-  Neumann product (:func:`mmvisattn.ops.rwgk.neumann_solve`) for the backends without ``Inverse``;
-* ``F.scaled_dot_product_attention`` with the reciprocal of its ``scale`` (mmdeploy's export form divides
-  by it: PerViT exported wrong, silently; :func:`scaled_dot_product_attention_scaled`);
+* RWGK attention's ``M x M`` solve as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``, and
+  as the Neumann product (:func:`mmvisattn.ops.rwgk.neumann_solve`) for the backends without
+  ``Inverse``;
+* ``F.scaled_dot_product_attention`` with the reciprocal of its ``scale`` (mmdeploy's export form
+  divides by it: PerViT exported wrong, silently; :func:`scaled_dot_product_attention_scaled`);
 * an aligned RoIAlign refused below opset 16, where ONNX's ``RoiAlign`` widens small RoIs and every
   Mask R-CNN drifts silently (:func:`aligned_roi_align_from_opset_16`);
-* a dynamic deploy config refused in one line for the attentions whose graph holds tables of one map size
-  (:data:`~.onnx_export.FIXED_SIZE`).
+* a dynamic deploy config refused in one line for the attentions whose graph holds tables of one map
+  size (:data:`~.onnx_export.FIXED_SIZE`).
 
-mmdeploy's ``tools/deploy.py`` calls ``model.backbone.switch_to_deploy()`` itself (Castling's training-only
-branches go). Importing the module logs one line saying what it changed; ``import mmvisattn`` changes none
-of this."""
+mmdeploy's ``tools/deploy.py`` calls ``model.backbone.switch_to_deploy()`` itself (Castling's
+training-only branches go). Importing the module logs one line saying what it changed;
+``import mmvisattn`` changes none of this."""
 from functools import partial
 
 from mmdeploy.core import FUNCTION_REWRITER
 from mmdeploy.core.rewriters.rewriter_utils import Checker
-from mmdeploy.pytorch.functions.multi_head_attention_forward import scaled_dot_product_attention__default
+from mmdeploy.pytorch.functions.multi_head_attention_forward import (
+    scaled_dot_product_attention__default,
+)
 from mmdeploy.utils import get_ir_config, is_dynamic_shape
 from mmengine.logging import print_log
 
@@ -42,7 +46,8 @@ ALIGNED_ROI_OPSET = 16
 
 
 def fixed_size_forward(self, *args, **kwargs):
-    """An attention of :data:`FIXED_SIZE` under mmdeploy's export: refused with dynamic height and width."""
+    """An attention of :data:`FIXED_SIZE` under mmdeploy's export: refused with dynamic height and
+    width."""
     context = FUNCTION_REWRITER.get_context()
     if is_dynamic_shape(context.cfg):
         raise ExportError(f'{fixed_size_refusal(self)} (a static deploy config: '
@@ -68,57 +73,72 @@ def random_walk_inverse(q, k, v, anchor_q, anchor_k, lam, solver=None):
 
 
 def choose_solves() -> None:
-    """The Neumann product for every backend (mmdeploy's default rewriter), ``Inverse`` where it runs."""
+    """The Neumann product for every backend (mmdeploy's default rewriter), ``Inverse`` where it
+    runs."""
     FUNCTION_REWRITER.register_rewriter(RANDOM_WALK)(random_walk_portable)
     for backend in INVERSE_BACKENDS:
         FUNCTION_REWRITER.register_rewriter(RANDOM_WALK, backend=backend)(random_walk_inverse)
 
 
 def aligned_roi_align_from_opset_16(self, input, rois):
-    """mmcv's aligned RoIAlign under export to ONNX Runtime: refused below opset 16, where its translation
-    widens RoIs under one feature pixel (ONNX RoiAlign-10) and the exported model differs from the model."""
+    """mmcv's aligned RoIAlign under export to ONNX Runtime: refused below opset 16, where its
+    translation widens RoIs under one feature pixel (ONNX RoiAlign-10) and the exported model
+    differs from the model."""
     context = FUNCTION_REWRITER.get_context()
     opset = get_ir_config(context.cfg).get('opset_version', MMDEPLOY_OPSET)
     if self.aligned and opset < ALIGNED_ROI_OPSET:
-        raise ExportError(f'RoIAlign(aligned=True) exports to ONNX Runtime exactly from opset {ALIGNED_ROI_OPSET}, '
-                          f'not {opset}: set onnx_config.opset_version={ALIGNED_ROI_OPSET} in the deploy config '
+        raise ExportError('RoIAlign(aligned=True) exports to ONNX Runtime exactly from opset '
+                          f'{ALIGNED_ROI_OPSET}, '
+                          f'not {opset}: set onnx_config.opset_version={ALIGNED_ROI_OPSET} in the '
+                          'deploy config '
                           '(configs/_deploy_/instance-seg_onnxruntime_*.py do)')
     return context.origin_func(self, input, rois)
 
 
 class EveryBackend(Checker):
-    """Passed on every backend: a rewriter with it comes before mmdeploy's default one of the same function."""
+    """Passed on every backend: a rewriter with it comes before mmdeploy's default one of the same
+    function."""
 
     def check(self, env) -> bool:
         return True
 
 
-def scaled_dot_product_attention_scaled(query, key, value, attn_mask=None, dropout_p=0.0, scale=None,
-                                        is_causal=False):
-    """mmdeploy's export form of torch's attention with ``scale`` as torch means it: mmdeploy 1.3.1's
-    rewrite divides the scores by ``scale``, which torch multiplies them by (PerViT's content temperature,
-    ViL's dense sliding chunks), so it gets the reciprocal."""
+def scaled_dot_product_attention_scaled(query, key, value, attn_mask=None, dropout_p=0.0,
+                                        scale=None, is_causal=False):
+    """mmdeploy's export form of torch's attention with ``scale`` as torch means it: mmdeploy
+    1.3.1's rewrite divides the scores by ``scale``, which torch multiplies them by (PerViT's
+    content temperature, ViL's dense sliding chunks), so it gets the reciprocal."""
     return scaled_dot_product_attention__default(query, key, value, attn_mask, dropout_p,
                                                  None if scale is None else 1.0 / scale, is_causal)
 
 
 def enable() -> str:
-    """The deploy patches, RWGK's translation and the fixed-size guards (once); the line the import logs."""
+    """The deploy patches, RWGK's translation and the fixed-size guards (once); the line the import
+    logs."""
     apply(*DEPLOY_PATCHES)
     register_symbolics(MMDEPLOY_OPSET)
     guard_fixed_sizes()
     choose_solves()
-    FUNCTION_REWRITER.register_rewriter(SDPA, extra_checkers=EveryBackend())(scaled_dot_product_attention_scaled)
-    FUNCTION_REWRITER.register_rewriter(ROI_ALIGN, backend='onnxruntime')(aligned_roi_align_from_opset_16)
+    FUNCTION_REWRITER.register_rewriter(SDPA,
+                                        extra_checkers=EveryBackend())(scaled_dot_product_attention_scaled)
+    FUNCTION_REWRITER.register_rewriter(ROI_ALIGN,
+                                        backend='onnxruntime')(aligned_roi_align_from_opset_16)
     patched = [patch.__name__ for patch in DEPLOY_PATCHES if patch.__name__ in APPLIED]
-    exporter = ('torch.onnx.export takes the TorchScript exporter (dynamo=False) unless asked otherwise'
+    exporter = ('torch.onnx.export takes the TorchScript exporter (dynamo=False) unless asked '
+                'otherwise'
                 if export_onnx_with_torchscript.__name__ in APPLIED else
-                f'torch.onnx.export as it is ({SKIP_VARIABLE} leaves export_onnx_with_torchscript out)')
-    return (f'mmvisattn.deploy.mmdeploy_support: {exporter}; patched {", ".join(patched) or "nothing"}; '
-            f'aten::linalg_solve exports as com.microsoft::Inverse + MatMul from opset {MMDEPLOY_OPSET} for '
-            f'{", ".join(INVERSE_BACKENDS)}, as MatMuls (a Neumann product) for the other backends; '
-            f'{", ".join(FIXED_SIZE)} export with static shapes only; scaled_dot_product_attention exports with '
-            f'its scale multiplying the scores; RoIAlign(aligned=True) exports to onnxruntime from opset '
+                f'torch.onnx.export as it is ({SKIP_VARIABLE} leaves export_onnx_with_torchscript '
+                'out)')
+    return (f'mmvisattn.deploy.mmdeploy_support: {exporter}; patched '
+            f'{", ".join(patched) or "nothing"}; '
+            'aten::linalg_solve exports as com.microsoft::Inverse + MatMul from opset '
+            f'{MMDEPLOY_OPSET} for '
+            f'{", ".join(INVERSE_BACKENDS)}, as MatMuls (a Neumann product) for the other '
+            'backends; '
+            f'{", ".join(FIXED_SIZE)} export with static shapes only; scaled_dot_product_attention '
+            'exports with '
+            'its scale multiplying the scores; RoIAlign(aligned=True) exports to onnxruntime from '
+            'opset '
             f'{ALIGNED_ROI_OPSET}')
 
 

@@ -1,12 +1,12 @@
-"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product" check of
-Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
+"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product"
+check of Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
 
-``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``) of the network up to its raw head outputs
-(``model._forward(images)``); pre- and post-processing stay with the caller, as in mmdeploy. Under export
-every op takes a backend that traces (:mod:`mmvisattn.ops.utils.dispatch`); RWGK attention's ``M x M``
-solve exports as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul`` (:func:`register_symbolics`);
-ripple attention and PerViT's peripheral attention hold tables of one map size, constants of the graph,
-and export for one input size only (:data:`FIXED_SIZE`)."""
+``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``) of the network up to its raw head
+outputs (``model._forward(images)``); pre- and post-processing stay with the caller, as in mmdeploy.
+Under export every op takes a backend that traces (:mod:`mmvisattn.ops.utils.dispatch`); RWGK
+attention's ``M x M`` solve exports as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``
+(:func:`register_symbolics`); ripple attention and PerViT's peripheral attention hold tables of one
+map size, constants of the graph, and export for one input size only (:data:`FIXED_SIZE`)."""
 import io
 from typing import Dict, List, Sequence, Tuple
 
@@ -16,14 +16,14 @@ from torch import Tensor
 
 from ..models.attentions.base import switch_to_deploy  # noqa: F401  (part of this module's interface)
 
-MIN_OPSET, MAX_OPSET = 14, 18  # 14: the first with the attention ops used; 18: the newest exported here
+# 14: the first with the attention ops used; 18: the newest exported here
+MIN_OPSET, MAX_OPSET = 14, 18
 
-# attention modules whose exported graph holds tables of one map size (dynamic input sizes refused): which
-FIXED_SIZE: Dict[str, str] = {
-    'LongformerAttention': 'sliding-chunk tables',
-    'RippleAttention': 'ring index',
-    'PeripheralAttention': 'position attention Phi_p',
-}
+# attention modules whose exported graph holds tables of one map size (dynamic input sizes refused):
+# which
+FIXED_SIZE: Dict[str, str] = {'LongformerAttention': 'sliding-chunk tables',
+                              'RippleAttention': 'ring index',
+                              'PeripheralAttention': 'position attention Phi_p',}
 
 
 class ExportError(ValueError):
@@ -31,9 +31,11 @@ class ExportError(ValueError):
 
 
 def fixed_size_refusal(module: nn.Module, name: str = '') -> str:
-    """The one line that refuses a dynamic-shape export of ``module`` (one of :data:`FIXED_SIZE`)."""
+    """The one line that refuses a dynamic-shape export of ``module`` (one
+    of :data:`FIXED_SIZE`)."""
     where = f' ({name})' if name else ''
-    return (f'{type(module).__name__}{where} exports for one input size only (its {FIXED_SIZE[type(module).__name__]}: '
+    return (f'{type(module).__name__}{where} exports for one input size only (its '
+            f'{FIXED_SIZE[type(module).__name__]}: '
             'constants of the graph); export with static shapes')
 
 
@@ -53,7 +55,8 @@ def check_opset(opset: int) -> int:
 
 def check_shape(shape: Sequence[int], stride: int) -> Tuple[int, int]:
     if len(shape) != 2 or any(side <= 0 or side % stride for side in shape):
-        raise ExportError(f'input shape {tuple(shape)}; expected two positive multiples of {stride}, the '
+        raise ExportError(f'input shape {tuple(shape)}; expected two positive multiples of '
+                          f'{stride}, the '
                           "model's deepest stride")
     return tuple(shape)
 
@@ -93,8 +96,8 @@ def export_onnx(model: nn.Module, images: Tensor, opset: int, dynamic: bool = Fa
     axes = {'images': {0: 'batch', 2: 'height', 3: 'width'}} if dynamic else None
     buffer = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(RawOutputs(model).eval(), (images,), buffer, dynamo=False, opset_version=opset,
-                          input_names=['images'], dynamic_axes=axes)
+        torch.onnx.export(RawOutputs(model).eval(), (images,), buffer, dynamo=False,
+                          opset_version=opset, input_names=['images'], dynamic_axes=axes)
     return buffer.getvalue()
 
 
@@ -112,9 +115,11 @@ def run_onnxruntime(onnx_bytes: bytes, images: Tensor, threads: int = 0) -> List
 
 
 def parity_error(reference: Sequence[Tensor], exported: Sequence[Tensor]) -> float:
-    """Max |difference| of the outputs, relative to the larger of 1 and each output's largest entry."""
+    """Max |difference| of the outputs, relative to the larger of 1 and each output's largest
+    entry."""
     if len(reference) != len(exported):
-        raise ExportError(f'ONNX Runtime returned {len(exported)} outputs; the model returns {len(reference)}')
+        raise ExportError(f'ONNX Runtime returned {len(exported)} outputs; the model returns '
+                          f'{len(reference)}')
     return max(((ref - out).abs().max() / max(1.0, ref.abs().max().item())).item()
                for ref, out in zip(reference, exported))
 
@@ -123,7 +128,8 @@ def attention_sizes(model: nn.Module, images: Tensor) -> List[Tuple[int, int]]:
     """``(tokens, head_dims)`` of every project attention the model runs on ``images``."""
     from mmvisattn.models.attentions import BaseAttention
     sizes = set()
-    hooks = [module.register_forward_hook(lambda mod, args, out: sizes.add((args[0].shape[1], mod.head_dims)))
+    hooks = [module.register_forward_hook(lambda mod, args,
+                                          out: sizes.add((args[0].shape[1], mod.head_dims)))
              for module in model.modules() if isinstance(module, BaseAttention)]
     try:
         with torch.no_grad():
@@ -151,6 +157,7 @@ def quadratic_matmuls(onnx_bytes: bytes, sizes: Sequence[Tuple[int, int]]) -> Li
         if node.op_type != 'MatMul':
             continue
         shape, left = shapes.get(node.output[0], []), shapes.get(node.input[0], [])
-        if len(shape) >= 2 and len(left) >= 2 and shape[-1] == shape[-2] and (shape[-1], left[-1]) in wanted:
+        if len(shape) >= 2 and len(left) >= 2 and shape[-1] == shape[-2] and (shape[-1],
+                                                                              left[-1]) in wanted:
             found.append(f'{node.name} -> {shape}')
     return found

@@ -28,7 +28,8 @@ class CPUAmpOptimWrapper(OptimWrapper):
 
     def __init__(self, dtype: str = 'bfloat16', **kwargs) -> None:
         if dtype not in CPU_AMP_DTYPES:
-            raise ValueError(f'CPUAmpOptimWrapper: dtype={dtype!r}; expected one of {CPU_AMP_DTYPES}')
+            raise ValueError(f'CPUAmpOptimWrapper: dtype={dtype!r}; expected one of '
+                             f'{CPU_AMP_DTYPES}')
         super().__init__(**kwargs)
         self.cast_dtype = getattr(torch, dtype)
 

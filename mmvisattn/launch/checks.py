@@ -46,17 +46,20 @@ def check_data_files(cfg: Config, dataloaders: Sequence[str]) -> None:
     for name, dataset in configured_datasets(cfg, dataloaders):
         root = dataset.get('data_root') or ''
         if root and not osp.isdir(root):
-            hint = (' (write the demo data with: python tools/misc/make_demo_data.py --out data/shapes)'
+            hint = (' (write the demo data with: python tools/misc/make_demo_data.py --out '
+                    'data/shapes)'
                     if 'shapes' in root else '')
             raise SystemExit(f'error: {name}.dataset.data_root {root!r} does not exist{hint}')
         ann_file = dataset.get('ann_file')
         if ann_file and not osp.isfile(osp.join(root, ann_file)):
-            raise SystemExit(f'error: {name}.dataset.ann_file {osp.join(root, ann_file)!r} does not exist')
+            raise SystemExit(f'error: {name}.dataset.ann_file {osp.join(root, ann_file)!r} does '
+                             'not exist')
         prefix = dataset.get('data_prefix') or {}
         # mmpretrain's datasets also take the image folder as a string
         for key, folder in (dict(img_path=prefix) if isinstance(prefix, str) else prefix).items():
             if key in DATA_PREFIX_FOLDERS and folder and not osp.isdir(osp.join(root, folder)):
-                raise SystemExit(f'error: {name}.dataset.data_prefix.{key} folder {osp.join(root, folder)!r} '
+                raise SystemExit(f'error: {name}.dataset.data_prefix.{key} folder '
+                                 f'{osp.join(root, folder)!r} '
                                  'does not exist')
 
 
@@ -69,29 +72,35 @@ def read_run_checkpoint(path: str) -> dict:
 
 
 def model_weights(checkpoint: dict, path: str) -> Dict[str, Tensor]:
-    """The checkpoint's state dict under the model's own names (a ``module.`` wrapper prefix dropped)."""
-    return {re.sub(r'^module\.', '', key): value for key, value in state_dict_of(checkpoint, path).items()}
+    """The checkpoint's state dict under the model's own names (a ``module.`` wrapper prefix
+    dropped)."""
+    return {re.sub(r'^module\.', '', key): value for key,
+            value in state_dict_of(checkpoint, path).items()}
 
 
 def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
-                                remedy: str = 'pass --allow-partial-checkpoint to evaluate it anyway') -> None:
+                                remedy: str = 'pass --allow-partial-checkpoint to evaluate it '
+                                'anyway') -> None:
     """Exit in one line, ending with ``remedy``, unless ``checkpoint`` sets every weight of
     ``model`` with the right shape and holds nothing else (a checkpoint of another model would
     leave it randomly initialised)."""
-    # a wrapper's, or a test-time-augmentation model's, weights are its module's (as mmengine loads them)
+    # a wrapper's, or a test-time-augmentation model's, weights are its module's (as mmengine loads
+    # them)
     model = model.module if is_model_wrapper(model) or isinstance(model, BaseTTAModel) else model
     expected = model.state_dict()
     weights = model_weights(checkpoint, path)
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
-    misshapen = sorted(key for key in set(expected) & set(weights) if expected[key].shape != weights[key].shape)
+    misshapen = sorted(key for key in set(expected) & set(weights)
+                       if expected[key].shape != weights[key].shape)
     if not (missing or unexpected or misshapen):
         return
     faults = [f'{len(keys)} {what} (e.g. {keys[0]})' for keys, what in (
         (missing, f'of the model\'s {len(expected)} weights are not in it'),
         (unexpected, 'of its tensors have no place in the model'),
         (misshapen, 'have another shape')) if keys]
-    raise SystemExit(f'error: checkpoint {path!r} does not fit the model: {"; ".join(faults)}; {remedy}')
+    raise SystemExit(f'error: checkpoint {path!r} does not fit the model: {"; ".join(faults)}; '
+                     f'{remedy}')
 
 
 def diagnose_failure(cfg: Config, dataloaders: Sequence[str], exc: BaseException) -> Optional[str]:
@@ -99,7 +108,8 @@ def diagnose_failure(cfg: Config, dataloaders: Sequence[str], exc: BaseException
     failed, so a healthy run never reads its annotations twice."""
     undecodable = UNDECODABLE_IMAGE.search(str(exc))
     if undecodable:
-        return f'error: image {undecodable.group(1)!r} cannot be decoded (not an image file, or damaged)'
+        return (f'error: image {undecodable.group(1)!r} cannot be decoded (not an image file, or '
+                'damaged)')
     return find_corrupted_annotation(cfg, dataloaders) or find_empty_dataset(cfg, dataloaders)
 
 
@@ -117,7 +127,8 @@ def find_corrupted_annotation(cfg: Config, dataloaders: Sequence[str]) -> Option
             return f'error: corrupted annotation file {path!r}: not valid JSON ({exc})'
         missing = [key for key in COCO_KEYS if not isinstance(content, dict) or key not in content]
         if missing:
-            return f'error: corrupted annotation file {path!r}: expected COCO keys {COCO_KEYS}, missing {missing}'
+            return (f'error: corrupted annotation file {path!r}: expected COCO keys {COCO_KEYS}, '
+                    f'missing {missing}')
     return None
 
 
@@ -131,6 +142,7 @@ def find_empty_dataset(cfg: Config, dataloaders: Sequence[str]) -> Optional[str]
             continue
         if len(built) == 0:
             where = dataset.get('ann_file') or dataset.get('data_prefix')
-            return (f'error: {name}.dataset holds no samples (data_root {dataset.get("data_root")!r}, {where!r}); '
+            return (f'error: {name}.dataset holds no samples (data_root '
+                    f'{dataset.get("data_root")!r}, {where!r}); '
                     'expected at least one image with annotations')
     return None

@@ -1,13 +1,14 @@
 """One-line answers to config mistakes, before anything is built or written.
 
-mmengine merges ``--cfg-options`` without asking whether the keys exist and reports a bad ``type`` or
-argument through a traceback once the Runner reaches it; a misspelt key (``optim_wraper.optimizer.lr``)
-trains to the end with the default. :func:`check_config` names, with the config path of the dict and the
-nearest right names: a ``--cfg-options`` key the config lacks (unless new keys are allowed), a top-level key
-a letter or two from a Runner argument, a ``type`` no registry of the scope holds, and a constructor
-argument the class does not take (read from the signatures its ``**kwargs`` reach through
-``super().__init__``; a class whose ``**kwargs`` go elsewhere is not checked). :data:`BUILDER_KEYS` are
-consumed by the builders; the dicts of :data:`NOT_REGISTERED` name functions and are skipped."""
+mmengine merges ``--cfg-options`` without asking whether the keys exist and reports a bad ``type``
+or argument through a traceback once the Runner reaches it; a misspelt key
+(``optim_wraper.optimizer.lr``) trains to the end with the default. :func:`check_config` names, with
+the config path of the dict and the nearest right names: a ``--cfg-options`` key the config lacks
+(unless new keys are allowed), a top-level key a letter or two from a Runner argument, a ``type`` no
+registry of the scope holds, and a constructor argument the class does not take (read from the
+signatures its ``**kwargs`` reach through ``super().__init__``; a class whose ``**kwargs`` go
+elsewhere is not checked). :data:`BUILDER_KEYS` are consumed by the builders; the dicts
+of :data:`NOT_REGISTERED` name functions and are skipped."""
 import ast
 import difflib
 import importlib
@@ -26,8 +27,8 @@ from .process_group import DIST_CFG_KEYS
 # layer's requires_grad (build_norm_layer), an initialiser's override (initialize), an optimizer
 # wrapper's constructor and paramwise_cfg (build_optim_wrapper), a scheduler's
 # convert_to_iter_based (ParamScheduler.build_iter_from_epoch), a hook's priority (register_hook)
-BUILDER_KEYS = frozenset({'type', '_scope_', 'requires_grad', 'override', 'constructor', 'paramwise_cfg',
-                          'convert_to_iter_based', 'priority'})
+BUILDER_KEYS = frozenset({'type', '_scope_', 'requires_grad', 'override', 'constructor',
+                          'paramwise_cfg', 'convert_to_iter_based', 'priority'})
 # dicts whose type is looked up outside the registries: mmcv's batched_nms picks the NMS function by
 # name, mmdet's RoI extractors take the layer from mmcv.ops
 NOT_REGISTERED = frozenset({'nms', 'roi_layer'})
@@ -36,7 +37,8 @@ CLOSED_BASES = (object, nn.Module)
 # top-level keys the Runner reads from its config rather than as arguments (``Runner.wrap_model``,
 # ``Runner._maybe_compile``)
 RUNNER_CFG_KEYS = frozenset({'compile', 'sync_bn', 'model_wrapper_cfg'})
-CLOSE_MATCH = 0.8  # difflib ratio: 'optim_wraper' to 'optim_wrapper' is 0.96, 'model' to 'tta_model' 0.71
+# difflib ratio: 'optim_wraper' to 'optim_wrapper' is 0.96, 'model' to 'tta_model' 0.71
+CLOSE_MATCH = 0.8
 
 
 def nearest(name: str, candidates: Sequence[str], count: int = 3) -> str:
@@ -50,8 +52,8 @@ IMPLIED_LOOPS = {'val_cfg': 'ValLoop', 'test_cfg': 'TestLoop'}
 
 
 def built_type(path: str, node: dict) -> Optional[str]:
-    """The type ``node`` (at config ``path``) builds: its ``type``, or the loop the Runner builds from
-    a ``train_cfg``, ``val_cfg`` or ``test_cfg`` without one."""
+    """The type ``node`` (at config ``path``) builds: its ``type``, or the loop the Runner builds
+    from a ``train_cfg``, ``val_cfg`` or ``test_cfg`` without one."""
     if isinstance(node.get('type'), str):
         return node['type']
     if path == 'train_cfg' and 'by_epoch' in node:
@@ -60,7 +62,8 @@ def built_type(path: str, node: dict) -> Optional[str]:
 
 
 def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
-    """The arguments the class that ``node`` builds takes (empty: it builds nothing this check reads)."""
+    """The arguments the class that ``node`` builds takes (empty: it builds nothing this check
+    reads)."""
     if path == 'env_cfg.dist_cfg':
         return set(DIST_CFG_KEYS)  # read by the process group's start, not built
     if path == 'model_wrapper_cfg' or path.rpartition('.')[2] == 'paramwise_cfg':
@@ -74,12 +77,14 @@ def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
 
 def check_option_keys(cfg: Config, options: dict) -> None:
     """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), an argument of
-    the class a dict of it builds (``train_cfg.val_begin``, ``default_hooks.logger.log_metric_by_epoch``),
-    or a Runner argument the config leaves at its default (``load_from``, ``randomness.deterministic``)."""
+    the class a dict of it builds (``train_cfg.val_begin``,
+    ``default_hooks.logger.log_metric_by_epoch``), or a Runner argument the config leaves at its
+    default (``load_from``, ``randomness.deterministic``)."""
     root = runner_defaults()
     for name, value in cfg.to_dict().items():
         default = root.get(name)
-        root[name] = {**default, **value} if isinstance(default, dict) and isinstance(value, dict) else value
+        root[name] = {**default,
+                      **value} if isinstance(default, dict) and isinstance(value, dict) else value
     for key in options:
         node: Any = root
         walked: List[str] = []
@@ -91,9 +96,12 @@ def check_option_keys(cfg: Config, options: dict) -> None:
             else:
                 arguments = option_arguments(cfg, '.'.join(walked), node)
                 if arguments is None or part in arguments:
-                    break  # a new argument of the built class: what lies below it is the class's to check
-                where = f"'{'.'.join(walked)}' has no '{part}'" if walked else f"the config has no top-level '{part}'"
-                existing = [str(k) for k in node] + sorted(arguments) if isinstance(node, dict) else []
+                    # a new argument of the built class: what lies below it is the class's to check
+                    break
+                where = (f"'{'.'.join(walked)}' has no '{part}'" if walked
+                         else f"the config has no top-level '{part}'")
+                existing = [str(k) for k in node] + sorted(arguments) if isinstance(node,
+                                                                                    dict) else []
                 raise SystemExit(f'error: --cfg-options {key}: {where}{nearest(part, existing)} '
                                  '(pass --cfg-new-keys to add keys the config does not have)')
             walked.append(part)
@@ -107,8 +115,8 @@ def runner_arguments() -> Set[str]:
 
 def runner_defaults() -> dict:
     """The Runner arguments a config may leave out, as option paths see them: ``randomness`` takes
-    the arguments of ``Runner.set_randomness``, ``compile`` (``True`` or a dict) those of ``torch.compile``;
-    the others are leaves."""
+    the arguments of ``Runner.set_randomness``, ``compile`` (``True`` or a dict) those of
+    ``torch.compile``; the others are leaves."""
     from mmengine.runner import Runner
     nested = dict(randomness=Runner.set_randomness, compile=torch.compile)
     return {name: dict.fromkeys(set(inspect.signature(nested[name]).parameters) - {'self', 'model'})
@@ -116,28 +124,30 @@ def runner_defaults() -> dict:
 
 
 def check_top_level_keys(cfg: Config) -> None:
-    """A top-level key that is not a Runner argument but nearly one is a misspelling the Runner would
-    ignore: refused."""
+    """A top-level key that is not a Runner argument but nearly one is a misspelling the Runner
+    would ignore: refused."""
     arguments = runner_arguments()
     for key in cfg.keys():
         close = difflib.get_close_matches(key, sorted(arguments), n=3, cutoff=CLOSE_MATCH)
         if key not in arguments and close:
-            raise SystemExit(f"error: top-level config key '{key}' is not a Runner argument, and the Runner would "
+            raise SystemExit(f"error: top-level config key '{key}' is not a Runner argument, and "
+                             "the Runner would "
                              f"ignore it; nearest: {', '.join(close)}")
 
 
 def scope_registries(scope: str) -> List[Registry]:
-    """Every registry of the scope's ``registry`` module (their parents are searched by ``get``), and
-    the project's attentions."""
+    """Every registry of the scope's ``registry`` module (their parents are searched by ``get``),
+    and the project's attentions."""
     from mmvisattn.registry import ATTENTIONS
     module = importlib.import_module(f'{scope}.registry')
     return [value for value in vars(module).values() if isinstance(value, Registry)] + [ATTENTIONS]
 
 
 def lookup(registry: Registry, name: str) -> Optional[type]:
-    """``registry.get(name)`` for a plain name (no scope, no module path) without ``get``'s last resort,
-    importing ``name`` as a module path: that search of ``sys.path`` is the same for every registry
-    and fails for every registry but the one holding the name (most of a config check's time)."""
+    """``registry.get(name)`` for a plain name (no scope, no module path) without ``get``'s last
+    resort, importing ``name`` as a module path: that search of ``sys.path`` is the same for every
+    registry and fails for every registry but the one holding the name (most of a config check's
+    time)."""
     if '.' in name:
         return registry.get(name)
     registry.import_from_location()
@@ -150,7 +160,8 @@ def lookup(registry: Registry, name: str) -> Optional[type]:
 
 def registered_targets(registries: Sequence[Registry], name: str) -> List[Any]:
     """What ``name`` is registered as in any of ``registries`` (each class or function once)."""
-    return list(dict.fromkeys(target for target in (lookup(registry, name) for registry in registries)
+    return list(dict.fromkeys(target for target in (lookup(registry,
+                                                           name) for registry in registries)
                               if target is not None))
 
 
@@ -171,8 +182,10 @@ def forwards_to_super(init: Any, varkw: str) -> bool:
         return False
     passed_on = []
     for call in ast.walk(tree):
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == '__init__'
-                and isinstance(call.func.value, ast.Call) and getattr(call.func.value.func, 'id', None) == 'super'):
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == '__init__'
+                and isinstance(call.func.value, ast.Call)
+            and getattr(call.func.value.func, 'id', None) == 'super'):
             passed_on += [keyword.value for keyword in call.keywords if keyword.arg is None]
     uses = [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == varkw]
     return bool(uses) and all(any(use is value for value in passed_on) for use in uses)
@@ -237,8 +250,10 @@ def check_types_and_arguments(cfg: Config) -> None:
     for path, node in typed_dicts(cfg.to_dict()):
         found = registered_targets(registries, node['type'])
         if not found:
-            raise SystemExit(f"error: {path}.type '{node['type']}' is not registered in scope "
-                             f"'{cfg.default_scope}'{nearest(node['type'], registered_names(registries))}")
+            raise SystemExit(
+                f"error: {path}.type '{node['type']}' is not registered in scope "
+                f"'{cfg.default_scope}'{nearest(node['type'], registered_names(registries))}"
+            )
         takes = arguments_taken(found)
         if takes is None:
             continue
@@ -249,8 +264,9 @@ def check_types_and_arguments(cfg: Config) -> None:
 
 
 def check_config(cfg: Config, options: Optional[dict] = None, new_keys: bool = False) -> None:
-    """Apply ``options`` (``--cfg-options``) to ``cfg`` after checking their keys (unless ``new_keys``),
-    then check the top-level keys and every ``type`` with its arguments; each mistake exits in one line."""
+    """Apply ``options`` (``--cfg-options``) to ``cfg`` after checking their keys (unless
+    ``new_keys``), then check the top-level keys and every ``type`` with its arguments; each mistake
+    exits in one line."""
     if options:
         if not new_keys:
             check_option_keys(cfg, options)

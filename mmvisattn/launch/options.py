@@ -1,9 +1,9 @@
-"""The stock tools' flags, with the meaning mmdet's, mmseg's and mmpretrain's own ``tools/train.py`` and
-``tools/test.py`` give them for the config's scope, as changes to the config (so the Runner built
-from it needs nothing more): ``--auto-scale-lr``, ``--show`` / ``--show-dir`` / ``--wait-time``,
-``--out`` / ``--out-item``, ``--tta``, ``--no-validate``, ``--no-pin-memory`` and
-``--no-persistent-workers``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises an
-assertion or a traceback, these exit in one line."""
+"""The stock tools' flags, with the meaning mmdet's, mmseg's and mmpretrain's own ``tools/train.py``
+and ``tools/test.py`` give them for the config's scope, as changes to the config (so the Runner
+built from it needs nothing more): ``--auto-scale-lr``, ``--show`` / ``--show-dir`` /
+``--wait-time``, ``--out`` / ``--out-item``, ``--tta``, ``--no-validate``, ``--no-pin-memory`` and
+``--no-persistent-workers``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises
+an assertion or a traceback, these exit in one line."""
 import os
 from copy import deepcopy
 from typing import Optional, Sequence
@@ -15,15 +15,18 @@ METRICS_SUFFIXES = ('.json', '.yaml', '.yml', '.pkl', '.pickle')
 
 
 def enable_auto_scale_lr(cfg: Config) -> None:
-    """``--auto-scale-lr``: scale the learning rate by the total batch over ``auto_scale_lr.base_batch_size``."""
+    """``--auto-scale-lr``: scale the learning rate by the total batch over
+    ``auto_scale_lr.base_batch_size``."""
     if 'base_batch_size' not in (cfg.get('auto_scale_lr') or {}):
-        raise SystemExit('error: --auto-scale-lr needs auto_scale_lr.base_batch_size in the config (the batch its '
+        raise SystemExit('error: --auto-scale-lr needs auto_scale_lr.base_batch_size in the config '
+                         '(the batch its '
                          'learning rate is for), e.g. auto_scale_lr = dict(base_batch_size=16)')
     cfg.auto_scale_lr.enable = True
 
 
 def enable_requeue(cfg: Config) -> None:
-    """``--requeue``: the config's ``PreemptionHook`` requeues the Slurm batch job after its checkpoint."""
+    """``--requeue``: the config's ``PreemptionHook`` requeues the Slurm batch job after its
+    checkpoint."""
     hooks = [hook for hook in cfg.get('custom_hooks') or [] if hook.get('type') == 'PreemptionHook']
     if not hooks:
         raise SystemExit("error: --requeue needs a PreemptionHook in the config's custom_hooks "
@@ -33,8 +36,9 @@ def enable_requeue(cfg: Config) -> None:
 
 
 def resume_of_requeued_job(resume: Optional[str]) -> Optional[str]:
-    """``--resume`` as given, or ``'auto'`` in a Slurm job that was requeued (``SLURM_RESTART_COUNT``
-    above 0): the job runs its command again, and continues from its work dir's last checkpoint."""
+    """``--resume`` as given, or ``'auto'`` in a Slurm job that was requeued
+    (``SLURM_RESTART_COUNT`` above 0): the job runs its command again, and continues from its work
+    dir's last checkpoint."""
     restarts = os.environ.get('SLURM_RESTART_COUNT', '')
     return 'auto' if resume is None and restarts.isdigit() and int(restarts) > 0 else resume
 
@@ -46,7 +50,8 @@ def skip_validation(cfg: Config) -> None:
 
 def loader_options(cfg: Config, loaders: Sequence[str], pin_memory: bool = True,
                    persistent_workers: bool = True) -> None:
-    """``--no-pin-memory`` / ``--no-persistent-workers``: switched off in every dataloader of ``loaders``."""
+    """``--no-pin-memory`` / ``--no-persistent-workers``: switched off in every dataloader of
+    ``loaders``."""
     for name in loaders:
         if cfg.get(name):
             if not pin_memory:
@@ -55,12 +60,15 @@ def loader_options(cfg: Config, loaders: Sequence[str], pin_memory: bool = True,
                 cfg[name]['persistent_workers'] = False
 
 
-def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float, interval: int = 1) -> None:
-    """``--show-dir`` / ``--show``: the visualisation hook of the config's scope draws every ``interval``-th
-    test image into ``show_dir`` (under the work dir) and, with ``show``, in a window for ``wait_time`` s."""
+def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float,
+                     interval: int = 1) -> None:
+    """``--show-dir`` / ``--show``: the visualisation hook of the config's scope draws every
+    ``interval``-th test image into ``show_dir`` (under the work dir) and, with ``show``, in a
+    window for ``wait_time`` s."""
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
-        raise SystemExit('error: --show and --show-dir need default_hooks.visualization in the config')
+        raise SystemExit('error: --show and --show-dir need default_hooks.visualization in the '
+                         'config')
     hook.update(interval=interval)
     if cfg.default_scope == 'mmpretrain':  # its hook is switched by ``enable``
         hook.update(enable=True)
@@ -86,54 +94,63 @@ def dump_predictions(cfg: Config, out: str) -> None:
         cfg.test_evaluator.update(output_dir=out, keep_results=True)
         return
     if not out.endswith(DUMP_SUFFIXES):
-        raise SystemExit(f'error: --out {out!r}: expected a file ending in {" or ".join(DUMP_SUFFIXES)} (mmdet '
+        raise SystemExit(f'error: --out {out!r}: expected a file ending in '
+                         f'{" or ".join(DUMP_SUFFIXES)} (mmdet '
                          'and mmpretrain configs dump their predictions with pickle)')
-    evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator, list) else [cfg.test_evaluator]
+    evaluators = cfg.test_evaluator if isinstance(cfg.test_evaluator,
+                                                  list) else [cfg.test_evaluator]
     dump = 'DumpDetResults' if cfg.default_scope == 'mmdet' else 'DumpResults'
     cfg.test_evaluator = [*evaluators, dict(type=dump, out_file_path=out)]
 
 
 def metrics_file(out: str) -> str:
-    """``--out FILE --out-item metrics``: ``FILE``, refused in one line before the test runs unless mmengine
-    writes its suffix (JSON, YAML or pickle)."""
+    """``--out FILE --out-item metrics``: ``FILE``, refused in one line before the test runs unless
+    mmengine writes its suffix (JSON, YAML or pickle)."""
     if not out.endswith(METRICS_SUFFIXES):
-        raise SystemExit(f'error: --out {out!r}: expected a file ending in {", ".join(METRICS_SUFFIXES)} for the '
+        raise SystemExit(f'error: --out {out!r}: expected a file ending in '
+                         f'{", ".join(METRICS_SUFFIXES)} for the '
                          'metrics (--out-item metrics)')
     return out
 
 
 def _default_detection_tta(cfg: Config) -> None:
     """mmdet's ``tools/test.py`` defaults: horizontal flip, merged by NMS."""
-    cfg.setdefault('tta_model', dict(type='DetTTAModel', tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+    cfg.setdefault('tta_model',
+                   dict(type='DetTTAModel', tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
                                                                       max_per_img=100)))
     if 'tta_pipeline' in cfg:
         return
     dataset = cfg.test_dataloader.dataset
     while 'dataset' in dataset:
         dataset = dataset['dataset']
-    pack = dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor',
+    pack = dict(type='PackDetInputs',
+                meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor',
                                                  'flip', 'flip_direction'))
     flips = [dict(type='RandomFlip', prob=1.0), dict(type='RandomFlip', prob=0.0)]
-    cfg.tta_pipeline = [*deepcopy(dataset.pipeline)[:-1], dict(type='TestTimeAug', transforms=[flips, [pack]])]
+    cfg.tta_pipeline = [*deepcopy(dataset.pipeline)[:-1],
+                        dict(type='TestTimeAug', transforms=[flips, [pack]])]
 
 
 def _default_classification_tta(cfg: Config) -> None:
-    """mmpretrain's ``tools/test.py`` defaults: the class scores of the image and its flip, averaged."""
+    """mmpretrain's ``tools/test.py`` defaults: the class scores of the image and its flip,
+    averaged."""
     cfg.setdefault('tta_model', dict(type='mmpretrain.AverageClsScoreTTA'))
     if 'tta_pipeline' in cfg:
         return
     pipeline = deepcopy(cfg.test_dataloader.dataset.pipeline)
     flips = [dict(type='RandomFlip', prob=1.0), dict(type='RandomFlip', prob=0.0)]
-    cfg.tta_pipeline = [*pipeline[:-1], dict(type='TestTimeAug', transforms=[flips, [pipeline[-1]]])]
+    cfg.tta_pipeline = [*pipeline[:-1],
+                        dict(type='TestTimeAug', transforms=[flips, [pipeline[-1]]])]
 
 
 def test_time_augmentation(cfg: Config, drawn: bool = False) -> None:
     """``--tta``: the config's ``tta_model`` around its model and ``tta_pipeline`` for the test set
-    (mmdet and mmpretrain configs without them take their flip defaults, mmseg configs must name them).
-    ``drawn``: with ``--show`` / ``--show-dir``, which mmpretrain's visualisation hook cannot do on
-    augmented batches (its stock tool ends in a traceback)."""
+    (mmdet and mmpretrain configs without them take their flip defaults, mmseg configs must name
+    them). ``drawn``: with ``--show`` / ``--show-dir``, which mmpretrain's visualisation hook cannot
+    do on augmented batches (its stock tool ends in a traceback)."""
     if drawn and cfg.default_scope == 'mmpretrain':
-        raise SystemExit("error: --tta with --show / --show-dir: mmpretrain's VisualizationHook cannot draw "
+        raise SystemExit("error: --tta with --show / --show-dir: mmpretrain's VisualizationHook "
+                         "cannot draw "
                          'test-time-augmented batches; draw in a run without --tta')
     if cfg.default_scope == 'mmdet':
         _default_detection_tta(cfg)
@@ -141,7 +158,8 @@ def test_time_augmentation(cfg: Config, drawn: bool = False) -> None:
         _default_classification_tta(cfg)
     missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
     if missing:
-        raise SystemExit(f'error: --tta needs {" and ".join(missing)} in the config (mmseg configs name their '
+        raise SystemExit(f'error: --tta needs {" and ".join(missing)} in the config (mmseg configs '
+                         'name their '
                          'test-time augmentation; see the stock mmseg configs)')
     cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline

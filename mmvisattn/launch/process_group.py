@@ -1,17 +1,18 @@
 """Joining the process group of a distributed run, on CPU (gloo) and CUDA (NCCL) alike.
 
-``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists (mmengine's ``init_dist``
-then does not). What that adds to stock mmengine 0.10.7:
+``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists (mmengine's
+``init_dist`` then does not). What that adds to stock mmengine 0.10.7:
 
 - **CPU-only machines**: a gloo group, and the DDP wrapper without ``device_ids`` (mmengine calls
-  ``torch.cuda.set_device`` unconditionally and passes ``device_ids=[LOCAL_RANK]``, which DDP rejects
-  for CPU modules).
-- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take 29500.
+  ``torch.cuda.set_device`` unconditionally and passes ``device_ids=[LOCAL_RANK]``, which DDP
+  rejects for CPU modules).
+- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take
+  29500.
 - **A roll call** (:func:`roll_call`): a rank that never comes ends the others after
-  ``env_cfg.dist_cfg.timeout`` seconds with one line naming it; a rendezvous port another program holds
-  is named too.
-- **An orderly end** (:func:`leave_process_group`): the ranks leave together, rank 0 (the store's host)
-  last, so no rank aborts at exit after a finished run."""
+  ``env_cfg.dist_cfg.timeout`` seconds with one line naming it; a rendezvous port another program
+  holds is named too.
+- **An orderly end** (:func:`leave_process_group`): the ranks leave together, rank 0 (the store's
+  host) last, so no rank aborts at exit after a finished run."""
 import os
 import socket
 import subprocess
@@ -47,7 +48,8 @@ def slurm_master_port(env: Mapping[str, str]) -> str:
         return env['MASTER_PORT']
     job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
     if not (job.isdigit() and restart.isdigit()):
-        raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: expected numbers '
+        raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: '
+                         'expected numbers '
                          '(or set MASTER_PORT)')
     slot = int(job) * RESTARTS_PER_JOB + int(restart) % RESTARTS_PER_JOB
     return str(JOB_PORTS.start + slot % len(JOB_PORTS))
@@ -59,7 +61,8 @@ def slurm_layout(env: Mapping[str, str]) -> dict:
     as ``MASTER_ADDR`` (unless set) and the job's port."""
     master = env.get('MASTER_ADDR') or subprocess.check_output(
         ['scontrol', 'show', 'hostnames', env['SLURM_NODELIST']], text=True).split()[0]
-    return dict(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'], LOCAL_RANK=env['SLURM_LOCALID'],
+    return dict(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
+                LOCAL_RANK=env['SLURM_LOCALID'],
                 MASTER_ADDR=master, MASTER_PORT=slurm_master_port(env))
 
 
@@ -69,7 +72,8 @@ def join_process_group(cfg: Config) -> None:
     CUDA, gloo otherwise, with ``env_cfg.dist_cfg.timeout`` seconds for the rendezvous and the
     collectives. Other keys of ``dist_cfg`` are refused in one line."""
     if cfg.launcher not in LAUNCHERS:
-        raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of {LAUNCHERS}')
+        raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of '
+                         f'{LAUNCHERS}')
     if cfg.launcher == 'none' or dist.is_initialized():
         return
     if cfg.launcher == 'slurm':
@@ -77,7 +81,8 @@ def join_process_group(cfg: Config) -> None:
     dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
     unknown = sorted(set(dist_cfg) - set(DIST_CFG_KEYS))
     if unknown:
-        raise SystemExit(f'error: env_cfg.dist_cfg sets {", ".join(unknown)}; expected only {", ".join(DIST_CFG_KEYS)}')
+        raise SystemExit(f'error: env_cfg.dist_cfg sets {", ".join(unknown)}; expected only '
+                         f'{", ".join(DIST_CFG_KEYS)}')
     timeout = timedelta(seconds=dist_cfg.get('timeout', DEFAULT_TIMEOUT))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
@@ -129,11 +134,13 @@ def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> Optional
     if rank != 0:
         await_rank_0(host, port, rank, world_size, timeout)
     try:
-        return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
+        return dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
+                             wait_for_workers=False)
     except RuntimeError as error:  # DistNetworkError from torch 2.7 on, a plain RuntimeError before
         if 'EADDRINUSE' not in str(error):
             raise
-        raise SystemExit(f'error: MASTER_PORT {port} on {host} is taken by another program (EADDRINUSE); set '
+        raise SystemExit(f'error: MASTER_PORT {port} on {host} is taken by another program '
+                         '(EADDRINUSE); set '
                          'MASTER_PORT (PORT for dist_train.sh) to a free port') from None
 
 
@@ -147,8 +154,10 @@ def await_rank_0(host: str, port: int, rank: int, world_size: int, timeout: time
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f'error: rank {rank} of {world_size} could not reach rank 0 at {host}:{port} within '
-                                 f'{timeout.total_seconds():g} s (env_cfg.dist_cfg.timeout): rank 0 never started') \
+                raise SystemExit(f'error: rank {rank} of {world_size} could not reach rank 0 at '
+                                 f'{host}:{port} within '
+                                 f'{timeout.total_seconds():g} s (env_cfg.dist_cfg.timeout): rank '
+                                 '0 never started') \
                     from None
             time.sleep(ROLL_CALL_POLL)
 
@@ -165,7 +174,8 @@ def roll_call(store: dist.Store, rank: int, world_size: int, timeout: timedelta)
     if missing is None:
         raise SystemExit(f'error: rank 0 left the rendezvous at {where} before every rank joined')
     if missing:
-        raise SystemExit(f'error: rank{"s" * (len(missing) > 1)} {", ".join(map(str, missing))} of {world_size} never '
+        raise SystemExit(f'error: rank{"s" * (len(missing) > 1)} {", ".join(map(str, missing))} of '
+                         f'{world_size} never '
                          f'joined the rendezvous at {where} within {timeout.total_seconds():g} s '
                          '(env_cfg.dist_cfg.timeout)')
 
@@ -174,6 +184,7 @@ def missing_ranks(store: dist.Store, world_size: int) -> Optional[List[int]]:
     """The ranks not yet reported in ``store``; None when the store cannot be reached (rank 0, its
     host, has gone)."""
     try:
-        return [other for other in range(world_size) if not store.check([ROLL_CALL_KEY.format(other)])]
+        return [other for other in range(world_size)
+                if not store.check([ROLL_CALL_KEY.format(other)])]
     except dist.DistError:
         return None

@@ -14,7 +14,12 @@ from mmengine.config import Config, DictAction
 from ..compat import apply_tool_patches, patches_line
 from ..engine.hooks import NonFiniteLoss
 from ..utils.checkpoint import CheckpointError
-from .checks import check_data_files, check_model_fits_checkpoint, diagnose_failure, read_run_checkpoint
+from .checks import (
+    check_data_files,
+    check_model_fits_checkpoint,
+    diagnose_failure,
+    read_run_checkpoint,
+)
 from .config_checks import check_config
 from .process_group import LAUNCHERS, join_process_group, leave_process_group
 
@@ -34,7 +39,8 @@ def parse_tool_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """``--cfg-options`` as the stock tools take it, and ``--cfg-new-keys`` to let it add keys."""
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, e.g. train_cfg.max_iters=10; a key the config does not '
+                        help='override config settings, e.g. train_cfg.max_iters=10; a key the '
+                        'config does not '
                              'have is refused with the nearest existing ones')
     parser.add_argument('--cfg-new-keys', action='store_true',
                         help='let --cfg-options add keys the config does not have')
@@ -52,10 +58,12 @@ def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optiona
     try:
         cfg = Config.fromfile(path)
     except Exception as exc:  # a syntax error, a missing base file: mmengine's message, in one line
-        raise SystemExit(f'error: config file {path!r} cannot be read: {str(exc).strip().splitlines()[-1]}') from None
+        raise SystemExit(f'error: config file {path!r} cannot be read: '
+                         f'{str(exc).strip().splitlines()[-1]}') from None
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
-        raise SystemExit(f'error: config {path!r} has default_scope={scope!r}; expected one of {SCOPES}')
+        raise SystemExit(f'error: config {path!r} has default_scope={scope!r}; expected one of '
+                         f'{SCOPES}')
     check_config(cfg, cfg_options, new_keys)
     cfg.launcher = launcher
     if work_dir is not None:
@@ -76,8 +84,8 @@ def checkpoint_to_load(cfg: Config) -> Optional[str]:
 
 def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
     """Resume with the seed of the interrupted run. mmengine restores it only after the dataloaders
-    are built, so with ``randomness.seed=None`` (mmengine's default; the demos set theirs) the sampler
-    order and the workers' augmentations of a resumed run would follow a new seed."""
+    are built, so with ``randomness.seed=None`` (mmengine's default; the demos set theirs) the
+    sampler order and the workers' augmentations of a resumed run would follow a new seed."""
     seed = checkpoint.get('meta', {}).get('seed')
     randomness = dict(cfg.get('randomness') or {})
     if seed is not None and randomness.get('seed') is None:
@@ -90,7 +98,8 @@ def collect_in_log_dir(runner, loop_name: str) -> None:
     mmengine's metrics exchange results through files; without a ``collect_dir`` they write them to
     ``.dist_test/`` under the current directory, which is left behind, outside the work folder. The
     stock metrics (``CocoMetric``, ``IoUMetric``) do not take ``collect_dir`` as a config argument,
-    so it is set on the built metrics; mmengine creates the folder and removes it after each gather."""
+    so it is set on the built metrics; mmengine creates the folder and removes it after each
+    gather."""
     loop = getattr(runner, loop_name)
     for metric in getattr(getattr(loop, 'evaluator', None), 'metrics', ()):
         if getattr(metric, 'collect_dir', None) is None:
@@ -100,9 +109,9 @@ def collect_in_log_dir(runner, loop_name: str) -> None:
 def run(cfg: Config, action: str, dataloaders: Sequence[str],
         allow_partial_checkpoint: bool = False) -> Any:
     """Check the data and the checkpoint, join the process group, build the Runner and call
-    ``runner.<action>()``; returns what it returns (the model trained, the test metrics). Bad input, a
-    non-finite loss and data faults found while the run goes (a corrupted annotation file, an empty
-    dataset, an undecodable image) exit in one line.
+    ``runner.<action>()``; returns what it returns (the model trained, the test metrics). Bad input,
+    a non-finite loss and data faults found while the run goes (a corrupted annotation file, an
+    empty dataset, an undecodable image) exit in one line.
 
     A distributed run that finished leaves its process group in order.
 
@@ -126,7 +135,8 @@ def run(cfg: Config, action: str, dataloaders: Sequence[str],
     del checkpoint  # the Runner reads the file itself
     try:
         result = getattr(runner, action)()
-    except (NonFiniteLoss, CheckpointError) as exc:  # a non-finite loss; pretrained weights that do not load
+    # a non-finite loss; pretrained weights that do not load
+    except (NonFiniteLoss, CheckpointError) as exc:
         raise SystemExit(f'error: {exc}') from None
     except Exception as exc:
         message = diagnose_failure(cfg, dataloaders, exc)

@@ -1,12 +1,14 @@
 """Every backend of every op against its reference, on this machine's device.
 
-    python -m mmvisattn.ops.check [--device cuda|cpu] [--dtypes float32 float16 bfloat16] [--ops NAME ...]
+    python -m mmvisattn.ops.check [--device cuda|cpu] [--dtypes float32 float16 bfloat16] [--ops
+    NAME ...]
 
-For each op and each of its backends that runs on ``--device`` (CUDA where there is a GPU), the output and
-the gradient of every input at a test size (an odd map, batch 2) against the float64 reference of the same
-inputs: the largest error over the largest reference value, within the dtype's bound (:data:`BOUNDS`). A
-backend that cannot run there is listed with the reason. Needs torch (and Triton for the kernels) only;
-exits 1 where a backend fails.
+For each op and each of its backends that runs on ``--device`` (CUDA where there is a GPU), the
+output and the gradient of every input at a test size (an odd map, batch 2) against the float64
+reference of the same
+inputs: the largest error over the largest reference value, within the dtype's bound
+(:data:`BOUNDS`). A backend that cannot run there is listed with the reason. Needs torch (and Triton
+for the kernels) only; exits 1 where a backend fails.
 """
 import argparse
 import sys
@@ -20,8 +22,8 @@ from . import linear_angular, masked_softmax, peripheral, ripple, rwgk, sliding_
 from . import trig_relu_features as feature_map
 from .utils.dispatch import Op, UnsupportedInput
 
-# largest error over largest reference value, by the inputs' dtype: TF32 products (10-bit mantissa) for
-# float32 kernels, 11 and 8 bits for float16 and bfloat16 inputs
+# largest error over largest reference value, by the inputs' dtype: TF32 products (10-bit
+# mantissa) for float32 kernels, 11 and 8 bits for float16 and bfloat16 inputs
 BOUNDS = dict(float32=5e-3, float16=1e-2, bfloat16=5e-2)
 
 
@@ -38,9 +40,9 @@ class Size(NamedTuple):
 
 
 class Case(NamedTuple):
-    """An op under check: ``inputs(size, device, dtype, generator)`` makes the leaves (every floating one
-    gets a gradient), ``call(impl, size, *leaves)`` runs a backend and ``reference(size, *leaves)`` the
-    reference."""
+    """An op under check: ``inputs(size, device, dtype, generator)`` makes the leaves (every
+    floating one gets a gradient), ``call(impl, size, *leaves)`` runs a backend and
+    ``reference(size, *leaves)`` the reference."""
     op: Op
     inputs: Callable[..., List[Tensor]]
     call: Callable[..., Tensor]
@@ -50,7 +52,8 @@ class Case(NamedTuple):
 
 def random(draw: Callable, generator: torch.Generator, device, dtype, *shape,
            transform: Callable[[Tensor], Tensor] = lambda t: t) -> Tensor:
-    """``transform(draw(*shape))`` drawn in float64 on the CPU and cast to ``dtype`` on ``device``."""
+    """``transform(draw(*shape))`` drawn in float64 on the CPU and cast to ``dtype`` on
+    ``device``."""
     return transform(draw(*shape, generator=generator, dtype=torch.float64)).to(device, dtype)
 
 
@@ -59,7 +62,8 @@ def randn(generator: torch.Generator, device, dtype, *shape, scale: float = 1.0)
 
 
 def qkv(size: Size, device, dtype, generator, tokens: Optional[int] = None) -> List[Tensor]:
-    return [randn(generator, device, dtype, size.batch, size.heads, tokens or size.tokens, size.dims)
+    return [randn(generator, device, dtype, size.batch, size.heads, tokens or size.tokens,
+                  size.dims)
             for _ in range(3)]
 
 
@@ -96,22 +100,24 @@ def peripheral_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
 
 
 def position_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
-    """PerViT's position network, ``size.dims`` hidden channels, ``K = 3``: the parameters whose gradients
-    the instance norms do not cancel (the biases before the norms are zero, :func:`position_params`)."""
+    """PerViT's position network, ``size.dims`` hidden channels, ``K = 3``: the parameters whose
+    gradients the instance norms do not cancel (the biases before the norms are
+    zero, :func:`position_params`)."""
     hidden, heads = size.dims, size.heads
-    return [randn(generator, device, dtype, hidden, 1), randn(generator, device, dtype, hidden, hidden, 3, 3),
+    return [randn(generator, device, dtype, hidden, 1),
+            randn(generator, device, dtype, hidden, hidden, 3, 3),
             *(randn(generator, device, dtype, hidden) for _ in range(2)),
             randn(generator, device, dtype, heads, hidden, 3, 3),
             *(randn(generator, device, dtype, heads) for _ in range(2))]
 
 
-def position_params(distance_weight, conv1_weight, norm1_weight, norm1_bias, conv2_weight, norm2_weight,
-                    norm2_bias) -> peripheral.PositionParams:
+def position_params(distance_weight, conv1_weight, norm1_weight, norm1_bias, conv2_weight,
+                    norm2_weight, norm2_bias) -> peripheral.PositionParams:
     def zeros(tensor):
         return tensor.new_zeros(tensor.shape[0])
-    return peripheral.PositionParams(distance_weight, zeros(distance_weight), conv1_weight, zeros(conv1_weight),
-                                     norm1_weight, norm1_bias, conv2_weight, zeros(conv2_weight), norm2_weight,
-                                     norm2_bias)
+    return peripheral.PositionParams(distance_weight, zeros(distance_weight), conv1_weight,
+                                     zeros(conv1_weight), norm1_weight, norm1_bias, conv2_weight,
+                                     zeros(conv2_weight), norm2_weight, norm2_bias)
 
 
 def rwgk_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
@@ -130,8 +136,8 @@ def feature_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
 TEST_MAP = (7, 9)
 PERIPHERAL_SCALE = 0.25
 FEATURE_SCALE = 0.5
-# the auxiliary softmax's threshold here: it drops the smallest weights of the test map, and a weight that
-# half precision moves across it changes an output by less than the half bounds
+# the auxiliary softmax's threshold here: it drops the smallest weights of the test map, and a
+# weight that half precision moves across it changes an output by less than the half bounds
 AUX_THRESHOLD = 1e-3
 
 CASES = [
@@ -141,49 +147,59 @@ CASES = [
          lambda size, q, k, v, *rel_pos: sliding_chunk.sliding_chunk_attention_reference(
              q, k, v, size.hw, window(size), 1, 'chunk', 0, rel_pos),
          Size(2, 2, 16, TEST_MAP)),
-    Case(ripple.OP, ripple_inputs,
-         lambda impl, size, q, k, v, logits: ripple.ripple_attention(q, k, v, logits, size.hw, impl=impl),
+    Case(ripple.OP, ripple_inputs, lambda impl, size, q, k, v,
+         logits: ripple.ripple_attention(q, k, v, logits, size.hw, impl=impl),
          lambda size, q, k, v, logits: ripple.ripple_attention_reference(q, k, v, logits, size.hw),
          Size(2, 2, 16, TEST_MAP)),
     Case(linear_angular.OP, qkv,
          lambda impl, size, q, k, v: linear_angular.linear_angular_attention(q, k, v, impl=impl),
-         lambda size, q, k, v: linear_angular.linear_angular_attention_reference(q, k, v), Size(2, 3, 16, TEST_MAP)),
-    Case(masked_softmax.OP, qkv,
-         lambda impl, size, q, k, v: masked_softmax.masked_softmax_attention(q, k, v, AUX_THRESHOLD, impl=impl),
-         lambda size, q, k, v: masked_softmax.masked_softmax_attention_reference(q, k, v, AUX_THRESHOLD),
+         lambda size, q, k, v: linear_angular.linear_angular_attention_reference(q, k, v),
          Size(2, 3, 16, TEST_MAP)),
-    Case(peripheral.OP, peripheral_inputs,
-         lambda impl, size, q, k, v, bias: peripheral.peripheral_attention(q, k, v, bias, PERIPHERAL_SCALE,
+    Case(masked_softmax.OP, qkv, lambda impl, size, q, k,
+         v: masked_softmax.masked_softmax_attention(q, k, v, AUX_THRESHOLD, impl=impl),
+         lambda size, q, k,
+         v: masked_softmax.masked_softmax_attention_reference(q, k, v, AUX_THRESHOLD),
+         Size(2, 3, 16, TEST_MAP)),
+    Case(peripheral.OP, peripheral_inputs, lambda impl, size, q, k, v,
+         bias: peripheral.peripheral_attention(q, k, v, bias, PERIPHERAL_SCALE,
                                                                            impl=impl),
-         lambda size, q, k, v, bias: peripheral.peripheral_attention_reference(q, k, v, bias, PERIPHERAL_SCALE),
+         lambda size, q, k, v,
+         bias: peripheral.peripheral_attention_reference(q, k, v, bias, PERIPHERAL_SCALE),
          Size(2, 2, 16, TEST_MAP)),
-    Case(peripheral.POSITION_OP, position_inputs,
-         lambda impl, size, *leaves: peripheral.position_logits(position_params(*leaves), size.hw, impl=impl),
-         lambda size, *leaves: peripheral.position_logits_reference(position_params(*leaves), size.hw),
+    Case(peripheral.POSITION_OP, position_inputs, lambda impl, size,
+         *leaves: peripheral.position_logits(position_params(*leaves), size.hw, impl=impl),
+         lambda size,
+         *leaves: peripheral.position_logits_reference(position_params(*leaves), size.hw),
          Size(1, 2, 8, TEST_MAP)),
     Case(rwgk.OP, rwgk_inputs,
          lambda impl, size, q, k, v, aq, ak: rwgk.rwgk_attention(q, k, v, aq, ak, impl=impl),
-         lambda size, q, k, v, aq, ak: rwgk.rwgk_attention_reference(q, k, v, aq, ak), Size(2, 2, 16, TEST_MAP)),
-    Case(feature_map.OP, feature_inputs,
-         lambda impl, size, x, w1, w2, b2: feature_map.trig_relu_features(x, w1, w2, b2, FEATURE_SCALE, impl=impl),
-         lambda size, x, w1, w2, b2: feature_map.trig_relu_features_reference(x, w1, w2, b2, FEATURE_SCALE),
+         lambda size, q, k, v, aq, ak: rwgk.rwgk_attention_reference(q, k, v, aq, ak),
+         Size(2, 2, 16, TEST_MAP)),
+    Case(feature_map.OP, feature_inputs, lambda impl, size, x, w1, w2,
+         b2: feature_map.trig_relu_features(x, w1, w2, b2, FEATURE_SCALE, impl=impl),
+         lambda size, x, w1, w2,
+         b2: feature_map.trig_relu_features_reference(x, w1, w2, b2, FEATURE_SCALE),
          Size(2, 2, 16, TEST_MAP)),
 ]
 
 
 def leaves(case: Case, size: Size, device, dtype: torch.dtype, seed: int = 0) -> List[Tensor]:
-    """The case's inputs on ``device`` in ``dtype``, every floating one a leaf that requires a gradient."""
+    """The case's inputs on ``device`` in ``dtype``, every floating one a leaf that requires a
+    gradient."""
     tensors = case.inputs(size, device, dtype, torch.Generator().manual_seed(seed))
     return [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
 
 
 def upstream_like(out: Tensor, seed: int = 1) -> Tensor:
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(out.shape, generator=generator, dtype=torch.float64).to(out.device, out.dtype)
+    return torch.randn(out.shape, generator=generator,
+                       dtype=torch.float64).to(out.device, out.dtype)
 
 
-def gradients(forward: Callable[[], Tensor], inputs: List[Tensor], upstream: Optional[Tensor] = None):
-    """``forward()`` and the gradients of its ``inputs`` for ``upstream`` (default :func:`upstream_like`)."""
+def gradients(forward: Callable[[], Tensor], inputs: List[Tensor],
+              upstream: Optional[Tensor] = None):
+    """``forward()`` and the gradients of its ``inputs`` for ``upstream``
+    (default :func:`upstream_like`)."""
     out = forward()
     upstream = upstream_like(out) if upstream is None else upstream
     return out, torch.autograd.grad(out, [t for t in inputs if t.requires_grad], upstream)
@@ -195,25 +211,30 @@ def relative_error(got: Tensor, want: Tensor) -> float:
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
 
 
-def compare(case: Case, size: Size, inputs: List[Tensor], results: List[Tensor], dtype: str) -> Dict:
-    """The ``results`` (output, then gradients) of a call on ``inputs`` against the reference: the largest
-    relative error, and whether it is within :data:`BOUNDS`."""
+def compare(case: Case, size: Size, inputs: List[Tensor], results: List[Tensor],
+            dtype: str) -> Dict:
+    """The ``results`` (output, then gradients) of a call on ``inputs`` against the reference: the
+    largest relative error, and whether it is within :data:`BOUNDS`."""
     exact = [t.detach().double().requires_grad_(t.requires_grad) for t in inputs]
-    reference, exact_grads = gradients(lambda: case.reference(size, *exact), exact, upstream_like(results[0]).double())
+    reference, exact_grads = gradients(lambda: case.reference(size, *exact), exact,
+                                       upstream_like(results[0]).double())
     errors = [relative_error(got, want) for got, want in zip(results, [reference, *exact_grads])]
     worst = ['output', *(f'grad {i}' for i in range(len(results) - 1))][errors.index(max(errors))]
-    return dict(error=max(errors), worst=worst, bound=BOUNDS[dtype], ok=max(errors) <= BOUNDS[dtype])
+    return dict(error=max(errors), worst=worst, bound=BOUNDS[dtype],
+                ok=max(errors) <= BOUNDS[dtype])
 
 
 def run(case: Case, impl: str, device, dtype: str) -> Tuple[List[Tensor], List[Tensor]]:
-    """One call of the backend ``impl`` at the test size: its leaves, and its output and gradients."""
+    """One call of the backend ``impl`` at the test size: its leaves, and its output and
+    gradients."""
     inputs = leaves(case, case.test, device, getattr(torch, dtype))
     out, grads = gradients(lambda: case.call(impl, case.test, *inputs), inputs)
     return inputs, [out.detach(), *grads]
 
 
 def check(case: Case, impl: str, device, dtype: str) -> Dict:
-    """One row: the backend ``impl`` of ``case`` in ``dtype`` on ``device``, or why it does not run there."""
+    """One row: the backend ``impl`` of ``case`` in ``dtype`` on ``device``, or why it does not run
+    there."""
     row = dict(op=case.op.name, impl=impl, dtype=dtype)
     try:
         inputs, results = run(case, impl, device, dtype)
@@ -233,17 +254,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rows = [check(case, impl, args.device, dtype) for case in CASES if not args.ops or case.op.name in args.ops
+    rows = [check(case, impl, args.device, dtype) for case in CASES if not args.ops
+            or case.op.name in args.ops
             for impl in case.op.backends for dtype in args.dtypes]
     for row in rows:
         where = f'{row["op"]} {row["impl"]} {row["dtype"]}'
         if 'skipped' in row:
             print(f'{where}: not run ({row["skipped"]})')
         else:
-            print(f'{where}: {"ok" if row["ok"] else "FAILED"}, error {row["error"]:.1e} ({row["worst"]}) '
+            print(f'{where}: {"ok" if row["ok"] else "FAILED"}, error {row["error"]:.1e} '
+                  f'({row["worst"]}) '
                   f'against {row["bound"]:.0e}')
     failed = [row for row in rows if not row.get('ok', True)]
-    print(f'{len(rows) - len(failed)} of {len(rows)} ok or not run on {args.device}; {len(failed)} failed')
+    print(f'{len(rows) - len(failed)} of {len(rows)} ok or not run on {args.device}; {len(failed)} '
+          'failed')
     return 1 if failed else 0
 
 

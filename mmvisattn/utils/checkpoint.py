@@ -19,7 +19,8 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the one-line message names the file and the fault."""
 
 
-REFUSED_GLOBAL = re.compile(r'Unsupported global: GLOBAL (\S+)|Trying to load unsupported GLOBAL (\S+)')
+REFUSED_GLOBAL = re.compile(r'Unsupported global: GLOBAL (\S+)|Trying to load unsupported GLOBAL '
+                            r'(\S+)')
 
 
 def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dict:
@@ -33,30 +34,39 @@ def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dic
     if osp.getsize(path) == 0:
         raise CheckpointError(f'checkpoint {path!r} is empty (0 bytes)')
     try:
-        checkpoint = torch.load(path, map_location='cpu', weights_only=True, mmap=zipfile.is_zipfile(path))
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True,
+                                mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as exc:
         refused = REFUSED_GLOBAL.search(str(exc))
         if refused:
             raise CheckpointError(f'checkpoint {path!r} was refused as unsafe: its pickle asks for '
-                                  f'{refused.group(1) or refused.group(2)}, which is not among the types a '
-                                  'checkpoint may hold (tensors, containers and mmengine\'s log buffers)') from None
-        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt or truncated '
+                                  f'{refused.group(1) or refused.group(2)}, which is not among the '
+                                  'types a '
+                                  'checkpoint may hold (tensors, containers and mmengine\'s log '
+                                  'buffers)') from None
+        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt '
+                              'or truncated '
                               '(its pickle cannot be read)') from None
     except Exception as exc:  # torch.load raises a different type for each kind of damage
-        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt or truncated '
+        raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt '
+                              'or truncated '
                               f'(torch.load raised {type(exc).__name__})') from None
     state_dict_of(checkpoint, path, wrappers)
     return checkpoint
 
 
-def state_dict_of(checkpoint: object, path: str, wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
+def state_dict_of(checkpoint: object, path: str,
+                  wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
     """The state dict inside ``checkpoint``: the first of ``wrappers`` present, else the checkpoint
     itself; :class:`CheckpointError` unless it is a non-empty dict of tensors."""
     if isinstance(checkpoint, dict):
         state_dict = next((checkpoint[key] for key in wrappers if key in checkpoint), checkpoint)
-        if isinstance(state_dict, dict) and state_dict and all(isinstance(v, Tensor) for v in state_dict.values()):
+        if isinstance(state_dict,
+                      dict) and state_dict and all(isinstance(v,
+                                                              Tensor) for v in state_dict.values()):
             return state_dict
-    raise CheckpointError(f'checkpoint {path!r} holds no state dict: expected a dict of tensors, bare or under '
+    raise CheckpointError(f'checkpoint {path!r} holds no state dict: expected a dict of tensors, '
+                          'bare or under '
                           f'one of {list(wrappers)}, found {_describe(checkpoint)}')
 
 
@@ -84,8 +94,8 @@ def remove_partials(folder: str) -> None:
 
 
 def write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """``write(file)`` into ``path`` so that ``path`` is never seen incomplete: a partial file in the
-    same folder is written, flushed to the disk and renamed over ``path`` (a rename within one
+    """``write(file)`` into ``path`` so that ``path`` is never seen incomplete: a partial file in
+    the same folder is written, flushed to the disk and renamed over ``path`` (a rename within one
     filesystem is atomic); leftovers of interrupted writes are removed first."""
     folder = osp.dirname(path) or '.'
     os.makedirs(folder, exist_ok=True)
@@ -112,10 +122,11 @@ def save_atomically(obj: object, path: str) -> None:
     write_atomically(path, lambda file: torch.save(obj, file))
 
 
-def writes_local_files(filename: str, file_client_args: Optional[dict], backend_args: Optional[dict]) -> bool:
-    """Whether mmengine's ``save_checkpoint`` would write ``filename`` through its local file backend:
-    no ``pavi://`` model cloud, no (deprecated) file client, and the backend that the URI's prefix or
-    ``backend_args`` names is mmengine's ``LocalBackend`` itself."""
+def writes_local_files(filename: str, file_client_args: Optional[dict],
+                       backend_args: Optional[dict]) -> bool:
+    """Whether mmengine's ``save_checkpoint`` would write ``filename`` through its local file
+    backend: no ``pavi://`` model cloud, no (deprecated) file client, and the backend that the URI's
+    prefix or ``backend_args`` names is mmengine's ``LocalBackend`` itself."""
     from mmengine.fileio import LocalBackend, get_file_backend
     if filename.startswith('pavi://') or file_client_args is not None:
         return False
@@ -124,8 +135,8 @@ def writes_local_files(filename: str, file_client_args: Optional[dict], backend_
 
 def atomic_save_checkpoint(save: Callable) -> Callable:
     """mmengine's ``save_checkpoint(checkpoint, filename, ...)`` writing local files through
-    :func:`save_atomically`; every other file backend (Petrel, S3, HTTP, a registered one), named by a
-    URI or by ``backend_args``, keeps ``save``, which puts the file through that backend."""
+    :func:`save_atomically`; every other file backend (Petrel, S3, HTTP, a registered one), named by
+    a URI or by ``backend_args``, keeps ``save``, which puts the file through that backend."""
     @functools.wraps(save)
     def save_checkpoint(checkpoint: dict, filename: str, file_client_args: Optional[dict] = None,
                         backend_args: Optional[dict] = None) -> None:
@@ -139,8 +150,8 @@ def atomic_save_checkpoint(save: Callable) -> Callable:
 def save_then_prune(hook, runner, step: int, meta: dict) -> None:
     """mmengine's ``CheckpointHook._save_checkpoint_with_step`` with its steps in a safe order: the
     new checkpoint is written (atomically), then ``last_checkpoint`` names it, and only then is the
-    oldest one beyond ``max_keep_ckpts`` removed. mmengine removes it first, so a kill in between left
-    no checkpoint while ``last_checkpoint`` named the removed one."""
+    oldest one beyond ``max_keep_ckpts`` removed. mmengine removes it first, so a kill in between
+    left no checkpoint while ``last_checkpoint`` named the removed one."""
     from mmengine.dist import is_main_process
     expired = []
     if hook.max_keep_ckpts > 0 and not (hook.keep_ckpt_ids and hook.keep_ckpt_ids[-1] == step):
@@ -152,12 +163,14 @@ def save_then_prune(hook, runner, step: int, meta: dict) -> None:
     filename = hook.filename_tmpl.format(step)
     hook.last_ckpt = hook.file_backend.join_path(hook.out_dir, filename)
     runner.message_hub.update_info('last_ckpt', hook.last_ckpt)
-    runner.save_checkpoint(hook.out_dir, filename, hook.file_client_args, save_optimizer=hook.save_optimizer,
-                           save_param_scheduler=hook.save_param_scheduler, meta=meta, by_epoch=hook.by_epoch,
-                           backend_args=hook.backend_args, **hook.args)
+    runner.save_checkpoint(hook.out_dir, filename, hook.file_client_args,
+                           save_optimizer=hook.save_optimizer,
+                           save_param_scheduler=hook.save_param_scheduler, meta=meta,
+                           by_epoch=hook.by_epoch, backend_args=hook.backend_args, **hook.args)
     if not is_main_process():
         return
-    write_atomically(osp.join(runner.work_dir, 'last_checkpoint'), lambda file: file.write(hook.last_ckpt.encode()))
+    write_atomically(osp.join(runner.work_dir, 'last_checkpoint'),
+                     lambda file: file.write(hook.last_ckpt.encode()))
     for path in expired:
         if hook.file_backend.isfile(path):
             hook.file_backend.remove(path)
@@ -172,16 +185,20 @@ def replace_best_then_remove(save_best: Callable) -> Callable:
     file backend's ``remove`` and ``rmtree``), then done, except of a path it names best again."""
     @functools.wraps(save_best)
     def wrapped(hook, runner, metrics: dict) -> None:
-        if not hook.save_best or not hasattr(hook, 'file_backend'):  # stock's path: nothing to save, or
-            return save_best(hook, runner, metrics)                  # no training (file backend set before it)
+        # stock's path: nothing to save, or
+        if not hook.save_best or not hasattr(hook, 'file_backend'):
+            # no training (file backend set before it)
+            return save_best(hook, runner, metrics)
         backend, held_back = hook.file_backend, []
         for method in ('remove', 'rmtree'):
             setattr(backend, method, lambda path, method=method: held_back.append((method, path)))
         try:
             save_best(hook, runner, metrics)
         finally:
-            del backend.remove, backend.rmtree  # the instance's stand-ins: the class's methods again
-        kept = {getattr(hook, 'best_ckpt_path', None), *getattr(hook, 'best_ckpt_path_dict', {}).values()}
+            # the instance's stand-ins: the class's methods again
+            del backend.remove, backend.rmtree
+        kept = {getattr(hook, 'best_ckpt_path', None),
+                *getattr(hook, 'best_ckpt_path_dict', {}).values()}
         for method, path in held_back:
             if path not in kept:
                 getattr(backend, method)(path)
@@ -206,7 +223,8 @@ def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
     raises a one-line ``KeyError``. Returns the renamed dict and the dropped keys."""
     converted, dropped = OrderedDict(), []
     for key, value in state_dict.items():
-        rule = next(((pattern, replacement) for pattern, replacement in rules if re.match(pattern, key)), None)
+        rule = next(((pattern, replacement) for pattern,
+                     replacement in rules if re.match(pattern, key)), None)
         if rule is None and complete:
             raise KeyError(f'{complete} key {key!r} matches no conversion rule')
         if rule is None or rule[1] is None:
@@ -216,8 +234,10 @@ def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
     return converted, dropped
 
 
-def converter_arguments(description: str, source: str, config_help: str = 'check the result against the '
-                        'backbone of this config', config_required: bool = False) -> argparse.ArgumentParser:
+def converter_arguments(description: str, source: str,
+                        config_help: str = 'check the result against the '
+                        'backbone of this config',
+                        config_required: bool = False) -> argparse.ArgumentParser:
     """The command line every converter shares: ``SRC DST [--config CONFIG]``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument('src', help=source)
@@ -226,14 +246,16 @@ def converter_arguments(description: str, source: str, config_help: str = 'check
     return parser
 
 
-def require_source_keys(state_dict: Dict[str, Tensor], src: str, pattern: 're.Pattern', what: str) -> None:
+def require_source_keys(state_dict: Dict[str, Tensor], src: str, pattern: 're.Pattern',
+                        what: str) -> None:
     """Exit in one line unless some key of ``src`` matches ``pattern`` (``what`` says which keys and
     which checkpoint were expected)."""
     if not any(pattern.match(key) for key in state_dict):
         raise SystemExit(f'error: {src} holds no {what}')
 
 
-def read_converter_input(src: str, dst: str, wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
+def read_converter_input(src: str, dst: str,
+                         wrappers: Sequence[str] = ('state_dict',)) -> Dict[str, Tensor]:
     """The start every converter shares: refuse a ``dst`` that would overwrite ``src``, read
     ``src`` and return its state dict; every failure exits with one line."""
     if osp.realpath(src) == osp.realpath(dst):
@@ -262,12 +284,15 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor],
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
     unexpected = sorted(set(weights) - set(expected))
     if unexpected:
-        raise ValueError(f'{len(unexpected)} checkpoint keys have no place in the backbone of {config}, '
+        raise ValueError(f'{len(unexpected)} checkpoint keys have no place in the backbone of '
+                         f'{config}, '
                          f'e.g. {unexpected[:3]}')
     for key, value in weights.items():
         if value.shape != expected[key].shape:
-            raise ValueError(f'checkpoint {key} has shape {tuple(value.shape)}, the backbone of {config} '
-                             f'expects {tuple(expected[key].shape)} (a checkpoint of another width?)')
+            raise ValueError(f'checkpoint {key} has shape {tuple(value.shape)}, the backbone of '
+                             f'{config} '
+                             f'expects {tuple(expected[key].shape)} (a checkpoint of another '
+                             'width?)')
     return sorted(set(expected) - set(weights))
 
 
@@ -279,6 +304,7 @@ def save_converted(converted: Dict[str, Tensor], dst: str, config: Optional[str]
             new = check_backbone_weights(config, converted)
         except ValueError as exc:
             raise SystemExit(f'error: {exc}') from None
-        print(f'newly initialised in the backbone ({len(new)}): ' + (', '.join(new) if new else 'none'))
+        print(f'newly initialised in the backbone ({len(new)}): '
+              + (', '.join(new) if new else 'none'))
     save_atomically({'state_dict': converted}, dst)
     print(f'saved {dst}')

@@ -1,9 +1,10 @@
-"""Parameter and FLOP counting that sees attention: torch's ``FlopCounterMode`` counts every matmul, convolution
-and SDPA kernel; this module adds the CPU SDPA kernel, RWGK attention's ``M x M`` solve and mmengine's
-conventions for norms, upsampling and pooling, so that the figures equal those of mmengine's
-``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``) once :data:`MMENGINE_FLOP_HANDLES` are
-registered there (``import mmvisattn`` does it). Products count as multiply-accumulates (OpenMMLab's
-"FLOPs"); element-wise work is not counted, as in those tools."""
+"""Parameter and FLOP counting that sees attention: torch's ``FlopCounterMode`` counts every matmul,
+convolution and SDPA kernel; this module adds the CPU SDPA kernel, RWGK attention's ``M x M`` solve
+and mmengine's conventions for norms, upsampling and pooling, so that the figures equal those of
+mmengine's ``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``)
+once :data:`MMENGINE_FLOP_HANDLES` are registered there (``import mmvisattn`` does it). Products
+count as multiply-accumulates (OpenMMLab's "FLOPs"); element-wise work is not counted, as in those
+tools."""
 import math
 from typing import Callable, Dict
 
@@ -32,7 +33,8 @@ def norm_flop(affine_index: int, per_element: int, affine_per_element: int) -> C
     ``affine_per_element`` with an affine weight (argument ``affine_index``); in flops, twice
     mmengine's units, which :func:`count_flops` halves."""
     def formula(*args, out_shape=None, **kwargs) -> int:
-        return 2 * math.prod(args[0]) * (affine_per_element if args[affine_index] is not None else per_element)
+        return 2 * math.prod(args[0]) * (affine_per_element if args[affine_index] is not None
+                                         else per_element)
     return formula
 
 
@@ -54,7 +56,8 @@ def elementwise_flop(input_scale: int, output_scale: int) -> Callable:
 FORMULAS: Dict[Callable, Callable] = {
     aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flop,
     aten._linalg_solve_ex: solve_flop,
-    # mmengine's conventions for what is not a product (its FlopAnalyzer, fvcore's): norms and resampling
+    # mmengine's conventions for what is not a product (its FlopAnalyzer, fvcore's): norms and
+    # resampling
     aten.native_layer_norm: norm_flop(2, 4, 5),
     aten.native_group_norm: norm_flop(1, 4, 5),
     aten._native_batch_norm_legit_no_training: norm_flop(1, 1, 2),
@@ -69,7 +72,8 @@ FORMULAS: Dict[Callable, Callable] = {
 # nothing), so every overload is registered beside its packet
 EXTRA_FORMULAS: Dict[Callable, Callable] = {
     **FORMULAS,
-    **{getattr(packet, name): formula for packet, formula in FORMULAS.items() for name in packet.overloads()},
+    **{getattr(packet, name): formula for packet,
+       formula in FORMULAS.items() for name in packet.overloads()},
 }
 
 
@@ -96,12 +100,10 @@ def baddbmm_macs_jit(inputs, outputs) -> int:
     return batch * rows * inner * _jit_shape(inputs[2])[-1]
 
 
-# handles for mmengine's jit FLOP counter (``get_model_complexity_info``), for the ops it has none for
-MMENGINE_FLOP_HANDLES = {
-    'aten::scaled_dot_product_attention': sdpa_macs_jit,
-    'aten::linalg_solve': solve_macs_jit,
-    'aten::baddbmm': baddbmm_macs_jit,
-}
+# handles for mmengine's jit FLOP counter (``get_model_complexity_info``), for the ops it has none
+# for
+MMENGINE_FLOP_HANDLES = {'aten::scaled_dot_product_attention': sdpa_macs_jit,
+                         'aten::linalg_solve': solve_macs_jit, 'aten::baddbmm': baddbmm_macs_jit,}
 
 
 @torch.no_grad()
@@ -109,7 +111,8 @@ def count_flops(forward: Callable[[], object]) -> Dict[str, int]:
     """MACs of one call of ``forward``: ``{'total': n, <operator name>: n, ...}``."""
     with FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS) as counter:
         forward()
-    per_op = {str(op).split('.')[-1]: flops // 2 for op, flops in counter.get_flop_counts()['Global'].items()}
+    per_op = {str(op).split('.')[-1]: flops // 2 for op,
+              flops in counter.get_flop_counts()['Global'].items()}
     return {'total': counter.get_total_flops() // 2, **per_op}
 
 

@@ -1,31 +1,37 @@
-"""Write the embedded synthetic "shapes" dataset in the on-disk layouts of COCO, Cityscapes, ADE20K and ImageNet.
+"""Write the embedded synthetic "shapes" dataset in the on-disk layouts of COCO, Cityscapes, ADE20K
+and ImageNet.
 
     python -m mmvisattn.utils.demo_data --out data/shapes    # = python tools/misc/make_demo_data.py
 
 Every image is a textured background with one to three non-overlapping circles, rectangles and
-triangles, each a polygon that paints the image, the masks and the COCO ``segmentation``, so masks are
-exact. Output (``--out DIR``)::
+triangles, each a polygon that paints the image, the masks and the COCO ``segmentation``, so masks
+are exact. Output (``--out DIR``)::
 
     DIR/coco/{train2017,val2017}/*.jpg, DIR/coco/annotations/instances_{train,val}2017.json
     DIR/cityscapes/leftImg8bit/{train,val}/shapes/*_leftImg8bit.png
-    DIR/cityscapes/gtFine/{train,val}/shapes/*_gtFine_labelTrainIds.png   (0 background, 1-3 shapes)
-    DIR/ade20k/ADEChallengeData2016/{images,annotations}/{training,validation}/*   (1 background, 2-4 shapes;
-                                                                           0 is ADE's "other")
-    DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg   (one shape an image, classes balanced)
+    DIR/cityscapes/gtFine/{train,val}/shapes/*_gtFine_labelTrainIds.png  (0 background, 1-3 shapes)
+    DIR/ade20k/ADEChallengeData2016/{images,annotations}/{training,validation}/*
+        (1 background, 2-4 shapes; 0 is ADE's "other")
+    DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg  (one shape an image, balanced)
 
-``--standard`` writes the same scenes where and as the real datasets lie, so that a real config runs on them
-as it is (a smoke test before a download; the names, ids and void pixels: :data:`STANDARD_ROOTS` below)::
+``--standard`` writes the same scenes where and as the real datasets lie, so that a real config runs
+on them as it is (a smoke test before a download; the names, ids and void
+pixels: :data:`STANDARD_ROOTS` below)::
 
-    DIR/coco/{train2017,val2017}/000000000001.jpg ..., DIR/coco/annotations/instances_{train,val}2017.json
-    DIR/cityscapes/{leftImg8bit,gtFine}/{train,val}/shapes/shapes_000000_000001_{leftImg8bit,gtFine_labelTrainIds}.png
-    DIR/ade/ADEChallengeData2016/{images,annotations}/{training,validation}/ADE_{train,val}_00000001.{jpg,png}
+    DIR/coco/{train2017,val2017}/000000000001.jpg ...
+    DIR/coco/annotations/instances_{train,val}2017.json
+    DIR/cityscapes/{leftImg8bit,gtFine}/{train,val}/shapes/
+        shapes_000000_000001_{leftImg8bit,gtFine_labelTrainIds}.png ...
+    DIR/ade/ADEChallengeData2016/{images,annotations}/{training,validation}/
+        ADE_{train,val}_00000001.{jpg,png} ...
 
-The classification split has CLASSIFICATION_SCALE times as many images at half the side, from a random
-stream of its own. The output is a pure function of the arguments, written into ``.NAME.partial`` and
-renamed into place (a killed run leaves ``--out`` as it was); the marker ``.mmvisattn-demo-data`` lists
-every file a run wrote, and a later run replaces exactly those, never through a symbolic link. An
-``--out`` that is a file, a link or a folder the script did not write is refused in one line; with
-``--standard`` each dataset's root is such a folder of its own, and every root is checked before any is written."""
+The classification split has CLASSIFICATION_SCALE times as many images at half the side, from a
+random stream of its own. The output is a pure function of the arguments, written into
+``.NAME.partial`` and renamed into place (a killed run leaves ``--out`` as it was); the marker
+``.mmvisattn-demo-data`` lists every file a run wrote, and a later run replaces exactly those, never
+through a symbolic link. An ``--out`` that is a file, a link or a folder the script did not write is
+refused in one line; with ``--standard`` each dataset's root is such a folder of its own, and every
+root is checked before any is written."""
 import argparse
 import json
 import math
@@ -52,14 +58,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', required=True, type=Path, help='output directory')
     parser.add_argument('--standard', action='store_true',
-                        help="the real datasets' layouts, names and classes: OUT/coco, OUT/cityscapes and "
-                        'OUT/ade/ADEChallengeData2016, each written on its own (a smoke test of a real config; '
+                        help="the real datasets' layouts, names and classes: OUT/coco, "
+                        "OUT/cityscapes and "
+                        'OUT/ade/ADEChallengeData2016, each written on its own (a smoke test of a '
+                        'real config; '
                         'default 8 train and 4 val images)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--num-train', type=int, help='default 300 (8 with --standard)')
     parser.add_argument('--num-val', type=int, help='default 50 (4 with --standard)')
-    parser.add_argument('--size', type=int, default=128, help='side of the square images (their height with '
-                        '--width), pixels')
+    parser.add_argument('--size', type=int, default=128,
+                        help='side of the square images (their height with ' '--width), pixels')
     parser.add_argument('--width', type=int, help='width of the images, pixels (default: --size)')
     args = parser.parse_args(argv)
     defaults = dict(num_train=8, num_val=4) if args.standard else dict(num_train=300, num_val=50)
@@ -67,7 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         setattr(args, name, default if getattr(args, name) is None else getattr(args, name))
     for name in ('num_train', 'num_val'):
         if getattr(args, name) < 1:
-            parser.error(f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}')
+            parser.error(
+                f'--{name.replace("_", "-")} must be at least 1, got {getattr(args, name)}'
+            )
     for name in ('size', 'width'):
         if getattr(args, name) is not None and getattr(args, name) < 64:
             parser.error(f'--{name} must be at least 64 pixels, got {getattr(args, name)}')
@@ -76,14 +86,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def textured_background(rng: np.random.RandomState, height: int, width: int,
                         noise_std: float = BACKGROUND_NOISE) -> np.ndarray:
-    """A smooth random colour field plus fine noise, so that shapes are not found by colour alone."""
+    """A smooth random colour field plus fine noise, so that shapes are not found by colour
+    alone."""
     coarse = rng.uniform(40, 215, size=(4, 4, 3)).astype(np.uint8)
-    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.float32)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC),
+                        dtype=np.float32)
     noise = rng.normal(0, noise_std, size=(height, width, 3))
     return np.clip(smooth + noise, 0, 255).astype(np.uint8)
 
 
-def shape_polygon(rng: np.random.RandomState, label: int, cx: float, cy: float, radius: float) -> Polygon:
+def shape_polygon(rng: np.random.RandomState, label: int, cx: float, cy: float,
+                  radius: float) -> Polygon:
     """Vertices of a circle (32-gon), a rotated rectangle or a rotated triangle around (cx, cy)."""
     angle = rng.uniform(0, 2 * math.pi)
     if CLASSES[label] == 'circle':
@@ -91,7 +104,8 @@ def shape_polygon(rng: np.random.RandomState, label: int, cx: float, cy: float, 
         radii = [radius] * 32
     elif CLASSES[label] == 'rectangle':
         half_angle = math.atan(rng.uniform(0.5, 1.0))  # aspect ratio between 1:2 and 1:1
-        angles = [angle + a for a in (half_angle, math.pi - half_angle, math.pi + half_angle, -half_angle)]
+        angles = [angle + a for a in (half_angle, math.pi - half_angle, math.pi + half_angle,
+                                      -half_angle)]
         radii = [radius] * 4
     else:
         angles = [angle + 2 * math.pi * i / 3 for i in range(3)]
@@ -140,10 +154,12 @@ class Scene(NamedTuple):
     masks: List[np.ndarray]
 
 
-def coco_annotation(ann_id: int, image_id: int, category_id: int, polygon: Polygon, mask: np.ndarray) -> Dict:
+def coco_annotation(ann_id: int, image_id: int, category_id: int, polygon: Polygon,
+                    mask: np.ndarray) -> Dict:
     xs, ys = [p[0] for p in polygon], [p[1] for p in polygon]
     x0, y0 = max(min(xs), 0.0), max(min(ys), 0.0)
-    return dict(id=ann_id, image_id=image_id, category_id=category_id, iscrowd=0, area=float(mask.sum()),
+    return dict(id=ann_id, image_id=image_id, category_id=category_id, iscrowd=0,
+                area=float(mask.sum()),
                 bbox=[round(x0, 2), round(y0, 2), round(max(xs) - x0, 2), round(max(ys) - y0, 2)],
                 segmentation=[[round(v, 2) for point in polygon for v in point]])
 
@@ -164,7 +180,8 @@ def annotation_file(split: Dict[str, str]) -> str:
 
 
 def split_ids(counts: Sequence[int]) -> Iterator[Tuple[Dict[str, str], range]]:
-    """Each split with the image ids it takes: the ids run on from the training split into the validation one."""
+    """Each split with the image ids it takes: the ids run on from the training split into the
+    validation one."""
     first = 1
     for split, count in zip(SPLITS, counts):
         yield split, range(first, first + count)
@@ -175,8 +192,10 @@ def sample_name(image_id: int) -> str:
     return f'shapes_{image_id:06d}'
 
 
-def scenes(rng: np.random.RandomState, counts: Tuple[int, int], height: int, width: int) -> Iterator[Scene]:
-    """The detection and segmentation samples of both splits, in the order they take the random stream."""
+def scenes(rng: np.random.RandomState, counts: Tuple[int, int], height: int,
+           width: int) -> Iterator[Scene]:
+    """The detection and segmentation samples of both splits, in the order they take the random
+    stream."""
     for split, image_ids in split_ids(counts):
         for image_id in image_ids:
             shapes = sample_scene(rng, height, width)
@@ -195,22 +214,27 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
         Image.fromarray(scene.semantic).save(out / files['cityscapes_label'])
         Image.fromarray(scene.image).save(out / files['ade_image'], quality=95)
         Image.fromarray(scene.semantic + 1).save(out / files['ade_label'])
-    categories = [dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)]
+    categories = [dict(id=i + 1, name=name, supercategory='shape') for i,
+                  name in enumerate(CLASSES)]
     write_coco_annotations(out / 'coco', coco, categories)
 
 
 def write_coco_annotations(root: Path, coco: Dict[str, Dict], categories: List[Dict]) -> None:
-    """Each split's images and annotations (``coco``, by COCO's split name) under the COCO root ``root``."""
+    """Each split's images and annotations (``coco``, by COCO's split name) under the COCO root
+    ``root``."""
     for split in SPLITS:
         content = dict(**coco[split['coco']], categories=categories)
         (root / annotation_file(split)).write_text(json.dumps(content))
 
 
-def add_coco_sample(content: Dict, scene: Scene, file_name: str, category_id: Callable[[int], int]) -> None:
+def add_coco_sample(content: Dict, scene: Scene, file_name: str,
+                    category_id: Callable[[int], int]) -> None:
     height, width = scene.semantic.shape
-    content['images'].append(dict(id=scene.image_id, file_name=file_name, height=height, width=width))
+    content['images'].append(dict(id=scene.image_id, file_name=file_name, height=height,
+                                  width=width))
     for (label, polygon), mask in zip(scene.shapes, scene.masks):
-        content['annotations'].append(coco_annotation(len(content['annotations']) + 1, scene.image_id,
+        content['annotations'].append(coco_annotation(len(content['annotations']) + 1,
+                                                      scene.image_id,
                                                       category_id(label), polygon, mask))
 
 
@@ -225,38 +249,44 @@ def classification_label(image_id: int) -> int:
 
 def classification_file(split: Dict[str, str], image_id: int) -> str:
     """Where one classification image goes: its class is its folder."""
-    return f'imagenet/{split["imagenet"]}/{CLASSES[classification_label(image_id)]}/{sample_name(image_id)}.jpg'
+    label = CLASSES[classification_label(image_id)]
+    return f'imagenet/{split["imagenet"]}/{label}/{sample_name(image_id)}.jpg'
 
 
 def write_classification_split(out: Path, split: Dict[str, str], image_ids: range, rng, height: int,
                                width: int) -> None:
-    """One large shape of the image's class, of a random size, place and colour, on a background of finer
-    noise than the other layouts'."""
+    """One large shape of the image's class, of a random size, place and colour, on a background of
+    finer noise than the other layouts'."""
     for image_id in image_ids:
         label = classification_label(image_id)
         radius = rng.uniform(0.25, 0.45) * min(height, width)
         cx, cy = rng.uniform(radius + 1, np.array([width, height]) - radius - 1)
-        image, _, _ = render(rng, height, width, [(label, shape_polygon(rng, label, cx, cy, radius))],
+        image, _, _ = render(rng, height, width,
+                             [(label, shape_polygon(rng, label, cx, cy, radius))],
                              noise_std=CLASSIFICATION_NOISE)
         Image.fromarray(image).save(out / classification_file(split, image_id), quality=95)
 
 
-# --standard: each dataset's own root under --out, its file names and its classes. The shapes take the first
-# classes (COCO's person, bicycle and car, ids 1-3; Cityscapes' train ids 1-3 on road, 0; ADE20K's 2-4 on wall, 1)
-# and the outline of each shape is void (Cityscapes 255, ADE20K 0, which reduce_zero_label turns into 255), as
-# the real maps leave unlabelled pixels; so the ignore index is exercised too.
+# --standard: each dataset's own root under --out, its file names and its classes. The shapes
+# take the first classes (COCO's person, bicycle and car, ids 1-3; Cityscapes' train ids 1-3 on
+# road, 0; ADE20K's 2-4 on wall, 1) and the outline of each shape is void (Cityscapes 255, ADE20K
+# 0, which reduce_zero_label turns into 255), as the real maps leave unlabelled pixels; so the
+# ignore index is exercised too.
 STANDARD_ROOTS = dict(coco='coco', cityscapes='cityscapes', ade20k='ade/ADEChallengeData2016')
-COCO_MISSING_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)  # COCO numbers its 80 categories 1-90 with gaps
+# COCO numbers its 80 categories 1-90 with gaps
+COCO_MISSING_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
 VOID = dict(cityscapes=255, ade20k=0)
 VOID_WIDTH = 2  # pixels
 
 
 def standard_sample_files(layout: str, split: Dict[str, str], image_id: int) -> Dict[str, str]:
-    """One sample's image (and label map) in a real dataset's root, named as the dataset names its files."""
+    """One sample's image (and label map) in a real dataset's root, named as the dataset names its
+    files."""
     if layout == 'coco':
         return dict(image=f'{split["coco"]}/{image_id:012d}.jpg')
     if layout == 'cityscapes':
-        folder, stem = split['cityscapes'], f'shapes_000000_{image_id:06d}'  # {city}_{sequence}_{frame}
+        # {city}_{sequence}_{frame}
+        folder, stem = split['cityscapes'], f'shapes_000000_{image_id:06d}'
         return dict(image=f'leftImg8bit/{folder}/shapes/{stem}_leftImg8bit.png',
                     label=f'gtFine/{folder}/shapes/{stem}_gtFine_labelTrainIds.png')
     folder = split['ade20k']
@@ -274,14 +304,17 @@ def standard_files(layout: str, settings: Dict) -> List[str]:
 
 
 def coco_categories() -> Tuple[List[Dict], List[int]]:
-    """COCO's 80 categories with their ids (names from mmdet's CocoDataset) and the ids the shapes take."""
+    """COCO's 80 categories with their ids (names from mmdet's CocoDataset) and the ids the shapes
+    take."""
     from mmdet.datasets import CocoDataset
     ids = [i for i in range(1, 91) if i not in COCO_MISSING_IDS]
     names = CocoDataset.METAINFO['classes']
-    return [dict(id=i, name=name, supercategory='') for i, name in zip(ids, names)], ids[:len(CLASSES)]
+    return [dict(id=i, name=name, supercategory='') for i,
+            name in zip(ids, names)], ids[:len(CLASSES)]
 
 
-def with_void_outlines(labels: np.ndarray, shapes: List[Tuple[int, Polygon]], void: int) -> Image.Image:
+def with_void_outlines(labels: np.ndarray, shapes: List[Tuple[int, Polygon]],
+                       void: int) -> Image.Image:
     image = Image.fromarray(labels)
     draw = ImageDraw.Draw(image)
     for _, polygon in shapes:
@@ -299,7 +332,8 @@ def write_standard(out: Path, layout: str, args: argparse.Namespace) -> None:
         files = standard_sample_files(layout, scene.split, scene.image_id)
         Image.fromarray(scene.image).save(out / files['image'], quality=95)
         if layout == 'coco':
-            add_coco_sample(coco[scene.split['coco']], scene, Path(files['image']).name, shape_ids.__getitem__)
+            add_coco_sample(coco[scene.split['coco']], scene, Path(files['image']).name,
+                            shape_ids.__getitem__)
         else:
             labels = scene.semantic if layout == 'cityscapes' else scene.semantic + 1
             with_void_outlines(labels, scene.shapes, VOID[layout]).save(out / files['label'])
@@ -336,7 +370,8 @@ def earlier_run(out: Path) -> Optional[Dict]:
         return None
     marker = out / MARKER
     if not marker.is_file() or marker.is_symlink():
-        refuse(f'into {out}: it is not empty and was not created by this script (no {MARKER} file); '
+        refuse(f'into {out}: it is not empty and was not created by this script (no {MARKER} '
+               'file); '
                'pass an empty or new folder')
     try:
         content = json.loads(marker.read_text())
@@ -348,13 +383,15 @@ def earlier_run(out: Path) -> Optional[Dict]:
 
 def check_no_links_or_foreign_files(out: Path, ours: Set[str], planned: List[str]) -> None:
     """Refuse before writing anything when a path this run writes or replaces passes through a
-    symbolic link (it would write or delete outside ``out``) or is a file this script did not write."""
+    symbolic link (it would write or delete outside ``out``) or is a file this script did not
+    write."""
     for relative in sorted(ours | set(planned)):
         parts = Path(relative).parts
         for depth in range(1, len(parts) + 1):
             path = out.joinpath(*parts[:depth])
             if path.is_symlink():
-                refuse(f'{relative} under {out}: {path} is a symbolic link (to {os.readlink(path)}) this script '
+                refuse(f'{relative} under {out}: {path} is a symbolic link (to '
+                       f'{os.readlink(path)}) this script '
                        'did not create; move it away or pass another --out')
     foreign = [name for name in planned if name not in ours and (out / name).exists()]
     if foreign:
@@ -387,7 +424,9 @@ def finish_interrupted_run(out: Path) -> None:
     user files are moved into the new one and its own files deleted."""
     partial, replaced = staging_paths(out)
     if partial.is_dir() and not partial.is_symlink():
-        if any(partial.iterdir()) and not any((partial / name).is_file() for name in (PARTIAL_MARKER, MARKER)):
+        if any(partial.iterdir()) and not any(
+            (partial / name).is_file() for name in (PARTIAL_MARKER, MARKER)
+        ):
             refuse(f'into {partial}: it exists and was not created by this script')
         shutil.rmtree(partial)
     elif partial.exists() or partial.is_symlink():
@@ -419,10 +458,11 @@ def retire(old: Path, new: Path) -> None:
 
 
 def write_shapes(staging: Path, args: argparse.Namespace) -> None:
-    """The demo's four layouts; the classification split from a random stream of its own (the detection and
-    segmentation samples stay as they were before it existed)."""
+    """The demo's four layouts; the classification split from a random stream of its own (the
+    detection and segmentation samples stay as they were before it existed)."""
     width = args.width or args.size
-    write_shapes_layouts(staging, scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val),
+    write_shapes_layouts(staging,
+                         scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val),
                                          args.size, width))
     rng = np.random.RandomState([args.seed, 1])
     counts = (CLASSIFICATION_SCALE * args.num_train, CLASSIFICATION_SCALE * args.num_val)
@@ -430,7 +470,8 @@ def write_shapes(staging: Path, args: argparse.Namespace) -> None:
         write_classification_split(staging, split, image_ids, rng, args.size // 2, width // 2)
 
 
-def generate(staging: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> None:
+def generate(staging: Path, settings: Dict, files: List[str],
+             write: Callable[[Path], None]) -> None:
     staging.mkdir()
     (staging / PARTIAL_MARKER).write_text('written by make_demo_data.py; removed by its next run\n')
     for name in files:
@@ -454,8 +495,8 @@ def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
 
 
 def checked_root(out: Path, files: List[str]) -> Optional[Dict]:
-    """The marker of the run that wrote ``out`` (None for a new folder), after finishing what a killed run left
-    and refusing what must not be written or replaced."""
+    """The marker of the run that wrote ``out`` (None for a new folder), after finishing what a
+    killed run left and refusing what must not be written or replaced."""
     out.parent.mkdir(parents=True, exist_ok=True)
     finish_interrupted_run(out)
     earlier = earlier_run(out)
@@ -464,9 +505,14 @@ def checked_root(out: Path, files: List[str]) -> Optional[Dict]:
 
 
 def write_root(out: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> bool:
-    """Write ``files`` into ``out`` by ``write(staging)``, transactionally; False where ``out`` holds them already."""
+    """Write ``files`` into ``out`` by ``write(staging)``, transactionally; False where ``out``
+    holds them already."""
     earlier = checked_root(out, files)
-    if earlier and earlier['settings'] == settings and all((out / name).is_file() for name in files):
+    if (
+        earlier
+        and earlier['settings'] == settings
+        and all((out / name).is_file() for name in files)
+    ):
         return False
     staging, _ = staging_paths(out)
     generate(staging, settings, files, write)
@@ -476,19 +522,24 @@ def write_root(out: Path, settings: Dict, files: List[str], write: Callable[[Pat
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    settings = dict(seed=args.seed, num_train=args.num_train, num_val=args.num_val, size=args.size, version=1)
-    if args.width not in (None, args.size):  # square data keeps the settings (and marker) it always had
+    settings = dict(seed=args.seed, num_train=args.num_train, num_val=args.num_val, size=args.size,
+                    version=1)
+    # square data keeps the settings (and marker) it always had
+    if args.width not in (None, args.size):
         settings['width'] = args.width
     size = f'{args.width or args.size}x{args.size}'
     if args.standard:
-        roots = {layout: (args.out.absolute() / root, dict(settings, layout=layout)) for layout, root in
-                 STANDARD_ROOTS.items()}
-        for layout, (out, layout_settings) in roots.items():  # every root refused before any is written
+        roots = {layout: (args.out.absolute() / root, dict(settings, layout=layout)) for layout,
+                 root in STANDARD_ROOTS.items()}
+        # every root refused before any is written
+        for layout, (out, layout_settings) in roots.items():
             checked_root(out, standard_files(layout, layout_settings))
         for layout, (out, layout_settings) in roots.items():
             written = write_root(out, layout_settings, standard_files(layout, layout_settings),
-                                 lambda staging, layout=layout: write_standard(staging, layout, args))
-            print(f'{"wrote" if written else "kept"} {args.num_train} train + {args.num_val} val images ({size}) '
+                                 lambda staging,
+                                 layout=layout: write_standard(staging, layout, args))
+            print(f'{"wrote" if written else "kept"} {args.num_train} train + {args.num_val} val '
+                  f'images ({size}) '
                   f"in {layout}'s layout under {out}")
     elif write_root(args.out.absolute(), settings, planned_files(settings),
                     lambda staging: write_shapes(staging, args)):

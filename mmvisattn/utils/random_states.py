@@ -18,12 +18,15 @@ def numpy_globals() -> List[object]:
     ``torch.load(weights_only=True)`` must be allowed to rebuild NumPy's state (and any array)."""
     core = getattr(np, '_core', None) or np.core
     dtype_classes = [type(np.dtype(code)) for code in '?bBhHiIlLqQefdgFDGUS']
-    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtype_classes]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype,
+            *dtype_classes]
 
 
 def capture_random_states() -> RandomStates:
-    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator states."""
-    states = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator
+    states."""
+    states = dict(python=random.getstate(), numpy=np.random.get_state(),
+                  torch=torch.get_rng_state())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states['cuda'] = torch.cuda.get_rng_state()
     return states
@@ -31,8 +34,8 @@ def capture_random_states() -> RandomStates:
 
 def generator_state(state: Tensor) -> Tensor:
     """A generator state as ``torch.set_rng_state`` and ``torch.cuda.set_rng_state`` take it: a CPU
-    byte tensor, whatever device the checkpoint was mapped to (mmengine's ``Runner.resume`` loads with
-    ``map_location`` the training device, which makes a saved state a CUDA tensor on a GPU)."""
+    byte tensor, whatever device the checkpoint was mapped to (mmengine's ``Runner.resume`` loads
+    with ``map_location`` the training device, which makes a saved state a CUDA tensor on a GPU)."""
     return state.detach().to(device='cpu', dtype=torch.uint8)
 
 

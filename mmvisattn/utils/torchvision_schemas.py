@@ -1,11 +1,11 @@
 """torchvision without its compiled ops: the two schemas torchvision 0.28 needs to import at all.
 
-mmpretrain imports torchvision, whose x86_64 PyPI wheels are CUDA builds whose ``_C`` library does not
-load beside a CPU torch; torchvision 0.28 then fails to import ("operator torchvision::nms does not
-exist"), registering fake kernels for ``nms`` and ``qnms`` without checking that they exist. Where the
-library does not load, the two schemas are defined with no kernel behind them: torchvision imports, and a
-call of a compiled op fails with torchvision's own message. This module imports torch alone (the stock
-suites' plain pass loads it by its path)."""
+mmpretrain imports torchvision, whose x86_64 PyPI wheels are CUDA builds whose ``_C`` library does
+not load beside a CPU torch; torchvision 0.28 then fails to import ("operator torchvision::nms does
+not exist"), registering fake kernels for ``nms`` and ``qnms`` without checking that they exist.
+Where the library does not load, the two schemas are defined with no kernel behind them: torchvision
+imports, and a call of a compiled op fails with torchvision's own message. This module imports torch
+alone (the stock suites' plain pass loads it by its path)."""
 import importlib.machinery
 import importlib.util
 import os
@@ -17,11 +17,13 @@ import torch
 # the ops whose fake kernels torchvision 0.28 registers whether or not its library loaded
 TORCHVISION_UNCHECKED_OPS = ('nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor',
                              'qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
-_TORCHVISION_SCHEMAS: List[torch.library.Library] = []  # kept alive: a dropped Library removes its ops
+# kept alive: a dropped Library removes its ops
+_TORCHVISION_SCHEMAS: List[torch.library.Library] = []
 
 
 def torchvision_library() -> Optional[str]:
-    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or without one)."""
+    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or
+    without one)."""
     spec = importlib.util.find_spec('torchvision')
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -41,7 +43,8 @@ def import_torchvision_without_its_ops() -> None:
     if path is None:
         return
     try:
-        torch.ops.load_library(path)  # what torchvision's import does first; it loads once per process
+        # what torchvision's import does first; it loads once per process
+        torch.ops.load_library(path)
         return
     except (OSError, RuntimeError):
         pass

@@ -1,10 +1,11 @@
-"""tools/analysis_tools/benchmark_deploy.py on PicoDet-S-Castling (the model mmdeploy used to export with its
-training-only softmax branches, scoring 0.014 mAP for 0.122): trained briefly through the project's
-``tools/train.py``, exported by mmdeploy's own ``tools/deploy.py`` and tested by its ``tools/test.py`` on ONNX
-Runtime, it scores what the project's ``tools/test.py`` gives (both 0 where neither has a detection above
-the score threshold: the demo's seed decides the 40 iterations, not what passes). mmdeploy's tools come from
-``../shared/mmdeploy`` (a checkout of v1.3.1); where it is missing the test skips with one line, and CI sets
-``MMVISATTN_REQUIRE_MMDEPLOY_TOOLS=1``, under which it fails instead."""
+"""tools/analysis_tools/benchmark_deploy.py on PicoDet-S-Castling (the model mmdeploy used to export
+with its training-only softmax branches, scoring 0.014 mAP for 0.122): trained briefly through the
+project's ``tools/train.py``, exported by mmdeploy's own ``tools/deploy.py`` and tested by its
+``tools/test.py`` on ONNX Runtime, it scores what the project's ``tools/test.py`` gives (both 0
+where neither has a detection above the score threshold: the demo's seed decides the 40 iterations,
+not what passes). mmdeploy's tools come from ``../shared/mmdeploy`` (a checkout of v1.3.1); where it
+is missing the test skips with one line, and CI sets ``MMVISATTN_REQUIRE_MMDEPLOY_TOOLS=1``, under
+which it fails instead."""
 import json
 import os
 
@@ -27,18 +28,20 @@ def test_mmdeploy_tools_give_the_project_metric(workspace, tmp_path):
             pytest.fail(f'{message} ({REQUIRED}=1)')
         pytest.skip(message)
     out = tmp_path / 'out'
-    run_tool(['tools/analysis_tools/benchmark_deploy.py', '--mmdeploy-dir', MMDEPLOY_DIR, '--cases', 'picodet-castling',
-              '--latency', '--iters', '40', '--tools-dir', REPO / 'tools', '--configs-dir', REPO / 'configs',
-              '--out-dir', out], cwd=workspace, timeout=900)
+    run_tool(['tools/analysis_tools/benchmark_deploy.py', '--mmdeploy-dir', MMDEPLOY_DIR, '--cases',
+              'picodet-castling',
+              '--latency', '--iters', '40', '--tools-dir', REPO / 'tools', '--configs-dir',
+              REPO / 'configs', '--out-dir', out], cwd=workspace, timeout=900)
     record = json.loads((out / 'record_bench_deploy.json').read_text())
     row = record['results']['cases']['picodet-castling']
     assert 'error' not in row, row
-    # the same metric both ways, whatever the 40 iterations reach: a run without detections scores 0, and
-    # then the other must have none either
+    # the same metric both ways, whatever the 40 iterations reach: a run without detections scores
+    # 0, and then the other must have none either
     assert row['onnxruntime'] == row['pytorch'], row
     assert set(row.get('no_detections', [])) in (set(), {'pytorch', 'onnxruntime'}), row
     assert row['parity'] < 1e-4, row
-    cell = f'| coco/bbox_mAP {metric_cell(row, "pytorch")} (40 iterations) | {metric_cell(row, "onnxruntime")} |'
+    cell = (f'| coco/bbox_mAP {metric_cell(row, "pytorch")} (40 iterations) | '
+            f'{metric_cell(row, "onnxruntime")} |')
     assert cell in tables(record['results'])
 
 
@@ -50,9 +53,9 @@ def write_run(work_dir, stamp: str, metrics: dict, log: str = '') -> None:
 
 
 def test_a_run_without_detections_scores_map_0(tmp_path):
-    """mmdet's CocoMetric returns no metric where no detection passed the score threshold: that run's mAP is 0
-    (``None`` from :func:`metric_of`, recorded as 0 and listed); a metrics file that lacks the key for another
-    reason is an error naming it."""
+    """mmdet's CocoMetric returns no metric where no detection passed the score threshold: that
+    run's mAP is 0 (``None`` from :func:`metric_of`, recorded as 0 and listed); a metrics file that
+    lacks the key for another reason is an error naming it."""
     write_run(tmp_path / 'none', '20261202_000000', {}, f'ERROR - {NO_DETECTIONS}.')
     write_run(tmp_path / 'some', '20261202_000000', {'coco/bbox_mAP': 0.25})
     write_run(tmp_path / 'broken', '20261202_000000', {}, 'no metric written')
@@ -64,4 +67,7 @@ def test_a_run_without_detections_scores_map_0(tmp_path):
     record_metric(row, 'pytorch', None)
     record_metric(row, 'onnxruntime', 0.25)
     assert row == dict(pytorch=0.0, onnxruntime=0.25, no_detections=['pytorch'])
-    assert metric_cell(row, 'pytorch') == '0.000 (no detections)' and metric_cell(row, 'onnxruntime') == '0.250'
+    assert (
+        metric_cell(row, 'pytorch') == '0.000 (no detections)'
+        and metric_cell(row, 'onnxruntime') == '0.250'
+    )

@@ -1,10 +1,11 @@
-"""OpenMMLab's own tests pass with mmvisattn imported wherever they pass without it: the stock suites of
-``../shared/stock_tests`` compared test by test (``tests/stock/compare.py``, also ``make test-stock``), the
-plain outcomes taken from ``tests/stock/plain_baseline.json`` where its key matches the suite and the installed
-stack (a regression found so is confirmed by the plain pass run then).
+"""OpenMMLab's own tests pass with mmvisattn imported wherever they pass without it: the stock
+suites of ``../shared/stock_tests`` compared test by test (``tests/stock/compare.py``, also
+``make test-stock``), the plain outcomes taken from ``tests/stock/plain_baseline.json`` where its
+key matches the suite and the installed stack (a regression found so is confirmed by the plain pass
+run then).
 
-Where that folder is missing the test skips with one line; CI sets ``MMVISATTN_REQUIRE_STOCK_TESTS=1``,
-under which it fails instead."""
+Where that folder is missing the test skips with one line; CI sets
+``MMVISATTN_REQUIRE_STOCK_TESTS=1``, under which it fails instead."""
 import importlib.util
 import json
 import os
@@ -15,13 +16,18 @@ import pytest
 
 from ..conftest import REPO
 
-# the outcomes of a suite's two passes: one test passes in both, one fails with mmvisattn only, one in both
-PASSING, REGRESSING, FAILING = (f'tests.test_toy::test_{name}' for name in ('passes', 'regresses', 'fails'))
-TOY_OUTCOMES = dict(plain={PASSING: ('passed', ''), REGRESSING: ('passed', ''), FAILING: ('failed', 'E assert')},
-                    mmvisattn={PASSING: ('passed', ''), REGRESSING: ('failed', 'E assert'), FAILING: ('failed', 'E')})
+# the outcomes of a suite's two passes: one test passes in both, one fails with mmvisattn only, one
+# in both
+PASSING, REGRESSING, FAILING = (f'tests.test_toy::test_{name}' for name in ('passes', 'regresses',
+                                                                            'fails'))
+TOY_OUTCOMES = dict(plain={PASSING: ('passed', ''), REGRESSING: ('passed', ''),
+                           FAILING: ('failed', 'E assert')},
+                    mmvisattn={PASSING: ('passed', ''), REGRESSING: ('failed', 'E assert'),
+                               FAILING: ('failed', 'E')})
 STOCK_DIR = REPO.parent / 'shared' / 'stock_tests'
 REQUIRED = 'MMVISATTN_REQUIRE_STOCK_TESTS'
-# one pass at a time: the test holds one of the suite's workers, and the other runs the rest of the suite
+# one pass at a time: the test holds one of the suite's workers, and the other runs the rest of the
+# suite
 JOBS = 1
 
 
@@ -32,9 +38,10 @@ def test_stock_suites_pass_with_mmvisattn_imported(tmp_path):
         if os.environ.get(REQUIRED) == '1':
             pytest.fail(f'{message} ({REQUIRED}=1)')
         pytest.skip(message)
-    done = subprocess.run([sys.executable, str(REPO / 'tests/stock/compare.py'), '--stock-dir', str(STOCK_DIR),
-                           '--jobs', str(JOBS), '--out-dir', str(tmp_path), '--baseline'], capture_output=True,
-                          text=True, timeout=2400)
+    done = subprocess.run([sys.executable, str(REPO / 'tests/stock/compare.py'), '--stock-dir',
+                           str(STOCK_DIR),
+                           '--jobs', str(JOBS), '--out-dir', str(tmp_path), '--baseline'],
+                          capture_output=True, text=True, timeout=2400)
     print(done.stdout)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
 
@@ -48,8 +55,8 @@ def load_compare():
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    """The compare module with one suite, ``toy`` (one test file under ``tmp_path/stock``), whose passes
-    return :data:`TOY_OUTCOMES` and are logged in ``ran``."""
+    """The compare module with one suite, ``toy`` (one test file under ``tmp_path/stock``), whose
+    passes return :data:`TOY_OUTCOMES` and are logged in ``ran``."""
     compare = load_compare()
     monkeypatch.setitem(compare.SUITES, 'toy', dict(paths=['tests']))
     (tmp_path / 'stock/toy/tests').mkdir(parents=True)
@@ -58,7 +65,8 @@ def toy(tmp_path, monkeypatch):
 
     def run_passes(stock_dir, keys, jobs, out_dir):
         ran.extend(keys)
-        return {key: dict(seconds=1.0, returncode=1, tail=[], outcomes=dict(TOY_OUTCOMES[key[1]])) for key in keys}
+        return {key: dict(seconds=1.0, returncode=1, tail=[],
+                          outcomes=dict(TOY_OUTCOMES[key[1]])) for key in keys}
 
     monkeypatch.setattr(compare, 'run_passes', run_passes)
     return compare, tmp_path / 'stock', ran
@@ -73,10 +81,14 @@ def test_a_suite_runs_both_passes_without_a_baseline_and_keeps_its_plain_outcome
     assert [item['test'] for item in entry['failing_in_both']] == [FAILING]
     compare.write_baseline(record, tmp_path / 'baseline.json')
     baseline = json.loads((tmp_path / 'baseline.json').read_text())
-    assert baseline['toy']['key'] == compare.suite_key(stock, 'toy') and len(baseline['toy']['outcomes']) == 3
+    assert (
+        baseline['toy']['key'] == compare.suite_key(stock, 'toy')
+        and len(baseline['toy']['outcomes']) == 3
+    )
 
 
-def test_kept_plain_outcomes_are_used_where_the_key_matches_and_a_regression_is_confirmed(toy, tmp_path):
+def test_kept_plain_outcomes_are_used_where_the_key_matches_and_a_regression_is_confirmed(toy,
+                                                                                          tmp_path):
     compare, stock, ran = toy
     plain = {test: list(outcome) for test, outcome in TOY_OUTCOMES['plain'].items()}
     baseline = dict(toy=dict(key=compare.suite_key(stock, 'toy'), returncode=1, outcomes=plain))
@@ -88,7 +100,8 @@ def test_kept_plain_outcomes_are_used_where_the_key_matches_and_a_regression_is_
     ran.clear()
     plain[REGRESSING] = ['failed', 'E assert']
     entry = compare.run_suites(stock, ['toy'], 1, tmp_path, baseline)['suites']['toy']
-    assert ran == [('toy', 'mmvisattn')] and entry['plain_from_baseline'] and not entry['regressions']
+    assert ran == [('toy',
+                    'mmvisattn')] and entry['plain_from_baseline'] and not entry['regressions']
     assert entry['plain']['seconds'] == 0.0 and entry['plain']['failed'] == 2
 
 

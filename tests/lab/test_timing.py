@@ -1,5 +1,5 @@
-"""lab/timing.py: the one timing loop (warm-up calls, the order reversed every other round, the budget)
-and the one peak-memory reader (the growth of the resident set's high-water mark on CPU)."""
+"""lab/timing.py: the one timing loop (warm-up calls, the order reversed every other round, the
+budget) and the one peak-memory reader (the growth of the resident set's high-water mark on CPU)."""
 import time
 
 import torch

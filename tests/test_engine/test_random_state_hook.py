@@ -1,5 +1,5 @@
-"""RandomStateHook: states restored whatever device the checkpoint was mapped to, and gathered across
-ranks only where a checkpoint is written."""
+"""RandomStateHook: states restored whatever device the checkpoint was mapped to, and gathered
+across ranks only where a checkpoint is written."""
 import io
 import random
 from types import SimpleNamespace
@@ -11,7 +11,11 @@ from mmengine.hooks import CheckpointHook
 
 from mmvisattn.engine import RandomStateHook
 from mmvisattn.engine.hooks import random_state_hook
-from mmvisattn.utils.random_states import capture_random_states, generator_state, restore_random_states
+from mmvisattn.utils.random_states import (
+    capture_random_states,
+    generator_state,
+    restore_random_states,
+)
 
 from ..conftest import DEVICES
 
@@ -28,7 +32,8 @@ def test_states_mapped_to_any_device_restore_the_same_draws(map_location):
     torch.save(dict(random_states=[capture_random_states()]), buffer)
     expected = draws()
     buffer.seek(0)
-    states = torch.load(buffer, map_location=map_location)['random_states'][0]  # allowlisted by mmvisattn
+    # allowlisted by mmvisattn
+    states = torch.load(buffer, map_location=map_location)['random_states'][0]
     assert states['torch'].device.type == map_location
     restore_random_states(states)
     assert draws() == expected
@@ -38,11 +43,16 @@ def test_generator_states_become_cpu_bytes():
     state = torch.get_rng_state()
     for stored in (state.to(torch.int16), state[None][0], state.clone().requires_grad_(False)):
         restored = generator_state(stored)
-        assert restored.device.type == 'cpu' and restored.dtype == torch.uint8 and torch.equal(restored, state)
+        assert (
+            restored.device.type == 'cpu'
+            and restored.dtype == torch.uint8
+            and torch.equal(restored, state)
+        )
 
 
 def runner_at(iteration: int, max_iters: int, *hooks) -> SimpleNamespace:
-    return SimpleNamespace(iter=iteration, epoch=0, max_iters=max_iters, max_epochs=1, hooks=list(hooks))
+    return SimpleNamespace(iter=iteration, epoch=0, max_iters=max_iters, max_epochs=1,
+                           hooks=list(hooks))
 
 
 def test_ranks_gather_only_where_a_checkpoint_is_written(monkeypatch):
@@ -50,7 +60,8 @@ def test_ranks_gather_only_where_a_checkpoint_is_written(monkeypatch):
     (the hook gathered every iteration before, an ``all_gather_object`` a step)."""
     gathers = []
     monkeypatch.setattr(random_state_hook, 'get_world_size', lambda: 2)
-    monkeypatch.setattr(random_state_hook, 'all_gather_object', lambda states: gathers.append(states) or [states] * 2)
+    monkeypatch.setattr(random_state_hook, 'all_gather_object',
+                        lambda states: gathers.append(states) or [states] * 2)
     hook, checkpoints = RandomStateHook(), CheckpointHook(interval=3, by_epoch=False)
     saved = {}
     for iteration in range(8):
@@ -80,7 +91,8 @@ def test_a_best_checkpoint_after_validation_gets_the_training_states(monkeypatch
     hook.after_val(runner)
     gathers = []
     monkeypatch.setattr(random_state_hook, 'get_world_size', lambda: 2)
-    monkeypatch.setattr(random_state_hook, 'all_gather_object', lambda states: gathers.append(states) or [states] * 2)
+    monkeypatch.setattr(random_state_hook, 'all_gather_object',
+                        lambda states: gathers.append(states) or [states] * 2)
     hook.before_train_iter(runner, 5)
     hook.before_val(runner)
     assert len(gathers) == 1

@@ -12,7 +12,8 @@ from mmvisattn.launch import load_config
 
 from ..conftest import MODEL_CONFIGS, REPO, run_command, tool_env
 
-SAFEGUARDS = ['RandomStateHook', 'FiniteLossHook', 'RankMeanLossHook', 'DroppedAnnotationsHook', 'PreemptionHook']
+SAFEGUARDS = ['RandomStateHook', 'FiniteLossHook', 'RankMeanLossHook', 'DroppedAnnotationsHook',
+              'PreemptionHook']
 CONFIGS = MODEL_CONFIGS
 DET_DEMO = REPO / 'configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'
 
@@ -39,16 +40,19 @@ def test_the_tools_add_nothing_a_config_does_not_show(config):
 def test_a_config_can_leave_a_safeguard_out(tmp_path):
     config = tmp_path / 'no_random_state.py'
     config.write_text(f"_base_ = '{DET_DEMO}'\n"
-                      "custom_hooks = [h for h in _base_.custom_hooks if h['type'] != 'RandomStateHook']\n")
+                      "custom_hooks = [h for h in _base_.custom_hooks if h['type'] != "
+                      "'RandomStateHook']\n")
     assert hook_types(Config.fromfile(str(config))) == SAFEGUARDS[1:]
 
 
 def test_stock_mmdet_train_runs_the_safeguard_hooks(workspace, tmp_path):
-    """mmdet's own ``tools/train.py`` (installed with mmdet for ``mim train``) on a project config: the
-    Runner's hook table lists the safeguards."""
+    """mmdet's own ``tools/train.py`` (installed with mmdet for ``mim train``) on a project config:
+    the Runner's hook table lists the safeguards."""
     stock_train = Path(mmdet.__file__).parent / '.mim' / 'tools' / 'train.py'
-    done = run_command([sys.executable, str(stock_train), str(DET_DEMO), '--work-dir', str(tmp_path), '--cfg-options',
-                        'train_cfg.max_iters=1', 'train_dataloader.batch_size=2', 'train_cfg.val_interval=100'],
+    done = run_command([sys.executable, str(stock_train), str(DET_DEMO), '--work-dir',
+                        str(tmp_path), '--cfg-options',
+                        'train_cfg.max_iters=1', 'train_dataloader.batch_size=2',
+                        'train_cfg.val_interval=100'],
                        cwd=workspace, env=tool_env())
     assert done.returncode == 0, done.stderr[-3000:]
     log = done.stdout + done.stderr

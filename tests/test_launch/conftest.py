@@ -52,7 +52,9 @@ def fails_in_one_line(args, cwd: Path, work_dir: Path) -> str:
     assert done.returncode != 0, done.stdout[-2000:]
     assert 'Traceback' not in done.stderr, done.stderr[-4000:]
     errors = [line for line in done.stderr.strip().splitlines() if line.startswith('error:')]
-    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[-3000:]
+    assert len(errors) == 1 and done.stderr.strip().splitlines()[-1] == errors[0], done.stderr[
+        -3000:
+    ]
     assert tree_digest(cwd, work_dir) == before, 'a file outside the work dir changed'
     return errors[0]
 

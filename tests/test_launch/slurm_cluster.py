@@ -1,6 +1,6 @@
-"""A one-node Slurm cluster on this machine for the Slurm tests: munged, slurmctld and slurmd started
-from a slurm.conf written into a temporary folder (nothing under /etc is read or changed), and
-stopped afterwards.
+"""A one-node Slurm cluster on this machine for the Slurm tests: munged, slurmctld and slurmd
+started from a slurm.conf written into a temporary folder (nothing under /etc is read or changed),
+and stopped afterwards.
 
 The node is this machine as ``slurmd -C`` sees it (its CPUs and memory), with two GPUs declared as
 generic resources, since ``tools/slurm_train.sh`` asks for ``--gres=gpu:GPUS_PER_NODE`` as stock
@@ -42,7 +42,8 @@ def why_not() -> Optional[str]:
     """Why this machine cannot start the cluster, or None when it can."""
     missing = [program for program in PROGRAMS if which(program) is None]
     if missing:
-        return f'{", ".join(missing)} not installed (apt-get install slurm-wlm munge, as root; .ci/run does)'
+        return (f'{", ".join(missing)} not installed (apt-get install slurm-wlm munge, as root; '
+                '.ci/run does)')
     if os.geteuid() != 0:
         return 'slurmd must run as root to start tasks'
     return None
@@ -67,15 +68,19 @@ class OneNodeSlurm:
         self._start(which('slurmd'), '-D', '-f', self.conf, '-N', self.node)
         deadline = time.monotonic() + START_TIMEOUT
         while self.command('sinfo', '-h', '-o', '%T', check=False).strip() != 'idle':
-            if time.monotonic() > deadline or any(daemon.poll() is not None for daemon in self.daemons):
+            if time.monotonic() > deadline or any(
+                daemon.poll() is not None for daemon in self.daemons
+            ):
                 self.stop()
-                raise RuntimeError(f'the Slurm node did not come up within {START_TIMEOUT} s; logs in '
+                raise RuntimeError(f'the Slurm node did not come up within {START_TIMEOUT} s; logs '
+                                   'in '
                                    f'{self.folder / "log"}')
             time.sleep(0.2)
         return self
 
     def stop(self) -> None:
-        """Cancel what still runs, then stop the daemons (slurmd last but one: it reaps the steps)."""
+        """Cancel what still runs, then stop the daemons (slurmd last but one: it reaps the
+        steps)."""
         self.command('scancel', '--full', '--partition', PARTITION, check=False)
         deadline = time.monotonic() + 30
         while self.command('squeue', '-h', check=False).strip() and time.monotonic() < deadline:
@@ -97,15 +102,17 @@ class OneNodeSlurm:
 
     def _start(self, *command) -> None:
         log = open(self.folder / 'log' / f'{Path(command[0]).name}.out', 'w')
-        self.daemons.append(subprocess.Popen(list(map(str, command)), stdout=log, stderr=subprocess.STDOUT,
-                                             env=self.env))
+        self.daemons.append(subprocess.Popen(list(map(str, command)), stdout=log,
+                                             stderr=subprocess.STDOUT, env=self.env))
         log.close()
 
     def _start_munge(self) -> None:
         key, self.munge_socket = self.folder / 'munge.key', self.folder / 'munge.socket'
-        subprocess.run([which('mungekey'), '--create', f'--keyfile={key}'], check=True, capture_output=True)
-        self._start(which('munged'), '--foreground', '--force', f'--key-file={key}', f'--socket={self.munge_socket}',
-                    f'--pid-file={self.folder / "munged.pid"}', f'--seed-file={self.folder / "munged.seed"}',
+        subprocess.run([which('mungekey'), '--create', f'--keyfile={key}'], check=True,
+                       capture_output=True)
+        self._start(which('munged'), '--foreground', '--force', f'--key-file={key}',
+                    f'--socket={self.munge_socket}', f'--pid-file={self.folder / "munged.pid"}',
+                    f'--seed-file={self.folder / "munged.seed"}',
                     f'--log-file={self.folder / "log" / "munged.log"}')
         deadline = time.monotonic() + 10
         while not self.munge_socket.exists():
@@ -114,25 +121,32 @@ class OneNodeSlurm:
             time.sleep(0.05)
 
     def _write_conf(self) -> None:
-        hardware = subprocess.check_output([which('slurmd'), '-C'], text=True).splitlines()[0]  # NodeName=... CPUs=...
+        # NodeName=... CPUs=...
+        hardware = subprocess.check_output([which('slurmd'), '-C'], text=True).splitlines()[0]
         gpus = [self.folder / f'gpu{index}' for index in range(GPUS)]
         for gpu in gpus:
             gpu.touch()
-        (self.folder / 'gres.conf').write_text(f'NodeName={self.node} Name=gpu File={self.folder}/gpu[0-{GPUS - 1}]\n')
+        (self.folder / 'gres.conf').write_text(f'NodeName={self.node} Name=gpu '
+                                               f'File={self.folder}/gpu[0-{GPUS - 1}]\n')
         settings = dict(
-            ClusterName='mmvisattn-tests', SlurmctldHost=f'{self.node}(127.0.0.1)', SlurmUser='root',
-            SlurmdUser='root', SlurmctldPort=free_port(), SlurmdPort=free_port(), AuthType='auth/munge',
-            AuthInfo=f'socket={self.munge_socket},cred_expire={CREDENTIAL_LIFETIME}', CredType='cred/munge',
-            StateSaveLocation=self.folder / 'state',
+            ClusterName='mmvisattn-tests', SlurmctldHost=f'{self.node}(127.0.0.1)',
+            SlurmUser='root', SlurmdUser='root', SlurmctldPort=free_port(), SlurmdPort=free_port(),
+            AuthType='auth/munge',
+            AuthInfo=f'socket={self.munge_socket},cred_expire={CREDENTIAL_LIFETIME}',
+            CredType='cred/munge', StateSaveLocation=self.folder / 'state',
             SlurmdSpoolDir=self.folder / 'spool', SlurmctldPidFile=self.folder / 'slurmctld.pid',
-            SlurmdPidFile=self.folder / 'slurmd.pid', SlurmctldLogFile=self.folder / 'log' / 'slurmctld.log',
+            SlurmdPidFile=self.folder / 'slurmd.pid',
+            SlurmctldLogFile=self.folder / 'log' / 'slurmctld.log',
             SlurmdLogFile=self.folder / 'log' / 'slurmd.log',
             # no cgroups: the tasks are plain processes, tracked by their parent
-            ProctrackType='proctrack/linuxproc', TaskPlugin='task/none', JobAcctGatherType='jobacct_gather/none',
-            AccountingStorageType='accounting_storage/none', JobCompType='jobcomp/none', MpiDefault='none',
+            ProctrackType='proctrack/linuxproc', TaskPlugin='task/none',
+            JobAcctGatherType='jobacct_gather/none',
+            AccountingStorageType='accounting_storage/none', JobCompType='jobcomp/none',
+            MpiDefault='none',
             SwitchType='switch/none', SelectType='select/cons_tres', SelectTypeParameters='CR_CPU',
             ReturnToService=2, JobRequeue=1, GresTypes='gpu', KillWait=5, MailProg='/bin/true')
         lines = [f'{name}={value}' for name, value in settings.items()]
         lines += [f'{hardware} NodeAddr=127.0.0.1 Gres=gpu:{GPUS} State=UNKNOWN',
-                  f'PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP']
+                  f'PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE '
+                  'State=UP']
         self.conf.write_text('\n'.join(lines) + '\n')

@@ -58,8 +58,8 @@ def check_message(line: str, path, expected: str) -> None:
 def test_test_tool_names_a_bad_checkpoint(small_data, kind):
     path = small_data / f'{kind}.pth'
     expected = write_bad_checkpoint(kind, path)
-    line = fails_in_one_line(['tools/test.py', DET_DEMO, path, '--work-dir', small_data / 'work'], small_data,
-                             small_data / 'work')
+    line = fails_in_one_line(['tools/test.py', DET_DEMO, path, '--work-dir', small_data / 'work'],
+                             small_data, small_data / 'work')
     check_message(line, path, expected)
     assert not (small_data / 'pwned').exists()
 
@@ -67,8 +67,8 @@ def test_test_tool_names_a_bad_checkpoint(small_data, kind):
 def test_resume_from_a_truncated_checkpoint_is_named(small_data):
     path = small_data / 'truncated.pth'
     expected = write_bad_checkpoint('truncated', path)
-    line = fails_in_one_line(['tools/train.py', SEG_DEMO, '--work-dir', small_data / 'work', '--resume', path,
-                              *ONE_ITERATION], small_data, small_data / 'work')
+    line = fails_in_one_line(['tools/train.py', SEG_DEMO, '--work-dir', small_data / 'work',
+                              '--resume', path, *ONE_ITERATION], small_data, small_data / 'work')
     check_message(line, path, expected)
 
 
@@ -87,7 +87,8 @@ def test_bad_pretrained_backbone_weights_are_named(small_data, kind):
                       "segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'\n"
                       f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, type='Pretrained', "
                       f"checkpoint='{path}')))\n")
-    line = fails_in_one_line(['tools/train.py', config, '--work-dir', small_data / 'work', *ONE_ITERATION],
+    line = fails_in_one_line(['tools/train.py', config, '--work-dir', small_data / 'work',
+                              *ONE_ITERATION],
                              small_data, small_data / 'work')
     check_message(line, path, expected)
     assert not (small_data / 'pwned').exists()
@@ -106,7 +107,8 @@ def converter_args(converter: str, src, dst):
 def test_converters_name_a_bad_checkpoint(tmp_path, converter):
     path = tmp_path / 'text.pth'
     expected = write_bad_checkpoint('text', path)
-    line = fails_in_one_line(converter_args(converter, path, tmp_path / 'out' / 'x.pth'), tmp_path, tmp_path / 'out')
+    line = fails_in_one_line(converter_args(converter, path, tmp_path / 'out' / 'x.pth'), tmp_path,
+                             tmp_path / 'out')
     check_message(line, path, expected)
 
 
@@ -120,9 +122,11 @@ def test_converters_refuse_to_overwrite_their_input(tmp_path, converter):
 
 def test_checkpoint_of_another_model_is_refused_unless_partial_is_allowed(small_data):
     """A detector's checkpoint for the segmentation demo: the stock tools score a random model."""
-    run_tool(['tools/train.py', DET_DEMO, '--work-dir', small_data / 'det', *ONE_ITERATION], cwd=small_data)
+    run_tool(['tools/train.py', DET_DEMO, '--work-dir', small_data / 'det', *ONE_ITERATION],
+             cwd=small_data)
     checkpoint = small_data / 'det' / 'iter_1.pth'
-    line = fails_in_one_line(['tools/test.py', SEG_DEMO, checkpoint, '--work-dir', small_data / 'work'], small_data,
+    line = fails_in_one_line(['tools/test.py', SEG_DEMO, checkpoint, '--work-dir',
+                              small_data / 'work'], small_data,
                              small_data / 'work')
     assert f"checkpoint '{checkpoint}' does not fit the model" in line
     assert "weights are not in it (e.g. backbone." in line and '--allow-partial-checkpoint' in line

@@ -1,5 +1,5 @@
-"""Config mistakes and bad inputs of every tool end in one line naming the key, type, argument or file,
-with a non-zero exit, before anything is written (:mod:`mmvisattn.launch.config_checks`)."""
+"""Config mistakes and bad inputs of every tool end in one line naming the key, type, argument or
+file, with a non-zero exit, before anything is written (:mod:`mmvisattn.launch.config_checks`)."""
 from pathlib import Path
 
 import cv2
@@ -15,24 +15,34 @@ from ..conftest import REPO
 from .conftest import DET_DEMO, fails_in_one_line
 
 VIL_DEMO = REPO / 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'
-RWGKA_DEMO = REPO / 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'
+RWGKA_DEMO = (
+    REPO / 'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py'
+)
 
 MISTAKES = {
     'option key': (VIL_DEMO, ['--cfg-options', 'train_cfg.max_iter=2'],
-                   "error: --cfg-options train_cfg.max_iter: 'train_cfg' has no 'max_iter'; nearest: max_iters"),
+                   "error: --cfg-options train_cfg.max_iter: 'train_cfg' has no 'max_iter'; "
+                   "nearest: max_iters"),
     'attention type': (RWGKA_DEMO, ['--cfg-options', 'model.backbone.attn_cfg.type=RWGKAttentio'],
-                       "error: model.backbone.attn_cfg.type 'RWGKAttentio' is not registered in scope 'mmseg'; "
+                       "error: model.backbone.attn_cfg.type 'RWGKAttentio' is not registered in "
+                       "scope 'mmseg'; "
                        'nearest: RWGKAttention'),
-    'constructor argument': (VIL_DEMO, ['--cfg-new-keys', '--cfg-options', 'model.bbox_head.num_anchor=9'],
-                             "error: model.bbox_head.num_anchor: RetinaHead takes no argument 'num_anchor'"),
-    'top-level key': (VIL_DEMO, ['--cfg-new-keys', '--cfg-options', 'optim_wraper.optimizer.lr=0.1'],
-                      "error: top-level config key 'optim_wraper' is not a Runner argument, and the Runner would "
+    'constructor argument': (VIL_DEMO,
+                             ['--cfg-new-keys', '--cfg-options', 'model.bbox_head.num_anchor=9'],
+                             "error: model.bbox_head.num_anchor: RetinaHead takes no argument "
+                             "'num_anchor'"),
+    'top-level key': (VIL_DEMO,
+                      ['--cfg-new-keys', '--cfg-options', 'optim_wraper.optimizer.lr=0.1'],
+                      "error: top-level config key 'optim_wraper' is not a Runner argument, and "
+                      "the Runner would "
                       'ignore it; nearest: optim_wrapper'),
 }
 
 
-@pytest.mark.parametrize('tool,mistake', [('tools/train.py', mistake) for mistake in sorted(MISTAKES)] + [
-    ('tools/analysis_tools/get_flops.py', 'option key'), ('tools/analysis_tools/get_flops.py', 'attention type')])
+@pytest.mark.parametrize('tool,mistake',
+                         [('tools/train.py', mistake) for mistake in sorted(MISTAKES)] + [
+    ('tools/analysis_tools/get_flops.py', 'option key'),
+    ('tools/analysis_tools/get_flops.py', 'attention type')])
 def test_config_mistake_is_one_line_before_anything_is_written(tmp_path, tool, mistake):
     config, options, expected = MISTAKES[mistake]
     work_dir = tmp_path / 'work'
@@ -56,10 +66,12 @@ RUNNER_KEYS = {'compile': True, 'compile.backend': 'eager', 'sync_bn': 'torch',
 
 @pytest.mark.parametrize('key', RUNNER_KEYS)
 def test_keys_the_runner_reads_are_taken_as_stock_tools_take_them(key):
-    """What mmengine reads beside the Runner's arguments (``compile``, ``sync_bn``, ``model_wrapper_cfg``, an
-    optimizer wrapper's ``constructor`` and ``paramwise_cfg``) needs no --cfg-new-keys; a misspelling still fails."""
+    """What mmengine reads beside the Runner's arguments (``compile``, ``sync_bn``,
+    ``model_wrapper_cfg``, an optimizer wrapper's ``constructor`` and ``paramwise_cfg``) needs no
+    --cfg-new-keys; a misspelling still fails."""
     check_config(Config.fromfile(VIL_DEMO), {key: RUNNER_KEYS[key]})
-    with pytest.raises(SystemExit, match=r"^error: --cfg-options compile.backnd: 'compile' has no 'backnd'; "
+    with pytest.raises(SystemExit,
+                       match=r"^error: --cfg-options compile.backnd: 'compile' has no 'backnd'; "
                                          'nearest: backend'):
         check_config(Config.fromfile(VIL_DEMO), {'compile.backnd': 'eager'})
 
@@ -82,27 +94,31 @@ def test_arguments_follow_kwargs_through_super_only():
 
 
 def test_missing_config_of_get_flops_is_one_line(tmp_path):
-    message = fails_in_one_line(['tools/analysis_tools/get_flops.py', 'configs/no_such.py'], cwd=tmp_path,
-                                work_dir=tmp_path / 'none')
+    message = fails_in_one_line(['tools/analysis_tools/get_flops.py', 'configs/no_such.py'],
+                                cwd=tmp_path, work_dir=tmp_path / 'none')
     assert message == "error: config file 'configs/no_such.py' does not exist"
 
 
 def test_unreadable_config_is_one_line(tmp_path):
     broken = tmp_path / 'broken.py'
     broken.write_text("_base_ = ['missing_base.py']\n")
-    message = fails_in_one_line(['tools/train.py', broken], cwd=tmp_path, work_dir=tmp_path / 'work')
+    message = fails_in_one_line(['tools/train.py', broken], cwd=tmp_path,
+                                work_dir=tmp_path / 'work')
     assert message.startswith(f"error: config file '{broken}' cannot be read: ")
 
 
-@pytest.mark.parametrize('tool', ['demo/image_demo.py', 'tools/analysis_tools/visualize_attention.py'])
+@pytest.mark.parametrize('tool',
+                         ['demo/image_demo.py', 'tools/analysis_tools/visualize_attention.py'])
 def test_corrupt_weights_never_advise_weights_only_false(tmp_path, tool):
     image = tmp_path / 'image.png'
     cv2.imwrite(str(image), np.zeros((32, 32, 3), np.uint8))
     weights = tmp_path / 'weights.pth'
     torch.save({'state_dict': {}}, weights)
     weights.write_bytes(weights.read_bytes()[:40])
-    args = ([tool, image, DET_DEMO, '--weights', weights, '--out-dir', tmp_path / 'out'] if 'demo' in tool else
-            [tool, '--config', DET_DEMO, '--checkpoint', weights, '--image', image, '--out', tmp_path / 'out'])
+    args = ([tool, image, DET_DEMO, '--weights', weights, '--out-dir', tmp_path / 'out']
+            if 'demo' in tool else
+            [tool, '--config', DET_DEMO, '--checkpoint', weights, '--image', image, '--out',
+             tmp_path / 'out'])
     message = fails_in_one_line(args, cwd=tmp_path, work_dir=tmp_path / 'out')
     assert str(weights) in message and 'weights_only' not in message
     assert not Path(tmp_path / 'out').exists()
@@ -115,13 +131,16 @@ def test_runner_arguments_the_config_leaves_out_can_be_set():
     assert cfg.randomness.seed == 3
     with pytest.raises(SystemExit, match=r"'randomness' has no 'sed'; nearest: seed"):
         check_config(Config.fromfile(DET_DEMO), {'randomness.sed': 3})
-    seeded = Config.fromfile(DET_DEMO)  # the demo's randomness=dict(seed=0) takes the others as well
+    # the demo's randomness=dict(seed=0) takes the others as well
+    seeded = Config.fromfile(DET_DEMO)
     check_config(seeded, {'randomness.deterministic': True})
     assert seeded.randomness == dict(seed=0, deterministic=True)
 
 
-@pytest.mark.parametrize('option', ['train_cfg.val_begin', 'default_hooks.logger.log_metric_by_epoch',
-                                    'optim_wrapper.accumulative_counts', 'env_cfg.dist_cfg.timeout'])
+@pytest.mark.parametrize('option',
+                         ['train_cfg.val_begin', 'default_hooks.logger.log_metric_by_epoch',
+                                    'optim_wrapper.accumulative_counts',
+                          'env_cfg.dist_cfg.timeout'])
 def test_arguments_of_the_built_classes_are_options_without_new_keys(option):
     """An argument of the class a dict builds (the loop, a hook, the optimizer wrapper), or of the
     process group's start, may be set although the config leaves it at its default; it is checked
@@ -129,7 +148,8 @@ def test_arguments_of_the_built_classes_are_options_without_new_keys(option):
     cfg = Config.fromfile(VIL_DEMO)
     check_config(cfg, {option: 4})
     assert cfg[option.split('.')[0]] is not None
-    with pytest.raises(SystemExit, match=rf"^error: --cfg-options {option}x: .* has no '{option.rpartition('.')[2]}x'; "
+    with pytest.raises(SystemExit, match=rf"^error: --cfg-options {option}x: .* has no "
+                       rf"'{option.rpartition('.')[2]}x'; "
                                          rf"nearest: {option.rpartition('.')[2]}"):
         check_config(Config.fromfile(VIL_DEMO), {f'{option}x': 4})
 

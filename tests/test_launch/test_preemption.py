@@ -23,18 +23,22 @@ from ..conftest import REPO, time_limit, tool_env
 from .conftest import free_port
 from .test_training_faults import RWGKA_DEMO, logged_losses
 
-OPTIONS = ['train_cfg.max_iters=6', 'train_dataloader.batch_size=2', 'default_hooks.logger.interval=1',
+OPTIONS = ['train_cfg.max_iters=6', 'train_dataloader.batch_size=2',
+           'default_hooks.logger.interval=1',
            'default_hooks.checkpoint.interval=100', 'model.backbone.drop_path_rate=0.2',
            'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False']
 
 
 def start_tasks(work_dir, cwd) -> list:
-    """Two tasks of a job as ``srun`` starts them: each its own process, ranks from the environment."""
+    """Two tasks of a job as ``srun`` starts them: each its own process, ranks from the
+    environment."""
     port = free_port()
-    command = [sys.executable, str(REPO / 'tools/train.py'), str(RWGKA_DEMO), '--work-dir', str(work_dir),
-               '--launcher', 'pytorch', '--cfg-options', *OPTIONS]
-    return [subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env=dict(tool_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE='2',
+    command = [sys.executable, str(REPO / 'tools/train.py'), str(RWGKA_DEMO), '--work-dir',
+               str(work_dir), '--launcher', 'pytorch', '--cfg-options', *OPTIONS]
+    return [subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True,
+                             env=dict(tool_env(), RANK=str(rank), LOCAL_RANK=str(rank),
+                                      WORLD_SIZE='2',
                                       MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port)))
             for rank in range(2)]
 
@@ -45,7 +49,8 @@ def finish(tasks) -> None:
         assert task.returncode == 0, stderr[-3000:]
 
 
-def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_checkpoint(workspace, tmp_path):
+def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_checkpoint(workspace,
+                                                                                      tmp_path):
     """Only one rank is signalled: the other learns it from the agreement, and both stop after the
     same iteration. (That the resumed run ends with an uninterrupted run's weights is proven under a
     real Slurm, in test_slurm.py.)"""
@@ -57,9 +62,12 @@ def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_check
     finish(tasks)
     checkpoint = (tmp_path / 'last_checkpoint').read_text()
     step = int(checkpoint.rpartition('_')[2].split('.')[0])
-    assert 2 <= step < 6 and sorted(path.name for path in tmp_path.glob('*.pth')) == [f'iter_{step}.pth']
+    assert 2 <= step < 6 and sorted(path.name for path in tmp_path.glob('*.pth')) == [
+        f'iter_{step}.pth'
+    ]
     assert sorted(logged_losses(tmp_path)) == list(range(1, step + 1))
-    assert len(torch.load(checkpoint)['random_states']) == 2  # both ranks' states, for an exact resume
+    # both ranks' states, for an exact resume
+    assert len(torch.load(checkpoint)['random_states']) == 2
 
 
 def test_requeue_asks_slurm_after_the_checkpoint(tmp_path, monkeypatch):
@@ -84,7 +92,9 @@ def test_the_requeue_flag_and_the_resume_of_a_requeued_job(monkeypatch):
     cfg = Config(dict(custom_hooks=[dict(type='RandomStateHook'), dict(type='PreemptionHook')]))
     enable_requeue(cfg)
     assert cfg.custom_hooks[1]['requeue'] is True
-    with pytest.raises(SystemExit, match=r"^error: --requeue needs a PreemptionHook in the config's custom_hooks"):
+    with pytest.raises(SystemExit,
+                       match=r"^error: --requeue needs a PreemptionHook in the config's "
+                       r"custom_hooks"):
         enable_requeue(Config(dict(custom_hooks=[])))
     monkeypatch.delenv('SLURM_RESTART_COUNT', raising=False)
     assert resume_of_requeued_job(None) is None
@@ -107,7 +117,8 @@ def test_the_safeguards_register_it_in_every_run():
 
 
 def test_a_second_sigterm_ends_the_process(tmp_path):
-    """The first SIGTERM asks for a checkpoint and a stop; a second ends a run stuck in its iteration."""
+    """The first SIGTERM asks for a checkpoint and a stop; a second ends a run stuck in its
+    iteration."""
     script = tmp_path / 'stuck.py'
     script.write_text('import os, signal, time\n'
                       'from mmvisattn.engine.hooks import PreemptionHook\n'
@@ -117,6 +128,6 @@ def test_a_second_sigterm_ends_the_process(tmp_path):
                       'print(hook.received, flush=True)\n'
                       'os.kill(os.getpid(), signal.SIGTERM)\n'
                       'time.sleep(60)\n')
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=tool_env(),
-                          timeout=time_limit(120))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=tool_env(), timeout=time_limit(120))
     assert done.stdout == 'SIGTERM\n' and done.returncode == -signal.SIGTERM, done.stderr[-2000:]

@@ -1,5 +1,5 @@
-"""Mask2Former with ViT-B / Castling-ViT-B on ADE20K (arXiv:2211.10526): the whole model is within 5 % of
-the slides' 118M parameters, and in deploy mode the castling model drops every N x N term."""
+"""Mask2Former with ViT-B / Castling-ViT-B on ADE20K (arXiv:2211.10526): the whole model is within 5
+% of the slides' 118M parameters, and in deploy mode the castling model drops every N x N term."""
 import json
 
 import pytest
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.xdist_group('castling_segmentation')
 
 def count_flops(folder):
     for name, (config, *extra) in RUNS.items():
-        run_tool(['tools/analysis_tools/get_flops.py', config, '--shape', 512, '--json', folder / f'{name}.json',
-                  *extra], cwd=folder)
+        run_tool(['tools/analysis_tools/get_flops.py', config, '--shape', 512, '--json',
+                  folder / f'{name}.json', *extra], cwd=folder)
 
 
 @pytest.fixture(scope='module')
@@ -33,7 +33,9 @@ def test_total_parameters_match_the_slides(counts):
 
 
 def test_deploy_drops_every_quadratic_term(counts):
-    softmax_attention = counts['softmax']['gmacs_by_op']['_scaled_dot_product_flash_attention_for_cpu']
+    softmax_attention = counts['softmax']['gmacs_by_op'][
+        '_scaled_dot_product_flash_attention_for_cpu'
+    ]
     # training: the auxiliary softmax branch costs as much as the softmax model's attention
     assert counts['train']['gmacs_by_op']['bmm'] > softmax_attention
     assert counts['deploy']['gmacs'] < counts['softmax']['gmacs'] - 0.9 * softmax_attention

@@ -15,13 +15,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmvisattn.models.attentions import LinearAngularAttention, LongformerAttention, PeripheralAttention
+from mmvisattn.models.attentions import (
+    LinearAngularAttention,
+    LongformerAttention,
+    PeripheralAttention,
+)
 from mmvisattn.models.backbones.pervit import PerViT, convert_pervit_state_dict
 from mmvisattn.models.backbones.vil import ViL, convert_vil_state_dict
 from mmvisattn.models.layers.smca_transformer import SMCATransformerDecoder
 from mmvisattn.utils import rename_keys
 
-FIXTURES = Path(os.environ.get('MMVISATTN_OFFICIAL_FIXTURES') or Path(__file__).resolve().parents[1] / 'data/official')
+FIXTURES = Path(os.environ.get('MMVISATTN_OFFICIAL_FIXTURES')
+                or Path(__file__).resolve().parents[1] / 'data/official')
 TOLERANCE = 1e-10  # float64, relative to each tensor's largest magnitude
 
 
@@ -30,23 +35,28 @@ def load_fixture(name: str) -> dict:
 
 
 def assert_matches(actual: torch.Tensor, expected: torch.Tensor, what: str) -> float:
-    """Max |difference|; fails above ``TOLERANCE`` times the larger of 1 and ``expected``'s largest entry."""
+    """Max |difference|; fails above ``TOLERANCE`` times the larger of 1 and ``expected``'s largest
+    entry."""
     assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
     difference = (actual - expected).abs().max().item()
     scale = max(1.0, expected.abs().max().item())
-    assert difference <= TOLERANCE * scale, f'{what}: max |difference| {difference:.3g} (scale {scale:.3g})'
+    assert difference <= TOLERANCE * scale, (
+        f'{what}: max |difference| {difference:.3g} (scale {scale:.3g})'
+    )
     return difference
 
 
 def run_with_gradient(module, x: torch.Tensor, grad_output: torch.Tensor, *args):
-    """``module(x, *args)`` and the gradient of ``sum(output * grad_output)`` with respect to ``x``."""
+    """``module(x, *args)`` and the gradient of ``sum(output * grad_output)`` with respect to
+    ``x``."""
     x = x.clone().requires_grad_(True)
     out = module(x, *args)
     out.backward(grad_output)
     return out.detach(), x.grad
 
 
-def keyed_to(module: torch.nn.Module, official: Dict[str, torch.Tensor], without_place) -> Dict[str, torch.Tensor]:
+def keyed_to(module: torch.nn.Module, official: Dict[str, torch.Tensor],
+             without_place) -> Dict[str, torch.Tensor]:
     """The official state dict restricted to ``module``'s keys; every dropped key must be one
     ``without_place(key)`` accepts (a buffer the module recomputes, or a shared duplicate)."""
     own = module.state_dict()
@@ -61,18 +71,21 @@ OFFICIAL_MASKING = {0: 'chunk', 1: 'exact', -1: 'cyclic'}
 
 def vil_attention(fixture: dict) -> LongformerAttention:
     kwargs = fixture['official_kwargs']
-    attn = LongformerAttention(kwargs['dim'], kwargs['num_heads'], window=kwargs['w'], num_extra_tokens=kwargs['nglo'],
+    attn = LongformerAttention(kwargs['dim'], kwargs['num_heads'], window=kwargs['w'],
+                               num_extra_tokens=kwargs['nglo'],
                                masking=OFFICIAL_MASKING[kwargs['exact']], rel_pos=kwargs['rpe'],
                                share_global_weights=kwargs['sharew'], qkv_bias=kwargs['qkv_bias'],
                                impl='torch').double()
-    # relative_position_index is recomputed by the op; the *_global modules are the local ones (sharew)
-    state = keyed_to(attn, fixture['state_dict'],
-                     lambda key: key == 'relative_position_index' or key.split('.')[0].endswith('_global'))
+    # relative_position_index is recomputed by the op; the *_global modules are the local ones
+    # (sharew)
+    state = keyed_to(attn, fixture['state_dict'], lambda key: key == 'relative_position_index'
+                     or key.split('.')[0].endswith('_global'))
     attn.load_state_dict(state, strict=True)
     return attn
 
 
-@pytest.mark.parametrize('name', ['vil_attn_chunk', 'vil_attn_exact', 'vil_attn_cyclic', 'vil_attn_noglobal'])
+@pytest.mark.parametrize('name', ['vil_attn_chunk', 'vil_attn_exact', 'vil_attn_cyclic',
+                                  'vil_attn_noglobal'])
 def test_longformer_attention_equals_the_official_module(name):
     fixture = load_fixture(name)
     attn = vil_attention(fixture).eval()
@@ -92,7 +105,8 @@ def test_longformer_training_modes_equal_the_official_module(name):
         neighbour = run.get('sampled_neighbour', run['module_mode'])
         attn.mode = min(run['module_mode'], 1)
         attn.step_mode = lambda device, neighbour=neighbour: neighbour
-        out, grad = run_with_gradient(attn, fixture['inputs']['x'], fixture['grad_output'], hw_shape)
+        out, grad = run_with_gradient(attn, fixture['inputs']['x'], fixture['grad_output'],
+                                      hw_shape)
         assert_matches(out, run['output'], f'{name} mode {neighbour} output')
         assert_matches(grad, run['grad_input'], f'{name} mode {neighbour} input gradient')
 
@@ -102,8 +116,9 @@ def castling_attention(fixture: dict) -> LinearAngularAttention:
     """The official module is ``normalisation='token'`` with the (9, 1) token convolution; its
     sparse branch (``sparse_reg``) is the auxiliary masked softmax with threshold 0.02."""
     kwargs = fixture['official_kwargs']
-    attn = LinearAngularAttention(kwargs['in_channels'], kwargs['num_heads'], qkv_bias=kwargs['qkv_bias'],
-                                  conv='tokens', kernel_size=kwargs['res_kernel_size'], normalisation='token',
+    attn = LinearAngularAttention(kwargs['in_channels'], kwargs['num_heads'],
+                                  qkv_bias=kwargs['qkv_bias'], conv='tokens',
+                                  kernel_size=kwargs['res_kernel_size'], normalisation='token',
                                   aux_branch=kwargs['sparse_reg'], mask_threshold=0.02).double()
     attn.load_state_dict(fixture['state_dict'], strict=True)
     return attn
@@ -114,7 +129,8 @@ def test_linear_angular_attention_equals_the_official_module(name):
     fixture = load_fixture(name)
     attn = castling_attention(fixture).eval()
     tokens = fixture['inputs']['x'].shape[1]
-    hw_shape = (5, tokens // 5)  # the official module takes no grid; the token convolution needs none
+    # the official module takes no grid; the token convolution needs none
+    hw_shape = (5, tokens // 5)
     out, grad = run_with_gradient(attn, fixture['inputs']['x'], fixture['grad_output'], hw_shape)
     assert_matches(out, fixture['output'], f'{name} output')
     assert_matches(grad, fixture['grad_input'], f'{name} input gradient')
@@ -147,12 +163,14 @@ def test_pervit_equals_the_official_vision_transformer():
     fixture = load_fixture('pervit_tiny')
     kwargs = fixture['official_kwargs']
     stem = kwargs['convstem_dims'][1:]
-    model = PerViT(arch=dict(num_heads=kwargs['num_heads'], depths=(2, 2, 6, 2), embed_dims=tuple(kwargs['emb_dims']),
+    model = PerViT(arch=dict(num_heads=kwargs['num_heads'], depths=(2, 2, 6, 2),
+                             embed_dims=tuple(kwargs['emb_dims']),
                              stem_channels=tuple(stem)), out_indices=(3,)).double().eval()
     converted, dropped = convert_pervit_state_dict(fixture['state_dict'], num_stem_convs=len(stem))
     assert sorted(dropped) == ['head.bias', 'head.weight']
     model.load_state_dict(converted, strict=True)
-    head = {key[len('head.'):]: value for key, value in fixture['state_dict'].items() if key.startswith('head.')}
+    head = {key[len('head.'):]: value for key,
+            value in fixture['state_dict'].items() if key.startswith('head.')}
 
     def logits(image: torch.Tensor) -> torch.Tensor:
         features = model(image)[0].flatten(2).mean(dim=2)
@@ -168,17 +186,21 @@ def test_pervit_equals_the_official_vision_transformer():
 # padded); the classification layout, whose last stage is full attention on a 7x7 map (13x13
 # table), converted into sliding chunks of w 7 (27x27 table).
 MSVIT_LAYOUTS = {
-    'vil_msvit_tiny': dict(embed_dims=(16, 32, 48), depths=(1, 1, 1), num_heads=(2, 2, 3), patch_sizes=(4, 2, 2),
-                           windows=(3, 3, 3), num_global=(1, 1, 0)),
-    'vil_msvit_fullattn': dict(embed_dims=(16, 16, 16, 16), depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 2),
-                               patch_sizes=(4, 1, 1, 1), windows=(3, 3, 3, 7), num_global=(1, 1, 1, 1)),
+    'vil_msvit_tiny': dict(embed_dims=(16, 32, 48), depths=(1, 1, 1), num_heads=(2, 2, 3),
+                           patch_sizes=(4, 2, 2), windows=(3, 3, 3), num_global=(1, 1, 0)),
+    'vil_msvit_fullattn': dict(embed_dims=(16, 16, 16, 16), depths=(1, 1, 1, 1),
+                               num_heads=(1, 2, 2, 2),
+                               patch_sizes=(4, 1, 1, 1), windows=(3, 3, 3, 7),
+                               num_global=(1, 1, 1, 1)),
 }
 
 
 def converted_msvit(fixture: dict, arch: dict) -> ViL:
-    model = ViL(arch=arch, drop_path_rate=0.0, norm_eps=fixture['official_kwargs']['ln_eps']).double().eval()
+    model = ViL(arch=arch, drop_path_rate=0.0,
+                norm_eps=fixture['official_kwargs']['ln_eps']).double().eval()
     converted, unmapped = convert_vil_state_dict(fixture['state_dict'], model.state_dict())
-    assert all(key.startswith(('head.', 'norm.')) or key.endswith('relative_position_index') or '_global.' in key
+    assert all(key.startswith(('head.', 'norm.')) or key.endswith('relative_position_index')
+               or '_global.' in key
                for key in unmapped), unmapped
     model.load_state_dict(converted, strict=True)
     return model
@@ -186,12 +208,13 @@ def converted_msvit(fixture: dict, arch: dict) -> ViL:
 
 def official_classifier(fixture: dict, model: ViL):
     """The official head on a last stage without global tokens: final norm, token mean, linear."""
-    weights = {key: value for key, value in fixture['state_dict'].items() if key.startswith(('head.', 'norm.'))}
+    weights = {key: value for key,
+               value in fixture['state_dict'].items() if key.startswith(('head.', 'norm.'))}
 
     def logits(image: torch.Tensor) -> torch.Tensor:
         tokens = model(image)[-1].flatten(2).transpose(1, 2)
-        tokens = F.layer_norm(tokens, tokens.shape[-1:], weights['norm.weight'], weights['norm.bias'],
-                              eps=fixture['official_kwargs']['ln_eps'])
+        tokens = F.layer_norm(tokens, tokens.shape[-1:], weights['norm.weight'],
+                              weights['norm.bias'], eps=fixture['official_kwargs']['ln_eps'])
         return F.linear(tokens.mean(dim=1), weights['head.weight'], weights['head.bias'])
 
     return logits
@@ -211,7 +234,8 @@ def test_vil_equals_the_official_msvit(name):
         assert_matches(map_.detach(), expected, f'{name} stage {stage}')
     if model.stages[-1].num_global:
         return
-    out, grad = run_with_gradient(official_classifier(fixture, model), fixture['inputs']['x'], fixture['grad_output'])
+    out, grad = run_with_gradient(official_classifier(fixture, model), fixture['inputs']['x'],
+                                  fixture['grad_output'])
     assert_matches(out, fixture['output'], f'{name} logits')
     assert_matches(grad, fixture['grad_input'], f'{name} input gradient')
 
@@ -225,17 +249,20 @@ def test_full_attention_table_is_recentred_not_stretched():
     table = model.stages[3].blocks[0].attn.local_relative_position_bias_table
     official = fixture['state_dict']['layer4.1.attn.local_relative_position_bias_table']
     heads = official.shape[1]
-    assert torch.equal(table.detach().t().reshape(heads, 27, 27)[:, 7:20, 7:20], official.t().reshape(heads, 13, 13))
+    assert torch.equal(table.detach().t().reshape(heads, 27, 27)[:, 7:20, 7:20],
+                       official.t().reshape(heads, 13, 13))
     with torch.no_grad():
-        stretched = F.interpolate(official.t().reshape(1, heads, 13, 13), size=(27, 27), mode='bilinear')
+        stretched = F.interpolate(official.t().reshape(1, heads, 13, 13), size=(27, 27),
+                                  mode='bilinear')
         table.copy_(stretched[0].flatten(1).t())
     expected = fixture['stage_outputs']['layer4_tokens'][:, 1:].transpose(1, 2).reshape(2, -1, 7, 7)
     assert (model(fixture['inputs']['x'])[-1] - expected).abs().max() > 1e-3
 # ---------------------------------------------------------------- SMCA: the decoder
 # parts of an official TransformerDecoderLayer -> parts of an SMCATransformerDecoderLayer
-SMCA_LAYER_PARTS = {'self_attn': 'self_attn.attn', 'multihead_attn': 'cross_attn.attn', 'linear1': 'ffn.layers.0.0',
-                    'linear2': 'ffn.layers.1', 'norm1': 'norms.0', 'norm2': 'norms.1', 'norm3': 'norms.2',
-                    'norm4': 'norm_query', 'point1': 'ref_point_head', 'point2': 'offset_proj', 'point3': 'scale_proj'}
+SMCA_LAYER_PARTS = {'self_attn': 'self_attn.attn', 'multihead_attn': 'cross_attn.attn',
+                    'linear1': 'ffn.layers.0.0', 'linear2': 'ffn.layers.1', 'norm1': 'norms.0',
+                    'norm2': 'norms.1', 'norm3': 'norms.2', 'norm4': 'norm_query',
+                    'point1': 'ref_point_head', 'point2': 'offset_proj', 'point3': 'scale_proj'}
 SMCA_DECODER_KEYS = [*[(rf'^layers\.(\d+)\.{part}\.', rf'layers.\1.{ours}.')
                        for part, ours in SMCA_LAYER_PARTS.items()],
                      (r'^norm\.', 'post_norm.')]
@@ -248,18 +275,21 @@ def smca_decoder_state_dict(official: Dict[str, torch.Tensor]) -> Dict[str, torc
 
 
 def test_smca_decoder_equals_the_official_decoder():
-    """Two official ``TransformerDecoderLayer``s (scale type 3, 8 heads) on a padded batch: the hidden
-    states of every layer, the reference logits of the first, and the gradients of the memory, its
-    positions, the query positions and the queries."""
+    """Two official ``TransformerDecoderLayer``s (scale type 3, 8 heads) on a padded batch: the
+    hidden states of every layer, the reference logits of the first, and the gradients of the
+    memory, its positions, the query positions and the queries."""
     fixture = load_fixture('smca_decoder')
     kwargs, inputs = fixture['official_kwargs'], fixture['inputs']
-    attn_cfg = dict(embed_dims=kwargs['d_model'], num_heads=kwargs['nhead'], dropout=0.0, batch_first=True)
+    attn_cfg = dict(embed_dims=kwargs['d_model'], num_heads=kwargs['nhead'], dropout=0.0,
+                    batch_first=True)
     decoder = SMCATransformerDecoder(
         num_layers=kwargs['num_decoder_layers'], return_intermediate=kwargs['return_intermediate'],
         layer_cfg=dict(scale_type='per_head_xy', smooth=kwargs['smooth'], self_attn_cfg=attn_cfg,
                        cross_attn_cfg=attn_cfg,
-                       ffn_cfg=dict(embed_dims=kwargs['d_model'], feedforward_channels=kwargs['dim_feedforward'],
-                                    num_fcs=2, ffn_drop=0.0, act_cfg=dict(type='ReLU', inplace=True)))).double()
+                       ffn_cfg=dict(embed_dims=kwargs['d_model'],
+                                    feedforward_channels=kwargs['dim_feedforward'],
+                                    num_fcs=2, ffn_drop=0.0,
+                                    act_cfg=dict(type='ReLU', inplace=True)))).double()
     decoder.load_state_dict(smca_decoder_state_dict(fixture['state_dict']), strict=True)
     decoder.eval()
     # sequence-first official tensors -> batch-first; the reference span is each image's valid
@@ -267,17 +297,21 @@ def test_smca_decoder_equals_the_official_decoder():
     leaves = {name: inputs[name].transpose(0, 1).clone().requires_grad_(True)
               for name in ('memory', 'pos', 'query_pos', 'tgt')}
     reference_logits = []
-    decoder.layers[0].ref_point_head.register_forward_hook(lambda module, args, out: reference_logits.append(out))
+    decoder.layers[0].ref_point_head.register_forward_hook(lambda module, args,
+                                                           out: reference_logits.append(out))
     hidden, _ = decoder(query=leaves['tgt'], key=leaves['memory'], value=leaves['memory'],
                         query_pos=leaves['query_pos'], key_pos=leaves['pos'],
                         key_padding_mask=inputs['memory_key_padding_mask'],
-                        hw_shape=tuple(fixture['forward_args']['feature_hw']), ref_scale=inputs['h_w'][0] / 32)
+                        hw_shape=tuple(fixture['forward_args']['feature_hw']),
+                        ref_scale=inputs['h_w'][0] / 32)
     hidden = hidden.transpose(1, 2)  # (layers, Q, B, C) as the official
     logits = reference_logits[0].transpose(0, 1)
-    ((hidden * fixture['grad_output']).sum() + (logits * fixture['grad_output_reference_logits']).sum()).backward()
+    ((hidden * fixture['grad_output']).sum()
+     + (logits * fixture['grad_output_reference_logits']).sum()).backward()
     assert_matches(hidden.detach(), fixture['output'], 'SMCA hidden states')
     assert_matches(logits.detach(), fixture['reference_logits'], 'SMCA reference logits')
-    assert_matches(leaves['memory'].grad.transpose(0, 1), fixture['grad_input'], 'SMCA memory gradient')
+    assert_matches(leaves['memory'].grad.transpose(0, 1), fixture['grad_input'],
+                   'SMCA memory gradient')
     for name in ('pos', 'query_pos', 'tgt'):
-        assert_matches(leaves[name].grad.transpose(0, 1), fixture['grad_inputs_extra'][f'grad_{name}'],
-                       f'SMCA {name} gradient')
+        assert_matches(leaves[name].grad.transpose(0, 1),
+                       fixture['grad_inputs_extra'][f'grad_{name}'], f'SMCA {name} gradient')

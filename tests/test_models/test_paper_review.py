@@ -61,12 +61,15 @@ def test_graph_softmax_is_scaled_as_eq2_not_as_eq6():
     assert (unscaled_q - graph_q).abs().max() > 0.05
 
 
-@pytest.mark.parametrize('path', sorted((REPO / 'configs/segformer_rwgka').glob('*cityscapes-1024x1024.py')),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    'path', sorted((REPO / 'configs/segformer_rwgka').glob('*cityscapes-1024x1024.py')),
+    ids=lambda p: p.name,
+)
 def test_configs_keep_the_stock_recipe_and_table5_first_row(path: Path):
     """Sec. 4.1 trains with lr 1e-4 and poly power 0.9; the configs keep mmseg's SegFormer recipe
     (6e-5, power 1.0) so RWGKA and stock SegFormer compare on one recipe. Table 1 does not give the
-    anchors per stage: 64 and lam 0.5 (Table 5's first row) everywhere, or pooled anchors (RWGKP)."""
+    anchors per stage: 64 and lam 0.5 (Table 5's first row) everywhere, or pooled anchors
+    (RWGKP)."""
     cfg = Config.fromfile(path)
     assert cfg.optim_wrapper.optimizer.lr == 6e-5
     assert [s.get('power') for s in cfg.param_scheduler if s.type == 'PolyLR'] == [1.0]
@@ -77,7 +80,8 @@ def test_configs_keep_the_stock_recipe_and_table5_first_row(path: Path):
 # ---------------------------------------------------------------- PerViT (juhongm999/pervit)
 def test_pervit_initialisation_is_the_official_one():
     """Eq. 9 as the official ``VisionTransformer``: second-norm bias linspace(-5, 4) and weight
-    linspace(3, 0.01) over the 12 layers, projection convs 0.02, ``rpe_proj`` weight -0.02, bias 0."""
+    linspace(3, 0.01) over the 12 layers, projection convs 0.02, ``rpe_proj`` weight -0.02, bias
+    0."""
     official = torch.stack([torch.linspace(-5.0, 4.0, 12), torch.linspace(3.0, 0.01, 12)]).t()
     torch.testing.assert_close(torch.tensor(peripheral_initialization(12)), official)
     attn = PeripheralAttention(48, 3, norm_init=tuple(official[4].tolist()))
@@ -92,7 +96,7 @@ def test_pervit_qkv_bias_flag_is_honoured_where_the_official_ignores_it():
     assert PeripheralAttention(48, 3, qkv_bias=True).qkv.bias is not None
 
 
-# ---------------------------------------------------------------- Castling (GATECH-EIC/Castling-ViT)
+# --------------------------------------------------------------- Castling (GATECH-EIC/Castling-ViT)
 def test_castling_default_normalisation_is_the_one_documented_difference():
     """With the official weights, ``normalisation='token'`` (the official per-token L2 norm) equals
     the official module; the default ``'kernel'`` (rows of the angular kernel sum to one) differs,
@@ -115,17 +119,21 @@ def test_picodet_recipe_is_paddledetection_v1():
     image; SimOTA radius 2.5, top-k 10, IoU weight 6; VFL / GIoU / DFL weights 1 / 2 / 0.25."""
     cfg = Config.fromfile(REPO / 'configs/picodet/picodet-s_esnet_8xb32-300e_coco-320.py')
     optimizer = cfg.optim_wrapper.optimizer
-    assert (optimizer.type, optimizer.momentum, optimizer.weight_decay, optimizer.lr) == ('SGD', 0.9, 4e-5, 0.2)
+    assert (optimizer.type, optimizer.momentum, optimizer.weight_decay,
+            optimizer.lr) == ('SGD', 0.9, 4e-5, 0.2)
     assert cfg.train_dataloader.batch_size * 8 == cfg.auto_scale_lr.base_batch_size == 256
     warmup, cosine = cfg.param_scheduler
-    assert (warmup.type, warmup.start_factor, warmup.end, cosine.type) == ('LinearLR', 0.1, 300, 'CosineAnnealingLR')
+    assert (warmup.type, warmup.start_factor, warmup.end,
+            cosine.type) == ('LinearLR', 0.1, 300, 'CosineAnnealingLR')
     ema = next(hook for hook in cfg.custom_hooks if hook.type == 'EMAHook')
     assert ema.momentum == pytest.approx(1 - 0.9998)
     test_cfg, assigner = cfg.model.test_cfg, cfg.model.train_cfg.assigner
-    assert (test_cfg.nms_pre, test_cfg.score_thr, test_cfg.nms.iou_threshold, test_cfg.max_per_img) == (
+    assert (test_cfg.nms_pre, test_cfg.score_thr, test_cfg.nms.iou_threshold,
+            test_cfg.max_per_img) == (
         1000, 0.025, 0.6, 100)
     assert (assigner.center_radius, assigner.candidate_topk, assigner.iou_weight) == (2.5, 10, 6.0)
     init_default_scope('mmdet')
     head = MODELS_DET.build(cfg.model).bbox_head
-    assert (head.loss_cls.loss_weight, head.loss_bbox.loss_weight, head.loss_dfl.loss_weight) == (1.0, 2.0, 0.25)
+    assert (head.loss_cls.loss_weight, head.loss_bbox.loss_weight,
+            head.loss_dfl.loss_weight) == (1.0, 2.0, 0.25)
     assert (head.loss_cls.alpha, head.loss_cls.gamma, head.reg_max) == (0.75, 2.0, 7)

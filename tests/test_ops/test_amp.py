@@ -1,6 +1,6 @@
-"""Every hand-written autograd Function of mmvisattn.ops states its autocast behaviour: its forward and
-backward run with autocast off (``amp.autocast_off``), or its docstring says what it does instead;
-and the mixed-precision helpers keep float64 and the norm clamp finite."""
+"""Every hand-written autograd Function of mmvisattn.ops states its autocast behaviour: its forward
+and backward run with autocast off (``amp.autocast_off``), or its docstring says what it does
+instead; and the mixed-precision helpers keep float64 and the norm clamp finite."""
 import importlib
 import inspect
 import pkgutil

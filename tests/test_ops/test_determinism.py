@@ -2,11 +2,12 @@
 ``randomness=dict(deterministic=True)`` turns on): it runs none of the operations that have no
 deterministic CUDA kernel, its results match the reference, and two runs agree bit for bit.
 
-Without a GPU the CUDA side is shown through what the backends call: torch's operations that raise on CUDA
-under the mode (:data:`NO_DETERMINISTIC_CUDA_KERNEL`, from ``torch.use_deterministic_algorithms``' list, and
-floating-point ``cumsum``) are refused by a dispatch mode that sees every aten call, backwards included, and
-Triton's atomics (float additions in any order) by the interpreter. With a GPU the same test runs the
-backends on CUDA, where torch itself refuses and two runs are compared for real."""
+Without a GPU the CUDA side is shown through what the backends call: torch's operations that raise
+on CUDA under the mode (:data:`NO_DETERMINISTIC_CUDA_KERNEL`, from
+``torch.use_deterministic_algorithms``' list, and floating-point ``cumsum``) are refused by a
+dispatch mode that sees every aten call, backwards included, and Triton's atomics (float additions
+in any order) by the interpreter. With a GPU the same test runs the backends on CUDA, where torch
+itself refuses and two runs are compared for real."""
 import contextlib
 from typing import Iterator
 
@@ -20,15 +21,17 @@ from mmvisattn.ops.utils import dispatch, machine
 from ..conftest import KERNEL_DEVICE
 
 aten = torch.ops.aten
-# The backward passes (and the few forwards) torch has no deterministic CUDA kernel for: under the mode
-# they raise on CUDA tensors.
+# The backward passes (and the few forwards) torch has no deterministic CUDA kernel for: under the
+# mode they raise on CUDA tensors.
 NO_DETERMINISTIC_CUDA_KERNEL = {
-    aten.upsample_linear1d_backward, aten.upsample_bilinear2d_backward, aten.upsample_bicubic2d_backward,
-    aten.upsample_trilinear3d_backward, aten._adaptive_avg_pool2d_backward, aten._adaptive_avg_pool3d_backward,
+    aten.upsample_linear1d_backward, aten.upsample_bilinear2d_backward,
+    aten.upsample_bicubic2d_backward,
+    aten.upsample_trilinear3d_backward, aten._adaptive_avg_pool2d_backward,
+    aten._adaptive_avg_pool3d_backward,
     aten.adaptive_max_pool2d_backward, aten.avg_pool3d_backward, aten.grid_sampler_2d_backward,
     aten.reflection_pad1d_backward, aten.reflection_pad2d_backward, aten.replication_pad1d_backward,
-    aten.replication_pad2d_backward, aten.put_, aten.histc, aten.bincount, aten.median, aten.nll_loss2d_forward,
-    aten.embedding_bag, aten._embedding_bag,
+    aten.replication_pad2d_backward, aten.put_, aten.histc, aten.bincount, aten.median,
+    aten.nll_loss2d_forward, aten.embedding_bag, aten._embedding_bag,
 }
 
 
@@ -44,12 +47,14 @@ class NoNondeterministicCudaKernels(TorchDispatchMode):
 
 
 def _refuse_atomics(*args, **kwargs):
-    raise AssertionError('a Triton kernel adds with atomics: the order of float additions varies run to run')
+    raise AssertionError('a Triton kernel adds with atomics: the order of float additions varies '
+                         'run to run')
 
 
 @contextlib.contextmanager
 def deterministic_algorithms() -> Iterator[None]:
-    """The mode on inside (cuBLAS takes it with the workspace tests/conftest.py sets), as it was after."""
+    """The mode on inside (cuBLAS takes it with the workspace tests/conftest.py sets), as it was
+    after."""
     enabled = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
@@ -84,9 +89,9 @@ BACKENDS = [pytest.param(case, impl, id=f'{case.op.name}-{impl}') for case in ch
 
 @pytest.mark.parametrize('case,impl', BACKENDS)
 def test_every_backend_is_deterministic_under_the_mode(case, impl, monkeypatch):
-    """Forward and backward at the check's test size, twice, under the mode (which also fills the memory
-    torch.empty hands out with NaN: a read of an unwritten cell shows); the reference (autograd through
-    torch's own formulas, float64 on the CPU) runs outside the refusals."""
+    """Forward and backward at the check's test size, twice, under the mode (which also fills the
+    memory torch.empty hands out with NaN: a read of an unwritten cell shows); the reference
+    (autograd through torch's own formulas, float64 on the CPU) runs outside the refusals."""
     with deterministic_algorithms():
         with refused_calls(monkeypatch):
             device, (inputs, first) = run_where_supported(case, impl)

@@ -1,7 +1,7 @@
-"""The feature map of ripple attention (arXiv:2110.02453, Appendix C.1, Eq. 13): the torch and C++ passes
-against its autograd form in value and every gradient (several chunks and blocks of rows), against
-each other in float32, a float64 gradcheck of the hand-written backward on a permuted view, the
-tensors saved, and half-precision inputs."""
+"""The feature map of ripple attention (arXiv:2110.02453, Appendix C.1, Eq. 13): the torch and C++
+passes against its autograd form in value and every gradient (several chunks and blocks of rows),
+against each other in float32, a float64 gradcheck of the hand-written backward on a permuted view,
+the tensors saved, and half-precision inputs."""
 import pytest
 import torch
 
@@ -15,7 +15,8 @@ def feature_inputs(dtype=torch.float64, shape=(2, 3, 11, 8), num_features=6):
     x = torch.randn(*shape, dtype=dtype) * 2
     w1 = torch.randn(num_features, shape[-1], dtype=dtype)
     w2 = torch.randn(shape[-1], 2 * num_features, dtype=dtype) * 0.3
-    b2 = torch.randn(shape[-1], dtype=dtype) * 0.1  # some features below zero: the ReLU's mask matters
+    # some features below zero: the ReLU's mask matters
+    b2 = torch.randn(shape[-1], dtype=dtype) * 0.1
     return [t.requires_grad_() for t in (x, w1, w2, b2)]
 
 
@@ -59,7 +60,8 @@ def test_feature_map_gradcheck_and_saved_tensors(impl):
     the input and the output are saved."""
     x, w1, w2, b2 = feature_inputs(shape=(2, 5, 3, 4), num_features=3)
     view = x.transpose(1, 2)
-    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5, impl=impl), (view, w1, w2, b2))
+    assert torch.autograd.gradcheck(lambda *a: trig_relu_features(*a, scale=0.5, impl=impl),
+                                    (view, w1, w2, b2))
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = trig_relu_features(view, w1, w2, b2, impl=impl)
@@ -72,7 +74,7 @@ def test_feature_map_half_inputs_keep_their_dtype(impl):
     half = x.detach().bfloat16().requires_grad_()
     out = trig_relu_features(half, w1, w2, b2, impl=impl)
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), trig_relu_features_reference(half.float(), w1, w2, b2), atol=2e-2,
-                               rtol=2e-2)
+    torch.testing.assert_close(out.float(), trig_relu_features_reference(half.float(), w1, w2, b2),
+                               atol=2e-2, rtol=2e-2)
     out.float().sum().backward()
     assert half.grad.dtype == torch.bfloat16 and w1.grad.dtype == torch.float32

@@ -1,6 +1,6 @@
-"""``tools/analysis_tools/benchmark.py`` times any config as mmdet's and mmseg's ``benchmark.py`` do, on this
-machine's CPU too: a project demo and its stock twin, random weights or a checkpoint; a checkpoint of
-another model is refused in one line."""
+"""``tools/analysis_tools/benchmark.py`` times any config as mmdet's and mmseg's ``benchmark.py``
+do, on this machine's CPU too: a project demo and its stock twin, random weights or a checkpoint; a
+checkpoint of another model is refused in one line."""
 import json
 
 import pytest

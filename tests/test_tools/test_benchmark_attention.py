@@ -6,9 +6,10 @@ from ..conftest import run_tool
 
 
 def test_benchmark_writes_table_json_and_plot(tmp_path):
-    done = run_tool(['tools/analysis_tools/benchmark_attention.py', '--types', 'SpatialReductionAttention:sr_ratio=2',
-                     '--grids', 4, 8, '--dims', 16, '--heads', 2, '--batch', 1, '--repeats', 2, '--threads', 1,
-                     '--out-dir', tmp_path], cwd=tmp_path)
+    done = run_tool(['tools/analysis_tools/benchmark_attention.py', '--types',
+                     'SpatialReductionAttention:sr_ratio=2',
+                     '--grids', 4, 8, '--dims', 16, '--heads', 2, '--batch', 1, '--repeats', 2,
+                     '--threads', 1, '--out-dir', tmp_path], cwd=tmp_path)
     assert 'time exponent of SpatialReductionAttention:sr_ratio=2' in done.stdout
     result = json.loads((tmp_path / 'results.json').read_text())
     assert len(result['rows']) == 2
@@ -19,7 +20,7 @@ def test_benchmark_writes_table_json_and_plot(tmp_path):
 
 
 def test_benchmark_reports_unknown_type(tmp_path):
-    done = run_tool(['tools/analysis_tools/benchmark_attention.py', '--types', 'NoSuchAttention', '--grids', 4,
-                     '--out-dir', tmp_path], cwd=tmp_path, check=False)
+    done = run_tool(['tools/analysis_tools/benchmark_attention.py', '--types', 'NoSuchAttention',
+                     '--grids', 4, '--out-dir', tmp_path], cwd=tmp_path, check=False)
     assert done.returncode == 1
     assert "unknown attention type 'NoSuchAttention'" in done.stdout

@@ -1,6 +1,6 @@
-"""The attention arena (``tools/analysis_tools/compare_attentions.py``): where a config's model holds its
-attentions, the shortened schedule, one-line refusals, and a whole run on a demo that writes the record and
-plots, read back by a second run and refused for other settings."""
+"""The attention arena (``tools/analysis_tools/compare_attentions.py``): where a config's model
+holds its attentions, the shortened schedule, one-line refusals, and a whole run on a demo that
+writes the record and plots, read back by a second run and refused for other settings."""
 import json
 
 import pytest
@@ -38,7 +38,9 @@ def test_every_slot_gets_the_attention_and_nothing_else():
     swapped = with_attention(cfg, 'SpatialReductionAttention:sr_ratio=2')
     assert swapped.model.backbone.ripple_cfg == swapped.model.backbone.attn_cfg == dict(
         type='SpatialReductionAttention', sr_ratio=2)
-    assert cfg.model == config('configs/smca/deit-ripple-demo_1xb32-300i_shapes-imagenet-64.py').model  # a copy
+    assert (
+        cfg.model == config('configs/smca/deit-ripple-demo_1xb32-300i_shapes-imagenet-64.py').model
+    )  # a copy
 
 
 def test_schedule_is_shortened_in_proportion():
@@ -50,9 +52,11 @@ def test_schedule_is_shortened_in_proportion():
 
 
 @pytest.mark.parametrize('args, message', [
-    ([VIL, '--attentions', 'NoSuchAttention'], "error: --attentions NoSuchAttention: unknown attention type "
+    ([VIL, '--attentions', 'NoSuchAttention'],
+     "error: --attentions NoSuchAttention: unknown attention type "
                                                "'NoSuchAttention'"),
-    (['configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'], 'error: the model holds no attention to swap'),
+    (['configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'],
+     'error: the model holds no attention to swap'),
     ([VIL, '--sizes', '64'], '--sizes takes at least two distinct positive sides'),
     ([VIL, '--jobs', '0'], '--iters, --batch, --repeats and --jobs positive ones'),
 ])
@@ -65,18 +69,27 @@ def test_bad_requests_are_refused_in_one_line(args, message, tmp_path):
 def test_arena_run_writes_record_and_plots_and_resumes(workspace, tmp_path):
     out, records = tmp_path / 'arena', tmp_path / 'records'
     args = [TOOL, REPO / SEGFORMER, '--attentions', 'LinearAttention', '--seeds', '0', '1',
-            '--iters', '2', '--sizes', '32', '64', '--repeats', '1', '--jobs', '2', '--out-dir', out]
+            '--iters', '2', '--sizes', '32', '64', '--repeats', '1', '--jobs', '2', '--out-dir',
+            out]
     run_tool(args + ['--record-dir', records], cwd=workspace)
     results = json.loads((out / 'arena.json').read_text())
-    assert results['metric'] == 'mIoU' and results['measured_part'] == 'backbone' and results['iters'] == 2
+    assert (
+        results['metric'] == 'mIoU'
+        and results['measured_part'] == 'backbone'
+        and results['iters'] == 2
+    )
     for row in results['attentions']:
         assert 'errors' not in row and row['params'] > 0 and row['gmacs'] > 0
         assert [point['size'] for point in row['curve']] == [32, 64]
-        assert [point['tokens'] for point in row['curve']] == [8 * 8, 16 * 16]  # the first stage's map
+        # the first stage's map
+        assert [point['tokens'] for point in row['curve']] == [8 * 8, 16 * 16]
         assert set(row['metric']) == {'0', '1'} and row['spread'] is not None
-    assert {path.suffix for path in (out / 'cost.png', out / 'metric.png') if path.stat().st_size} == {'.png'}
+    assert {path.suffix for path in (out / 'cost.png', out / 'metric.png')
+            if path.stat().st_size} == {'.png'}
     record, *plots = sorted(records.iterdir())
-    assert record.name.endswith('_segformer-mit-b0-rwgka-1xb8-600i-shapes-cityscapes-128_arena.json')
+    assert record.name.endswith(
+        '_segformer-mit-b0-rwgka-1xb8-600i-shapes-cityscapes-128_arena.json'
+    )
     assert [path.name[len(record.stem):] for path in plots] == ['_cost.png', '_metric.png']
     assert json.loads(record.read_text())['results'] == results
     assert '| LinearAttention |' in table(results)

@@ -1,7 +1,7 @@
 """torch.compile (inductor, CPU) of the attentions: forward and backward equal eager, graph breaks
 counted. The quick check covers hand-written autograd Functions that are cheap to compile
-(linear-angular; ripple's feature map and spatial weights); every type is in the slow one (about two minutes
-of C++ compilation on two cores, figures in docs/records/benchmarks.md)."""
+(linear-angular; ripple's feature map and spatial weights); every type is in the slow one (about two
+minutes of C++ compilation on two cores, figures in docs/records/benchmarks.md)."""
 import json
 
 import pytest
@@ -22,7 +22,8 @@ def test_compiled_attentions_equal_eager(tmp_path):
     assert sorted(rows) == QUICK
     for row in rows.values():
         assert 'error' not in row and row['max_relative_error'] <= 1e-4, row
-    # the written-out Functions (linear-angular; ripple's feature map and spatial weights) trace whole
+    # the written-out Functions (linear-angular; ripple's feature map and spatial weights) trace
+    # whole
     assert rows['LinearAngularAttention']['graph_breaks'] == 0
     assert rows['RippleAttention']['graph_breaks'] == 0
 
@@ -35,6 +36,8 @@ def test_every_attention_compiles(tmp_path):
 
 
 def test_unknown_type_is_one_line(tmp_path):
-    done = run_tool([TOOL, '--types', 'NoSuchAttention', '--out-dir', tmp_path], cwd=tmp_path, check=False)
-    assert done.returncode == 2 and 'unknown attention type NoSuchAttention; registered:' in done.stderr
+    done = run_tool([TOOL, '--types', 'NoSuchAttention', '--out-dir', tmp_path], cwd=tmp_path,
+                    check=False)
+    assert (done.returncode == 2
+            and 'unknown attention type NoSuchAttention; registered:' in done.stderr)
     assert 'Traceback' not in done.stderr

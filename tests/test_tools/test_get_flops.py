@@ -27,7 +27,8 @@ def test_softmax_attention_counts_scores_and_mixing():
 def test_rwgk_attention_counts_graphs_walk_and_solve():
     tokens, dims, heads, anchors = 12 * 10, 32, 2, 8
     head_dims = dims // heads
-    attn = build_attention(dict(type='RWGKAttention', num_anchors=anchors), embed_dims=dims, num_heads=heads).eval()
+    attn = build_attention(dict(type='RWGKAttention', num_anchors=anchors), embed_dims=dims,
+                           num_heads=heads).eval()
     macs = count_flops(lambda: attn(torch.randn(1, tokens, dims), (12, 10)))
     projections = linear_macs(tokens, dims, 3 * dims) + linear_macs(tokens, dims, dims)
     per_head = (2 * tokens * anchors * head_dims  # G_Q and G_K logits
@@ -79,20 +80,21 @@ def test_stock_flop_counter_counts_every_family(config):
     get_flops = import_module('mmvisattn.analysis.flops')
     cfg = Config.fromfile(REPO / 'configs' / config)
     model = build_from_config(cfg).eval()
-    meta = dict(img_shape=(128, 128), ori_shape=(128, 128), pad_shape=(128, 128), batch_input_shape=(128, 128),
-                scale_factor=(1.0, 1.0))
+    meta = dict(img_shape=(128, 128), ori_shape=(128, 128), pad_shape=(128, 128),
+                batch_input_shape=(128, 128), scale_factor=(1.0, 1.0))
     if cfg.default_scope == 'mmdet':
         from mmdet.structures import DetDataSample as Sample
     else:
         from mmseg.structures import SegDataSample as Sample
     model.forward = partial(model.forward, data_samples=[Sample(metainfo=meta)])
-    stock = get_model_complexity_info(model, None, inputs=torch.zeros(1, 3, 128, 128), show_table=False,
-                                      show_arch=False)['flops']
+    stock = get_model_complexity_info(model, None, inputs=torch.zeros(1, 3, 128, 128),
+                                      show_table=False, show_arch=False)['flops']
     ours = get_flops.measure(str(REPO / 'configs' / config), (128, 128))['gmacs'] * 1e9
     assert abs(stock - ours) <= max(8, 2e-6 * ours), (stock, ours)
 
 
-@pytest.mark.parametrize('attn_cfg', [dict(type='SoftmaxAttention'), dict(type='RWGKAttention', num_anchors=8)],
+@pytest.mark.parametrize('attn_cfg',
+                         [dict(type='SoftmaxAttention'), dict(type='RWGKAttention', num_anchors=8)],
                          ids=lambda c: c['type'])
 def test_stock_counter_counts_attention_kernels_as_the_project(attn_cfg):
     """With the registered handles, mmengine counts an attention (SDPA, or the RWGK solve) exactly
@@ -109,7 +111,8 @@ def test_stock_counter_counts_attention_kernels_as_the_project(attn_cfg):
             return self.attn(x, (12, 10))
 
     x = torch.randn(1, 120, 32)
-    stock = get_model_complexity_info(Wrapped(), None, inputs=x, show_table=False, show_arch=False)['flops']
+    stock = get_model_complexity_info(Wrapped(), None, inputs=x, show_table=False,
+                                      show_arch=False)['flops']
     assert stock == count_flops(lambda: attn(x, (12, 10)))['total']
 
 

@@ -43,8 +43,10 @@ def test_mmcv_without_cuda_kernels_is_named_in_one_line(monkeypatch, capsys):
     monkeypatch.setitem(tool.CHECKS, 'cuda', [cpu_only_nms])
     assert tool.main(['--wheel', '/cache/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl']) == 1
     assert capsys.readouterr().err == (
-        'make install: error: mmcv (/cache/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl) has no working cuda kernels '
-        '(cpu_only_nms: RuntimeError: nms_impl: implementation for device cuda:0 not found.); delete the wheel and '
+        'make install: error: mmcv (/cache/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl) has no working '
+        'cuda kernels '
+        '(cpu_only_nms: RuntimeError: nms_impl: implementation for device cuda:0 not found.); '
+        'delete the wheel and '
         'run make install again with the CUDA toolkit (nvcc) on PATH\n')
 
 
@@ -54,7 +56,8 @@ def test_installed_mmcv_runs_its_ops_on_this_machine():
 
 
 def cache_dir(tmp_path, torch_version: str, cuda, **env) -> str:
-    """install.sh's ``mmcv_cache_dir`` for a venv whose torch says ``torch_version`` and ``cuda``."""
+    """install.sh's ``mmcv_cache_dir`` for a venv whose torch says ``torch_version`` and
+    ``cuda``."""
     fake = tmp_path / 'fake' / 'torch'
     fake.mkdir(parents=True, exist_ok=True)
     (fake / '__init__.py').write_text(f'__version__ = {torch_version!r}\n'
@@ -62,8 +65,10 @@ def cache_dir(tmp_path, torch_version: str, cuda, **env) -> str:
     (tmp_path / 'venv' / 'bin').mkdir(parents=True, exist_ok=True)
     if not (tmp_path / 'venv' / 'bin' / 'python').exists():
         os.symlink(sys.executable, tmp_path / 'venv' / 'bin' / 'python')
-    function = re.search(r'^mmcv_cache_dir\(\) \{.*?^\}', (REPO / 'tools/install.sh').read_text(), re.S | re.M)
-    done = run_command([shutil.which('bash'), '-c', f'{function.group(0)}\nmmcv_cache_dir'], timeout=60, env={
+    function = re.search(r'^mmcv_cache_dir\(\) \{.*?^\}', (REPO / 'tools/install.sh').read_text(),
+                         re.S | re.M)
+    done = run_command([shutil.which('bash'), '-c', f'{function.group(0)}\nmmcv_cache_dir'],
+                       timeout=60, env={
         **os.environ, 'VENV': str(tmp_path / 'venv'), 'PYTHONPATH': str(tmp_path / 'fake'),
         'MMVISATTN_WHEEL_CACHE': '/cache', **env})
     assert done.returncode == 0, done.stderr
@@ -71,9 +76,11 @@ def cache_dir(tmp_path, torch_version: str, cuda, **env) -> str:
 
 
 def test_wheel_cache_is_keyed_by_torch_python_and_cuda(tmp_path):
-    """A build without CUDA kernels is never reused by a CUDA torch, nor one of another torch release; a CUDA
-    torch asked for a CPU build (make test-oldest: MMVISATTN_MMCV_CUDA=0) takes the CPU key."""
+    """A build without CUDA kernels is never reused by a CUDA torch, nor one of another torch
+    release; a CUDA torch asked for a CPU build (make test-oldest: MMVISATTN_MMCV_CUDA=0) takes the
+    CPU key."""
     python = f'cp{sys.version_info[0]}{sys.version_info[1]}'
     assert cache_dir(tmp_path, '2.13.0+cpu', None) == f'/cache/torch2.13.0-{python}-cpu'
     assert cache_dir(tmp_path, '2.6.0+cu124', '12.4') == f'/cache/torch2.6.0-{python}-cu124'
-    assert cache_dir(tmp_path, '2.6.0+cu124', '12.4', MMVISATTN_MMCV_CUDA='0') == f'/cache/torch2.6.0-{python}-cpu'
+    assert cache_dir(tmp_path, '2.6.0+cu124', '12.4',
+                     MMVISATTN_MMCV_CUDA='0') == f'/cache/torch2.6.0-{python}-cpu'

@@ -15,7 +15,8 @@ SEG_SMALL = """
 _base_ = {base!r}
 size = (64, 64)
 train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
-                  dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
+                  dict(type='Resize', scale=size, keep_ratio=True),
+                  dict(type='RandomFlip', prob=0.5),
                   dict(type='PackSegInputs')]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
                  dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
@@ -32,11 +33,13 @@ randomness = dict(seed=0)
 # Box-only pipelines resized to a template's ``size``, for the short detection runs.
 DET_PIPELINES = """
 train_pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True),
-                  dict(type='Resize', scale=size, keep_ratio=True), dict(type='RandomFlip', prob=0.5),
+                  dict(type='Resize', scale=size, keep_ratio=True),
+                  dict(type='RandomFlip', prob=0.5),
                   dict(type='PackDetInputs')]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=size, keep_ratio=True),
                  dict(type='LoadAnnotations', with_bbox=True),
-                 dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
+                 dict(type='PackDetInputs',
+                      meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))]
 """
 
 DET_SMALL = """
@@ -72,10 +75,10 @@ def metric(output: str, name: str) -> float:
 
 
 def assert_learned(untrained: float, trained: float, margin: float, floor: float = 0.0) -> None:
-    """The trained model's metric at least ``margin`` above the untrained model's and ``floor`` (chance, the
-    all-background prediction). The runs are seeded (``randomness`` above, ``untrained_checkpoint``); each
-    margin is at most half the smallest gain measured over seeds 0 to 2 or 3, so the seed does not decide
-    the outcome."""
+    """The trained model's metric at least ``margin`` above the untrained model's and ``floor``
+    (chance, the all-background prediction). The runs are seeded (``randomness`` above,
+    ``untrained_checkpoint``); each margin is at most half the smallest gain measured over seeds 0
+    to 2 or 3, so the seed does not decide the outcome."""
     assert trained >= max(untrained, floor) + margin, (untrained, trained)
 
 
@@ -84,10 +87,12 @@ def before_and_after(workspace, tmp_path, template: str, base: str, iters: int, 
     config = tmp_path / 'small.py'
     config.write_text(template.format(base=str(REPO / base), iters=iters))
     untrained_checkpoint(config, tmp_path / 'untrained.pth')
-    before = run_tool(['tools/test.py', config, tmp_path / 'untrained.pth', '--work-dir', tmp_path / 'before'],
+    before = run_tool(['tools/test.py', config, tmp_path / 'untrained.pth', '--work-dir',
+                       tmp_path / 'before'],
                       cwd=workspace)
     trained = run_tool(['tools/train.py', config, '--work-dir', tmp_path / 'train'], cwd=workspace)
-    return metric(before.stdout + before.stderr, name), metric(trained.stdout + trained.stderr, name)
+    return metric(before.stdout + before.stderr,
+                  name), metric(trained.stdout + trained.stderr, name)
 
 
 ALL_BACKGROUND_MIOU = 22.66  # background IoU 90.6 / 4 classes on the validation split
@@ -100,13 +105,14 @@ def test_segformer_rwgka_demo_learns(workspace, tmp_path):
     mIoU above the all-background prediction's; fewer iterations stay at or just above it)."""
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
-        'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py', 200, 'mIoU')
+        'configs/segformer_rwgka/segformer_mit-b0-rwgka_1xb8-600i_shapes-cityscapes-128.py', 200,
+        'mIoU')
     assert_learned(untrained, trained, MIOU_MARGIN, ALL_BACKGROUND_MIOU)
 
 
 def test_castling_segmentation_demo_learns(workspace, tmp_path):
-    """CastlingLeViT-S with the SegFormer head at 64x64; the auxiliary softmax branches are faded out
-    and removed during these iterations, so the trained model is the deploy one."""
+    """CastlingLeViT-S with the SegFormer head at 64x64; the auxiliary softmax branches are faded
+    out and removed during these iterations, so the trained model is the deploy one."""
     untrained, trained = before_and_after(
         workspace, tmp_path, SEG_SMALL,
         'configs/castling/segformer-head_castling-levit-s_1xb8-600i_shapes-cityscapes-128.py',
@@ -117,6 +123,6 @@ def test_castling_segmentation_demo_learns(workspace, tmp_path):
 def test_picodet_castling_demo_learns(workspace, tmp_path):
     """PicoDet-S-Castling from scratch at 64x64: box AP50 above the untrained model's."""
     untrained, trained = before_and_after(
-        workspace, tmp_path, DET_SMALL, 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
-        100, 'bbox_mAP_50')
+        workspace, tmp_path, DET_SMALL,
+        'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py', 100, 'bbox_mAP_50')
     assert_learned(untrained, trained, AP50_MARGIN)

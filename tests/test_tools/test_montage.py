@@ -16,7 +16,8 @@ def test_montage_tiles_and_captions(tmp_path):
     for index in range(5):
         Image.new('RGB', (40, 20), (10 * index, 100, 200)).save(tmp_path / f'{index}.png')
     out = tmp_path / 'sheet' / 'montage.png'
-    load_tool('tools/misc/montage.py').main([str(tmp_path), '--pattern', '*.png', '--columns', '2', '--out', str(out),
+    load_tool('tools/misc/montage.py').main([str(tmp_path), '--pattern', '*.png', '--columns', '2',
+                                             '--out', str(out),
                                              '--caption', 'left: ground truth | right: prediction'])
     sheet = np.asarray(Image.open(out))
     assert sheet.shape == (24 + 3 * 20, 2 * 40, 3)
@@ -26,7 +27,8 @@ def test_montage_tiles_and_captions(tmp_path):
 
 def test_model_index_imports_every_metafile_where_mim_looks():
     """``mim search mmvisattn`` reads ``mmvisattn/.mim/model-index.yml`` (linked by setup.py, as the
-    OpenMMLab packages do); every metafile it imports and every config they name resolve from there."""
+    OpenMMLab packages do); every metafile it imports and every config they name resolve from
+    there."""
     mim_dir = REPO / 'mmvisattn' / '.mim'
     index = yaml.safe_load((mim_dir / 'model-index.yml').read_text())
     on_disk = sorted(str(p.relative_to(REPO)) for p in (REPO / 'configs').glob('*/metafile.yml'))
@@ -40,8 +42,8 @@ def test_model_index_imports_every_metafile_where_mim_looks():
 def test_mim_search_lists_the_model_zoo(tmp_path):
     """``make install`` installs openmim and links the package so that mim finds its model index."""
     mim = Path(sys.executable).with_name('mim')
-    done = subprocess.run([str(mim), 'search', 'mmvisattn', '--field', 'config'], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    done = subprocess.run([str(mim), 'search', 'mmvisattn', '--field', 'config'],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     index = yaml.safe_load((REPO / 'model-index.yml').read_text())
     names = {Path(model['Config']).stem for path in index['Import']

@@ -1,7 +1,8 @@
 """vil2mmvisattn: synthetic state dicts laid out like the official checkpoints (classification:
 ``net`` / ``module.layer{i}...`` with a full-attention last stage and other windows; detectron2:
 ``model`` / ``backbone.bottom_up.layer{i}...`` with shared global projections) load into ViL with
-every weight set, tables and tokens resized; unmapped keys are listed; an incomplete checkpoint fails."""
+every weight set, tables and tokens resized; unmapped keys are listed; an incomplete checkpoint
+fails."""
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ DEMO_ARCH = dict(embed_dims=(32, 64, 128, 256), depths=(1, 1, 3, 1), num_heads=(
                  patch_sizes=(4, 2, 2, 2), windows=(7, 7, 7, 7), num_global=(1, 1, 1, 0))
 
 
-def official_state_dict(arch, windows, num_global, full_attention_last=False, shared_global=False, prefix=''):
+def official_state_dict(arch, windows, num_global, full_attention_last=False, shared_global=False,
+                        prefix=''):
     """Official ``MsViT`` keys and shapes (``layer{i}.0`` patch embedding, odd indices attention
     blocks, even indices MLP blocks); a full-attention stage has ``attn.qkv`` and a table of
     ``(2 * map - 1)^2`` entries for a 7 x 7 map."""
@@ -23,10 +25,12 @@ def official_state_dict(arch, windows, num_global, full_attention_last=False, sh
     state, channels = {}, 3
     stages = len(arch['depths'])
     for i in range(stages):
-        dims, heads, patch, glob = arch['embed_dims'][i], arch['num_heads'][i], arch['patch_sizes'][i], num_global[i]
+        dims, heads, patch, glob = (arch['embed_dims'][i], arch['num_heads'][i],
+                                    arch['patch_sizes'][i], num_global[i],)
 
         def put(name, *shape):
-            state[f'{prefix}layer{i + 1}.{name}'] = torch.randn(*shape, generator=generator)  # noqa: B023
+            key = f'{prefix}layer{i + 1}.{name}'  # noqa: B023
+            state[key] = torch.randn(*shape, generator=generator)
 
         put('0.proj.weight', dims, channels, patch, patch)
         put('0.proj.bias', dims)
@@ -49,7 +53,9 @@ def official_state_dict(arch, windows, num_global, full_attention_last=False, sh
                 put(f'{attn}.attn.{name}.weight', mult * dims, dims)
                 put(f'{attn}.attn.{name}.bias', mult * dims)
             put(f'{attn}.attn.local_relative_position_bias_table', side * side, heads)
-            state[f'{prefix}layer{i + 1}.{attn}.attn.relative_position_index'] = torch.zeros(4, dtype=torch.long)
+            state[f'{prefix}layer{i + 1}.{attn}.attn.relative_position_index'] = torch.zeros(
+                4, dtype=torch.long
+            )
             if glob:
                 put(f'{attn}.attn.g2l_relative_position_bias', 2, heads, glob)
                 put(f'{attn}.attn.g2g_relative_position_bias', heads, glob, glob)
@@ -68,8 +74,10 @@ def official_state_dict(arch, windows, num_global, full_attention_last=False, sh
 
 
 def test_classification_checkpoint_with_other_windows_and_full_attention():
-    # ImageNet layout: window 5 (table 19^2) in stage 1, a global token in the last, full-attention stage
-    source = official_state_dict(DEMO_ARCH, (5, 7, 7, 7), (1, 1, 1, 1), full_attention_last=True, prefix='module.')
+    # ImageNet layout: window 5 (table 19^2) in stage 1, a global token in the last, full-attention
+    # stage
+    source = official_state_dict(DEMO_ARCH, (5, 7, 7, 7), (1, 1, 1, 1), full_attention_last=True,
+                                 prefix='module.')
     model = ViL(arch=DEMO_ARCH)
     target = model.state_dict()
     converted, unmapped = convert_vil_state_dict(source, target)
@@ -83,11 +91,13 @@ def test_classification_checkpoint_with_other_windows_and_full_attention():
     table = converted['stages.0.blocks.0.attn.local_relative_position_bias_table']
     assert table.shape == (27 * 27, 1)
     assert 'module.layer4.0.cls_token' in unmapped and 'module.norm.weight' in unmapped
-    assert 'module.layer1.1.attn.query_global.weight' in unmapped  # ViL shares the global projections
+    # ViL shares the global projections
+    assert 'module.layer1.1.attn.query_global.weight' in unmapped
 
 
 def test_detectron2_checkpoint_copies_every_tensor():
-    source = official_state_dict(DEMO_ARCH, (7,) * 4, (1, 1, 1, 0), shared_global=True, prefix='backbone.bottom_up.')
+    source = official_state_dict(DEMO_ARCH, (7,) * 4, (1, 1, 1, 0), shared_global=True,
+                                 prefix='backbone.bottom_up.')
     source['backbone.fpn_lateral2.weight'] = torch.zeros(1)
     model = ViL(arch=DEMO_ARCH)
     converted, unmapped = convert_vil_state_dict(source, model.state_dict())
@@ -105,7 +115,8 @@ def test_detectron2_checkpoint_copies_every_tensor():
 
 def test_separate_global_projections_get_the_checkpoint_or_the_local_copy():
     source = official_state_dict(DEMO_ARCH, (7,) * 4, (1, 1, 1, 1), full_attention_last=True)
-    model = ViL(arch=DEMO_ARCH, attn_cfg=dict(type='LongformerAttention', share_global_weights=False))
+    model = ViL(arch=DEMO_ARCH,
+                attn_cfg=dict(type='LongformerAttention', share_global_weights=False))
     converted, _ = convert_vil_state_dict(source, model.state_dict())
     model.load_state_dict(converted)
     torch.testing.assert_close(converted['stages.0.blocks.0.attn.proj_global.weight'],
@@ -117,8 +128,8 @@ def test_separate_global_projections_get_the_checkpoint_or_the_local_copy():
 def test_tool_converts_and_fails_on_unset_weights(tmp_path):
     source = official_state_dict(DEMO_ARCH, (7,) * 4, (1, 1, 1, 0), prefix='module.')
     torch.save({'net': source}, tmp_path / 'vil.pth')
-    done = run_tool(['tools/model_converters/vil2mmvisattn.py', tmp_path / 'vil.pth', tmp_path / 'out.pth',
-                     '--config', DEMO], cwd=tmp_path)
+    done = run_tool(['tools/model_converters/vil2mmvisattn.py', tmp_path / 'vil.pth',
+                     tmp_path / 'out.pth', '--config', DEMO], cwd=tmp_path)
     assert 'module.norm.weight' in done.stdout
     saved = torch.load(tmp_path / 'out.pth', weights_only=True)['state_dict']
     ViL(arch=DEMO_ARCH).load_state_dict(saved)

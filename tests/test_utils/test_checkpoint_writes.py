@@ -28,16 +28,19 @@ def test_a_failed_write_leaves_the_previous_file(tmp_path):
         raise OSError('disk full')
     with pytest.raises(OSError, match='disk full'):
         write_atomically(str(target), fail)
-    assert target.read_text() == 'iter_2.pth' and [p.name for p in tmp_path.iterdir()] == ['last_checkpoint']
+    assert target.read_text() == 'iter_2.pth' and [p.name for p in tmp_path.iterdir()] == [
+        'last_checkpoint'
+    ]
 
 
 def test_partials_of_finished_processes_are_removed_and_others_kept(tmp_path):
-    finished = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True,
-                              text=True).stdout.strip()
+    finished = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                              capture_output=True, text=True).stdout.strip()
     stale = tmp_path / f'.iter_6.pth.{finished}.partial'
     running = tmp_path / f'.iter_6.pth.{os.getppid()}.partial'  # a live process's write in progress
     unrelated = tmp_path / 'notes.partial'
     for path in (stale, running, unrelated):
         path.write_bytes(b'half')
     save_atomically({'state_dict': {}}, str(tmp_path / 'iter_8.pth'))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['iter_8.pth', running.name, unrelated.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['iter_8.pth', running.name,
+                                                                 unrelated.name])

@@ -1,4 +1,5 @@
-"""The GPU proof: every op of mmvisattn on CUDA, in one command of a few minutes on a bare GPU machine.
+"""The GPU proof: every op of mmvisattn on CUDA, in one command of a few minutes on a bare GPU
+machine.
 
 The tool's logic: :mod:`lab.proof.ops`."""
 import sys

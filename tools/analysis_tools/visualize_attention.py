@@ -1,11 +1,13 @@
 """Pictures of what the attentions of a model look at, for one image.
 
-    python tools/analysis_tools/visualize_attention.py --config C [--checkpoint K] --image I --out DIR
+    python tools/analysis_tools/visualize_attention.py --config C [--checkpoint K] --image I --out
+    DIR
 
 Any attention module that exposes its map is drawn. The protocol (see
 ``mmvisattn/models/attentions/peripheral.py``): a method
 
-    attention_maps(x: Tensor, hw_shape: Tuple[int, int], query: Tuple[int, int]) -> Dict[str, Tensor]
+    attention_maps(x: Tensor, hw_shape: Tuple[int, int], query: Tuple[int, int]) -> Dict[str,
+    Tensor]
 
 returning named ``(heads, H, W)`` maps of what the spatial token at ``query = (row, col)`` attends
 to, for the first image of ``x``, the tokens the module received. The tool records each such
@@ -34,11 +36,13 @@ from torch import Tensor
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--config', required=True, help='mmdet or mmseg config of a model of this project')
+    parser.add_argument('--config', required=True,
+                        help='mmdet or mmseg config of a model of this project')
     parser.add_argument('--checkpoint', help='weights; without them the initialised model is drawn')
     parser.add_argument('--image', required=True, help='image file')
     parser.add_argument('--out', required=True, type=Path, help='directory for the PNGs')
-    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'), help='resize the image to H x W first')
+    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
+                        help='resize the image to H x W first')
     parser.add_argument('--queries', type=int, default=3, help='sample queries besides the centre')
     parser.add_argument('--device', default='cpu')
     return parser.parse_args(argv)
@@ -55,7 +59,8 @@ def build_model(config: str, checkpoint: str, device: str) -> torch.nn.Module:
     model.init_weights()
     if checkpoint:
         weights = read_run_checkpoint(checkpoint)
-        check_model_fits_checkpoint(model, weights, checkpoint, 'is it a checkpoint of this config?')
+        check_model_fits_checkpoint(model, weights, checkpoint,
+                                    'is it a checkpoint of this config?')
         model.load_state_dict(model_weights(weights, checkpoint))
     return model.to(device).eval()
 
@@ -77,8 +82,10 @@ def load_image(path: str, model: torch.nn.Module, size) -> Tensor:
     return tensor[None]
 
 
-def record_attention_inputs(model: torch.nn.Module, image: Tensor) -> List[Tuple[str, torch.nn.Module, Tensor, tuple]]:
-    """Run the backbone once; return ``(name, module, x, hw_shape)`` of every module with ``attention_maps``."""
+def record_attention_inputs(model: torch.nn.Module,
+                            image: Tensor) -> List[Tuple[str, torch.nn.Module, Tensor, tuple]]:
+    """Run the backbone once; return ``(name, module, x, hw_shape)`` of every module with
+    ``attention_maps``."""
     records, handles = [], []
     for name, module in model.named_modules():
         if callable(getattr(module, 'attention_maps', None)):
@@ -92,7 +99,8 @@ def record_attention_inputs(model: torch.nn.Module, image: Tensor) -> List[Tuple
     for handle in handles:
         handle.remove()
     if not records:
-        raise SystemExit('error: no attention of this model exposes attention_maps(x, hw_shape, query)')
+        raise SystemExit('error: no attention of this model exposes attention_maps(x, hw_shape, '
+                         'query)')
     return records
 
 
@@ -106,7 +114,8 @@ def sample_queries(hw_shape: Sequence[int], count: int) -> List[Tuple[int, int]]
     return list(dict.fromkeys(points))
 
 
-def draw_grid(maps: List[Tuple[str, Tensor]], query: Tuple[int, int], title: str, path: Path) -> None:
+def draw_grid(maps: List[Tuple[str, Tensor]], query: Tuple[int, int], title: str,
+              path: Path) -> None:
     """Layers as rows, heads as columns, the query cell framed in red."""
     import matplotlib
     matplotlib.use('Agg')
@@ -114,7 +123,8 @@ def draw_grid(maps: List[Tuple[str, Tensor]], query: Tuple[int, int], title: str
     from matplotlib.patches import Rectangle
 
     heads = max(m.shape[0] for _, m in maps)
-    figure, axes = plt.subplots(len(maps), heads, figsize=(1.6 * heads + 1, 1.6 * len(maps) + 0.6), squeeze=False)
+    figure, axes = plt.subplots(len(maps), heads, figsize=(1.6 * heads + 1, 1.6 * len(maps) + 0.6),
+                                squeeze=False)
     for row, (layer, layer_maps) in enumerate(maps):
         for head in range(heads):
             axis = axes[row][head]
@@ -123,8 +133,10 @@ def draw_grid(maps: List[Tuple[str, Tensor]], query: Tuple[int, int], title: str
             if head >= layer_maps.shape[0]:
                 axis.set_axis_off()
                 continue
-            axis.imshow(layer_maps[head].float().cpu().numpy(), cmap='viridis', interpolation='nearest')
-            axis.add_patch(Rectangle((query[1] - 0.5, query[0] - 0.5), 1, 1, fill=False, edgecolor='red', lw=1.5))
+            axis.imshow(layer_maps[head].float().cpu().numpy(), cmap='viridis',
+                        interpolation='nearest')
+            axis.add_patch(Rectangle((query[1] - 0.5, query[0] - 0.5), 1, 1, fill=False,
+                                     edgecolor='red', lw=1.5))
             if head == 0:
                 axis.set_ylabel(layer, fontsize=7)
             if row == 0:
@@ -142,7 +154,8 @@ def draw_regions(regions: Dict[str, List[int]], names: Sequence[str], path: Path
     import matplotlib.pyplot as plt
 
     layers = list(regions)
-    counts = np.array([[sum(1 for r in regions[layer] if r == i) for i in range(len(names))] for layer in layers])
+    counts = np.array([[sum(1 for r in regions[layer]
+                            if r == i) for i in range(len(names))] for layer in layers])
     figure, axis = plt.subplots(figsize=(max(6, 0.5 * len(layers) + 2), 4))
     bottom = np.zeros(len(layers))
     for i, name in enumerate(names):
@@ -165,7 +178,8 @@ REGION_ANGLES = (5.0, 40.0, 120.0, 220.0)
 
 
 def region_radii(hw_shape: Sequence[int]) -> List[float]:
-    """Eq. 38: ``r_p = sqrt(HW theta_p / (220 pi))`` in token cells (1.19, 3.37, 5.83, 7.9 at 14x14)."""
+    """Eq. 38: ``r_p = sqrt(HW theta_p / (220 pi))`` in token cells (1.19, 3.37, 5.83, 7.9 at
+    14x14)."""
     area = hw_shape[0] * hw_shape[1]
     return [math.sqrt(area * angle / (REGION_ANGLES[-1] * math.pi)) for angle in REGION_ANGLES]
 
@@ -208,7 +222,8 @@ def main(argv=None) -> None:
         for map_name, maps in by_name.items():
             suffix = 'centre' if query_index == 0 else f'query-{query[0]}x{query[1]}'
             path = args.out / f'{map_name}_{suffix}.png'
-            draw_grid(maps, query, f'{map_name} attention of token {query} on the {records[0][3]} grid', path)
+            draw_grid(maps, query,
+                      f'{map_name} attention of token {query} on the {records[0][3]} grid', path)
             written.append(path)
     regions = {}
     for layer, module, _, hw_shape in records:

@@ -1,7 +1,7 @@
 """Export a detector or segmentor of the project to ONNX and check it with ONNX Runtime.
 
-    python tools/deployment/pytorch2onnx.py CONFIG CHECKPOINT --out model.onnx [--shape H W] [--dynamic]
-        [--opset 17] [--tolerance 1e-4] [--overwrite]
+    python tools/deployment/pytorch2onnx.py CONFIG CHECKPOINT --out model.onnx [--shape H W]
+        [--dynamic] [--opset 17] [--tolerance 1e-4] [--overwrite]
 
 The model is built from CONFIG, loaded from CHECKPOINT (every weight must fit), switched to deploy
 (Castling's auxiliary softmax branches removed) and exported up to its raw head outputs
@@ -46,7 +46,8 @@ def default_shape(cfg: Config) -> Tuple[int, int]:
         return tuple(size)
     resize = next((step for step in cfg.get('test_pipeline', []) if step['type'] == 'Resize'), None)
     if resize is None:
-        raise SystemExit('error: the config has no test Resize to take the input size from; give --shape H W')
+        raise SystemExit('error: the config has no test Resize to take the input size from; give '
+                         '--shape H W')
     width, height = resize['scale']
     if resize.get('keep_ratio', False):
         height, width = min(width, height), max(width, height)
@@ -58,10 +59,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('config')
     parser.add_argument('checkpoint')
     parser.add_argument('--out', required=True, help='the .onnx file to write')
-    parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'), help='input size (default: the config\'s)')
-    parser.add_argument('--dynamic', action='store_true', help='dynamic batch, height and width axes')
+    parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
+                        help='input size (default: the config\'s)')
+    parser.add_argument('--dynamic', action='store_true',
+                        help='dynamic batch, height and width axes')
     parser.add_argument('--opset', type=int, default=17)
-    parser.add_argument('--tolerance', type=float, default=1e-4, help='largest relative output difference')
+    parser.add_argument('--tolerance', type=float, default=1e-4,
+                        help='largest relative output difference')
     parser.add_argument('--overwrite', action='store_true', help='replace an existing --out')
     return parser.parse_args(argv)
 
@@ -82,7 +86,8 @@ def load_model(args: argparse.Namespace) -> Tuple[torch.nn.Module, Config]:
     cfg = load_config(args.config)
     model = build_from_config(cfg).eval()
     checkpoint = read_run_checkpoint(args.checkpoint)
-    check_model_fits_checkpoint(model, checkpoint, args.checkpoint, 'is it a checkpoint of this config?')
+    check_model_fits_checkpoint(model, checkpoint, args.checkpoint,
+                                'is it a checkpoint of this config?')
     model.load_state_dict(model_weights(checkpoint, args.checkpoint))
     return model, cfg
 
@@ -101,17 +106,21 @@ def main(argv=None) -> None:
     with torch.no_grad():
         reference = list(RawOutputs(model)(images))
     error = parity_error(reference, run_onnxruntime(onnx_bytes, images))
-    print(f'{len(reference)} outputs at {shape[0]}x{shape[1]}; ONNX Runtime vs PyTorch: max relative '
+    print(f'{len(reference)} outputs at {shape[0]}x{shape[1]}; ONNX Runtime vs PyTorch: max '
+          'relative '
           f'difference {error:.2e} (tolerance {args.tolerance:g})')
     if error > args.tolerance:
-        raise SystemExit(f'error: ONNX Runtime differs from PyTorch by {error:.2e} > --tolerance {args.tolerance:g}; '
+        raise SystemExit(f'error: ONNX Runtime differs from PyTorch by {error:.2e} > --tolerance '
+                         f'{args.tolerance:g}; '
                          f'{args.out} not written')
     if deployed:
         sizes = attention_sizes(model, images)
-        static = export_onnx(model, images, args.opset) if args.dynamic else onnx_bytes  # the check needs shapes
+        # the check needs shapes
+        static = export_onnx(model, images, args.opset) if args.dynamic else onnx_bytes
         quadratic = quadratic_matmuls(static, sizes)
         if quadratic:
-            raise SystemExit(f'error: the deploy graph holds {len(quadratic)} tokens x tokens MatMuls '
+            raise SystemExit(f'error: the deploy graph holds {len(quadratic)} tokens x tokens '
+                             'MatMuls '
                              f'(e.g. {quadratic[0]}); {args.out} not written')
         print(f'{deployed} auxiliary branches removed; no MatMul of the graph is tokens x tokens '
               f'(tokens {sorted({tokens for tokens, _ in sizes})})')

@@ -18,13 +18,15 @@ CAPTION_HEIGHT = 24
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('root', type=Path)
-    parser.add_argument('--pattern', default='*.png', help='glob under ROOT, newest match set first')
+    parser.add_argument('--pattern', default='*.png',
+                        help='glob under ROOT, newest match set first')
     parser.add_argument('--out', type=Path, required=True)
     parser.add_argument('--max-images', type=int, default=16)
     parser.add_argument('--columns', type=int, default=4)
     parser.add_argument('--caption', help='a line written above the tiles')
     args = parser.parse_args(argv)
-    paths = sorted(args.root.glob(args.pattern), key=lambda p: (-p.stat().st_mtime, p.name))[:args.max_images]
+    paths = sorted(args.root.glob(args.pattern),
+                   key=lambda p: (-p.stat().st_mtime, p.name))[:args.max_images]
     if not paths:
         raise SystemExit(f'error: no image matches {args.pattern!r} under {args.root}')
     images = [Image.open(p).convert('RGB') for p in sorted(paths)]

@@ -1,4 +1,5 @@
-"""Turn a stock mmseg or NVlabs MiT / SegFormer checkpoint into an initialisation of MixVisionTransformerRWGKA.
+"""Turn a stock mmseg or NVlabs MiT / SegFormer checkpoint into an initialisation of
+MixVisionTransformerRWGKA.
 
     python tools/model_converters/mit2mmvisattn.py SRC DST [--config CONFIG]
 
@@ -21,11 +22,17 @@ from mmvisattn.models.backbones.mit_rwgka import (
     convert_mit_state_dict,
     convert_segformer_state_dict,
 )
-from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
+from mmvisattn.utils import (
+    converter_arguments,
+    read_converter_input,
+    require_source_keys,
+    save_converted,
+)
 
 
 def main(argv=None) -> None:
-    parser = converter_arguments(__doc__.split('\n\n')[0], 'stock mmseg or NVlabs MiT or SegFormer checkpoint')
+    parser = converter_arguments(__doc__.split('\n\n')[0],
+                                 'stock mmseg or NVlabs MiT or SegFormer checkpoint')
     parser.add_argument('--keep-spatial-reduction', action='store_true',
                         help='keep sr/norm for a backbone built with SpatialReductionAttention')
     args = parser.parse_args(argv)

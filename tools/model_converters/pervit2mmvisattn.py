@@ -14,11 +14,17 @@ a checkpoint of another width fails in one line, and the parameters left newly i
 output norms of the other stages) are listed.
 """
 from mmvisattn.models.backbones.pervit import OFFICIAL_KEY, convert_pervit_state_dict
-from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
+from mmvisattn.utils import (
+    converter_arguments,
+    read_converter_input,
+    require_source_keys,
+    save_converted,
+)
 
 
 def main(argv=None) -> None:
-    args = converter_arguments(__doc__.split('\n\n')[0], 'official PerViT checkpoint').parse_args(argv)
+    args = converter_arguments(__doc__.split('\n\n')[0],
+                               'official PerViT checkpoint').parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
     require_source_keys(state_dict, args.src, OFFICIAL_KEY, 'official PerViT attention keys '
                         '(blocks.I.attn.activation.*); is it a juhongm999/pervit checkpoint?')
@@ -26,7 +32,8 @@ def main(argv=None) -> None:
         converted, dropped = convert_pervit_state_dict(state_dict)
     except KeyError as exc:
         raise SystemExit(f'error: {exc.args[0]}') from None
-    print(f'converted {len(converted)} tensors, dropped {len(dropped)} ({", ".join(dropped) or "none"})')
+    print(f'converted {len(converted)} tensors, dropped {len(dropped)} '
+          f'({", ".join(dropped) or "none"})')
     save_converted(converted, args.dst, args.config)
 
 

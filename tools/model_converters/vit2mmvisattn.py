@@ -12,16 +12,23 @@ not fit (a checkpoint of another width) fails in one line.
 import re
 
 from mmvisattn.models.backbones.castling_vit import convert_vit_state_dict
-from mmvisattn.utils import converter_arguments, read_converter_input, require_source_keys, save_converted
+from mmvisattn.utils import (
+    converter_arguments,
+    read_converter_input,
+    require_source_keys,
+    save_converted,
+)
 
 
 def main(argv=None) -> None:
-    args = converter_arguments(__doc__.split('\n\n')[0], 'timm or MAE ViT checkpoint').parse_args(argv)
+    args = converter_arguments(__doc__.split('\n\n')[0],
+                               'timm or MAE ViT checkpoint').parse_args(argv)
     state_dict = read_converter_input(args.src, args.dst, ('model', 'state_dict'))
     require_source_keys(state_dict, args.src, re.compile(r'blocks\.'),
                         'timm ViT blocks (blocks.I.*); is it a timm or MAE ViT?')
     converted, dropped = convert_vit_state_dict(state_dict)
-    print(f'converted {len(converted)} tensors, dropped {len(dropped)}: {", ".join(dropped) or "none"}')
+    print(f'converted {len(converted)} tensors, dropped {len(dropped)}: '
+          f'{", ".join(dropped) or "none"}')
     save_converted(converted, args.dst, args.config)
 
 

@@ -6,6 +6,7 @@
 _base_ = 'mmdet::_base_/models/retinanet_r50_fpn.py'
 
 model = dict(
-    backbone=dict(_delete_=True, type='ViL', arch='small', drop_path_rate=0.1, out_indices=(1, 2, 3),
+    backbone=dict(_delete_=True, type='ViL', arch='small', drop_path_rate=0.1,
+                  out_indices=(1, 2, 3),
                   init_cfg=dict(type='Pretrained', checkpoint='pretrain/vil-small_in1k.pth')),
     neck=dict(in_channels=[192, 384, 768], start_level=0, add_extra_convs='on_input', num_outs=5))

@@ -1,6 +1,7 @@
-# The shapes classification demos' schedule and runtime: demo_adamw.py over 300 iterations of batch 32 (a
-# minute or two on a CPU core at 64x64), 30 warm-up iterations and cosine decay, seed 0 as demo_600i.py's
-# (in place of mmpretrain's None); logged every 10 iterations, one checkpoint at the end.
+# The shapes classification demos' schedule and runtime: demo_adamw.py over 300 iterations of batch
+# 32 (a minute or two on a CPU core at 64x64), 30 warm-up iterations and cosine decay, seed 0 as
+# demo_600i.py's (in place of mmpretrain's None); logged every 10 iterations, one checkpoint at the
+# end.
 _base_ = ['../demo_adamw.py', '../cls_runtime.py']
 
 max_iters = 300

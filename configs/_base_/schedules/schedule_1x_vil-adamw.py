@@ -11,16 +11,15 @@ val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[60000, 80000], gamma=0.1),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[60000, 80000],
+         gamma=0.1),
 ]
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
     clip_grad=dict(max_norm=1.0, norm_type=2),
     paramwise_cfg=dict(custom_keys={
-        'norm': dict(decay_mult=0.0),
-        'cls_token': dict(decay_mult=0.0),
-        'pos_embed': dict(decay_mult=0.0),
-        'relative_position': dict(decay_mult=0.0),
+        'norm': dict(decay_mult=0.0), 'cls_token': dict(decay_mult=0.0),
+        'pos_embed': dict(decay_mult=0.0), 'relative_position': dict(decay_mult=0.0),
     }))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -6,5 +6,6 @@ max_iters = 270000
 train_cfg = dict(max_iters=max_iters)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[180000, 240000], gamma=0.1),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=max_iters, milestones=[180000, 240000],
+         gamma=0.1),
 ]

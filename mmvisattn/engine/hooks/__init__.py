@@ -6,5 +6,5 @@ from .random_state_hook import RandomStateHook
 from .rank_mean_loss_hook import RankMeanLossHook
 from .vil_random_shift_hook import ViLRandomShiftHook
 
-__all__ = ['CastlingScheduleHook', 'DroppedAnnotationsHook', 'FiniteLossHook', 'NonFiniteLoss', 'PreemptionHook',
-           'RandomStateHook', 'RankMeanLossHook', 'ViLRandomShiftHook']
+__all__ = ['CastlingScheduleHook', 'DroppedAnnotationsHook', 'FiniteLossHook', 'NonFiniteLoss',
+           'PreemptionHook', 'RandomStateHook', 'RankMeanLossHook', 'ViLRandomShiftHook']

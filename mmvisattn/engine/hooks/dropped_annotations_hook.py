@@ -26,17 +26,19 @@ class DroppedAnnotationsHook(Hook):
     why. mmdet drops boxes outside the image, degenerate boxes and unknown categories silently, so
     a dataset whose boxes are all out of place trains with a zero box loss and no other sign.
     Counting covers mmdet's ``CocoDataset`` and its subclasses: the hook, once built, has
-    ``CocoDataset.parse_data_info`` count what it drops (:func:`mmvisattn.compat.count_dropped_annotations`;
-    the parsing itself is unchanged, and nothing is altered for a config without the hook). The Runner
-    builds its hooks before its datasets, so the counts cover every dataset of the run. Segmentation
-    datasets read whole label maps and drop nothing.
+    ``CocoDataset.parse_data_info`` count what it drops
+    (:func:`mmvisattn.compat.count_dropped_annotations`; the parsing itself is unchanged, and
+    nothing is altered for a config without the hook). The Runner builds its hooks before its
+    datasets, so the counts cover every dataset of the run. Segmentation datasets read whole label
+    maps and drop nothing.
     """
 
     def __init__(self) -> None:
         from mmdet.datasets import CocoDataset
         apply(count_dropped_annotations)
         if not getattr(CocoDataset.parse_data_info, 'counts_drops', False):
-            raise SystemExit(f'error: DroppedAnnotationsHook needs the patch count_dropped_annotations, which '
+            raise SystemExit('error: DroppedAnnotationsHook needs the patch '
+                             'count_dropped_annotations, which '
                              f'{SKIP_VARIABLE} leaves out')
 
     def before_train_epoch(self, runner) -> None:
@@ -44,6 +46,8 @@ class DroppedAnnotationsHook(Hook):
             counter: Dict[str, int] = getattr(dataset, 'dropped_annotations', None)
             dropped = sum(counter[reason] for reason in DROP_REASONS) if counter else 0
             if dropped:
-                reasons = ', '.join(f'{counter[key]} {text}' for key, text in DROP_REASONS.items() if counter[key])
-                runner.logger.warning(f'{dataset.ann_file}: dropped {dropped} of {counter["total"]} annotations '
+                reasons = ', '.join(f'{counter[key]} {text}' for key,
+                                    text in DROP_REASONS.items() if counter[key])
+                runner.logger.warning(f'{dataset.ann_file}: dropped {dropped} of '
+                                      f'{counter["total"]} annotations '
                                       f'while loading ({reasons})')

@@ -13,10 +13,10 @@ class NonFiniteLoss(RuntimeError):
 
 @HOOKS.register_module()
 class FiniteLossHook(CheckInvalidLossHook):
-    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing with one line
-    naming the iteration and the term (the stock hook asserts with an empty message). Registered in
-    mmengine's root registry, so segmentation configs use it too. It runs after ``RankMeanLossHook``, so a
-    NaN on any rank stops every rank at the same iteration.
+    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing with one
+    line naming the iteration and the term (the stock hook asserts with an empty message).
+    Registered in mmengine's root registry, so segmentation configs use it too. It runs after
+    ``RankMeanLossHook``, so a NaN on any rank stops every rank at the same iteration.
 
     Args:
         interval: Check every ``interval`` iterations (mmdet's default is 50).
@@ -29,11 +29,14 @@ class FiniteLossHook(CheckInvalidLossHook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
-        if not outputs or 'loss' not in outputs or not self.every_n_train_iters(runner, self.interval):
+        if not outputs or 'loss' not in outputs or not self.every_n_train_iters(runner,
+                                                                                self.interval):
             return
-        # the sum of every term, detached (a float of a graph's tensor warns): one conversion per check
+        # the sum of every term, detached (a float of a graph's tensor warns): one conversion per
+        # check
         if math.isfinite(float(torch.as_tensor(outputs['loss']).detach())):
             return
         values = {name: float(value) for name, value in outputs.items() if 'loss' in name}
         terms = ', '.join(f'{name} {value:.4g}' for name, value in values.items())
-        raise NonFiniteLoss(f'training stopped: the loss is not finite at iteration {runner.iter + 1} ({terms})')
+        raise NonFiniteLoss('training stopped: the loss is not finite at iteration '
+                            f'{runner.iter + 1} ({terms})')

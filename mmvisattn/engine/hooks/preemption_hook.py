@@ -18,28 +18,33 @@ class PreemptionHook(Hook):
     """Stops training cleanly when the job is told it will be stopped: Slurm's warning signal
     (``sbatch --signal=USR1@120``, ``scancel --signal=USR1 JOB``) or the SIGTERM before a kill.
 
-    The signal only sets a flag (a second SIGTERM ends the process). Every rank finishes its iteration and
-    the ranks agree through the flag, summed over a gloo group on the CPU, so all stop at the same
-    iteration; ``CheckpointHook`` writes a checkpoint of it (unless it just did) and the run ends as a
-    finished one does; ``tools/train.py --resume`` continues from it exactly. An epoch-based loop, which
-    mmengine resumes at epoch boundaries only, stops without a checkpoint of its own.
+    The signal only sets a flag (a second SIGTERM ends the process). Every rank finishes its
+    iteration and the ranks agree through the flag, summed over a gloo group on the CPU, so all stop
+    at the same iteration; ``CheckpointHook`` writes a checkpoint of it (unless it just did) and the
+    run ends as a finished one does; ``tools/train.py --resume`` continues from it exactly. An
+    epoch-based loop, which mmengine resumes at epoch boundaries only, stops without a checkpoint of
+    its own.
 
     Args:
         signals: The signals that ask for a stop.
-        requeue: After the checkpoint, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` (``sbatch`` jobs
-            only); the requeued job runs its batch script again and ``tools/train.py`` resumes by itself
-            when ``SLURM_RESTART_COUNT`` is set.
+        requeue: After the checkpoint, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` (``sbatch``
+            jobs only); the requeued job runs its batch script again and ``tools/train.py`` resumes
+            by itself when ``SLURM_RESTART_COUNT`` is set.
         interval: Agree every ``interval`` iterations (one small CPU all-reduce each time).
     """
 
-    priority = 'LOWEST'  # after CheckpointHook: an interval checkpoint of this iteration is not written twice
+    # after CheckpointHook: an interval checkpoint of this iteration is not written twice
+    priority = 'LOWEST'
 
     def __init__(self, signals: Sequence[str] = ('SIGUSR1', 'SIGTERM'), requeue: bool = False,
                  interval: int = 1) -> None:
-        unknown = [name for name in signals if not isinstance(getattr(signal, str(name), None), signal.Signals)]
+        unknown = [name for name in signals
+                   if not isinstance(getattr(signal, str(name), None), signal.Signals)]
         if unknown or interval < 1:
-            raise ValueError(f'PreemptionHook: signals {unknown} are not signal names' if unknown else
-                             f'PreemptionHook: interval={interval}; expected a positive number of iterations')
+            raise ValueError(f'PreemptionHook: signals {unknown} are not signal names' if unknown
+                             else
+                             f'PreemptionHook: interval={interval}; expected a positive number of '
+                             'iterations')
         self.signals = [getattr(signal, name) for name in signals]
         self.requeue = requeue
         self.interval = interval
@@ -51,7 +56,8 @@ class PreemptionHook(Hook):
         for number in self.signals:
             signal.signal(number, self._receive)
         if dist.is_available() and dist.is_initialized() and dist.get_backend() != 'gloo':
-            self.group = dist.new_group(backend='gloo')  # every rank, in the same order: a collective
+            # every rank, in the same order: a collective
+            self.group = dist.new_group(backend='gloo')
 
     def _receive(self, number: int, frame) -> None:
         if self.received is not None and number == signal.SIGTERM:
@@ -61,7 +67,8 @@ class PreemptionHook(Hook):
         self.received = signal.Signals(number).name
 
     def _agreed(self) -> bool:
-        """Whether any rank has received a stop signal (every rank calls this at the same iteration)."""
+        """Whether any rank has received a stop signal (every rank calls this at the same
+        iteration)."""
         flag = torch.tensor([int(self.received is not None)])
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, group=self.group)
@@ -73,15 +80,18 @@ class PreemptionHook(Hook):
             return
         step = runner.iter + 1
         checkpoints = [hook for hook in runner.hooks if isinstance(hook, CheckpointHook)]
-        runner.logger.info(f'{self.received or "a stop signal on another rank"}: stopping after iteration {step}')
+        runner.logger.info(f'{self.received or "a stop signal on another rank"}: stopping after '
+                           f'iteration {step}')
         if not checkpoints or checkpoints[0].by_epoch:
             runner.logger.warning('PreemptionHook: no checkpoint of this iteration: '
-                                  + ('the loop resumes at epochs' if checkpoints else 'no CheckpointHook in this run'))
+                                  + ('the loop resumes at epochs' if checkpoints
+                                     else 'no CheckpointHook in this run'))
         elif not checkpoint_due(runner, by_epoch=False):  # else CheckpointHook has just written it
             for hook in runner.hooks:
                 if isinstance(hook, RandomStateHook):  # its states go with every checkpoint
                     hook.gather_for_checkpoint()
-            checkpoints[0]._save_checkpoint_with_step(runner, step, dict(epoch=runner.epoch, iter=step))
+            checkpoints[0]._save_checkpoint_with_step(runner, step,
+                                                      dict(epoch=runner.epoch, iter=step))
         self.stopped_at = step
         runner.train_loop.stop_training = True
 
@@ -90,7 +100,8 @@ class PreemptionHook(Hook):
             return
         job = os.environ.get('SLURM_JOB_ID')
         if job is None:
-            runner.logger.warning('PreemptionHook: requeue asked for, but this is not a Slurm job (no SLURM_JOB_ID)')
+            runner.logger.warning('PreemptionHook: requeue asked for, but this is not a Slurm job '
+                                  '(no SLURM_JOB_ID)')
             return
         done = subprocess.run(['scontrol', 'requeue', job], capture_output=True, text=True)
         said = (done.stderr or done.stdout).strip().replace('\n', ' ')

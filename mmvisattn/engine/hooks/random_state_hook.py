@@ -11,7 +11,8 @@ from mmvisattn.utils.random_states import RandomStates, capture_random_states, r
 
 def checkpoint_due(runner, by_epoch: bool) -> bool:
     """Whether a ``CheckpointHook`` of the runner saves at the end of this training iteration
-    (``by_epoch`` False) or epoch: the rule of its own ``after_train_iter`` / ``after_train_epoch``."""
+    (``by_epoch`` False) or epoch: the rule of its own ``after_train_iter`` /
+    ``after_train_epoch``."""
     for hook in runner.hooks:
         if not isinstance(hook, CheckpointHook) or hook.by_epoch != by_epoch:
             continue
@@ -34,25 +35,26 @@ def saves_best(runner) -> bool:
 @HOOKS.register_module()
 class RandomStateHook(Hook):
     """Save the random-number states of every rank with each checkpoint and restore them on
-    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and augmentations as a
-    run that never stopped: identical losses and bit-identical weights on CPU. Stock mmengine (0.10.7)
-    stores only the seed and re-seeds on resume.
+    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and augmentations
+    as a run that never stopped: identical losses and bit-identical weights on CPU. Stock mmengine
+    (0.10.7) stores only the seed and re-seeds on resume.
 
     The states are those of the run when its checkpoint is written (this hook runs just before
-    ``CheckpointHook``); a best checkpoint, written after a validation, gets the training stream's from
-    before the validation, and validation leaves the states as it found them. Every rank's states are
-    gathered to rank 0 only where a checkpoint is due or may follow a validation (one
-    ``all_gather_object`` per checkpoint), into ``checkpoint['random_states']``. On resume they are put
-    back after ``IterBasedTrainLoop`` replays the batches already trained (which draws from the main
-    process's generators when ``num_workers=0``), whatever device the checkpoint was mapped to; a
-    checkpoint without states, or from another number of ranks, is reported and resumes with mmengine's
-    re-seeding.
+    ``CheckpointHook``); a best checkpoint, written after a validation, gets the training stream's
+    from before the validation, and validation leaves the states as it found them. Every rank's
+    states are gathered to rank 0 only where a checkpoint is due or may follow a validation (one
+    ``all_gather_object`` per checkpoint), into ``checkpoint['random_states']``. On resume they are
+    put back after ``IterBasedTrainLoop`` replays the batches already trained (which draws from the
+    main process's generators when ``num_workers=0``), whatever device the checkpoint was mapped to;
+    a checkpoint without states, or from another number of ranks, is reported and resumes with
+    mmengine's re-seeding.
     """
 
     priority = 'LOW'  # after the logger, before CheckpointHook (VERY_LOW)
 
     def __init__(self) -> None:
-        self._gathered: Optional[List[RandomStates]] = None  # every rank's, for the checkpoint due now
+        # every rank's, for the checkpoint due now
+        self._gathered: Optional[List[RandomStates]] = None
         self._loaded: Optional[List[RandomStates]] = None
         self._before_val: Optional[RandomStates] = None
 
@@ -99,8 +101,10 @@ class RandomStateHook(Hook):
             return
         if states is None or len(states) != get_world_size():
             reason = ('holds no random states' if states is None else
-                      f'holds the random states of {len(states)} ranks, this run has {get_world_size()}')
-            runner.logger.warning(f'RandomStateHook: the checkpoint {reason}; the resumed run is re-seeded '
+                      f'holds the random states of {len(states)} ranks, this run has '
+                      f'{get_world_size()}')
+            runner.logger.warning(f'RandomStateHook: the checkpoint {reason}; the resumed run is '
+                                  're-seeded '
                                   'and its random draws differ from an uninterrupted run')
             return
         own = states[get_rank()]

@@ -1,6 +1,7 @@
-"""Random-shifting training of Vision Longformer (arXiv:2103.15358, App. D): attentions in mode 1 attend to
-their own chunk and one random neighbour chunk per step; late in training they switch back to all
-eight neighbours (mode 0), which inference uses, so the last part of training fine-tunes for it."""
+"""Random-shifting training of Vision Longformer (arXiv:2103.15358, App. D): attentions in mode 1
+attend to their own chunk and one random neighbour chunk per step; late in training they switch back
+to all eight neighbours (mode 0), which inference uses, so the last part of training fine-tunes for
+it."""
 from typing import Optional
 
 from mmengine.hooks import Hook
@@ -22,7 +23,8 @@ class ViLRandomShiftHook(Hook):
 
     def __init__(self, switch_at: float = 0.75) -> None:
         if not 0.0 <= switch_at <= 1.0:
-            raise ValueError(f'ViLRandomShiftHook: switch_at={switch_at}; expected a fraction in [0, 1]')
+            raise ValueError(f'ViLRandomShiftHook: switch_at={switch_at}; expected a fraction in '
+                             '[0, 1]')
         self.switch_at = switch_at
 
     def before_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None) -> None:

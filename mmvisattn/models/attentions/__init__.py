@@ -8,6 +8,6 @@ from .rwgk import RWGKAttention
 from .softmax import SoftmaxAttention
 from .spatial_reduction import SpatialReductionAttention
 
-__all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention', 'SpatialReductionAttention',
-           'RWGKAttention', 'LinearAngularAttention', 'RippleAttention', 'RippleLinearAttention',
-           'LongformerAttention', 'PeripheralAttention']
+__all__ = ['BaseAttention', 'QKVAttention', 'SoftmaxAttention', 'LinearAttention',
+           'SpatialReductionAttention', 'RWGKAttention', 'LinearAngularAttention',
+           'RippleAttention', 'RippleLinearAttention', 'LongformerAttention', 'PeripheralAttention']

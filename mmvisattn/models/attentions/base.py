@@ -4,11 +4,12 @@ Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)``
 ``hw_shape = (H, W)`` of the spatial tokens, and returns a tensor of the same shape. Extra tokens
 (global tokens, a class token) come first.
 
-The extra-token contract: a backbone passes every attention it builds ``num_extra_tokens``, the count of
-extra tokens it puts in front of the map (:func:`mmvisattn.registry.build_attention`), and offers its
-per-stage settings (a window, a reduction ratio...), which an attention takes where its constructor has
-the argument. An attention states in ``extra_tokens`` how it treats them. So any attention of
-``ATTENTIONS`` goes into any backbone of the project through ``attn_cfg=dict(type=...)``.
+The extra-token contract: a backbone passes every attention it builds ``num_extra_tokens``, the
+count of extra tokens it puts in front of the map (:func:`mmvisattn.registry.build_attention`), and
+offers its per-stage settings (a window, a reduction ratio...), which an attention takes where its
+constructor has the argument. An attention states in ``extra_tokens`` how it treats them. So any
+attention of ``ATTENTIONS`` goes into any backbone of the project through
+``attn_cfg=dict(type=...)``.
 """
 from typing import Optional, Sequence, Tuple
 
@@ -25,15 +26,17 @@ class BaseAttention(BaseModule):
     """Base class of every attention in ``ATTENTIONS``.
 
     Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` in the tokens, after
-    ``switch_to_deploy()``) and ``extra_tokens``, one sentence on what the extra tokens attend to and what
-    attends to them (the attentions page of the docs lists it). A module whose op has several backends takes
-    ``impl=`` and lists the values in ``impls``. A module that cannot drop attention weights says why in
-    ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop`` when built (:meth:`check_attn_drop`).
+    ``switch_to_deploy()``) and ``extra_tokens``, one sentence on what the extra tokens attend to
+    and what attends to them (the attentions page of the docs lists it). A module whose op has
+    several backends takes ``impl=`` and lists the values in ``impls``. A module that cannot drop
+    attention weights says why in ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop``
+    when built (:meth:`check_attn_drop`).
 
     Args:
         embed_dims: Channels ``C`` of the tokens.
         num_heads: Number of attention heads; must divide ``embed_dims``.
-        num_extra_tokens: Tokens in front of the ``H * W`` map (the backbone's global or class tokens).
+        num_extra_tokens: Tokens in front of the ``H * W`` map (the backbone's global or class
+            tokens).
         init_cfg: mmengine initialisation config.
     """
 
@@ -45,17 +48,23 @@ class BaseAttention(BaseModule):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.complexity and cls.complexity not in COMPLEXITIES:
-            raise TypeError(f'{cls.__name__}.complexity is {cls.complexity!r}; expected one of {COMPLEXITIES}')
+            raise TypeError(f'{cls.__name__}.complexity is {cls.complexity!r}; expected one of '
+                            f'{COMPLEXITIES}')
 
-    def check_impl(self, impl: str, choices: Optional[Sequence[str]] = None, name: str = 'impl') -> str:
-        """``impl`` if it is one of ``choices`` (the class's ``impls``), else a one-line ``ValueError``."""
-        return check_choice(type(self).__name__, impl, self.impls if choices is None else choices, name)
+    def check_impl(self, impl: str, choices: Optional[Sequence[str]] = None,
+                   name: str = 'impl') -> str:
+        """``impl`` if it is one of ``choices`` (the class's ``impls``), else a one-line
+        ``ValueError``."""
+        return check_choice(type(self).__name__, impl, self.impls if choices is None else choices,
+                            name)
 
     def check_attn_drop(self, attn_drop: float) -> float:
-        """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot drop
-        attention weights (a recipe that asks for attention dropout must not silently lose it)."""
+        """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot
+        drop attention weights (a recipe that asks for attention dropout must not silently lose
+        it)."""
         if attn_drop and self.attn_drop_unsupported:
-            raise ValueError(f'{type(self).__name__}: attn_drop={attn_drop} is not supported; expected 0, '
+            raise ValueError(f'{type(self).__name__}: attn_drop={attn_drop} is not supported; '
+                             'expected 0, '
                              f'{self.attn_drop_unsupported} (use proj_drop)')
         return attn_drop
 
@@ -63,10 +72,13 @@ class BaseAttention(BaseModule):
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if embed_dims <= 0 or num_heads <= 0 or embed_dims % num_heads:
-            raise ValueError(f'{type(self).__name__}: embed_dims={embed_dims} must be a positive multiple '
+            raise ValueError(f'{type(self).__name__}: embed_dims={embed_dims} must be a positive '
+                             'multiple '
                              f'of num_heads={num_heads}')
-        if isinstance(num_extra_tokens, bool) or not isinstance(num_extra_tokens, int) or num_extra_tokens < 0:
-            raise ValueError(f'{type(self).__name__}: num_extra_tokens={num_extra_tokens!r}; expected an '
+        if isinstance(num_extra_tokens,
+                      bool) or not isinstance(num_extra_tokens, int) or num_extra_tokens < 0:
+            raise ValueError(f'{type(self).__name__}: num_extra_tokens={num_extra_tokens!r}; '
+                             'expected an '
                              'integer >= 0')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
@@ -76,13 +88,16 @@ class BaseAttention(BaseModule):
     def check_tokens(self, x: Tensor, hw_shape: Sequence[int]) -> Tuple[int, int]:
         """Validate ``x`` against ``hw_shape``; returns ``(H, W)``."""
         if x.dim() != 3 or x.shape[-1] != self.embed_dims:
-            raise ValueError(f'{type(self).__name__}: expected tokens of shape (B, N, {self.embed_dims}), '
+            raise ValueError(f'{type(self).__name__}: expected tokens of shape (B, N, '
+                             f'{self.embed_dims}), '
                              f'got {tuple(x.shape)}')
         height, width = hw_shape
         expected = self.num_extra_tokens + height * width
         if x.shape[1] != expected:
-            raise ValueError(f'{type(self).__name__}: {x.shape[1]} tokens do not match hw_shape={tuple(hw_shape)} '
-                             f'(expected {self.num_extra_tokens} extra + {height}x{width} = {expected})')
+            raise ValueError(f'{type(self).__name__}: {x.shape[1]} tokens do not match '
+                             f'hw_shape={tuple(hw_shape)} '
+                             f'(expected {self.num_extra_tokens} extra + {height}x{width} = '
+                             f'{expected})')
         return height, width
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -105,14 +120,16 @@ class QKVAttention(BaseAttention):
         embed_dims: Channels ``C``.
         num_heads: Number of heads.
         qkv_bias: Whether the ``qkv`` projection has a bias.
-        attn_drop: Dropout on the attention weights; must be 0 where ``attn_drop_unsupported`` says why.
+        attn_drop: Dropout on the attention weights; must be 0 where ``attn_drop_unsupported`` says
+            why.
         proj_drop: Dropout after the output projection.
         num_extra_tokens: Tokens in front of the map.
         init_cfg: mmengine initialisation config.
     """
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0, num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, num_extra_tokens: int = 0,
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         self.qkv = nn.Linear(embed_dims, 3 * embed_dims, bias=qkv_bias)
         self.attn_drop = self.check_attn_drop(attn_drop)
@@ -123,13 +140,15 @@ class QKVAttention(BaseAttention):
         raise NotImplementedError
 
     def heads_of_qkv(self, x: Tensor) -> Tensor:
-        """``(B, N, C)`` tokens -> ``(3, B, heads, N, d)`` queries, keys and values, views of one projection."""
+        """``(B, N, C)`` tokens -> ``(3, B, heads, N, d)`` queries, keys and values, views of one
+        projection."""
         batch, tokens, _ = x.shape
-        return self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dims).permute(2, 0, 3, 1, 4)
+        return self.qkv(x).view(batch, tokens, 3, self.num_heads,
+                                self.head_dims).permute(2, 0, 3, 1, 4)
 
     def attend_heads(self, qkv: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """:meth:`attend` on the views of :meth:`heads_of_qkv`; a subclass that maps queries and keys alike
-        overrides it to map both views in one call."""
+        """:meth:`attend` on the views of :meth:`heads_of_qkv`; a subclass that maps queries and
+        keys alike overrides it to map both views in one call."""
         return self.attend(*qkv.unbind(0), hw_shape)
 
     def forward(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
@@ -139,8 +158,8 @@ class QKVAttention(BaseAttention):
 
 
 def switch_to_deploy(model: nn.Module) -> int:
-    """Remove every train-only branch inside ``model`` (Castling's auxiliary softmax), leaving the modules
-    already in their deploy form as they are; returns how many were removed."""
+    """Remove every train-only branch inside ``model`` (Castling's auxiliary softmax), leaving the
+    modules already in their deploy form as they are; returns how many were removed."""
     switched = 0
     for module in model.modules():
         if getattr(module, 'has_aux_branch', False):

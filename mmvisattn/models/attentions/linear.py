@@ -1,5 +1,6 @@
 """Linear attention with the ``elu(x) + 1`` feature map (Katharopoulos et al., "Transformers are
-RNNs: Fast Autoregressive Transformers with Linear Attention", ICML 2020, arXiv:2006.16236, Eq. 4-6 and Sec. 3.2.1)."""
+RNNs: Fast Autoregressive Transformers with Linear Attention", ICML 2020, arXiv:2006.16236, Eq. 4-6
+and Sec. 3.2.1)."""
 from typing import Tuple
 
 from torch import Tensor

@@ -1,6 +1,7 @@
-"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, Eq. 3, App. C, D):
-local queries attend to the global tokens and to a 2-D window around them, global queries attend to
-every token, with relative-position bias for local-local, global-local and global-global pairs."""
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, Eq. 3,
+App. C, D): local queries attend to the global tokens and to a 2-D window around them, global
+queries attend to every token, with relative-position bias for local-local, global-local and
+global-global pairs."""
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -27,18 +28,22 @@ RANDOM_SHIFT_MODES = (-1, 0, 1)  # own chunk only, all neighbours, random shifti
 class LongformerAttention(BaseAttention):
     """Sliding-chunk local attention with global tokens (the ViL attention), through
     :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`. Parameter names follow the official
-    ``Long2DSCSelfAttention`` (``query``, ``kv``, ``proj``, their ``*_global`` copies when global weights are
-    not shared, ``local_relative_position_bias_table``, ``g2l_relative_position_bias``,
+    ``Long2DSCSelfAttention`` (``query``, ``kv``, ``proj``, their ``*_global`` copies when global
+    weights are not shared, ``local_relative_position_bias_table``, ``g2l_relative_position_bias``,
     ``g2g_relative_position_bias``).
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Heads.
-        window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15: ``15 = 2*7+1``).
-        num_extra_tokens: Global tokens ``G`` in front of the map (a backbone's global or class tokens).
-        masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'`` (App. C).
-        mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D: each training step
-            draws a neighbour, evaluation uses all eight; ``ViLRandomShiftHook`` switches it to 0 late).
+        window: Chunk side ``w``; each query sees a window of at least ``2w+1`` (Table 15:
+            ``15 = 2*7+1``).
+        num_extra_tokens: Global tokens ``G`` in front of the map (a backbone's global or class
+            tokens).
+        masking: ``'chunk'`` (default, sliding chunk without padding), ``'exact'`` or ``'cyclic'``
+            (App. C).
+        mode: 0 all eight neighbour chunks, -1 own chunk only, 1 random shifting (App. D: each
+            training step draws a neighbour, evaluation uses all eight; ``ViLRandomShiftHook``
+            switches it to 0 late).
         rel_pos: Learn relative-position biases (the ``ViL-*-RPB`` models).
         share_global_weights: Global queries use the local projections (as the detection models).
         qkv_bias: Bias of the query / key-value projections.
@@ -50,14 +55,16 @@ class LongformerAttention(BaseAttention):
 
     complexity = 'linear'
     impls = IMPLS
-    extra_tokens = ('its global tokens: they attend to every token, and every token attends to them besides its '
+    extra_tokens = ('its global tokens: they attend to every token, and every token attends to '
+                    'them besides its '
                     'window')
     attn_drop_unsupported = 'the sliding-chunk op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_extra_tokens: int = 0,
-                 masking: str = 'chunk', mode: int = 0, rel_pos: bool = True, share_global_weights: bool = True,
-                 qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0, impl: str = 'auto',
-                 init_cfg: Optional[dict] = None) -> None:
+                 masking: str = 'chunk', mode: int = 0, rel_pos: bool = True,
+                 share_global_weights: bool = True,
+                 qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 impl: str = 'auto', init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         self.check_attn_drop(attn_drop)
         self.window = check_window(window, type(self).__name__)
@@ -77,10 +84,12 @@ class LongformerAttention(BaseAttention):
         self.rel_pos = rel_pos
         if rel_pos:
             side = 4 * self.window - 1
-            self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side, num_heads))
+            self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side,
+                                                                               num_heads))
             init_embedding(self.local_relative_position_bias_table)
             if num_extra_tokens:
-                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads, num_extra_tokens))
+                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads,
+                                                                           num_extra_tokens))
                 self.g2g_relative_position_bias = nn.Parameter(
                     torch.zeros(num_heads, num_extra_tokens, num_extra_tokens))
                 init_embedding(self.g2l_relative_position_bias)
@@ -93,7 +102,8 @@ class LongformerAttention(BaseAttention):
     @mode.setter
     def mode(self, mode: int) -> None:
         if isinstance(mode, bool) or mode not in RANDOM_SHIFT_MODES:
-            raise ValueError(f'LongformerAttention: mode={mode!r}; expected one of {RANDOM_SHIFT_MODES} '
+            raise ValueError(f'LongformerAttention: mode={mode!r}; expected one of '
+                             f'{RANDOM_SHIFT_MODES} '
                              '(-1 own chunk, 0 all neighbours, 1 random shifting)')
         self._mode = mode
 
@@ -131,17 +141,19 @@ class LongformerAttention(BaseAttention):
         return self.proj_drop(torch.cat([glob, local], dim=1))
 
     @torch.no_grad()
-    def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
-        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the weights
-        the spatial token at ``query = (row, col)`` of the first image gives to the map, ``(heads, H, W)``
-        (the rest of its unit weight goes to the global tokens), as evaluation computes them."""
+    def attention_maps(self, x: Tensor, hw_shape: Sequence[int],
+                       query: Tuple[int, int]) -> Dict[str, Tensor]:
+        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the
+        weights the spatial token at ``query = (row, col)`` of the first image gives to the map,
+        ``(heads, H, W)`` (the rest of its unit weight goes to the global tokens), as evaluation
+        computes them."""
         height, width = self.check_tokens(x, hw_shape)
         num_global = self.num_extra_tokens
         row = num_global + query[0] * width + query[1]
         q = self.split_heads(self.query(x[:1, row:row + 1])) * self.head_dims ** -0.5
         k = self.split_heads(self.kv(x[:1]).chunk(2, dim=-1)[0])
         mode = 0 if self._mode == 1 else self._mode
-        bias = dense_bias((height, width), self.window, num_global, self.masking, mode, self.num_heads,
-                          self.bias_tables(), q)[:, row]
+        bias = dense_bias((height, width), self.window, num_global, self.masking, mode,
+                          self.num_heads, self.bias_tables(), q)[:, row]
         weights = ((q @ k.transpose(-1, -2))[0, :, 0] + bias).softmax(dim=-1)
         return dict(attention=weights[:, num_global:].reshape(-1, height, width))

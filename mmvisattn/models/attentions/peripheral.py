@@ -1,14 +1,15 @@
 """Multi-head peripheral attention (MPA), "Peripheral Vision Transformer" (Min et al., NeurIPS 2022;
-arXiv:2206.06801): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention ``Phi_p``
-learnt from Euclidean query-key distances (Eq. 6) and two ``3 x 3`` peripheral projections over key
-neighbourhoods, each followed by instance norm (Eq. 7-8); peripheral initialization (Eq. 9) sets the
-second norm by layer depth.
+arXiv:2206.06801): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention
+``Phi_p`` learnt from Euclidean query-key distances (Eq. 6) and two ``3 x 3`` peripheral projections
+over key neighbourhoods, each followed by instance norm (Eq. 7-8); peripheral initialization (Eq. 9)
+sets the second norm by layer depth.
 
-Attention-map protocol (``tools/analysis_tools/visualize_attention.py``): an attention that can show its
-weights defines ``attention_maps(x, hw_shape, query) -> Dict[str, Tensor]``, named ``(heads, H, W)`` maps
-of what the token at ``query = (row, col)`` attends to in the first image; :class:`PeripheralAttention`
-returns ``'position'`` and ``'mixed'``, and ``position_attention(hw_shape)`` the full ``Phi_p`` for the
-region classification (Eq. 11) and the nonlocality (Eq. 13)."""
+Attention-map protocol (``tools/analysis_tools/visualize_attention.py``): an attention that can show
+its weights defines ``attention_maps(x, hw_shape, query) -> Dict[str, Tensor]``, named
+``(heads, H, W)`` maps of what the token at ``query = (row, col)`` attends to in the first
+image; :class:`PeripheralAttention` returns ``'position'`` and ``'mixed'``, and
+``position_attention(hw_shape)`` the full ``Phi_p`` for the region classification (Eq. 11) and the
+nonlocality (Eq. 13)."""
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -47,7 +48,8 @@ def peripheral_initialization(num_layers: int) -> List[Tuple[float, float]]:
 
 
 def build_distance_proj(distance_dims: int) -> nn.Linear:
-    """Eq. 6's ``D_r`` weights ``w_r`` of the Euclidean distance (and a bias, as the official code)."""
+    """Eq. 6's ``D_r`` weights ``w_r`` of the Euclidean distance (and a bias, as the official
+    code)."""
     proj = nn.Linear(1, distance_dims)
     nn.init.constant_(proj.weight, DISTANCE_INIT)
     nn.init.zeros_(proj.bias)
@@ -58,26 +60,28 @@ def build_distance_proj(distance_dims: int) -> nn.Linear:
 class PeripheralAttention(QKVAttention):
     """``Normalize[exp(tau q k^T) * Phi_p] V`` per head (Eq. 5), ``tau = d^-1/2``.
 
-    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted ``D_r`` ways
-    (Eq. 6-8), the longer side spanning ``[-1, 1]``; recomputed at every training forward and cached per
-    resolution, device and dtype in eval mode (and with ``freeze_position``). The ops are
-    :mod:`mmvisattn.ops.peripheral`. Extra tokens are at no distance: ``Phi_p = 1`` for every pair with one.
+    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted
+    ``D_r`` ways (Eq. 6-8), the longer side spanning ``[-1, 1]``; recomputed at every training
+    forward and cached per resolution, device and dtype in eval mode (and with ``freeze_position``).
+    The ops are :mod:`mmvisattn.ops.peripheral`. Extra tokens are at no distance: ``Phi_p = 1`` for
+    every pair with one.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Heads ``N_h``.
         qkv_bias: Bias of the ``qkv`` projection (PerViT has none).
-        attn_drop: Must be 0: the op fuses the weights with the value product (the official ``MPA`` takes
-            ``attn_drop`` and never applies it).
+        attn_drop: Must be 0: the op fuses the weights with the value product (the official ``MPA``
+            takes ``attn_drop`` and never applies it).
         proj_drop: Dropout after the output projection.
         kernel_size: ``K`` of the peripheral projections (odd; 1 drops the neighbourhoods, Eq. 6).
-        hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own); defaults to
-            ``4 N_h`` (Appendix E).
+        hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own);
+            defaults to ``4 N_h`` (Appendix E).
         norm_init: ``(bias, weight)`` of the second instance norm (Eq. 9's ``s_l, v_l``); see
             :func:`peripheral_initialization`.
-        distance_proj: A ``Linear(1, D_r)`` shared across layers (the paper's ``w_r``), owned by the backbone;
-            ``None`` builds this module's own.
-        freeze_position: Keep ``Phi_p`` fixed (no gradient), the fixed-``Phi_p`` ablation of Table A4.
+        distance_proj: A ``Linear(1, D_r)`` shared across layers (the paper's ``w_r``), owned by the
+            backbone; ``None`` builds this module's own.
+        freeze_position: Keep ``Phi_p`` fixed (no gradient), the fixed-``Phi_p`` ablation of Table
+            A4.
         impl: Backend of the mixing, one of :data:`mmvisattn.ops.peripheral.IMPLS`.
         position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_IMPLS`.
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).
@@ -87,20 +91,22 @@ class PeripheralAttention(QKVAttention):
 
     complexity = 'quadratic'
     impls = IMPLS
-    extra_tokens = ('at no distance (position attention 1 for every pair with one): they attend to every token '
+    extra_tokens = ('at no distance (position attention 1 for every pair with one): they attend to '
+                    'every token '
                     'and are attended by all, by content alone')
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False, attn_drop: float = 0.0,
-                 proj_drop: float = 0.0,
-                 kernel_size: int = 3, hidden_dims: Optional[int] = None,
-                 norm_init: Tuple[float, float] = (0.0, 1.0), distance_proj: Optional[nn.Linear] = None,
-                 freeze_position: bool = False, impl: str = 'auto', position_impl: str = 'auto',
-                 max_cached: int = 4, num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False,
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, kernel_size: int = 3,
+                 hidden_dims: Optional[int] = None, norm_init: Tuple[float, float] = (0.0, 1.0),
+                 distance_proj: Optional[nn.Linear] = None, freeze_position: bool = False,
+                 impl: str = 'auto', position_impl: str = 'auto', max_cached: int = 4,
+                 num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                         proj_drop=proj_drop, num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if kernel_size < 1 or kernel_size % 2 == 0:
-            raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive odd number')
+            raise ValueError(f'PeripheralAttention: kernel_size={kernel_size}; expected a positive '
+                             'odd number')
         hidden_dims = 4 * num_heads if hidden_dims is None else hidden_dims
         self.scale = self.head_dims ** -0.5
         self.impl = self.check_impl(impl)
@@ -135,12 +141,15 @@ class PeripheralAttention(QKVAttention):
         self._cache.clear()
 
     def _distance(self) -> nn.Linear:
-        return self.distance_proj if self.distance_proj is not None else self._shared_distance_proj[0]
+        return (
+            self.distance_proj if self.distance_proj is not None else self._shared_distance_proj[0]
+        )
 
     def position_params(self) -> PositionParams:
         p, distance = self.position, self._distance()
-        return PositionParams(distance.weight, distance.bias, p.conv1.weight, p.conv1.bias, p.norm1.weight,
-                              p.norm1.bias, p.conv2.weight, p.conv2.bias, p.norm2.weight, p.norm2.bias)
+        return PositionParams(distance.weight, distance.bias, p.conv1.weight, p.conv1.bias,
+                              p.norm1.weight, p.norm1.bias, p.conv2.weight, p.conv2.bias,
+                              p.norm2.weight, p.norm2.bias)
 
     def log_position_attention(self, hw_shape: Sequence[int]) -> Tensor:
         """``log Phi_p``, ``(heads, HW, HW)``; cached unless it is being trained."""
@@ -152,7 +161,8 @@ class PeripheralAttention(QKVAttention):
         key = (tuple(hw_shape), first.device, first.dtype, torch.is_inference_mode_enabled(),
                tuple(p._version for p in params))
         if key not in self._cache:
-            self._cache[key] = log_position_attention(params, hw_shape, self.position_impl, frozen=True)
+            self._cache[key] = log_position_attention(params, hw_shape, self.position_impl,
+                                                      frozen=True)
             while len(self._cache) > self.max_cached:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
@@ -169,7 +179,8 @@ class PeripheralAttention(QKVAttention):
         return peripheral_attention(q, k, v, log_phi_p, self.scale, self.impl)
 
     @torch.no_grad()
-    def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
+    def attention_maps(self, x: Tensor, hw_shape: Sequence[int],
+                       query: Tuple[int, int]) -> Dict[str, Tensor]:
         """The attention-map protocol: ``Phi_p`` and the mixed attention of ``query`` over the grid
         for the first image of ``x``, each ``(heads, H, W)``."""
         height, width = self.check_tokens(x, hw_shape)

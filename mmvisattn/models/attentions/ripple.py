@@ -1,13 +1,14 @@
-"""Ripple attention and its linearized form, "Ripple attention for visual perception with sub-quadratic
-complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the feature map of Eq. 13), C.2 (``R_max``,
-``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid). No stock module has a linearized
-attention with a learnable trig+ReLU feature map; the operator is :func:`mmvisattn.ops.ripple.ripple_attention`.
+"""Ripple attention and its linearized form, "Ripple attention for visual perception with
+sub-quadratic complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the feature map of Eq.
+13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid). No stock
+module has a linearized attention with a learnable trig+ReLU feature map; the operator
+is :func:`mmvisattn.ops.ripple.ripple_attention`.
 
-Parameters (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features, default ``d``; with
-``qkv_bias``): :class:`RippleLinearAttention` ``4C^2 + 4C + 3md + d`` (``qkv``, ``proj`` and the feature
-map, shared by the heads); :class:`RippleAttention` that plus the stick units of C.3, ``d^2 + d + C R_max``.
-E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and 153,152; ``C = 256, h = 8`` (SMCA,
-Table 3): 266,272 and 268,352."""
+Parameters (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features, default ``d``;
+with ``qkv_bias``): :class:`RippleLinearAttention` ``4C^2 + 4C + 3md + d`` (``qkv``, ``proj`` and
+the feature map, shared by the heads); :class:`RippleAttention` that plus the stick units of C.3,
+``d^2 + d + C R_max``. E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and
+153,152; ``C = 256, h = 8`` (SMCA, Table 3): 266,272 and 268,352."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -15,7 +16,14 @@ import torch.nn as nn
 from torch import Tensor
 
 from mmvisattn.ops.linearized import linearized_attention
-from mmvisattn.ops.ripple import IMPLS, chebyshev_distances, check_tau, group_weights, ripple_attention, stick_logits
+from mmvisattn.ops.ripple import (
+    IMPLS,
+    chebyshev_distances,
+    check_tau,
+    group_weights,
+    ripple_attention,
+    stick_logits,
+)
 from mmvisattn.ops.trig_relu_features import trig_relu_features
 from mmvisattn.registry import ATTENTIONS
 
@@ -38,8 +46,9 @@ class TrigReLUFeatureMap(nn.Module):
         self.fc = nn.Linear(2 * num_features, dims)
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Tensor:
-        """``phi(scale x)`` (:func:`mmvisattn.ops.trig_relu_features.trig_relu_features`: float32 inside, so the
-        arguments of ``sin`` and ``cos``, of size ``|x| sqrt(d)``, keep their digits under autocast)."""
+        """``phi(scale x)`` (:func:`mmvisattn.ops.trig_relu_features.trig_relu_features`: float32
+        inside, so the arguments of ``sin`` and ``cos``, of size ``|x| sqrt(d)``, keep their digits
+        under autocast)."""
         return trig_relu_features(x, self.w1, self.fc.weight, self.fc.bias, scale)
 
 
@@ -61,55 +70,60 @@ class RippleLinearAttention(QKVAttention):
     extra_tokens = 'tokens like any other: every token attends to all and is attended by all'
     attn_drop_unsupported = 'the linearized form never forms attention weights'
 
-    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0,
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 attn_drop: float = 0.0,
                  proj_drop: float = 0.0, num_features: Optional[int] = None, eps: float = 1e-6,
                  num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                         proj_drop=proj_drop, num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         num_features = self.head_dims if num_features is None else num_features
         if num_features < 1:
-            raise ValueError(f'{type(self).__name__}: num_features={num_features}; expected a positive integer')
+            raise ValueError(f'{type(self).__name__}: num_features={num_features}; expected a '
+                             'positive integer')
         self.feature_map = TrigReLUFeatureMap(self.head_dims, num_features)
         self.eps = eps
 
     def attend_heads(self, qkv: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """``phi(q), phi(k)`` with queries and keys scaled by ``d^{-1/4}``, in one call on their joint view
-        of the projection (half the launches of two); the feature map's backward recomputes its
-        intermediates, so only that view is kept for it. Then :meth:`attend_features`."""
+        """``phi(q), phi(k)`` with queries and keys scaled by ``d^{-1/4}``, in one call on their
+        joint view of the projection (half the launches of two); the feature map's backward
+        recomputes its intermediates, so only that view is kept for it.
+        Then :meth:`attend_features`."""
         features_q, features_k = self.feature_map(qkv[:2], self.head_dims ** -0.25).unbind(0)
         return self.attend_features(features_q, features_k, qkv[2], hw_shape)
 
-    def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
+    def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor,
+                        hw_shape: Tuple[int, int]) -> Tensor:
         return linearized_attention(features_q, features_k, v, self.eps)
 
 
 @ATTENTIONS.register_module()
 class RippleAttention(RippleLinearAttention):
-    """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value vector is
-    projected (``stick_proj``, shared by the heads) and dotted with ``R_max`` embeddings of its head
-    (``stick_embeds``), giving per-head, per-query logits and hence per-head spatial weights (C.5).
-    Extra tokens have no place on the grid: they attend to every token by the linearized attention
-    (Eq. 2, no spatial weight), and every spatial token attends to them as to a key of spatial weight 1
-    (the most a grid token has), under one normaliser with its ripple attention over the grid.
+    """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value vector
+    is projected (``stick_proj``, shared by the heads) and dotted with ``R_max`` embeddings of its
+    head (``stick_embeds``), giving per-head, per-query logits and hence per-head spatial weights
+    (C.5). Extra tokens have no place on the grid: they attend to every token by the linearized
+    attention (Eq. 2, no spatial weight), and every spatial token attends to them as to a key of
+    spatial weight 1 (the most a grid token has), under one normaliser with its ripple attention
+    over the grid. The arguments not listed here are :class:`RippleLinearAttention`'s.
 
     Args:
-        embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, num_features, eps, num_extra_tokens, init_cfg:
-            see :class:`RippleLinearAttention`.
         r_max: Groups ``0 .. r_max - 1`` get their own weight, farther ones are merged (C.2).
         tau: Threshold of the stick left over, in (0, 1) (§3.2; C.2 uses 0.001).
         impl: Operator implementation, one of :data:`mmvisattn.ops.ripple.IMPLS`.
     """
 
     impls = IMPLS
-    extra_tokens = ('attend to every token by the linearized attention (no spatial weight); spatial tokens '
-                    'attend to them as to keys of spatial weight 1, beside their ripple attention over the grid')
+    extra_tokens = ('attend to every token by the linearized attention (no spatial weight); '
+                    'spatial tokens attend to them as to keys of spatial weight 1, beside their '
+                    'ripple attention over the grid')
 
-    def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0, num_features: Optional[int] = None,
-                 eps: float = 1e-6, impl: str = 'auto', num_extra_tokens: int = 0,
-                 init_cfg: Optional[dict] = None) -> None:
-        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         num_features=num_features, eps=eps, num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
+    def __init__(self, embed_dims: int, num_heads: int, r_max: int = 4, tau: float = 1e-3,
+                 qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0,
+                 num_features: Optional[int] = None, eps: float = 1e-6, impl: str = 'auto',
+                 num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
+        super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                         proj_drop=proj_drop, num_features=num_features, eps=eps,
+                         num_extra_tokens=num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(r_max, int) or r_max < 1:
             raise ValueError(f'RippleAttention: r_max={r_max!r}; expected an integer >= 1')
         check_tau(tau, 'RippleAttention')
@@ -120,41 +134,49 @@ class RippleAttention(RippleLinearAttention):
         self.stick_embeds = nn.Parameter(torch.randn(num_heads, r_max, self.head_dims) * 0.02)
 
     def stick_logits(self, v: Tensor) -> Tensor:
-        """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``o_r(i, j) = e_{h,r} . (W v_ij + b)``
-        (C.3), with the stick projection folded into the embeddings: ``(E_h W) v + E_h b``, one linear
-        map of the tokens with a block per head. The projected values are never formed, and autograd
-        keeps ``v`` as given (a view of the ``qkv`` projection, kept anyway), where the projection
-        recomputed by chunks in the backward cost four ``torch.compile`` graph breaks."""
-        return stick_logits(v, self.stick_embeds @ self.stick_proj.weight, self.stick_embeds @ self.stick_proj.bias)
+        """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits
+        ``o_r(i, j) = e_{h,r} . (W v_ij + b)`` (C.3), with the stick projection folded into the
+        embeddings: ``(E_h W) v + E_h b``, one linear map of the tokens with a block per head. The
+        projected values are never formed, and autograd keeps ``v`` as given (a view of the ``qkv``
+        projection, kept anyway), where the projection recomputed by chunks in the backward cost
+        four ``torch.compile`` graph breaks."""
+        return stick_logits(v, self.stick_embeds @ self.stick_proj.weight,
+                            self.stick_embeds @ self.stick_proj.bias)
 
-    def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
+    def attend_features(self, features_q: Tensor, features_k: Tensor, v: Tensor,
+                        hw_shape: Sequence[int]) -> Tensor:
         extra = self.num_extra_tokens
         if not extra:
-            return ripple_attention(features_q, features_k, v, self.stick_logits(v), hw_shape, self.tau, self.impl,
-                                    self.eps)
+            return ripple_attention(features_q, features_k, v, self.stick_logits(v), hw_shape,
+                                    self.tau, self.impl, self.eps)
         extra_rows = linearized_attention(features_q[..., :extra, :], features_k, v, self.eps)
-        return torch.cat([extra_rows, self.spatial_rows(features_q[..., extra:, :], features_k, v, hw_shape)], dim=-2)
+        return torch.cat([extra_rows, self.spatial_rows(features_q[..., extra:, :], features_k, v,
+                                                        hw_shape)], dim=-2)
 
     def spatial_rows(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Spatial queries ``q`` over the grid (ripple) and the extra tokens (weight 1), one normaliser:
-        ``(num_i + n_i) / (den_i + d_i)`` with ``n_i, d_i`` the extra keys' sums. The op gives it unchanged:
-        run on ``q_i / d_i`` with ``eps = 1`` it returns ``num_i / (den_i + d_i)``, and on a column of ones
-        beside the values ``den_i / (den_i + d_i)``, the grid's share of the normaliser."""
+        """Spatial queries ``q`` over the grid (ripple) and the extra tokens (weight 1), one
+        normaliser: ``(num_i + n_i) / (den_i + d_i)`` with ``n_i, d_i`` the extra keys' sums. The op
+        gives it unchanged: run on ``q_i / d_i`` with ``eps = 1`` it returns
+        ``num_i / (den_i + d_i)``, and on a column of ones beside the values
+        ``den_i / (den_i + d_i)``, the grid's share of the normaliser."""
         extra = self.num_extra_tokens
-        k_extra, v_extra, k_grid, v_grid = k[..., :extra, :], v[..., :extra, :], k[..., extra:, :], v[..., extra:, :]
+        k_extra, v_extra, k_grid, v_grid = k[..., :extra,
+                                             :], v[..., :extra,
+                                                   :], k[..., extra:, :], v[..., extra:, :]
         extra_den = q @ k_extra.sum(dim=-2).unsqueeze(-1) + self.eps
         extra_mean = q @ (k_extra.transpose(-1, -2) @ v_extra) / extra_den
         values = torch.cat([v_grid, torch.ones_like(v_grid[..., :1])], dim=-1)
-        out = ripple_attention(q / extra_den, k_grid, values, self.stick_logits(v_grid), hw_shape, self.tau,
-                               self.impl, eps=1.0)
+        out = ripple_attention(q / extra_den, k_grid, values, self.stick_logits(v_grid), hw_shape,
+                               self.tau, self.impl, eps=1.0)
         grid_rows, grid_share = out[..., :-1], out[..., -1:]
         return grid_rows + (1 - grid_share) * extra_mean
 
-    def attention_maps(self, x: Tensor, hw_shape: Sequence[int], query: Tuple[int, int]) -> Dict[str, Tensor]:
-        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the spatial
-        weight (Eq. 5-6) of every token for the query at ``query = (row, col)`` of the first image,
-        ``(heads, H, W)``: rings of equal weight around the query, the merged groups beyond ``r_hat``
-        sharing one value. The content term multiplies these per key."""
+    def attention_maps(self, x: Tensor, hw_shape: Sequence[int],
+                       query: Tuple[int, int]) -> Dict[str, Tensor]:
+        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the
+        spatial weight (Eq. 5-6) of every token for the query at ``query = (row, col)`` of the first
+        image, ``(heads, H, W)``: rings of equal weight around the query, the merged groups beyond
+        ``r_hat`` sharing one value. The content term multiplies these per key."""
         height, width = self.check_tokens(x, hw_shape)
         v = self.split_heads(self.qkv(x[:1, self.num_extra_tokens:]).chunk(3, dim=-1)[2])
         index = query[0] * width + query[1]

@@ -1,6 +1,6 @@
 """Random-walk graph kernel attention with learnable anchors (RWGKA) or anchors pooled from the
-tokens (RWGKP), "Improving vision attention with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 3.2,
-Algorithm 1; the op lives in :mod:`mmvisattn.ops.rwgk`."""
+tokens (RWGKP), "Improving vision attention with random walk graph kernel" (OpenReview, ICLR 2023),
+Sec. 3.2, Algorithm 1; the op lives in :mod:`mmvisattn.ops.rwgk`."""
 import math
 from typing import Optional, Sequence, Tuple
 
@@ -17,8 +17,8 @@ ANCHOR_MODES = ('learnable', 'pooled')
 
 
 def adaptive_pooling_matrix(size: int, bins: int, like: Tensor) -> Tensor:
-    """``(bins, size)``: row ``i`` averages ``floor(i size / bins) .. ceil((i + 1) size / bins) - 1``,
-    the bins of ``adaptive_avg_pool``."""
+    """``(bins, size)``: row ``i`` averages
+    ``floor(i size / bins) .. ceil((i + 1) size / bins) - 1``, the bins of ``adaptive_avg_pool``."""
     index = torch.arange(size, device=like.device)
     starts = torch.arange(bins, device=like.device) * size // bins
     ends = -(-(torch.arange(bins, device=like.device) + 1) * size // bins)
@@ -28,17 +28,19 @@ def adaptive_pooling_matrix(size: int, bins: int, like: Tensor) -> Tensor:
 
 @ATTENTIONS.register_module()
 class RWGKAttention(BaseAttention):
-    """Multi-head random-walk graph kernel attention over all ``H * W`` tokens in linear time. Parameter names
-    follow SegFormer's attention (``q``, ``kv``, ``proj``), so a MiT checkpoint supplies all but the anchors.
+    """Multi-head random-walk graph kernel attention over all ``H * W`` tokens in linear time.
+    Parameter names follow SegFormer's attention (``q``, ``kv``, ``proj``), so a MiT checkpoint
+    supplies all but the anchors.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Number of heads (Table 5 doubles them at half the anchors).
-        num_anchors: Anchors ``M`` per head; ``'pooled'`` rounds it to a square grid, which may exceed the map.
+        num_anchors: Anchors ``M`` per head; ``'pooled'`` rounds it to a square grid, which may
+            exceed the map.
         lam: Random-walk decay in (0, 1) (Table 5: 0.1, 0.5, 0.9; 0.5 by default).
-        anchor_mode: ``'learnable'`` (RWGKA: ``B_Q``, ``B_K`` parameters of shape ``(heads, M, C / heads)``,
-            Xavier-initialised) or ``'pooled'`` (RWGKP: the queries and keys average-pooled to a
-            ``sqrt(M) x sqrt(M)`` grid).
+        anchor_mode: ``'learnable'`` (RWGKA: ``B_Q``, ``B_K`` parameters of shape
+            ``(heads, M, C / heads)``, Xavier-initialised) or ``'pooled'`` (RWGKP: the queries and
+            keys average-pooled to a ``sqrt(M) x sqrt(M)`` grid).
         qkv_bias: Whether ``q`` and ``kv`` have a bias.
         attn_drop: Must be 0 (SegFormer's interface): the mechanism forms no ``N x N`` weights.
         proj_drop: Dropout after ``proj``.
@@ -48,7 +50,8 @@ class RWGKAttention(BaseAttention):
     """
 
     complexity = 'linear'
-    extra_tokens = ('queries and keys like any other (``pooled`` anchors average the map alone): every token '
+    extra_tokens = ('queries and keys like any other (``pooled`` anchors average the map alone): '
+                    'every token '
                     'attends to all through the anchors and is attended by all')
     impls = IMPLS
     attn_drop_unsupported = 'no N x N attention weights are formed'
@@ -59,9 +62,11 @@ class RWGKAttention(BaseAttention):
                  init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(num_anchors, int) or num_anchors <= 0:
-            raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive integer')
+            raise ValueError(f'RWGKAttention: num_anchors={num_anchors!r} must be a positive '
+                             'integer')
         if anchor_mode not in ANCHOR_MODES:
-            raise ValueError(f'RWGKAttention: anchor_mode={anchor_mode!r}; expected one of {ANCHOR_MODES}')
+            raise ValueError(f'RWGKAttention: anchor_mode={anchor_mode!r}; expected one of '
+                             f'{ANCHOR_MODES}')
         self.check_attn_drop(attn_drop)
         check_lam(lam)
         self.lam = lam

@@ -23,4 +23,5 @@ class SoftmaxAttention(QKVAttention):
     extra_tokens = 'tokens like any other: every token attends to all and is attended by all'
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.0)
+        return F.scaled_dot_product_attention(q, k, v,
+                                              dropout_p=self.attn_drop if self.training else 0.0)

@@ -18,13 +18,14 @@ class SpatialReductionAttention(BaseAttention):
 
     mmseg's ``EfficientMultiheadAttention`` computes the same but adds the residual inside and wraps
     ``nn.MultiheadAttention``; this keeps the project's interface and uses
-    ``F.scaled_dot_product_attention``. Parameter names follow mmseg (``sr``, ``norm``), ``q`` and ``kv`` split.
+    ``F.scaled_dot_product_attention``. Parameter names follow mmseg (``sr``, ``norm``), ``q`` and
+    ``kv`` split.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Number of heads.
-        sr_ratio: Reduction ratio ``r`` of the key/value map (a stride-``r`` conv and LayerNorm); 1 means
-            plain softmax attention.
+        sr_ratio: Reduction ratio ``r`` of the key/value map (a stride-``r`` conv and LayerNorm); 1
+            means plain softmax attention.
         qkv_bias: Whether the ``q`` and ``kv`` projections have a bias.
         attn_drop: Dropout on the attention weights.
         proj_drop: Dropout after the output projection.
@@ -34,15 +35,17 @@ class SpatialReductionAttention(BaseAttention):
     """
 
     complexity = 'quadratic'
-    extra_tokens = ('queries like any other, and keys and values beside the reduced map, unreduced: they attend '
+    extra_tokens = ('queries like any other, and keys and values beside the reduced map, '
+                    'unreduced: they attend '
                     'to the reduced map and to each other, and every query attends to them')
 
     def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 8, qkv_bias: bool = True,
-                 attn_drop: float = 0.0, proj_drop: float = 0.0, norm_eps: float = 1e-6, num_extra_tokens: int = 0,
-                 init_cfg: Optional[dict] = None) -> None:
+                 attn_drop: float = 0.0, proj_drop: float = 0.0, norm_eps: float = 1e-6,
+                 num_extra_tokens: int = 0, init_cfg: Optional[dict] = None) -> None:
         super().__init__(embed_dims, num_heads, num_extra_tokens, init_cfg=init_cfg)
         if not isinstance(sr_ratio, int) or sr_ratio < 1:
-            raise ValueError(f'SpatialReductionAttention: sr_ratio={sr_ratio!r} must be a positive integer')
+            raise ValueError(f'SpatialReductionAttention: sr_ratio={sr_ratio!r} must be a positive '
+                             'integer')
         self.sr_ratio = sr_ratio
         self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.kv = nn.Linear(embed_dims, 2 * embed_dims, bias=qkv_bias)
@@ -54,8 +57,9 @@ class SpatialReductionAttention(BaseAttention):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def reduce(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Shrink the spatial tokens ``r`` times per side (rounding down, as mmseg); extra tokens are
-        kept as they are. A side shorter than ``r`` is legal: it is zero-padded to one ``r`` cell.
+        """Shrink the spatial tokens ``r`` times per side (rounding down, as mmseg); extra tokens
+        are kept as they are. A side shorter than ``r`` is legal: it is zero-padded to one ``r``
+        cell.
         """
         if self.sr_ratio == 1:
             return x

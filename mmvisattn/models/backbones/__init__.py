@@ -6,4 +6,5 @@ from .mit_rwgka import MixVisionTransformerRWGKA
 from .pervit import PerViT
 from .vil import ViL
 
-__all__ = ['MixVisionTransformerRWGKA', 'CastlingViT', 'CastlingLeViT', 'ESNet', 'PerViT', 'ViL', 'DeiTRipple']
+__all__ = ['MixVisionTransformerRWGKA', 'CastlingViT', 'CastlingLeViT', 'ESNet', 'PerViT', 'ViL',
+           'DeiTRipple']

@@ -1,13 +1,14 @@
-"""A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526: the Castling-ViT
-talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no layout).
+"""A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526: the
+Castling-ViT talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no
+layout).
 
-LeViT's layout (Graham et al. 2021, §4: a convolutional stem, BatchNorm, residual attention and 2x MLP
-blocks, hard swish) with three changes for dense, linear-time detection: a stem of three stride-2
-convolutions (stages at strides 8, 16, 32, the levels PicoDet's CSP-PAN takes from ESNet); stride-2
-depthwise-separable convolutions between the stages instead of LeViT's shrink attention (a softmax over
-N/4 x N scores); :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its 3x3 depthwise
-convolution over the map (``conv='spatial'``). Widths put PicoDet with each arch within 2 % of PicoDet
-with the ESNet of the same letter (0.99 M, 2.15 M, 3.30 M)."""
+LeViT's layout (Graham et al. 2021, §4: a convolutional stem, BatchNorm, residual attention and 2x
+MLP blocks, hard swish) with three changes for dense, linear-time detection: a stem of three
+stride-2 convolutions (stages at strides 8, 16, 32, the levels PicoDet's CSP-PAN takes from ESNet);
+stride-2 depthwise-separable convolutions between the stages instead of LeViT's shrink attention (a
+softmax over N/4 x N scores); :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its
+3x3 depthwise convolution over the map (``conv='spatial'``). Widths put PicoDet with each arch
+within 2 % of PicoDet with the ESNet of the same letter (0.99 M, 2.15 M, 3.30 M)."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch.nn as nn
@@ -30,8 +31,8 @@ class CastlingBlock(BaseModule):
     """``x + attn(BN(x))`` then ``x + MLP(x)`` on a ``(B, C, H, W)`` map; the MLP is LeViT's pair of
     1x1 convolutions with BatchNorm and hard swish."""
 
-    def __init__(self, channels: int, num_heads: int, mlp_ratio: float, drop_path: float, attn_cfg: dict,
-                 options: dict) -> None:
+    def __init__(self, channels: int, num_heads: int, mlp_ratio: float, drop_path: float,
+                 attn_cfg: dict, options: dict) -> None:
         super().__init__()
         self.norm = nn.BatchNorm2d(channels)
         self.attn = build_attention(attn_cfg, options, owner='CastlingLeViT', num_extra_tokens=0,
@@ -55,47 +56,52 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
     Args:
         arch: ``'s' | 'm' | 'l'`` or a dict with ``widths``, ``depths`` and ``num_heads`` (3 each).
         out_indices: Stages to return.
-        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages (with
-            the downsampling convolution before each).
+        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages
+            (with the downsampling convolution before each).
         norm_eval: Keep BatchNorm statistics frozen in training.
         with_cp: Recompute each block in the backward pass instead of keeping its activations.
         mlp_ratio: Hidden width of the MLPs over the block width (LeViT: 2).
         drop_path_rate: Stochastic depth, rising linearly over the blocks.
         attn_cfg: The attention of every block, any type of ``ATTENTIONS`` (no extra tokens);
-            ``embed_dims``, ``num_heads`` and, where taken, ``conv='spatial'`` (the 3x3 depthwise convolution
-            over the map of :class:`~mmvisattn.models.attentions.LinearAngularAttention`) and the stage's
+            ``embed_dims``, ``num_heads`` and, where taken, ``conv='spatial'`` (the 3x3 depthwise
+            convolution over the map
+            of :class:`~mmvisattn.models.attentions.LinearAngularAttention`) and the stage's
             ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are filled in.
-        init_cfg: mmengine initialisation config; ``dict(type='Pretrained', checkpoint=...)`` reads this
-            class's weights, bare or as the backbone of an mmpretrain classifier (:mod:`.pretrained`).
+        init_cfg: mmengine initialisation config; ``dict(type='Pretrained', checkpoint=...)`` reads
+            this class's weights, bare or as the backbone of an mmpretrain classifier
+            (:mod:`.pretrained`).
     """
 
     attention_args = ('attn_cfg',)
-    arch_zoo = {
-        's': dict(widths=(48, 96, 160), depths=(1, 2, 2), num_heads=(2, 3, 5)),
-        'm': dict(widths=(64, 128, 256), depths=(1, 2, 2), num_heads=(2, 4, 8)),
-        'l': dict(widths=(80, 160, 320), depths=(1, 2, 2), num_heads=(2, 5, 10)),
-    }
+    arch_zoo = {'s': dict(widths=(48, 96, 160), depths=(1, 2, 2), num_heads=(2, 3, 5)),
+                'm': dict(widths=(64, 128, 256), depths=(1, 2, 2), num_heads=(2, 4, 8)),
+                'l': dict(widths=(80, 160, 320), depths=(1, 2, 2), num_heads=(2, 5, 10)),}
 
     def __init__(self, arch='s', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
-                 norm_eval: bool = False, with_cp: bool = False, mlp_ratio: float = 2.0, drop_path_rate: float = 0.0,
+                 norm_eval: bool = False, with_cp: bool = False, mlp_ratio: float = 2.0,
+                 drop_path_rate: float = 0.0,
                  attn_cfg: Optional[dict] = None, init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         layout = self._layout(arch)
         widths, depths, heads = layout['widths'], layout['depths'], layout['num_heads']
         self.with_cp = with_cp
-        self.stem = nn.Sequential(ConvModule(3, widths[0] // 4, 3, stride=2, padding=1, norm_cfg=BN, act_cfg=HSWISH),
-                                  ConvModule(widths[0] // 4, widths[0] // 2, 3, stride=2, padding=1, norm_cfg=BN,
+        self.stem = nn.Sequential(ConvModule(3, widths[0] // 4, 3, stride=2, padding=1, norm_cfg=BN,
                                              act_cfg=HSWISH),
-                                  ConvModule(widths[0] // 2, widths[0], 3, stride=2, padding=1, norm_cfg=BN,
-                                             act_cfg=None))
+                                  ConvModule(widths[0] // 4, widths[0] // 2, 3, stride=2, padding=1,
+                                             norm_cfg=BN, act_cfg=HSWISH),
+                                  ConvModule(widths[0] // 2, widths[0], 3, stride=2, padding=1,
+                                             norm_cfg=BN, act_cfg=None))
         rates = iter([drop_path_rate * i / max(sum(depths) - 1, 1) for i in range(sum(depths))])
         self.downsamples = nn.ModuleList(
-            DepthwiseSeparableConvModule(widths[i - 1], widths[i], 3, stride=2, padding=1, norm_cfg=BN,
+            DepthwiseSeparableConvModule(widths[i - 1], widths[i], 3, stride=2, padding=1,
+                                         norm_cfg=BN,
                                          act_cfg=HSWISH) for i in range(1, len(widths)))
         attn_cfg = dict(type='LinearAngularAttention') if attn_cfg is None else attn_cfg
-        options = [dict(conv='spatial', **stage_attention_options(stride)) for stride in STAGE_STRIDES]
+        options = [dict(conv='spatial',
+                        **stage_attention_options(stride)) for stride in STAGE_STRIDES]
         self.stages = nn.ModuleList(
-            nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg, stage_options)
+            nn.Sequential(*(CastlingBlock(width, num_heads, mlp_ratio, next(rates), attn_cfg,
+                                          stage_options)
                             for _ in range(depth)))
             for width, depth, num_heads, stage_options in zip(widths, depths, heads, options))
         self.set_contract(out_indices, frozen_stages, norm_eval, widths, STAGE_STRIDES)
@@ -110,7 +116,8 @@ class CastlingLeViT(LoadsPretrained, BackboneContract, BaseModule):
         keys = ('widths', 'depths', 'num_heads')
         layout = resolve_arch('CastlingLeViT', arch, self.arch_zoo, keys)
         if any(len(layout[k]) != 3 for k in keys):
-            raise ValueError(f'CastlingLeViT: arch={arch!r}; expected three entries (one per stage) in each of {keys}')
+            raise ValueError(f'CastlingLeViT: arch={arch!r}; expected three entries (one per '
+                             f'stage) in each of {keys}')
         return layout
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:

@@ -1,5 +1,5 @@
-"""Castling-ViT backbone (arXiv:2211.10526): mmseg's plain ViT with castling (linear-angular) attention
-in every block, for Mask2Former / UperNet-style dense heads."""
+"""Castling-ViT backbone (arXiv:2211.10526): mmseg's plain ViT with castling (linear-angular)
+attention in every block, for Mask2Former / UperNet-style dense heads."""
 import inspect
 import math
 import re
@@ -14,16 +14,23 @@ from mmvisattn.registry import build_attention, register_model
 from mmvisattn.utils.checkpoint import rename_keys
 
 from ..layers import ResidualAttention, TokenGrid
-from .contract import BackboneContract, Part, check_out_indices, checkpointed, stage_attention_options
+from .contract import (
+    BackboneContract,
+    Part,
+    check_out_indices,
+    checkpointed,
+    stage_attention_options,
+)
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key, strip_prefix
 
 DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
 
 
 class RecomputedLayer(TransformerEncoderLayer):
-    """mmseg's ViT layer recomputed in the backward by the non-reentrant checkpoint (mmseg's takes the
-    reentrant one, which breaks under DDP with ``find_unused_parameters=True``): :class:`CastlingViT` turns
-    its layers into this class, weights unchanged, when ``with_cp`` is set."""
+    """mmseg's ViT layer recomputed in the backward by the non-reentrant checkpoint (mmseg's takes
+    the reentrant one, which breaks under DDP with
+    ``find_unused_parameters=True``): :class:`CastlingViT` turns its layers into this class, weights
+    unchanged, when ``with_cp`` is set."""
 
     def forward(self, x: Tensor) -> Tensor:
         return checkpointed(super().forward, True, x)
@@ -33,37 +40,42 @@ class RecomputedLayer(TransformerEncoderLayer):
 class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
 
-    Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by changing
-    ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the forward are mmseg's.
-    The class token reaches every attention as its one extra token (``num_extra_tokens``); the token grid
-    is recorded from the patch embedding (mmseg's layers call their attention without it). Parameter names
-    are mmseg's but for the attention internals (``layers.{i}.attn.attn.{qkv, proj, dconv}``);
-    ``init_cfg=dict(type='Pretrained')`` reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights, converted
-    while loading (:mod:`.pretrained`).
-    ``out_indices`` counts layers (negative from the last) and ``frozen_stages`` freezes the embeddings (0)
-    and the first layers (the contract of :mod:`.contract`).
+    Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by
+    changing ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the
+    forward are mmseg's. The class token reaches every attention as its one extra token
+    (``num_extra_tokens``); the token grid is recorded from the patch embedding (mmseg's layers call
+    their attention without it). Parameter names are mmseg's but for the attention internals
+    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``init_cfg=dict(type='Pretrained')`` reads timm /
+    DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading (:mod:`.pretrained`).
+    ``out_indices`` counts layers (negative from the last) and ``frozen_stages`` freezes the
+    embeddings (0) and the first layers (the contract of :mod:`.contract`).
 
     Args:
-        attn_cfg: The attention of every layer, any type of ``ATTENTIONS``; ``embed_dims``, ``num_heads``,
-            ``qkv_bias``, ``attn_drop``, ``proj_drop``, ``num_extra_tokens`` and, where taken, ``sr_ratio``
-            (:func:`~.contract.stage_attention_options`) are filled in. Defaults to ``LinearAngularAttention``.
-        frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first ``k`` layers.
+        attn_cfg: The attention of every layer, any type of ``ATTENTIONS``; ``embed_dims``,
+            ``num_heads``, ``qkv_bias``, ``attn_drop``, ``proj_drop``, ``num_extra_tokens`` and,
+            where taken, ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are filled in.
+            Defaults to ``LinearAngularAttention``.
+        frozen_stages: -1 freezes nothing, 0 the embeddings, ``k`` the embeddings and the first
+            ``k`` layers.
         **kwargs: The arguments of mmseg's ``VisionTransformer``.
     """
 
     attention_args = ('attn_cfg',)
     pretrained_formats = (
-        # its own weights, as an mmpretrain classifier's backbone too, at whatever input size they were trained
+        # its own weights, as an mmpretrain classifier's backbone too, at whatever input size they
+        # were trained
         CheckpointFormat('CastlingViT (this project, position embedding resized)',
                          any_key(r'^layers\.\d+\.attn\.attn\.(qkv|dconv)\.'),
                          lambda state_dict, backbone: backbone.fit_pos_embed(state_dict)),
-        CheckpointFormat('timm / DeiT / MAE ViT (blocks.0.attn.qkv ...)', any_key(r'^blocks\.\d+\.attn\.qkv\.'),
-                         lambda state_dict, backbone: backbone.fit_pos_embed(convert_vit_state_dict(state_dict)[0])),
+        CheckpointFormat('timm / DeiT / MAE ViT (blocks.0.attn.qkv ...)',
+                         any_key(r'^blocks\.\d+\.attn\.qkv\.'), lambda state_dict,
+                         backbone: backbone.fit_pos_embed(convert_vit_state_dict(state_dict)[0])),
         CheckpointFormat('mmseg ViT (layers.0.attn.attn.in_proj_weight ...)',
                          any_key(r'^(backbone\.)?layers\.\d+\.attn\.attn\.in_proj_weight$'),
                          lambda state_dict, backbone: backbone.fit_pos_embed(rename_keys(
                              strip_prefix(state_dict, 'backbone.'), MMSEG_TO_CASTLING)[0])),
-        CheckpointFormat('mmpretrain ViT (layers.0.attn.qkv ...)', any_key(r'^(backbone\.)?layers\.\d+\.attn\.qkv\.'),
+        CheckpointFormat('mmpretrain ViT (layers.0.attn.qkv ...)',
+                         any_key(r'^(backbone\.)?layers\.\d+\.attn\.qkv\.'),
                          lambda state_dict, backbone: backbone.fit_pos_embed(rename_keys(
                              strip_prefix(state_dict, 'backbone.'), MMPRETRAIN_TO_CASTLING)[0])))
 
@@ -78,23 +90,27 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
         self.patch_embed.register_forward_hook(self.token_grid.record)
         self.layer_options = dict(embed_dims=options['embed_dims'], num_heads=options['num_heads'],
                                   qkv_bias=options['qkv_bias'], attn_drop=options['attn_drop_rate'],
-                                  proj_drop=options['drop_rate'], num_extra_tokens=int(options['with_cls_token']))
+                                  proj_drop=options['drop_rate'],
+                                  num_extra_tokens=int(options['with_cls_token']))
         cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
         for layer in self.layers:
             # mmseg's attention is dropped here; its residual dropout is kept
-            layer.attn = ResidualAttention(self.build_layer_attention(cfg), layer.attn.dropout_layer, self.token_grid)
+            layer.attn = ResidualAttention(self.build_layer_attention(cfg),
+                                           layer.attn.dropout_layer, self.token_grid)
             if layer.with_cp:
                 layer.with_cp, layer.__class__ = False, RecomputedLayer
-        self.set_contract(out_indices, frozen_stages, options['norm_eval'], [options['embed_dims']] * num_layers,
+        self.set_contract(out_indices, frozen_stages, options['norm_eval'],
+                          [options['embed_dims']] * num_layers,
                           [options['patch_size']] * num_layers)
 
     def build_layer_attention(self, cfg: Dict) -> nn.Module:
         """The attention ``cfg`` describes, for the tokens of every layer (class token included)."""
-        return build_attention(cfg, stage_attention_options(self.patch_size), owner=type(self).__name__,
-                               **self.layer_options)
+        return build_attention(cfg, stage_attention_options(self.patch_size),
+                               owner=type(self).__name__, **self.layer_options)
 
     def stem_parts(self) -> List[Part]:
-        return [self.patch_embed, self.pos_embed, self.cls_token, *([self.pre_ln] if self.pre_norm else [])]
+        return [self.patch_embed, self.pos_embed, self.cls_token,
+                *([self.pre_ln] if self.pre_norm else [])]
 
     def fit_pos_embed(self, state_dict: Dict[str, Tensor]) -> Dict[str, Tensor]:
         """``state_dict`` with its position embedding resized to this model's grid, as mmseg's
@@ -103,7 +119,8 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
         if pos_embed is not None and pos_embed.shape != self.pos_embed.shape:
             side = int(math.sqrt(pos_embed.shape[1] - 1))
             grid = (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
-            state_dict = dict(state_dict, pos_embed=self.resize_pos_embed(pos_embed, grid, (side, side),
+            state_dict = dict(state_dict,
+                              pos_embed=self.resize_pos_embed(pos_embed, grid, (side, side),
                                                                           self.interpolate_mode))
         return state_dict
 
@@ -112,32 +129,36 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
         return [self.layers[index], *final]
 
     def drop_stages_after(self, last: int) -> None:
-        if last + 1 < len(self.layers) and self.final_norm:  # the final norm follows the last layer only
+        # the final norm follows the last layer only
+        if last + 1 < len(self.layers) and self.final_norm:
             self.final_norm = False
             delattr(self, self.norm1_name)
         del self.layers[last + 1:]
 
 
 # parts of a timm / MAE block -> parts of an mmseg ViT layer
-TIMM_BLOCK_PARTS = {'norm1': 'ln1', 'norm2': 'ln2', 'attn.qkv': 'attn.attn.qkv', 'attn.proj': 'attn.attn.proj',
+TIMM_BLOCK_PARTS = {'norm1': 'ln1', 'norm2': 'ln2', 'attn.qkv': 'attn.attn.qkv',
+                    'attn.proj': 'attn.attn.proj',
                     'mlp.fc1': 'ffn.layers.0.0', 'mlp.fc2': 'ffn.layers.1'}
 # timm / MAE ViT names -> CastlingViT (mmseg ViT) names; the first matching rule applies
 TIMM_TO_CASTLING = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
                     *[(rf'^blocks\.(\d+)\.{re.escape(part)}\.', rf'layers.\1.{ours}.')
                       for part, ours in TIMM_BLOCK_PARTS.items()],
-                    (r'^norm\.', 'ln1.'),
-                    (r'^(cls_token|pos_embed)$', r'\1')]
+                    (r'^norm\.', 'ln1.'), (r'^(cls_token|pos_embed)$', r'\1')]
 
 
-# mmseg ViT (mmcv's MultiheadAttention) and mmpretrain ViT names -> CastlingViT names; other keys are kept
-MMSEG_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$', r'layers.\1.attn.attn.qkv.\2'),
+# mmseg ViT (mmcv's MultiheadAttention) and mmpretrain ViT names -> CastlingViT names; other keys
+# are kept
+MMSEG_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$',
+                      r'layers.\1.attn.attn.qkv.\2'),
                      (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'layers.\1.attn.attn.proj.'),
                      (r'^', '')]
 MMPRETRAIN_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.(qkv|proj)\.', r'layers.\1.attn.attn.\2.'),
                           (r'^', '')]
 
 
-def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]',
+                                                                   List[str]]:
     """timm / MAE ViT keys -> CastlingViT keys; returns the converted dict and the dropped keys
     (classification head, ``fc_norm``, MAE decoder and anything else without a place)."""
     return rename_keys(state_dict, TIMM_TO_CASTLING)

@@ -2,25 +2,26 @@
 (``tests/test_models/test_backbones/test_contract.py`` checks every registered backbone):
 
 * ``arch``: a name of the class's ``arch_zoo`` or a dict of the same keys (:func:`resolve_arch`);
-* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the last; the
-  stages after the last of them are not built (:meth:`~BackboneContract.drop_stages_after`), so every
-  trainable parameter gets a gradient, as DDP's default ``find_unused_parameters=False`` needs;
-* ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages (no
-  gradient, eval mode: mmdet's Swin and ResNet);
+* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the
+  last; the stages after the last of them are not built
+  (:meth:`~BackboneContract.drop_stages_after`), so every trainable parameter gets a gradient, as
+  DDP's default ``find_unused_parameters=False`` needs;
+* ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages
+  (no gradient, eval mode: mmdet's Swin and ResNet);
 * ``norm_eval``: the normalisation layers stay in eval mode while training;
 * ``out_channels`` and ``out_strides`` of each returned output;
-* ``forward(images)`` returns contiguous maps (mmcv's C++ ops, RoIAlign among them, read a map's memory
-  as NCHW whatever its strides);
-* ``with_cp``: a block is recomputed in the backward when its input needs a gradient (:func:`checkpointed`,
-  the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint, which works under DDP with or
-  without ``find_unused_parameters``;
-* ``attn_cfg`` (where the backbone has attentions; ``attention_args`` names every constructor argument
-  that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``, built with the
-  extra-token contract (:func:`mmvisattn.registry.build_attention`: the count of extra tokens passed,
-  each stage's settings offered, :func:`stage_attention_options`).
+* ``forward(images)`` returns contiguous maps (mmcv's C++ ops, RoIAlign among them, read a map's
+  memory as NCHW whatever its strides);
+* ``with_cp``: a block is recomputed in the backward when its input needs a gradient
+  (:func:`checkpointed`, the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint,
+  which works under DDP with or without ``find_unused_parameters``;
+* ``attn_cfg`` (where the backbone has attentions; ``attention_args`` names every constructor
+  argument that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``,
+  built with the extra-token contract (:func:`mmvisattn.registry.build_attention`: the count of
+  extra tokens passed, each stage's settings offered, :func:`stage_attention_options`).
 
-:class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and stages
-(:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
+:class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and
+stages (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
 :meth:`~BackboneContract.set_contract` at the end of its ``__init__``."""
 from numbers import Integral
 from typing import Callable, Dict, List, Sequence, Tuple, Union
@@ -40,20 +41,22 @@ REDUCED_KEY_STRIDE = 32
 
 
 def stage_attention_options(stride: int) -> Dict[str, int]:
-    """The settings a backbone offers the attention of a stage at ``stride``: the spatial reduction ratio
-    that leaves keys at stride 32, as PVT's and SegFormer's (strides 4, 8, 16, 32: ratios 8, 4, 2, 1), so
-    a reduced attention keeps a useful number of keys on every map."""
+    """The settings a backbone offers the attention of a stage at ``stride``: the spatial reduction
+    ratio that leaves keys at stride 32, as PVT's and SegFormer's (strides 4, 8, 16, 32: ratios 8,
+    4, 2, 1), so a reduced attention keeps a useful number of keys on every map."""
     return dict(sr_ratio=max(1, REDUCED_KEY_STRIDE // stride))
 
 
-def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict], keys: Sequence[str]) -> Dict:
-    """The settings ``arch`` names in ``arch_zoo``, or ``arch`` itself when it is a dict holding every
-    key of ``keys``; otherwise a one-line ``ValueError`` naming ``owner``, the value and what is
-    accepted. Backbones check the values themselves (one entry per stage...)."""
+def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict],
+                 keys: Sequence[str]) -> Dict:
+    """The settings ``arch`` names in ``arch_zoo``, or ``arch`` itself when it is a dict holding
+    every key of ``keys``; otherwise a one-line ``ValueError`` naming ``owner``, the value and what
+    is accepted. Backbones check the values themselves (one entry per stage...)."""
     if isinstance(arch, str) and arch in arch_zoo:
         return dict(arch_zoo[arch])
     if not isinstance(arch, dict):
-        raise ValueError(f'{owner}: arch={arch!r}; expected one of {sorted(arch_zoo)} or a dict with keys '
+        raise ValueError(f'{owner}: arch={arch!r}; expected one of {sorted(arch_zoo)} or a dict '
+                         'with keys '
                          f'{tuple(keys)}')
     missing = [key for key in keys if key not in arch]
     if missing:
@@ -61,16 +64,19 @@ def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict], 
     return dict(arch)
 
 
-def check_out_indices(owner: str, out_indices: Union[int, Sequence[int]], num_stages: int) -> Tuple[int, ...]:
+def check_out_indices(owner: str, out_indices: Union[int, Sequence[int]],
+                      num_stages: int) -> Tuple[int, ...]:
     """``out_indices`` (one index or several) as non-negative stage indices in stage order; a
     one-line ``ValueError`` for an index outside ``-num_stages .. num_stages - 1``, a repeated stage
     or none at all."""
     indices = (out_indices,) if isinstance(out_indices, Integral) else tuple(out_indices)
-    valid = all(isinstance(i, Integral) and not isinstance(i, bool) and -num_stages <= i < num_stages
+    valid = all(isinstance(i, Integral) and not isinstance(i, bool) and
+                -num_stages <= i < num_stages
                 for i in indices)
     resolved = tuple(sorted(int(i) % num_stages for i in indices)) if valid else ()
     if not valid or not resolved or len(set(resolved)) != len(resolved):
-        raise ValueError(f'{owner}: out_indices={out_indices!r}; expected stage indices below {num_stages} '
+        raise ValueError(f'{owner}: out_indices={out_indices!r}; expected stage indices below '
+                         f'{num_stages} '
                          f'(down to {-num_stages}, counting from the last), each stage once')
     return resolved
 
@@ -79,7 +85,8 @@ def check_frozen_stages(owner: str, frozen_stages: int, num_stages: int) -> int:
     """``frozen_stages`` must be an integer in ``-1 .. num_stages``."""
     if isinstance(frozen_stages, bool) or not isinstance(frozen_stages, Integral) \
             or not -1 <= frozen_stages <= num_stages:
-        raise ValueError(f'{owner}: frozen_stages={frozen_stages!r}; expected -1 (none), 0 (the stem) or up to '
+        raise ValueError(f'{owner}: frozen_stages={frozen_stages!r}; expected -1 (none), 0 (the '
+                         'stem) or up to '
                          f'{num_stages} (the stem and that many stages)')
     return int(frozen_stages)
 
@@ -111,7 +118,8 @@ class BackboneContract:
     out_strides: List[int]
     attention_args: Tuple[str, ...] = ()
 
-    def set_contract(self, out_indices: Union[int, Sequence[int]], frozen_stages: int, norm_eval: bool,
+    def set_contract(self, out_indices: Union[int, Sequence[int]], frozen_stages: int,
+                     norm_eval: bool,
                      stage_channels: Sequence[int], stage_strides: Sequence[int]) -> None:
         """Check and record the contract's arguments (one ``stage_channels`` and ``stage_strides``
         entry per stage) and freeze the stages; call at the end of ``__init__``."""
@@ -125,9 +133,10 @@ class BackboneContract:
         self.freeze_stages()
 
     def switch_to_deploy(self) -> None:
-        """The deploy form: every train-only branch of the backbone removed (Castling's auxiliary softmax;
-        nothing for backbones without one). mmdeploy calls ``model.backbone.switch_to_deploy()`` where it
-        exists before it exports, as ``CastlingScheduleHook`` does at the end of its fade."""
+        """The deploy form: every train-only branch of the backbone removed (Castling's auxiliary
+        softmax; nothing for backbones without one). mmdeploy calls
+        ``model.backbone.switch_to_deploy()`` where it exists before it exports, as
+        ``CastlingScheduleHook`` does at the end of its fade."""
         switch_to_deploy(self)
 
     def stem_parts(self) -> List[Part]:
@@ -144,22 +153,26 @@ class BackboneContract:
         del self.stages[last + 1:]
 
     def depth_parts(self) -> List[List[Part]]:
-        """The parts at each depth of layer-wise learning-rate decay, from the input: the stem, then each
-        stage (each layer of a plain ViT, whose stages are its layers)."""
-        return [self.stem_parts()] + [self.stage_parts(index) for index in range(self.out_indices[-1] + 1)]
+        """The parts at each depth of layer-wise learning-rate decay, from the input: the stem, then
+        each stage (each layer of a plain ViT, whose stages are its layers)."""
+        return [self.stem_parts()] + [
+            self.stage_parts(index) for index in range(self.out_indices[-1] + 1)
+        ]
 
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
-        """mmpretrain's protocol of layer-wise decay (its ``LearningRateDecayOptimWrapperConstructor``):
-        ``(depth, count)`` of the parameter ``prefix + param_name``; 0 for the stem, ``i + 1`` for the
-        i-th part of :meth:`depth_parts`, ``count - 1`` for the rest (parameters several stages share,
-        and the modules after the backbone, whose names lack ``prefix``)."""
+        """mmpretrain's protocol of layer-wise decay (its
+        ``LearningRateDecayOptimWrapperConstructor``): ``(depth, count)`` of the parameter
+        ``prefix + param_name``; 0 for the stem, ``i + 1`` for the i-th part of :meth:`depth_parts`,
+        ``count - 1`` for the rest (parameters several stages share, and the modules after the
+        backbone, whose names lack ``prefix``)."""
         parts = self.depth_parts()
         count = len(parts) + 1
         if not param_name.startswith(prefix):
             return count - 1, count
         depths: Dict[int, int] = {}
         for depth, group in enumerate(parts):
-            for part in group:  # the first depth holding a parameter wins: a stage may hold the stem
+            # the first depth holding a parameter wins: a stage may hold the stem
+            for part in group:
                 for param in [part] if isinstance(part, nn.Parameter) else part.parameters():
                     depths.setdefault(id(param), depth)
         param = dict(self.named_parameters()).get(param_name[len(prefix):])
@@ -169,7 +182,9 @@ class BackboneContract:
         if self.frozen_stages < 0:
             return
         kept = min(self.frozen_stages, self.out_indices[-1] + 1)
-        for part in self.stem_parts() + [part for index in range(kept) for part in self.stage_parts(index)]:
+        for part in self.stem_parts() + [
+            part for index in range(kept) for part in self.stage_parts(index)
+        ]:
             _freeze(part)
 
     def train(self, mode: bool = True):

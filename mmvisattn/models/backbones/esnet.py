@@ -24,7 +24,8 @@ from .contract import BackboneContract, checkpointed, resolve_arch
 STAGE_STRIDES = (8, 16, 32)  # the stem takes 4 (a stride-2 conv and max pooling), each stage 2
 
 HSWISH = dict(type='HSwish')
-# SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered in compat).
+# SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered
+# in compat).
 SE_ACTIVATIONS = (dict(type='ReLU'), dict(type='Hardsigmoid'))
 
 # PaddleDetection's per-block ratios of the middle width to the block width (13 blocks).
@@ -39,16 +40,19 @@ def make_divisible(value: float, divisor: int = 16) -> int:
 
 
 def channel_shuffle(x: Tensor, groups: int) -> Tensor:
-    """Interleave the channels of ``groups`` groups (ShuffleNet), so the two halves of a block mix."""
+    """Interleave the channels of ``groups`` groups (ShuffleNet), so the two halves of a block
+    mix."""
     batch, channels, height, width = x.shape
     return x.view(batch, groups, channels // groups, height, width).transpose(1, 2).reshape(
         batch, channels, height, width)
 
 
-def conv_bn(in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1, groups: int = 1,
-            act: Optional[dict] = HSWISH) -> ConvModule:
-    """Bias-free convolution, BatchNorm and (optionally) an activation: PaddleDetection's ConvBNLayer."""
-    return ConvModule(in_channels, out_channels, kernel_size, stride=stride, padding=kernel_size // 2,
+def conv_bn(in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1,
+            groups: int = 1, act: Optional[dict] = HSWISH) -> ConvModule:
+    """Bias-free convolution, BatchNorm and (optionally) an activation: PaddleDetection's
+    ConvBNLayer."""
+    return ConvModule(in_channels, out_channels, kernel_size, stride=stride,
+                      padding=kernel_size // 2,
                       groups=groups, norm_cfg=dict(type='BN'), act_cfg=act)
 
 
@@ -60,7 +64,8 @@ class ESBlock(BaseModule):
     def __init__(self, channels: int, mid_channels: int) -> None:
         super().__init__()
         self.conv_pw = conv_bn(channels // 2, mid_channels // 2)
-        self.conv_dw = conv_bn(mid_channels // 2, mid_channels // 2, 3, groups=mid_channels // 2, act=None)
+        self.conv_dw = conv_bn(mid_channels // 2, mid_channels // 2, 3, groups=mid_channels // 2,
+                               act=None)
         self.se = SELayer(mid_channels, ratio=4, act_cfg=SE_ACTIVATIONS)
         self.conv_linear = conv_bn(mid_channels, channels // 2)
 
@@ -78,11 +83,12 @@ class ESDownBlock(BaseModule):
 
     def __init__(self, in_channels: int, mid_channels: int, out_channels: int) -> None:
         super().__init__()
-        self.conv_dw_1 = conv_bn(in_channels, in_channels, 3, stride=2, groups=in_channels, act=None)
+        self.conv_dw_1 = conv_bn(in_channels, in_channels, 3, stride=2, groups=in_channels,
+                                 act=None)
         self.conv_linear_1 = conv_bn(in_channels, out_channels // 2)
         self.conv_pw_2 = conv_bn(in_channels, mid_channels // 2)
-        self.conv_dw_2 = conv_bn(mid_channels // 2, mid_channels // 2, 3, stride=2, groups=mid_channels // 2,
-                                 act=None)
+        self.conv_dw_2 = conv_bn(mid_channels // 2, mid_channels // 2, 3, stride=2,
+                                 groups=mid_channels // 2, act=None)
         self.se = SELayer(mid_channels // 2, ratio=4, act_cfg=SE_ACTIVATIONS)
         self.conv_linear_2 = conv_bn(mid_channels // 2, out_channels // 2)
         self.conv_dw_mv1 = conv_bn(out_channels, out_channels, 3, groups=out_channels)
@@ -112,8 +118,9 @@ class ESNet(BackboneContract, BaseModule):
                 'l': dict(scale=1.25, ratios=RATIOS_ML)}
     stage_blocks = (3, 7, 3)
 
-    def __init__(self, arch: Union[str, dict] = 's', out_indices: Sequence[int] = (0, 1, 2), frozen_stages: int = -1,
-                 norm_eval: bool = False, with_cp: bool = False, init_cfg: Optional[dict] = None) -> None:
+    def __init__(self, arch: Union[str, dict] = 's', out_indices: Sequence[int] = (0, 1, 2),
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 init_cfg: Optional[dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         layout = resolve_arch('ESNet', arch, self.arch_zoo, ('scale', 'ratios'))
         scale, ratios = layout['scale'], layout['ratios']
@@ -126,7 +133,8 @@ class ESNet(BackboneContract, BaseModule):
     def _make_stages(self, ratios: Sequence[float]) -> List[nn.Sequential]:
         stages, in_channels, ratio_iter = [], 24, iter(ratios)
         for channels, num_blocks in zip(self.stage_channels, self.stage_blocks):
-            mids = [make_divisible(int(channels * next(ratio_iter)), divisor=8) for _ in range(num_blocks)]
+            mids = [make_divisible(int(channels * next(ratio_iter)),
+                                   divisor=8) for _ in range(num_blocks)]
             blocks = [ESDownBlock(in_channels, mids[0], channels)]
             blocks += [ESBlock(channels, mid) for mid in mids[1:]]
             stages.append(nn.Sequential(*blocks))

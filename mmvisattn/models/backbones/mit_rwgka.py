@@ -1,6 +1,6 @@
 """SegFormer's Mix Transformer with random-walk graph kernel attention, "Improving vision attention
-with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 4.1: every spatial-reduction attention of MiT is
-replaced, and its reduction conv dropped (Table 1: B0 3.4M -> 2.9M encoder parameters)."""
+with random walk graph kernel" (OpenReview, ICLR 2023), Sec. 4.1: every spatial-reduction attention
+of MiT is replaced, and its reduction conv dropped (Table 1: B0 3.4M -> 2.9M encoder parameters)."""
 import inspect
 import math
 import re
@@ -28,7 +28,8 @@ def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
         return [dict(attn_cfg) for _ in range(num_stages)]
     cfgs = [dict(cfg) for cfg in attn_cfg]
     if len(cfgs) != num_stages:
-        raise ValueError(f'attn_cfg lists {len(cfgs)} stage settings; the backbone has {num_stages} stages')
+        raise ValueError(f'attn_cfg lists {len(cfgs)} stage settings; the backbone has '
+                         f'{num_stages} stages')
     return cfgs
 
 
@@ -36,42 +37,49 @@ def stage_attn_cfgs(attn_cfg: AttnCfg, num_stages: int) -> List[Dict]:
 class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTransformer):
     """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
 
-    Takes every argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer config switches by
-    changing ``type``; patch embeddings, Mix-FFNs, norms, drop path, ``with_cp`` and the forward are mmseg's.
-    Parameter names are mmseg's but for the attention internals (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``),
-    so ``init_cfg=dict(type='Pretrained')`` reads mmseg's and NVlabs' MiT and SegFormer weights, converted
-    while loading (:mod:`.pretrained`).
+    Takes every argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer config switches
+    by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path, ``with_cp`` and the forward
+    are mmseg's. Parameter names are mmseg's but for the attention internals
+    (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so ``init_cfg=dict(type='Pretrained')`` reads
+    mmseg's and NVlabs' MiT and SegFormer weights, converted while loading (:mod:`.pretrained`).
 
     Args:
-        attn_cfg: The attention of every block (any type of ``ATTENTIONS``; no extra tokens), one for all
-            stages or one per stage (Table 5). ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop``,
-            ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in
-            (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to ``RWGKAttention``
-            with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
-        frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first ``k`` stages.
+        attn_cfg: The attention of every block (any type of ``ATTENTIONS``; no extra tokens), one
+            for all stages or one per stage (Table 5). ``embed_dims``, ``num_heads``, ``qkv_bias``,
+            ``attn_drop``, ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in
+            (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
+            ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
+        frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first
+            ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
-        **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from the last.
+        **kwargs: The arguments of mmseg's ``MixVisionTransformer``; ``out_indices`` may count from
+            the last.
     """
 
     attention_args = ('attn_cfg',)
     pretrained_formats = (
-        CheckpointFormat('NVlabs SegFormer MiT (block1.0.attn.q ...)', any_key(r'^block\d+\.\d+\.attn\.q\.'),
+        CheckpointFormat('NVlabs SegFormer MiT (block1.0.attn.q ...)',
+                         any_key(r'^block\d+\.\d+\.attn\.q\.'),
                          lambda state_dict, backbone: convert_mit_state_dict(
-                             convert_segformer_state_dict(state_dict), keeps_spatial_reduction(backbone))[0]),
+                             convert_segformer_state_dict(state_dict),
+                             keeps_spatial_reduction(backbone))[0]),
         CheckpointFormat('mmseg MiT (bare, or a SegFormer under backbone.)',
                          any_key(r'(^|\.)layers\.\d+\.1\.\d+\.attn\.attn\.in_proj_weight$'),
                          lambda state_dict, backbone: convert_mit_state_dict(
-                             strip_prefix(state_dict, 'backbone.'), keeps_spatial_reduction(backbone))[0]))
+                             strip_prefix(state_dict, 'backbone.'),
+                             keeps_spatial_reduction(backbone))[0]))
 
-    def __init__(self, attn_cfg: Optional[AttnCfg] = None, frozen_stages: int = -1, norm_eval: bool = False,
-                 **kwargs) -> None:
+    def __init__(self, attn_cfg: Optional[AttnCfg] = None, frozen_stages: int = -1,
+                 norm_eval: bool = False, **kwargs) -> None:
         stock = inspect.signature(MixVisionTransformer).bind(**kwargs)
         stock.apply_defaults()
         options = stock.arguments
-        out_indices = check_out_indices(type(self).__name__, options['out_indices'], options['num_stages'])
+        out_indices = check_out_indices(type(self).__name__, options['out_indices'],
+                                        options['num_stages'])
         super().__init__(**dict(kwargs, out_indices=out_indices))
         attn_cfg = DEFAULT_ATTN_CFG if attn_cfg is None else attn_cfg
-        for stage_index, (stage, cfg) in enumerate(zip(self.layers, stage_attn_cfgs(attn_cfg, self.num_stages))):
+        for stage_index, (stage, cfg) in enumerate(zip(self.layers,
+                                                       stage_attn_cfgs(attn_cfg, self.num_stages))):
             defaults = dict(embed_dims=self.embed_dims * self.num_heads[stage_index],
                             num_heads=self.num_heads[stage_index], qkv_bias=options['qkv_bias'],
                             attn_drop=options['attn_drop_rate'], proj_drop=options['drop_rate'])
@@ -84,8 +92,8 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
                 block.with_cp = False  # recomputed by forward instead
         self.with_cp = options['with_cp']
         strides = [math.prod(options['strides'][:index + 1]) for index in range(self.num_stages)]
-        self.set_contract(out_indices, frozen_stages, norm_eval, [self.embed_dims * heads for heads in self.num_heads],
-                          strides)
+        self.set_contract(out_indices, frozen_stages, norm_eval,
+                          [self.embed_dims * heads for heads in self.num_heads], strides)
 
     def stem_parts(self) -> List[Part]:
         return [self.layers[0][0]]  # the first patch embedding
@@ -97,8 +105,9 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
         del self.layers[last + 1:]
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        """mmseg's forward, with the non-reentrant checkpoint (mmseg's blocks take the reentrant one, which
-        breaks under DDP with ``find_unused_parameters=True``) and contiguous maps, as the contract asks."""
+        """mmseg's forward, with the non-reentrant checkpoint (mmseg's blocks take the reentrant
+        one, which breaks under DDP with ``find_unused_parameters=True``) and contiguous maps, as
+        the contract asks."""
         outs = []
         for index, (patch_embed, blocks, norm) in enumerate(self.layers):
             x, hw_shape = patch_embed(x)
@@ -113,8 +122,9 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
 MIT_ATTENTION_KEY = re.compile(r'^(?P<prefix>(?:.*\.)?layers\.\d+\.1\.\d+\.attn\.)(?P<rest>.+)$')
 
 
-def convert_mit_state_dict(state_dict: Dict[str, Tensor],
-                           keep_spatial_reduction: bool = False) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+def convert_mit_state_dict(
+    state_dict: Dict[str, Tensor], keep_spatial_reduction: bool = False
+) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """Stock mmseg MiT keys -> MixVisionTransformerRWGKA keys (``in_proj`` split into ``q`` and
     ``kv``, ``out_proj`` renamed ``proj``); returns the converted dict and the dropped keys.
 
@@ -146,26 +156,33 @@ def convert_mit_state_dict(state_dict: Dict[str, Tensor],
 
 
 def keeps_spatial_reduction(backbone: MixVisionTransformer) -> bool:
-    """Whether the backbone's attentions have mmseg's spatial reduction (``SpatialReductionAttention``)."""
+    """Whether the backbone's attentions have mmseg's spatial reduction
+    (``SpatialReductionAttention``)."""
     return any('.attn.attn.sr.' in key for key in backbone.state_dict())
 
 
-# NVlabs SegFormer (mix_transformer.py) names -> mmseg MiT names, as mmseg's tools/model_converters/mit2mmseg.py
+# NVlabs SegFormer (mix_transformer.py) names -> mmseg MiT names, as mmseg's
+# tools/model_converters/mit2mmseg.py
 NVLABS_KEY = re.compile(r'^(?P<part>patch_embed|block|norm)(?P<stage>\d+)\.(?P<rest>.+)$')
-NVLABS_BLOCK_PARTS = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.', 'attn.norm.': 'attn.norm.',
-                      'mlp.fc1.': 'ffn.layers.0.', 'mlp.dwconv.dwconv.': 'ffn.layers.1.', 'mlp.fc2.': 'ffn.layers.4.',
-                      'norm1.': 'norm1.', 'norm2.': 'norm2.'}
+NVLABS_BLOCK_PARTS = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.',
+                      'attn.norm.': 'attn.norm.',
+                      'mlp.fc1.': 'ffn.layers.0.', 'mlp.dwconv.dwconv.': 'ffn.layers.1.',
+                      'mlp.fc2.': 'ffn.layers.4.', 'norm1.': 'norm1.', 'norm2.': 'norm2.'}
 
 
 def _nvlabs_block(prefix: str, rest: str, value: Tensor, state_dict: Dict[str, Tensor],
                   key: str) -> Optional[Tuple[str, Tensor]]:
-    """One block tensor of an NVlabs MiT as ``(mmseg key, value)``; ``None`` for ``kv``, joined with ``q``."""
+    """One block tensor of an NVlabs MiT as ``(mmseg key, value)``; ``None`` for ``kv``, joined with
+    ``q``."""
     if rest.startswith('attn.q.'):
         kind = rest.rsplit('.', 1)[1]
-        return f'{prefix}attn.attn.in_proj_{kind}', torch.cat([value, state_dict[key.replace('.attn.q.', '.attn.kv.')]])
+        return f'{prefix}attn.attn.in_proj_{kind}', torch.cat(
+            [value, state_dict[key.replace('.attn.q.', '.attn.kv.')]]
+        )
     for old, new in NVLABS_BLOCK_PARTS.items():
         if rest.startswith(old):
-            linear = old in ('mlp.fc1.', 'mlp.fc2.') and rest.endswith('weight')  # 1x1 convolutions in mmseg
+            # 1x1 convolutions in mmseg
+            linear = old in ('mlp.fc1.', 'mlp.fc2.') and rest.endswith('weight')
             return prefix + new + rest[len(old):], value[..., None, None] if linear else value
     return None
 

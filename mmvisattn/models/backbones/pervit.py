@@ -1,12 +1,13 @@
-"""PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; arXiv:2206.06801, §3.2,
-Eq. 10, Appendix E Table A5) for detection and segmentation.
+"""PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; arXiv:2206.06801,
+§3.2, Eq. 10, Appendix E Table A5) for detection and segmentation.
 
 A columnar ViT: a convolutional stem makes stride-16 tokens, then 12 blocks
-``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') + FFN(LN(x'))`` in four stages; the last block of a stage
-changes the width in its FFN and a linear residual path. Every output has stride 16, so dense heads take a
-simple feature pyramid (stock ``ChannelMapper`` + ``Feature2Pyramid`` + ``FPN``). Parameter names follow
-the official code (``stem``, ``blocks.{i}.{cpe, norm1, attn, norm2, res_path, mlp}``, one shared
-``rpe_proj``); ``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them."""
+``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') + FFN(LN(x'))`` in four stages; the last block of a
+stage changes the width in its FFN and a linear residual path. Every output has stride 16, so dense
+heads take a simple feature pyramid (stock ``ChannelMapper`` + ``Feature2Pyramid`` + ``FPN``).
+Parameter names follow the official code (``stem``,
+``blocks.{i}.{cpe, norm1, attn, norm2, res_path, mlp}``, one shared ``rpe_proj``);
+``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them."""
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -23,7 +24,13 @@ from mmvisattn.utils.checkpoint import rename_keys
 
 from ..attentions.peripheral import build_distance_proj, peripheral_initialization
 from ..layers.weight_init import init_linear_layers
-from .contract import BackboneContract, check_out_indices, checkpointed, resolve_arch, stage_attention_options
+from .contract import (
+    BackboneContract,
+    check_out_indices,
+    checkpointed,
+    resolve_arch,
+    stage_attention_options,
+)
 from .pretrained import CheckpointFormat, LoadsPretrained, any_key
 
 # Table A5 (stem widths of Small and Medium end at the first stage's width, as the official code)
@@ -46,8 +53,8 @@ class PerViTBlock(nn.Module):
     convolutional position encoding inside the attention branch.
     """
 
-    def __init__(self, dims: int, out_dims: int, attn: nn.Module, mlp_ratio: float = 4.0, drop: float = 0.0,
-                 drop_path: float = 0.0) -> None:
+    def __init__(self, dims: int, out_dims: int, attn: nn.Module, mlp_ratio: float = 4.0,
+                 drop: float = 0.0, drop_path: float = 0.0) -> None:
         super().__init__()
         self.cpe = nn.Conv2d(dims, dims, 3, padding=1, groups=dims)
         self.norm1 = nn.LayerNorm(dims, eps=1e-6)
@@ -56,13 +63,16 @@ class PerViTBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dims, eps=1e-6)
         self.res_path = nn.Linear(dims, out_dims) if out_dims != dims else nn.Identity()
         hidden = int(dims * mlp_ratio)
-        self.mlp = nn.Sequential(OrderedDict(fc1=nn.Linear(dims, hidden), act=nn.GELU(), drop1=nn.Dropout(drop),
-                                             fc2=nn.Linear(hidden, out_dims), drop2=nn.Dropout(drop)))
+        self.mlp = nn.Sequential(OrderedDict(fc1=nn.Linear(dims, hidden), act=nn.GELU(),
+                                             drop1=nn.Dropout(drop),
+                                             fc2=nn.Linear(hidden, out_dims),
+                                             drop2=nn.Dropout(drop)))
 
     def forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
         batch, tokens, dims = x.shape
         grid = x.transpose(1, 2).reshape(batch, dims, *hw_shape)
-        x = x + self.drop_path(self.attn(self.norm1(self.cpe(grid).flatten(2).transpose(1, 2)), hw_shape))
+        x = x + self.drop_path(self.attn(self.norm1(self.cpe(grid).flatten(2).transpose(1, 2)),
+                                         hw_shape))
         return self.res_path(x) + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -71,38 +81,41 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
     """Peripheral Vision Transformer for dense prediction (mmdet and mmseg).
 
     Args:
-        arch: ``'tiny'``, ``'small'``, ``'medium'`` (Table A5) or a dict with ``num_heads``, ``depths``,
-            ``embed_dims`` and ``stem_channels``.
+        arch: ``'tiny'``, ``'small'``, ``'medium'`` (Table A5) or a dict with ``num_heads``,
+            ``depths``, ``embed_dims`` and ``stem_channels``.
         in_channels: Image channels.
         mlp_ratio: FFN expansion.
         drop_rate: Dropout in the FFNs and after each attention's projection.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (paper: 0 / 0.1 / 0.2).
         out_indices: Stages whose ``(B, C_i, H / 16, W / 16)`` outputs are returned.
-        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages (the shared
-            distance projection stays trainable).
+        frozen_stages: -1 freezes nothing, 0 the stem, ``k`` the stem and the first ``k`` stages
+            (the shared distance projection stays trainable).
         norm_eval: Keep the norm layers in eval mode while training.
-        attn_cfg: Attention of every block, any type of ``ATTENTIONS`` (no extra tokens); ``embed_dims``,
-            ``num_heads`` and, where taken, the shared distance weighting, the layer's peripheral
-            initialization (Eq. 9) and ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are
-            filled in.
+        attn_cfg: Attention of every block, any type of ``ATTENTIONS`` (no extra tokens);
+            ``embed_dims``, ``num_heads`` and, where taken, the shared distance weighting, the
+            layer's peripheral initialization (Eq. 9) and ``sr_ratio``
+            (:func:`~.contract.stage_attention_options`) are filled in.
         norm_cfg: Norm of the stem convolutions (BatchNorm; SyncBN for distributed training).
         with_cp: Recompute each block in the backward (training ``Phi_p`` keeps several
             ``N x 4 N_h x (H + 2) x (W + 2)`` maps a layer; the COCO configs set it).
-        init_cfg: mmengine initialisation config, e.g. ``Pretrained`` with an official PerViT checkpoint
-            (converted while loading, :mod:`.pretrained`).
+        init_cfg: mmengine initialisation config, e.g. ``Pretrained`` with an official PerViT
+            checkpoint (converted while loading, :mod:`.pretrained`).
     """
 
     arch_zoo = ARCH_ZOO
     attention_args = ('attn_cfg',)
     pretrained_formats = (
-        CheckpointFormat('official PerViT (juhongm999/pervit)', any_key(r'^blocks\.\d+\.attn\.activation\.'),
+        CheckpointFormat('official PerViT (juhongm999/pervit)',
+                         any_key(r'^blocks\.\d+\.attn\.activation\.'),
                          lambda state_dict, backbone: convert_pervit_state_dict(
                              state_dict, len(backbone.stem) - 1, len(backbone.stage_ends) - 1)[0]),)
 
-    def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3, mlp_ratio: float = 4.0,
-                 drop_rate: float = 0.0, drop_path_rate: float = 0.0, out_indices: Sequence[int] = (0, 1, 2, 3),
+    def __init__(self, arch: Union[str, Dict] = 'tiny', in_channels: int = 3,
+                 mlp_ratio: float = 4.0, drop_rate: float = 0.0, drop_path_rate: float = 0.0,
+                 out_indices: Sequence[int] = (0, 1, 2, 3),
                  frozen_stages: int = -1, norm_eval: bool = False, attn_cfg: Optional[Dict] = None,
-                 norm_cfg: Optional[Dict] = None, with_cp: bool = False, init_cfg: Optional[Dict] = None) -> None:
+                 norm_cfg: Optional[Dict] = None, with_cp: bool = False,
+                 init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.with_cp = with_cp
         settings = self.stage_settings(arch)
@@ -121,14 +134,16 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
         rates = torch.linspace(0, drop_path_rate, len(widths) - 1, device='cpu').tolist()
         self.blocks = nn.ModuleList()
         for i, (dims, out_dims) in enumerate(zip(widths[:-1], widths[1:])):
-            optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i], **stage_attention_options(STEM_STRIDE))
-            attn = build_attention(attn_cfg, optional, owner='PerViT', num_extra_tokens=0, embed_dims=dims,
-                                   num_heads=self.num_heads, proj_drop=drop_rate)
+            optional = dict(distance_proj=self.rpe_proj, norm_init=schedule[i],
+                            **stage_attention_options(STEM_STRIDE))
+            attn = build_attention(attn_cfg, optional, owner='PerViT', num_extra_tokens=0,
+                                   embed_dims=dims, num_heads=self.num_heads, proj_drop=drop_rate)
             self.blocks.append(PerViTBlock(dims, out_dims, attn, mlp_ratio, drop_rate, rates[i]))
         for i in out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(stage_channels[i], eps=1e-6))
         self._init_linear_layers()
-        self.set_contract(out_indices, frozen_stages, norm_eval, stage_channels, [STEM_STRIDE] * len(depths))
+        self.set_contract(out_indices, frozen_stages, norm_eval, stage_channels,
+                          [STEM_STRIDE] * len(depths))
 
     def drop_stages_after(self, last: int) -> None:
         del self.blocks[self.stage_ends[last] + 1:]
@@ -140,9 +155,11 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
 
     @staticmethod
     def stage_settings(arch: Union[str, Dict]) -> Dict:
-        arch = resolve_arch('PerViT', arch, ARCH_ZOO, ('num_heads', 'depths', 'embed_dims', 'stem_channels'))
+        arch = resolve_arch('PerViT', arch, ARCH_ZOO,
+                            ('num_heads', 'depths', 'embed_dims', 'stem_channels'))
         if len(arch['depths']) != len(arch['embed_dims']):
-            raise ValueError(f'PerViT: arch depths {arch["depths"]} and embed_dims {arch["embed_dims"]} have '
+            raise ValueError(f'PerViT: arch depths {arch["depths"]} and embed_dims '
+                             f'{arch["embed_dims"]} have '
                              'different lengths; expected one entry per stage in each')
         return arch
 
@@ -153,7 +170,8 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
         layers, previous = [], in_channels
         for width in channels:
             layers.append(nn.Sequential(nn.Conv2d(previous, width, 3, stride=2, padding=1),
-                                        build_norm_layer(norm_cfg, width)[1], nn.ReLU(inplace=True)))
+                                        build_norm_layer(norm_cfg, width)[1],
+                                        nn.ReLU(inplace=True)))
             previous = width
         layers.append(nn.Conv2d(previous, previous, 1))
         return nn.Sequential(*layers)
@@ -161,11 +179,13 @@ class PerViT(LoadsPretrained, BackboneContract, BaseModule):
     def _init_linear_layers(self) -> None:
         """The official init: truncated normal (std 0.02) linear layers with zero biases, except the
         peripheral parameters, which keep Eq. 9."""
-        init_linear_layers(self, keep=lambda name: name.endswith('rpe_proj') or 'distance_proj' in name)
+        init_linear_layers(self,
+                           keep=lambda name: name.endswith('rpe_proj') or 'distance_proj' in name)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         if x.shape[-2] < STEM_STRIDE or x.shape[-1] < STEM_STRIDE:
-            raise ValueError(f'PerViT: image of {x.shape[-2]}x{x.shape[-1]} is smaller than the stem stride '
+            raise ValueError(f'PerViT: image of {x.shape[-2]}x{x.shape[-1]} is smaller than the '
+                             'stem stride '
                              f'{STEM_STRIDE}; expected at least {STEM_STRIDE}x{STEM_STRIDE}')
         x = self.stem(x)
         batch, _, height, width = x.shape
@@ -190,9 +210,7 @@ OFFICIAL_TO_PERVIT = [
     (r'^blocks\.(\d+)\.attn\.activation\.gn(\d)\.', r'blocks.\1.attn.position.norm\2.'),
     (r'^blocks\.(\d+)\.attn\.activation\.conv(\d)\.', r'blocks.\1.attn.position.conv\2.'),
     (r'^blocks\.(\d+)\.(norm1|norm2|res_path|attn\.proj|mlp\.fc1|mlp\.fc2)\.', r'blocks.\1.\2.'),
-    (r'^rpe_proj\.', 'rpe_proj.'),
-    (r'^norm\.', 'norm{last_stage}.'),
-    (r'^head\.', None),
+    (r'^rpe_proj\.', 'rpe_proj.'), (r'^norm\.', 'norm{last_stage}.'), (r'^head\.', None),
 ]
 OFFICIAL_KEY = re.compile(r'^blocks\.\d+\.attn\.activation\.')
 
@@ -202,6 +220,7 @@ def convert_pervit_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int
     """Rename an official PerViT checkpoint (``juhongm999/pervit``) to :class:`PerViT` keys; returns
     the converted dict and the dropped keys (the ImageNet head). Raises ``KeyError`` for a key no
     rule knows."""
-    rules = [(pattern, target if target is None else target.format(stem_proj=num_stem_convs, last_stage=last_stage))
+    rules = [(pattern, target if target is None
+              else target.format(stem_proj=num_stem_convs, last_stage=last_stage))
              for pattern, target in OFFICIAL_TO_PERVIT]
     return rename_keys(state_dict, rules, complete='official PerViT')

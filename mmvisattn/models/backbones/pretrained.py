@@ -2,12 +2,13 @@
 checkpoint=PATH_OR_URL)`` recognises the formats its family is published in from the key layout, and
 converts while loading with the functions of ``tools/model_converters/``, as mmdet's Swin does.
 
-Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout is always
-read, an mmpretrain ``ImageClassifier``'s (``backbone.`` prefix) too, and of an ``EMAHook`` checkpoint the
-raw weights (the averaged ones with ``use_ema=True``). Loading logs one line: the format, the tensors
-loaded, the parameters left newly initialised and the tensors dropped. A checkpoint of no known layout,
-of another model or of another width fails in one line naming the file; URLs go through torch's hub cache,
-a hash in the file name is checked, and reading is always ``weights_only``."""
+Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout is
+always read, an mmpretrain ``ImageClassifier``'s (``backbone.`` prefix) too, and of an ``EMAHook``
+checkpoint the raw weights (the averaged ones with ``use_ema=True``). Loading logs one line: the
+format, the tensors loaded, the parameters left newly initialised and the tensors dropped. A
+checkpoint of no known layout, of another model or of another width fails in one line naming the
+file; URLs go through torch's hub cache, a hash in the file name is checked, and reading is always
+``weights_only``."""
 import os.path as osp
 import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -41,7 +42,8 @@ def any_key(pattern: str) -> Callable[[StateDict], bool]:
 
 def strip_prefix(state_dict: StateDict, prefix: str) -> StateDict:
     """The keys under ``prefix`` without it, or ``state_dict`` itself when none is."""
-    inner = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+    inner = {key[len(prefix):]: value for key,
+             value in state_dict.items() if key.startswith(prefix)}
     return inner or state_dict
 
 
@@ -49,44 +51,51 @@ def split_pretrained(init_cfg) -> Tuple[Optional[dict], Optional[list]]:
     """The ``Pretrained`` entry of an ``init_cfg`` (a dict or a list of them), or ``None``, and the
     other entries (``None`` when there are none)."""
     cfgs = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
-    pretrained = next((cfg for cfg in cfgs if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'), None)
+    pretrained = next((cfg for cfg in cfgs if isinstance(cfg, dict)
+                       and cfg.get('type') == 'Pretrained'), None)
     return pretrained, [cfg for cfg in cfgs if cfg is not pretrained and cfg is not None] or None
 
 
 def read_pretrained(path: str, use_ema: bool = False) -> Tuple[StateDict, str]:
-    """The state dict of a local file or a URL (through torch's hub cache, its hash checked where the
-    file name carries one), read ``weights_only``, and a note on which weights of an EMA checkpoint
-    were taken; one-line :class:`CheckpointError` otherwise."""
+    """The state dict of a local file or a URL (through torch's hub cache, its hash checked where
+    the file name carries one), read ``weights_only``, and a note on which weights of an EMA
+    checkpoint were taken; one-line :class:`CheckpointError` otherwise."""
     if not path.startswith(('http://', 'https://')):
         return raw_or_ema_weights(read_checkpoint(path, WRAPPERS), path, use_ema)
     check_hash = HASHED_NAME.search(osp.basename(path)) is not None
-    # the hub cache is keyed by file name: a name without a hash (ViL's are all model_best.pth) takes
-    # its folder along
+    # the hub cache is keyed by file name: a name without a hash (ViL's are all model_best.pth)
+    # takes its folder along
     file_name = None if check_hash else '_'.join(urlparse(path).path.strip('/').split('/')[-2:])
     try:
-        checkpoint = torch.hub.load_state_dict_from_url(path, map_location='cpu', check_hash=check_hash,
+        checkpoint = torch.hub.load_state_dict_from_url(path, map_location='cpu',
+                                                        check_hash=check_hash,
                                                         file_name=file_name, weights_only=True)
     except RuntimeError as exc:
-        raise CheckpointError(f'checkpoint {path!r} could not be used: {str(exc).splitlines()[0]}') from None
+        raise CheckpointError(
+            f'checkpoint {path!r} could not be used: {str(exc).splitlines()[0]}'
+        ) from None
     except OSError as exc:  # URLError and HTTPError included
         raise CheckpointError(f'checkpoint {path!r} could not be downloaded ({exc})') from None
     return raw_or_ema_weights(checkpoint, path, use_ema)
 
 
 def raw_or_ema_weights(checkpoint: object, path: str, use_ema: bool) -> Tuple[StateDict, str]:
-    """The weights to hand on from a checkpoint that mmengine's ``EMAHook`` wrote (its ``state_dict``
-    holds the averaged weights, ``ema_state_dict`` the raw ones under ``module.``, swapped so): the raw
-    ones unless ``use_ema``. Any other checkpoint's state dict as it is (``use_ema`` refused)."""
+    """The weights to hand on from a checkpoint that mmengine's ``EMAHook`` wrote (its
+    ``state_dict`` holds the averaged weights, ``ema_state_dict`` the raw ones under ``module.``,
+    swapped so): the raw ones unless ``use_ema``. Any other checkpoint's state dict as it is
+    (``use_ema`` refused)."""
     ema = checkpoint.get('ema_state_dict') if isinstance(checkpoint, dict) else None
     if ema is None:
         if use_ema:
-            raise CheckpointError(f'checkpoint {path!r} holds no EMA weights (no ema_state_dict) for use_ema=True')
+            raise CheckpointError(f'checkpoint {path!r} holds no EMA weights (no ema_state_dict) '
+                                  'for use_ema=True')
         return state_dict_of(checkpoint, path, WRAPPERS), ''
     averaged = state_dict_of(checkpoint, path, WRAPPERS)
     raw = {key[len('module.'):]: value for key, value in ema.items() if key.startswith('module.')}
     if use_ema:
         return averaged, f'the EMA weights (the raw ones, {len(raw)} tensors, left)'
-    return raw, f'the raw weights (the EMA copy, {len(averaged)} tensors, left; use_ema=True takes it)'
+    return (raw,
+            f'the raw weights (the EMA copy, {len(averaged)} tensors, left; use_ema=True takes it)')
 
 
 # what an mmpretrain ImageClassifier checkpoint holds besides its backbone
@@ -94,30 +103,37 @@ CLASSIFIER_PARTS = ('neck.', 'head.', 'data_preprocessor.')
 
 
 def backbone_of_classifier(state_dict: StateDict) -> Tuple[StateDict, List[str]]:
-    """The ``backbone.`` weights of an mmpretrain ``ImageClassifier`` checkpoint without the prefix, and
-    the keys of its other parts (head, neck); a checkpoint of anything else comes back as it is."""
+    """The ``backbone.`` weights of an mmpretrain ``ImageClassifier`` checkpoint without the prefix,
+    and the keys of its other parts (head, neck); a checkpoint of anything else comes back as it
+    is."""
     is_classifier = (any(key.startswith('head.') for key in state_dict)
-                     and all(key.startswith(('backbone.',) + CLASSIFIER_PARTS) for key in state_dict))
+                     and all(key.startswith(('backbone.',)
+                                            + CLASSIFIER_PARTS) for key in state_dict))
     if not is_classifier:
         return state_dict, []
-    return strip_prefix(state_dict, 'backbone.'), sorted(key for key in state_dict if key.startswith(CLASSIFIER_PARTS))
+    return strip_prefix(state_dict, 'backbone.'), sorted(key for key in state_dict
+                                                         if key.startswith(CLASSIFIER_PARTS))
 
 
 def _check_fit(owner: str, path: str, converted: StateDict, target: StateDict) -> None:
-    misshapen = [f'{key} {tuple(value.shape)} (expected {tuple(target[key].shape)})'
-                 for key, value in converted.items() if key in target and value.shape != target[key].shape]
+    misshapen = [f'{key} {tuple(value.shape)} (expected {tuple(target[key].shape)})' for key,
+                 value in converted.items() if key in target and value.shape != target[key].shape]
     if misshapen:
-        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(misshapen)} of its {len(converted)} tensors do not '
-                              f'fit this {owner}: {"; ".join(misshapen[:3])} (weights of another size?)')
+        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(misshapen)} of its '
+                              f'{len(converted)} tensors do not '
+                              f'fit this {owner}: {"; ".join(misshapen[:3])} (weights of another '
+                              'size?)')
 
 
 def _check_own_layout(owner: str, path: str, state_dict: StateDict, target: StateDict) -> None:
-    """A checkpoint read as this class's own layout must set most of its weights: one that shares a few
-    names (``norm.weight``...) is another model's."""
+    """A checkpoint read as this class's own layout must set most of its weights: one that shares a
+    few names (``norm.weight``...) is another model's."""
     unknown = [key for key in state_dict if key not in target]
     if len(state_dict) - len(unknown) < len(target) / 2:
-        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(unknown)} of its {len(state_dict)} keys do not fit '
-                              f'this {owner} (first: {", ".join(unknown[:3])}), which has {len(target)}: the '
+        raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(unknown)} of its '
+                              f'{len(state_dict)} keys do not fit '
+                              f'this {owner} (first: {", ".join(unknown[:3])}), which has '
+                              f'{len(target)}: the '
                               'weights of another model?')
 
 
@@ -127,25 +143,28 @@ def _names(keys: Sequence[str]) -> str:
 
 def find_layout(owner: str, path: str, state_dict: StateDict, target: StateDict,
                 formats: Sequence[CheckpointFormat]) -> CheckpointFormat:
-    """The first of ``formats`` that the checkpoint's keys match, else this class's own layout, which must set
-    most of its weights; one-line :class:`CheckpointError` when neither fits."""
+    """The first of ``formats`` that the checkpoint's keys match, else this class's own layout,
+    which must set most of its weights; one-line :class:`CheckpointError` when neither fits."""
     own = CheckpointFormat(f'{owner} (this project)', lambda keys: bool(set(keys) & set(target)),
                            lambda keys, _: keys)
     found = next((fmt for fmt in (*formats, own) if fmt.matches(state_dict)), None)
     if found is None:
         expected = ', '.join([fmt.name for fmt in formats] + [own.name])
-        raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads (expected {expected}; '
-                              f'none of its {len(state_dict)} keys fits; its first keys: {list(state_dict)[:3]})')
+        raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads '
+                              f'(expected {expected}; '
+                              f'none of its {len(state_dict)} keys fits; its first keys: '
+                              f'{list(state_dict)[:3]})')
     if found is own:
         _check_own_layout(owner, path, state_dict, target)
     return found
 
 
-def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[CheckpointFormat]) -> List[str]:
-    """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it; ``use_ema`` for
-    the averaged weights of an EMA checkpoint) into ``backbone`` in whichever of its own layout and
-    ``formats`` it is, an mmpretrain classifier's backbone included; returns the parameters that stay
-    newly initialised."""
+def load_pretrained(backbone: nn.Module, cfg: dict,
+                    formats: Sequence[CheckpointFormat]) -> List[str]:
+    """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it;
+    ``use_ema`` for the averaged weights of an EMA checkpoint) into ``backbone`` in whichever of its
+    own layout and ``formats`` it is, an mmpretrain classifier's backbone included; returns the
+    parameters that stay newly initialised."""
     owner, path = type(backbone).__name__, str(cfg['checkpoint'])
     state_dict, ema_note = read_pretrained(path, cfg.get('use_ema', False))
     if cfg.get('prefix'):
@@ -156,17 +175,22 @@ def load_pretrained(backbone: nn.Module, cfg: dict, formats: Sequence[Checkpoint
     try:
         converted = found.convert(state_dict, backbone)
     except (KeyError, ValueError) as exc:  # the converters' one-line refusals
-        raise CheckpointError(f'{owner}: checkpoint {path!r} ({found.name}): {exc.args[0]}') from None
+        raise CheckpointError(
+            f'{owner}: checkpoint {path!r} ({found.name}): {exc.args[0]}'
+        ) from None
     dropped = classifier_parts + sorted(key for key in converted if key not in target)
     converted = {key: value for key, value in converted.items() if key in target}
     if not converted:
-        raise CheckpointError(f'{owner}: checkpoint {path!r} ({found.name}) sets none of this {owner}\'s weights')
+        raise CheckpointError(f'{owner}: checkpoint {path!r} ({found.name}) sets none of this '
+                              f'{owner}\'s weights')
     _check_fit(owner, path, converted, target)
     backbone.load_state_dict(converted, strict=False)
     new = sorted(set(target) - set(converted))
     layout = found.name + (', from an mmpretrain classifier' if classifier_parts else '')
-    print_log(f'{owner}: loaded {path} as {layout}{", " + ema_note if ema_note else ""}: {len(converted)} of '
-              f'{len(target)} tensors; newly initialised ({len(new)}): {_names(new)}; dropped ({len(dropped)}): '
+    print_log(f'{owner}: loaded {path} as {layout}{", " + ema_note if ema_note else ""}: '
+              f'{len(converted)} of '
+              f'{len(target)} tensors; newly initialised ({len(new)}): {_names(new)}; dropped '
+              f'({len(dropped)}): '
               f'{_names(dropped)}', logger='current')
     return new
 

@@ -1,7 +1,8 @@
 """Multi-scale Vision Longformer (ViL), "Multi-Scale Vision Longformer: A New Vision Transformer for
-High-Resolution Image Encoding" (arXiv:2103.15358): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each a patch
-embedding with LayerNorm, global tokens and optional 2-D absolute position embedding, followed by
-blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the windows."""
+High-Resolution Image Encoding" (arXiv:2103.15358): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each
+a patch embedding with LayerNorm, global tokens and optional 2-D absolute position embedding,
+followed by blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the
+windows."""
 import math
 import re
 from collections import OrderedDict
@@ -31,11 +32,12 @@ _SIZES = {
     'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12)),
     'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12)),
 }
-# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts, whose
-# last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12, 13), whose last
-# stage keeps one as the class token the linear head reads (Table 10, "CLS").
+# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
+# whose last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12,
+# 13), whose last stage keeps one as the class token the linear head reads (Table 10, "CLS").
 ARCH_ZOO = {**{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
-            **{f'{name}-cls': {**size, **_DETECTION, 'num_global': (1, 1, 1, 1)} for name, size in _SIZES.items()}}
+            **{f'{name}-cls': {**size, **_DETECTION, 'num_global': (1, 1, 1, 1)} for name,
+               size in _SIZES.items()}}
 OUT_TYPES = ('featmap', 'cls_token')
 
 
@@ -47,7 +49,8 @@ def stage_settings(arch: Union[str, Dict]) -> Dict[str, Tuple[int, ...]]:
     settings = {key: tuple(arch.get(key, (False,) * stages)) for key in ARCH_KEYS + ('abs_pos',)}
     uneven = [key for key, value in settings.items() if len(value) != stages]
     if uneven:
-        raise ValueError(f'ViL: arch entries {uneven} do not have one value for each of the {stages} stages')
+        raise ValueError(f'ViL: arch entries {uneven} do not have one value for each of the '
+                         f'{stages} stages')
     return settings
 
 
@@ -55,14 +58,16 @@ class ViLBlock(BaseModule):
     """Pre-norm attention then pre-norm MLP, each with drop path (one attention block + one MLP
     block of the official ``MsViT``; mmcv's ``FFN`` is the MLP)."""
 
-    def __init__(self, attn: nn.Module, embed_dims: int, drop_path: float, norm_cfg: Dict, with_cp: bool) -> None:
+    def __init__(self, attn: nn.Module, embed_dims: int, drop_path: float, norm_cfg: Dict,
+                 with_cp: bool) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = attn
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(embed_dims, 4 * embed_dims, act_cfg=dict(type='GELU'),
-                       dropout_layer=dict(type='DropPath', drop_prob=drop_path) if drop_path > 0 else None)
+                       dropout_layer=dict(type='DropPath', drop_prob=drop_path) if drop_path > 0
+                       else None)
         self.with_cp = with_cp
 
     def _forward(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
@@ -74,10 +79,12 @@ class ViLBlock(BaseModule):
 
 
 def linear_resize(embed: Tensor, size: int) -> Tensor:
-    """``F.interpolate(mode='linear', align_corners=False)`` along ``L`` of ``(B, L, C)``, by gathers: their
-    backward is deterministic on CUDA under ``torch.use_deterministic_algorithms``, the interpolation's not."""
+    """``F.interpolate(mode='linear', align_corners=False)`` along ``L`` of ``(B, L, C)``, by
+    gathers: their backward is deterministic on CUDA under ``torch.use_deterministic_algorithms``,
+    the interpolation's not."""
     length = embed.shape[1]
-    steps = torch.arange(size, device=embed.device, dtype=torch.promote_types(embed.dtype, torch.float32))
+    steps = torch.arange(size, device=embed.device,
+                         dtype=torch.promote_types(embed.dtype, torch.float32))
     low_source = ((steps + 0.5) * (length / size) - 0.5).clamp(min=0)
     low = low_source.long()  # the floor: the source is not negative
     weight = (low_source - low).to(embed.dtype)[:, None]
@@ -89,11 +96,11 @@ class ViLStage(BaseModule):
     optional 2-D absolute position embedding (half the channels along each axis, resized to the
     map), then the blocks; returns the tokens, the global ones first."""
 
-    def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int, abs_pos: bool,
-                 blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
+    def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int,
+                 abs_pos: bool, blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
         super().__init__()
-        self.patch_embed = PatchEmbed(in_channels, embed_dims, kernel_size=patch_size, stride=patch_size,
-                                      norm_cfg=norm_cfg)
+        self.patch_embed = PatchEmbed(in_channels, embed_dims, kernel_size=patch_size,
+                                      stride=patch_size, norm_cfg=norm_cfg)
         self.num_global = num_global
         if num_global:
             self.cls_token = nn.Parameter(torch.zeros(1, num_global, embed_dims))
@@ -140,45 +147,53 @@ class ViLStage(BaseModule):
 class ViL(LoadsPretrained, BackboneContract, BaseModule):
     """Multi-scale Vision Longformer backbone for mmdet and mmseg.
 
-    No stock backbone stacks E-ViT stages with global tokens; patch embedding, MLP, norms and drop path are
-    mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the stages in ``out_indices`` (global tokens
-    dropped), strides 4, 8, 16, 32 for the 4-stage models.
+    No stock backbone stacks E-ViT stages with global tokens; patch embedding, MLP, norms and drop
+    path are mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the stages in
+    ``out_indices`` (global tokens dropped), strides 4, 8, 16, 32 for the 4-stage models.
 
     Args:
-        arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token in the
-            first three stages as the official detection models) or a dict with per-stage ``embed_dims``,
-            ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global`` and optionally ``abs_pos``.
+        arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token
+            in the first three stages as the official detection models) or a dict with per-stage
+            ``embed_dims``, ``depths``, ``num_heads``, ``patch_sizes``, ``windows``, ``num_global``
+            and optionally ``abs_pos``.
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
-        attn_cfg: Attention of every block, any type of ``ATTENTIONS``; ``embed_dims``, ``num_heads``, the
-            stage's global tokens as ``num_extra_tokens`` (kept whatever the attention: each states how it
-            treats them) and, where taken, the stage's ``window``, ``rel_pos`` (off where the stage has an
-            absolute position embedding, as the official ``rpe = not ape``) and ``sr_ratio``
-            (:func:`~.contract.stage_attention_options`) are filled in.
+        attn_cfg: Attention of every block, any type of ``ATTENTIONS``; ``embed_dims``,
+            ``num_heads``, the stage's global tokens as ``num_extra_tokens`` (kept whatever the
+            attention: each states how it treats them) and, where taken, the stage's ``window``,
+            ``rel_pos`` (off where the stage has an absolute position embedding, as the official
+            ``rpe = not ape``) and ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are
+            filled in.
         out_indices: Stages whose maps are returned (default: all).
-        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global tokens and
-            position embeddings), ``k`` the stem and the first ``k`` stages.
+        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global
+            tokens and position embeddings), ``k`` the stem and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
-        out_type: ``'featmap'`` (the maps) or ``'cls_token'`` (the last stage's first global token after the
-            final LayerNorm, ``(B, C)``, for a linear head; needs ``out_indices`` of the last stage alone).
-        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an official MsViT or
-            detectron2 checkpoint (converted while loading, :mod:`.pretrained`).
+        out_type: ``'featmap'`` (the maps) or ``'cls_token'`` (the last stage's first global token
+            after the final LayerNorm, ``(B, C)``, for a linear head; needs ``out_indices`` of the
+            last stage alone).
+        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an
+            official MsViT or detectron2 checkpoint (converted while loading, :mod:`.pretrained`).
     """
 
     arch_zoo = ARCH_ZOO
     attention_args = ('attn_cfg',)
     pretrained_formats = (
-        CheckpointFormat('official MsViT (classification, under net with module.) or its detectron2 port '
-                         '(backbone.bottom_up.)', any_key(r'^(module\.|backbone\.bottom_up\.)?layer\d+\.\d+\.'),
-                         lambda state_dict, backbone: convert_vil_state_dict(state_dict, backbone.state_dict())[0]),)
+        CheckpointFormat('official MsViT (classification, under net with module.) or its '
+                         'detectron2 port '
+                         '(backbone.bottom_up.)',
+                         any_key(r'^(module\.|backbone\.bottom_up\.)?layer\d+\.\d+\.'),
+                         lambda state_dict,
+                         backbone: convert_vil_state_dict(state_dict, backbone.state_dict())[0]),)
 
-    def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3, drop_path_rate: float = 0.1,
-                 attn_cfg: Optional[Dict] = None, out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
-                 norm_eval: bool = False, with_cp: bool = False, pos_size: int = 56, norm_eps: float = 1e-6,
-                 out_type: str = 'featmap', init_cfg: Optional[Dict] = None) -> None:
+    def __init__(self, arch: Union[str, Dict] = 'small', in_channels: int = 3,
+                 drop_path_rate: float = 0.1, attn_cfg: Optional[Dict] = None,
+                 out_indices: Optional[Sequence[int]] = None, frozen_stages: int = -1,
+                 norm_eval: bool = False, with_cp: bool = False, pos_size: int = 56,
+                 norm_eps: float = 1e-6, out_type: str = 'featmap',
+                 init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch = stage_settings(arch)
         num_stages = len(self.arch['depths'])
@@ -194,11 +209,13 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             strides.append(stride)
             # the official model learns relative-position biases only where it has no absolute
             # embedding (rpe = not ape); an attn_cfg that sets rel_pos keeps its own choice
-            stage_options = dict(window=self.arch['windows'][index], rel_pos=not self.arch['abs_pos'][index],
+            stage_options = dict(window=self.arch['windows'][index],
+                                 rel_pos=not self.arch['abs_pos'][index],
                                  **stage_attention_options(stride))
             blocks = []
             for _ in range(self.arch['depths'][index]):
-                attn = build_attention(attn_cfg, stage_options, owner='ViL', num_extra_tokens=num_global,
+                attn = build_attention(attn_cfg, stage_options, owner='ViL',
+                                       num_extra_tokens=num_global,
                                        embed_dims=dims, num_heads=heads)
                 blocks.append(ViLBlock(attn, dims, rates.pop(0), norm_cfg, with_cp))
             self.stages.append(ViLStage(channels, dims, self.arch['patch_sizes'][index], num_global,
@@ -206,8 +223,8 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
                                         max(1, math.ceil(pos_size * 4 / stride))))
             channels = dims
         self.in_channels = in_channels
-        self.set_contract(range(num_stages) if out_indices is None else out_indices, frozen_stages, norm_eval,
-                          self.arch['embed_dims'], strides)
+        self.set_contract(range(num_stages) if out_indices is None else out_indices, frozen_stages,
+                          norm_eval, self.arch['embed_dims'], strides)
         self.out_type = self._check_out_type(out_type)
         if out_type == 'cls_token':
             self.norm = build_norm_layer(norm_cfg, self.arch['embed_dims'][-1])[1]
@@ -215,10 +232,14 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
     def _check_out_type(self, out_type: str) -> str:
         check_choice('ViL', out_type, OUT_TYPES, 'out_type')
         last = len(self.arch['depths']) - 1
-        if out_type == 'cls_token' and (tuple(self.out_indices) != (last,) or not self.stages[last].num_global):
-            raise ValueError(f"ViL: out_type='cls_token' reads the last stage's global token; expected "
-                             f'out_indices=({last},) and a global token there (the -cls archs), got '
-                             f'out_indices={tuple(self.out_indices)}, num_global={self.stages[last].num_global}')
+        if out_type == 'cls_token' and (tuple(self.out_indices) != (last,)
+                                        or not self.stages[last].num_global):
+            raise ValueError("ViL: out_type='cls_token' reads the last stage's global token; "
+                             "expected "
+                             f'out_indices=({last},) and a global token there (the -cls archs), '
+                             'got '
+                             f'out_indices={tuple(self.out_indices)}, '
+                             f'num_global={self.stages[last].num_global}')
         return out_type
 
     def stem_parts(self) -> List[Union[nn.Module, nn.Parameter]]:
@@ -231,13 +252,15 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(f'ViL: input of shape {tuple(x.shape)}; expected (B, {self.in_channels}, H, W) images')
+            raise ValueError(f'ViL: input of shape {tuple(x.shape)}; expected (B, '
+                             f'{self.in_channels}, H, W) images')
         outs = []
         for index, stage in enumerate(self.stages):
             tokens, (height, width) = stage(x)
             if self.out_type == 'cls_token' and index == len(self.stages) - 1:
                 return (self.norm(tokens[:, 0]),)
-            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height, width)
+            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height,
+                                                                     width)
             if index in self.out_indices:
                 outs.append(x.contiguous())
         return tuple(outs)
@@ -250,7 +273,8 @@ _MLP_NAMES = {'norm.': 'norm2.', 'mlp.fc1.': 'ffn.layers.0.0.', 'mlp.fc2.': 'ffn
 
 
 def _official_name(key: str) -> Optional[str]:
-    """The ViL name of one official key, or ``None`` when it has no place (head, final norm, FPN)."""
+    """The ViL name of one official key, or ``None`` when it has no place (head, final norm,
+    FPN)."""
     match = _OFFICIAL_KEY.match(key)
     if match is None:
         return None
@@ -289,7 +313,8 @@ def _recentre_table(name: str, table: Tensor, entries: int) -> Tensor:
     keeps its centre. (Stretching the table instead would move every bias to another offset.)"""
     old, new = math.isqrt(table.shape[0]), math.isqrt(entries)
     if old * old != table.shape[0] or new * new != entries or (new - old) % 2:
-        raise ValueError(f'{name}: a relative-position table of {table.shape[0]} rows does not re-centre to '
+        raise ValueError(f'{name}: a relative-position table of {table.shape[0]} rows does not '
+                         're-centre to '
                          f'{entries} (expected square tables of odd sides)')
     grid = table.t().reshape(1, -1, old, old)
     margin = (new - old) // 2
@@ -339,17 +364,23 @@ def _expand_attention(name: str, value: Tensor, target: Dict[str, Tensor]) -> Di
 
 
 def convert_vil_state_dict(state_dict: Dict[str, Tensor],
-                           target: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
+                           target: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]',
+                                                               List[str]]:
     """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``)
     -> the ViL backbone whose state dict is ``target``; returns the converted dict and the
     official keys without a place (head, FPN, ``relative_position_index``, the final norm unless the
-    target has one (``out_type='cls_token'``), and ``*_global`` copies when the target shares the global
-    projections)."""
+    target has one (``out_type='cls_token'``), and ``*_global`` copies when the target shares the
+    global projections)."""
     converted, unmapped = OrderedDict(), []
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key
-        short = short[len('backbone.bottom_up.'):] if short.startswith('backbone.bottom_up.') else short
-        name = _official_name(short) or (short if short.startswith('norm.') else None)  # the final norm
+        short = (
+            short[len('backbone.bottom_up.') :]
+            if short.startswith('backbone.bottom_up.')
+            else short
+        )
+        # the final norm
+        name = _official_name(short) or (short if short.startswith('norm.') else None)
         if name is None:
             unmapped.append(key)
             continue
@@ -357,6 +388,7 @@ def convert_vil_state_dict(state_dict: Dict[str, Tensor],
             if new not in target:
                 unmapped.append(key)
                 continue
-            if new == name or new not in converted:  # a key of the checkpoint wins over a derived copy
+            # a key of the checkpoint wins over a derived copy
+            if new == name or new not in converted:
                 converted[new] = _fit(new, tensor, target[new].shape)
     return converted, sorted(set(unmapped))

@@ -29,17 +29,20 @@ class ResidualAttention(nn.Module):
         grid: Where the token grid comes from when the caller passes none (mmseg's ViT).
     """
 
-    def __init__(self, attn: nn.Module, drop_path: nn.Module, grid: Optional[TokenGrid] = None) -> None:
+    def __init__(self, attn: nn.Module, drop_path: nn.Module,
+                 grid: Optional[TokenGrid] = None) -> None:
         super().__init__()
         self.attn = attn
         self.dropout_layer = drop_path
         self.grid = grid
 
-    def forward(self, x: Tensor, hw_shape: Optional[Sequence[int]] = None, identity: Optional[Tensor] = None,
-                **unused_kwargs) -> Tensor:
+    def forward(self, x: Tensor, hw_shape: Optional[Sequence[int]] = None,
+                identity: Optional[Tensor] = None, **unused_kwargs) -> Tensor:
         if hw_shape is None:
             if self.grid is None or self.grid.hw_shape is None:
-                raise RuntimeError('ResidualAttention: no hw_shape given and no token grid recorded')
+                raise RuntimeError(
+                    'ResidualAttention: no hw_shape given and no token grid recorded'
+                )
             hw_shape = self.grid.hw_shape
         identity = x if identity is None else identity
         return identity + self.dropout_layer(self.attn(x, hw_shape))

@@ -1,14 +1,16 @@
 """Transformer of single-scale SMCA (Gao et al., "Fast convergence of DETR with spatially modulated
-co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (arXiv:2110.02453, C.4) with the
-encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple (SMCA-Ripple).
+co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (arXiv:2110.02453, C.4)
+with the encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple
+(SMCA-Ripple).
 
-Decoder: each object query predicts a normalised centre in its first decoder layer; every layer adds a
-per-head offset and predicts per-head scales, and the cross-attention logits of head ``h`` get the log of
-a Gaussian-like weight map over the integer cell indices ``g`` (Eq. 3-4)::
+Decoder: each object query predicts a normalised centre in its first decoder layer; every layer adds
+a per-head offset and predicts per-head scales, and the cross-attention logits of head ``h`` get the
+log of a Gaussian-like weight map over the integer cell indices ``g`` (Eq. 3-4)::
 
     log G_h(i, j) = -sum_d s_{h,d} (p_{h,d} - g_d(i, j))^2 / smooth
 
-Centres are in cells of each image's unpadded size, as the official code (``gaopengcuhk/SMCA-DETR``)."""
+Centres are in cells of each image's unpadded size, as the official code
+(``gaopengcuhk/SMCA-DETR``)."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -46,7 +48,8 @@ def cell_grid(hw_shape: Sequence[int], device: torch.device, dtype: torch.dtype)
     return torch.stack((xs, ys), dim=-1).to(dtype)
 
 
-def gaussian_log_weights(centres: Tensor, scales: Optional[Tensor], hw_shape: Sequence[int], smooth: float) -> Tensor:
+def gaussian_log_weights(centres: Tensor, scales: Optional[Tensor], hw_shape: Sequence[int],
+                         smooth: float) -> Tensor:
     """Log of the spatial modulation of SMCA (Eq. 3-4, official form).
 
     Args:
@@ -68,7 +71,8 @@ def gaussian_log_weights(centres: Tensor, scales: Optional[Tensor], hw_shape: Se
     return -(squared.sum(dim=-1) / smooth).permute(0, 2, 1, 3)
 
 
-def valid_sizes(key_padding_mask: Optional[Tensor], hw_shape: Sequence[int]) -> Optional[List[Tuple[int, int]]]:
+def valid_sizes(key_padding_mask: Optional[Tensor],
+                hw_shape: Sequence[int]) -> Optional[List[Tuple[int, int]]]:
     """Unpadded ``(h, w)`` of each image's feature map from DETR's padding mask (True = padded, a
     top-left rectangle stays valid); ``None`` when nothing is padded."""
     if key_padding_mask is None or not key_padding_mask.any():
@@ -81,15 +85,17 @@ def valid_sizes(key_padding_mask: Optional[Tensor], hw_shape: Sequence[int]) -> 
 class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
     """DETR's post-norm encoder layer whose self-attention comes from ``ATTENTIONS``.
 
-    mmcv's ``MultiheadAttention`` cannot hold a linearized or ripple attention; this layer keeps the stock
-    FFN and norms and calls the attention through ``forward(x, hw_shape)``: the positional encoding is added
-    to the tokens first (DETR adds it to queries and keys only), and a padded batch runs each image's
-    unpadded grid on its own (key padding for softmax, the true borders for ripple).
+    mmcv's ``MultiheadAttention`` cannot hold a linearized or ripple attention; this layer keeps the
+    stock FFN and norms and calls the attention through ``forward(x, hw_shape)``: the positional
+    encoding is added to the tokens first (DETR adds it to queries and keys only), and a padded
+    batch runs each image's unpadded grid on its own (key padding for softmax, the true borders for
+    ripple).
 
     Args:
-        attn_cfg: Config of the attention (any type of ``ATTENTIONS``; no extra tokens); ``embed_dims``,
-            ``num_heads``, ``attn_drop`` and ``proj_drop`` are filled in from the arguments below, and
-            ``sr_ratio`` 1 where taken (the encoder's map is already at stride 32).
+        attn_cfg: Config of the attention (any type of ``ATTENTIONS``; no extra tokens);
+            ``embed_dims``, ``num_heads``, ``attn_drop`` and ``proj_drop`` are filled in from the
+            arguments below, and ``sr_ratio`` 1 where taken (the encoder's map is already at stride
+            32).
         embed_dims: Token channels.
         num_heads: Attention heads.
         dropout: Dropout on the attention weights (where the attention has them) and on its output.
@@ -98,25 +104,29 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
         init_cfg: mmengine initialisation config.
     """
 
-    def __init__(self, attn_cfg: dict, embed_dims: int = 256, num_heads: int = 8, dropout: float = 0.1,
-                 ffn_cfg: Optional[dict] = None, norm_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None) -> None:
+    def __init__(self, attn_cfg: dict, embed_dims: int = 256, num_heads: int = 8,
+                 dropout: float = 0.1, ffn_cfg: Optional[dict] = None,
+                 norm_cfg: Optional[dict] = None, init_cfg: Optional[dict] = None) -> None:
         self.attn_cfg = attn_cfg
-        self.attn_defaults = dict(embed_dims=embed_dims, num_heads=num_heads, attn_drop=dropout, proj_drop=dropout)
-        ffn_cfg = ffn_cfg or dict(embed_dims=embed_dims, feedforward_channels=2048, num_fcs=2, ffn_drop=dropout,
-                                  act_cfg=dict(type='ReLU', inplace=True))
-        super().__init__(self_attn_cfg=dict(batch_first=True), ffn_cfg=ffn_cfg, norm_cfg=norm_cfg or dict(type='LN'),
-                         init_cfg=init_cfg)
+        self.attn_defaults = dict(embed_dims=embed_dims, num_heads=num_heads, attn_drop=dropout,
+                                  proj_drop=dropout)
+        ffn_cfg = ffn_cfg or dict(embed_dims=embed_dims, feedforward_channels=2048, num_fcs=2,
+                                  ffn_drop=dropout, act_cfg=dict(type='ReLU', inplace=True))
+        super().__init__(self_attn_cfg=dict(batch_first=True), ffn_cfg=ffn_cfg,
+                         norm_cfg=norm_cfg or dict(type='LN'), init_cfg=init_cfg)
 
     def _init_layers(self) -> None:
         self.self_attn = build_attention(self.attn_cfg, dict(sr_ratio=1), owner=type(self).__name__,
                                          num_extra_tokens=0, **self.attn_defaults)
         self.embed_dims = self.self_attn.embed_dims
         self.ffn = FFN(**self.ffn_cfg)
-        self.norms = ModuleList([build_norm_layer(self.norm_cfg, self.embed_dims)[1] for _ in range(2)])
+        self.norms = ModuleList([build_norm_layer(self.norm_cfg,
+                                                  self.embed_dims)[1] for _ in range(2)])
 
-    def attend(self, x: Tensor, hw_shape: Sequence[int], sizes: Optional[List[Tuple[int, int]]]) -> Tensor:
-        """The attention on the whole batch, or image by image on the unpadded cells (zero on padding)."""
+    def attend(self, x: Tensor, hw_shape: Sequence[int],
+               sizes: Optional[List[Tuple[int, int]]]) -> Tensor:
+        """The attention on the whole batch, or image by image on the unpadded cells (zero on
+        padding)."""
         if sizes is None:
             return self.self_attn(x, hw_shape)
         out = x.new_zeros(x.shape)
@@ -124,11 +134,13 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
         grid_in = x.view(x.shape[0], *hw_shape, -1)
         for i, (height, width) in enumerate(sizes):
             tokens = grid_in[i, :height, :width].reshape(1, height * width, -1)
-            grid_out[i, :height, :width] = self.self_attn(tokens, (height, width)).view(height, width, -1)
+            grid_out[i, :height,
+                     :width] = self.self_attn(tokens, (height, width)).view(height, width, -1)
         return out
 
     def forward(self, query: Tensor, query_pos: Tensor, key_padding_mask: Optional[Tensor],
-                hw_shape: Sequence[int], sizes: Optional[List[Tuple[int, int]]] = None, **kwargs) -> Tensor:
+                hw_shape: Sequence[int], sizes: Optional[List[Tuple[int, int]]] = None,
+                **kwargs) -> Tensor:
         query = self.norms[0](query + self.attend(query + query_pos, hw_shape, sizes))
         return self.norms[1](self.ffn(query))
 
@@ -138,7 +150,9 @@ class SMCATransformerEncoder(DetrTransformerEncoder):
     ``forward`` also takes the feature grid ``hw_shape``."""
 
     def _init_layers(self) -> None:
-        self.layers = ModuleList([SMCATransformerEncoderLayer(**self.layer_cfg) for _ in range(self.num_layers)])
+        self.layers = ModuleList(
+            [SMCATransformerEncoderLayer(**self.layer_cfg) for _ in range(self.num_layers)]
+        )
         self.embed_dims = self.layers[0].embed_dims
 
     def forward(self, query: Tensor, query_pos: Tensor, key_padding_mask: Optional[Tensor],
@@ -152,11 +166,11 @@ class SMCATransformerEncoder(DetrTransformerEncoder):
 class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
     """DETR's post-norm decoder layer with SMCA's spatially modulated co-attention.
 
-    The stock attentions, FFN and norms are kept; from ``LayerNorm(query + query_pos)`` the layer predicts
-    per-head centre offsets (``offset_proj``, official ``point2``), per-head scales (``scale_proj``,
-    ``point3``; squared, starting at scale 1) and, in the first layer, the reference centre
-    (``ref_point_head``, ``point1``). The Gaussian log-weights reach the stock cross-attention as its float
-    ``attn_mask``.
+    The stock attentions, FFN and norms are kept; from ``LayerNorm(query + query_pos)`` the layer
+    predicts per-head centre offsets (``offset_proj``, official ``point2``), per-head scales
+    (``scale_proj``, ``point3``; squared, starting at scale 1) and, in the first layer, the
+    reference centre (``ref_point_head``, ``point1``). The Gaussian log-weights reach the stock
+    cross-attention as its float ``attn_mask``.
 
     Args:
         scale_type: ``'fixed'`` (official ``type1``), ``'per_head'`` (``type2``), ``'per_head_xy'``
@@ -166,11 +180,12 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
         **kwargs: The arguments of mmdet's ``DetrTransformerDecoderLayer``.
     """
 
-    def __init__(self, scale_type: str = 'per_head_xy', smooth: float = 8.0, predict_reference: bool = False,
-                 **kwargs) -> None:
+    def __init__(self, scale_type: str = 'per_head_xy', smooth: float = 8.0,
+                 predict_reference: bool = False, **kwargs) -> None:
         self.scale_channels = check_scale_type(scale_type)
         if smooth <= 0:
-            raise ValueError(f'smooth={smooth}; expected a positive divisor of the Gaussian exponent')
+            raise ValueError(f'smooth={smooth}; expected a positive divisor of the Gaussian '
+                             'exponent')
         self.scale_type = scale_type
         self.smooth = smooth
         self.predict_reference = predict_reference
@@ -183,7 +198,8 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
         self.offset_proj = nn.Linear(self.embed_dims, 2 * self.num_heads)
         self.scale_proj = (nn.Linear(self.embed_dims, self.scale_channels * self.num_heads)
                            if self.scale_channels else None)
-        self.ref_point_head = MLP(self.embed_dims, self.embed_dims, 2, 3) if self.predict_reference else None
+        self.ref_point_head = MLP(self.embed_dims, self.embed_dims, 2,
+                                  3) if self.predict_reference else None
 
     def init_weights(self) -> None:
         super().init_weights()
@@ -196,8 +212,8 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
             nn.init.zeros_(self.scale_proj.weight)
             nn.init.ones_(self.scale_proj.bias)
 
-    def spatial_prior(self, normed: Tensor, reference: Tensor, ref_scale: Tensor, hw_shape: Sequence[int],
-                      key_padding_mask: Optional[Tensor]) -> Tensor:
+    def spatial_prior(self, normed: Tensor, reference: Tensor, ref_scale: Tensor,
+                      hw_shape: Sequence[int], key_padding_mask: Optional[Tensor]) -> Tensor:
         """``(B * heads, Q, H * W)`` Gaussian log-weights of every head, ``-inf`` on padded keys."""
         batch, queries, _ = normed.shape
         centres = (reference * ref_scale.unsqueeze(1)).unsqueeze(2)
@@ -219,19 +235,21 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
         if self.ref_point_head is not None:
             reference = self.ref_point_head(normed).sigmoid()
         elif reference is None:
-            raise ValueError('SMCATransformerDecoderLayer: no reference centres given to a layer that does not '
+            raise ValueError('SMCATransformerDecoderLayer: no reference centres given to a layer '
+                             'that does not '
                              'predict them (predict_reference=False)')
         prior = self.spatial_prior(normed, reference, ref_scale, hw_shape, key_padding_mask)
-        query = self.norms[0](self.self_attn(query=query, key=query, value=query, query_pos=query_pos,
-                                             key_pos=query_pos))
-        query = self.norms[1](self.cross_attn(query=query, key=key, value=value, query_pos=query_pos,
+        query = self.norms[0](self.self_attn(query=query, key=query, value=query,
+                                             query_pos=query_pos, key_pos=query_pos))
+        query = self.norms[1](self.cross_attn(query=query, key=key, value=value,
+                                              query_pos=query_pos,
                                               key_pos=key_pos, attn_mask=prior))
         return self.norms[2](self.ffn(query)), reference
 
 
 class SMCATransformerDecoder(DetrTransformerDecoder):
-    """DETR's decoder of :class:`SMCATransformerDecoderLayer`; the first layer predicts the reference
-    centres, every layer modulates its co-attention around them.
+    """DETR's decoder of :class:`SMCATransformerDecoderLayer`; the first layer predicts the
+    reference centres, every layer modulates its co-attention around them.
 
     ``forward`` returns the stacked (post-normed) hidden states of every layer, as DETR's, and the
     ``(B, Q, 2)`` normalised references, which ``ConditionalDETRHead`` adds (as logits) to the box
@@ -239,7 +257,8 @@ class SMCATransformerDecoder(DetrTransformerDecoder):
     """
 
     def _init_layers(self) -> None:
-        self.layers = ModuleList([SMCATransformerDecoderLayer(**self.layer_cfg, predict_reference=i == 0)
+        self.layers = ModuleList([SMCATransformerDecoderLayer(**self.layer_cfg,
+                                                              predict_reference=i == 0)
                                   for i in range(self.num_layers)])
         self.embed_dims = self.layers[0].embed_dims
         self.post_norm = build_norm_layer(self.post_norm_cfg, self.embed_dims)[1]
@@ -249,9 +268,13 @@ class SMCATransformerDecoder(DetrTransformerDecoder):
                 **kwargs) -> Tuple[Tensor, Tensor]:
         intermediate, reference = [], None
         for layer in self.layers:
-            query, reference = layer(query, key, value, query_pos, key_pos, key_padding_mask, hw_shape, ref_scale,
-                                     reference)
+            query, reference = layer(query, key, value, query_pos, key_pos, key_padding_mask,
+                                     hw_shape, ref_scale, reference)
             if self.return_intermediate:
                 intermediate.append(self.post_norm(query))
-        hidden_states = torch.stack(intermediate) if self.return_intermediate else self.post_norm(query).unsqueeze(0)
+        hidden_states = (
+            torch.stack(intermediate)
+            if self.return_intermediate
+            else self.post_norm(query).unsqueeze(0)
+        )
         return hidden_states, reference

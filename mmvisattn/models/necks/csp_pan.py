@@ -34,8 +34,10 @@ class CSPPAN(BaseModule):
         init_cfg: mmengine initialisation config.
     """
 
-    def __init__(self, in_channels: Sequence[int], out_channels: int, kernel_size: int = 5, num_csp_blocks: int = 1,
-                 num_extra_levels: int = 1, norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='HSwish'),  # noqa: B006
+    def __init__(self, in_channels: Sequence[int], out_channels: int, kernel_size: int = 5,
+                 num_csp_blocks: int = 1, num_extra_levels: int = 1,
+                 norm_cfg: dict = dict(type='BN'),  # noqa: B006
+                 act_cfg: dict = dict(type='HSwish'),  # noqa: B006
                  init_cfg=None) -> None:
         super().__init__(init_cfg=init_cfg)
         if num_extra_levels not in (0, 1):
@@ -48,15 +50,16 @@ class CSPPAN(BaseModule):
                                                 padding=kernel_size // 2, **conv)
 
         def csp_block() -> CSPLayer:
-            block = CSPLayer(2 * out_channels, out_channels, num_blocks=num_csp_blocks, add_identity=False,
-                             use_depthwise=True, **conv)
+            block = CSPLayer(2 * out_channels, out_channels, num_blocks=num_csp_blocks,
+                             add_identity=False, use_depthwise=True, **conv)
             for bottleneck in block.blocks:
                 width = bottleneck.conv2.pointwise_conv.conv.out_channels
-                bottleneck.conv2 = DepthwiseSeparableConvModule(width, width, kernel_size, padding=kernel_size // 2,
-                                                                **conv)
+                bottleneck.conv2 = DepthwiseSeparableConvModule(width, width, kernel_size,
+                                                                padding=kernel_size // 2, **conv)
             return block
 
-        self.reduce_layers = nn.ModuleList(ConvModule(channels, out_channels, 1, **conv) for channels in in_channels)
+        self.reduce_layers = nn.ModuleList(ConvModule(channels, out_channels, 1,
+                                                      **conv) for channels in in_channels)
         self.top_down_blocks = nn.ModuleList(csp_block() for _ in range(num_levels - 1))
         self.downsamples = nn.ModuleList(downsample() for _ in range(num_levels - 1))
         self.bottom_up_blocks = nn.ModuleList(csp_block() for _ in range(num_levels - 1))
@@ -65,7 +68,9 @@ class CSPPAN(BaseModule):
 
     def forward(self, inputs: Sequence[Tensor]) -> Tuple[Tensor, ...]:
         if len(inputs) != len(self.reduce_layers):
-            raise ValueError(f'CSPPAN: got {len(inputs)} levels; expected {len(self.reduce_layers)}')
+            raise ValueError(
+                f'CSPPAN: got {len(inputs)} levels; expected {len(self.reduce_layers)}'
+            )
         inputs = [reduce(x) for reduce, x in zip(self.reduce_layers, inputs)]
         inner: List[Tensor] = [inputs[-1]]
         for block, lower in zip(self.top_down_blocks, reversed(inputs[:-1])):

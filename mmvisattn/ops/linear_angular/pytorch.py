@@ -1,11 +1,12 @@
 """Linear-angular attention in O(N d^2) with torch operations and a hand-written backward.
 
-The keys and values are summarised once per head into ``S = [K^T V, sum_j k^_j] / pi``; one matmul ``q^ S``
-gives the numerator's linear term and the normaliser together. The backward saves ``q``, ``k`` and ``v``
-only and recomputes the summaries.
+The keys and values are summarised once per head into ``S = [K^T V, sum_j k^_j] / pi``; one matmul
+``q^ S`` gives the numerator's linear term and the normaliser together. The backward saves ``q``,
+``k`` and ``v`` only and recomputes the summaries.
 
-Mixed precision: autocast off inside the Function, float32 arithmetic (``K^T V`` sums over every token and
-leaves float16's range); the norm clamp follows :func:`~mmvisattn.ops.utils.amp.norm_eps`."""
+Mixed precision: autocast off inside the Function, float32 arithmetic (``K^T V`` sums over every
+token and leaves float16's range); the norm clamp
+follows :func:`~mmvisattn.ops.utils.amp.norm_eps`."""
 import math
 from typing import Tuple
 
@@ -25,7 +26,8 @@ def normalise(x: Tensor) -> Tuple[Tensor, Tensor]:
 
 def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Summary ``S``, the mixed ``q^ S`` with the value sums and ``N / 2`` added, and ``out``."""
-    summary = torch.cat([k_hat.transpose(-1, -2) @ v, k_hat.sum(dim=-2).unsqueeze(-1)], dim=-1) / math.pi
+    summary = torch.cat([k_hat.transpose(-1, -2) @ v, k_hat.sum(dim=-2).unsqueeze(-1)],
+                        dim=-1) / math.pi
     mixed = q_hat @ summary
     value_dims = v.shape[-1]
     numerator = mixed[..., :value_dims] + 0.5 * v.sum(dim=-2, keepdim=True)
@@ -34,7 +36,8 @@ def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tenso
 
 
 def normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor:
-    """Gradient through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over ``||x||``."""
+    """Gradient through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over
+    ``||x||``."""
     return (grad_hat - x_hat * (x_hat * grad_hat).sum(dim=-1, keepdim=True)) / norm
 
 
@@ -55,9 +58,10 @@ class LinearAngularFunction(torch.autograd.Function):
         return linear_angular_backward(q, k, v, grad_out)
 
 
-def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """Gradients of the row-normalised linear-angular attention from its inputs (recomputed in float32),
-    each in its input's dtype."""
+def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor,
+                            grad_out: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """Gradients of the row-normalised linear-angular attention from its inputs (recomputed in
+    float32), each in its input's dtype."""
     (q_hat, q_norm), (k_hat, k_norm) = normalise(q), normalise(k)
     dtypes = (q.dtype, k.dtype, v.dtype)
     v, grad_out = upcast(v, grad_out)
@@ -68,20 +72,25 @@ def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -
     grad_q_hat = grad_mixed @ summary.transpose(-1, -2)
     grad_summary = q_hat.transpose(-1, -2) @ grad_mixed / math.pi  # (B, h, d, d_v + 1)
     value_dims = v.shape[-1]
-    grad_k_hat = v @ grad_summary[..., :value_dims].transpose(-1, -2) + grad_summary[..., value_dims:].transpose(-1, -2)
+    grad_k_hat = v @ grad_summary[..., :value_dims].transpose(-1, -2) + grad_summary[
+        ..., value_dims:
+    ].transpose(-1, -2)
     grad_v = k_hat @ grad_summary[..., :value_dims] + 0.5 * grad_numerator.sum(dim=-2, keepdim=True)
-    grads = (normalise_backward(grad_q_hat, q_hat, q_norm), normalise_backward(grad_k_hat, k_hat, k_norm), grad_v)
+    grads = (normalise_backward(grad_q_hat, q_hat, q_norm),
+             normalise_backward(grad_k_hat, k_hat, k_norm), grad_v)
     return tuple(grad.to(dtype) for grad, dtype in zip(grads, dtypes))
 
 
 def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's row
-    sums (its caller normalises each output token), in float32 with autocast off; ``v``'s dtype."""
+    """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's
+    row sums (its caller normalises each output token), in float32 with autocast off; ``v``'s
+    dtype."""
     with no_autocast(q.device.type):
         (q_hat, _), (k_hat, _), (values,) = normalise(q), normalise(k), upcast(v)
         return (0.5 * values + q_hat @ (k_hat.transpose(-1, -2) @ values) / math.pi).to(v.dtype)
 
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values -> ``(B, heads, N, d_v)``."""
+    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values ->
+    ``(B, heads, N, d_v)``."""
     return apply_function(LinearAngularFunction, q, k, v)

@@ -1,12 +1,14 @@
-"""Triton kernels for the linear-angular core: two passes per (batch, head). ``_summarise`` normalises
-blocks of keys and accumulates the means of ``K^T V``, ``k^`` and ``v`` over the ``N`` tokens; ``_mix``
-normalises each block of queries into ``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)``
-(the paper's ratio with ``N`` divided out, so the summary stays in the values' range). The backward is
-the torch one (:func:`.pytorch.linear_angular_backward`), which recomputes the O(d^2) summaries.
+"""Triton kernels for the linear-angular core: two passes per (batch, head). ``_summarise``
+normalises blocks of keys and accumulates the means of ``K^T V``, ``k^`` and ``v`` over the ``N``
+tokens; ``_mix`` normalises each block of queries into
+``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)`` (the paper's ratio with ``N``
+divided out, so the summary stays in the values' range). The backward is the torch one
+(:func:`.pytorch.linear_angular_backward`), which recomputes the O(d^2) summaries.
 
-Mixed precision: the kernels read float32, float16 or bfloat16 and normalise and accumulate in float32;
-both products take their operands in the inputs' precision (half tensor cores, TF32 for float32). The
-result in ``v``'s dtype; autocast off in the Function, whose backward computes in float32."""
+Mixed precision: the kernels read float32, float16 or bfloat16 and normalise and accumulate in
+float32; both products take their operands in the inputs' precision (half tensor cores, TF32 for
+float32). The result in ``v``'s dtype; autocast off in the Function, whose backward computes in
+float32."""
 import math
 
 import torch
@@ -21,7 +23,8 @@ from .pytorch import linear_angular_backward
 
 @triton.jit
 def _unit_rows(x, eps):
-    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the block).
+    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the
+    block).
 
     ``eps`` is cast because ``torch.compile`` passes a Python float as a float64 scalar, which would
     promote the block to float64 and fail the ``tl.dot`` that follows.
@@ -31,7 +34,8 @@ def _unit_rows(x, eps):
 
 @triton.jit
 def _summarise(k_ptr, v_ptr, kv_ptr, kmean_ptr, vmean_ptr, tokens, dims, value_dims, eps,
-               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DOT: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+               DOT: tl.constexpr):
     head = tl.program_id(0)
     rows = tl.arange(0, BLOCK_N)
     cols_k = tl.arange(0, BLOCK_D)
@@ -44,13 +48,15 @@ def _summarise(k_ptr, v_ptr, kv_ptr, kmean_ptr, vmean_ptr, tokens, dims, value_d
     for start in range(0, tokens, BLOCK_N):
         in_rows = (start + rows) < tokens
         k = _unit_rows(tl.load(k_base + (start + rows)[:, None] * dims + cols_k[None, :],
-                               mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
+                               mask=in_rows[:, None] & (cols_k[None, :] < dims),
+                               other=0.0).to(tl.float32), eps)
         v = tl.load(v_base + (start + rows)[:, None] * value_dims + cols_v[None, :],
                     mask=in_rows[:, None] & (cols_v[None, :] < value_dims), other=0.0)
         key_values += tl.dot(tl.trans(k.to(DOT)), v.to(DOT))
         key_sum += tl.sum(k, axis=0)
         value_sum += tl.sum(v.to(tl.float32), axis=0)
-    tl.store(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :], key_values / tokens)
+    tl.store(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :],
+             key_values / tokens)
     tl.store(kmean_ptr + head * BLOCK_D + cols_k, key_sum / tokens)
     tl.store(vmean_ptr + head * BLOCK_DV + cols_v, value_sum / tokens)
 
@@ -64,8 +70,10 @@ def _mix(q_ptr, kv_ptr, kmean_ptr, vmean_ptr, out_ptr, tokens, dims, value_dims,
     cols_v = tl.arange(0, BLOCK_DV)
     in_rows = rows < tokens
     q = _unit_rows(tl.load(q_ptr + head * tokens * dims + rows[:, None] * dims + cols_k[None, :],
-                           mask=in_rows[:, None] & (cols_k[None, :] < dims), other=0.0).to(tl.float32), eps)
-    key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV + cols_v[None, :])
+                           mask=in_rows[:, None] & (cols_k[None, :] < dims),
+                           other=0.0).to(tl.float32), eps)
+    key_values = tl.load(kv_ptr + head * BLOCK_D * BLOCK_DV + cols_k[:, None] * BLOCK_DV
+                         + cols_v[None, :])
     key_mean = tl.load(kmean_ptr + head * BLOCK_D + cols_k)
     value_mean = tl.load(vmean_ptr + head * BLOCK_DV + cols_v)
     inv_pi = tl.cast(inv_pi, tl.float32)  # compiled: a float64 scalar
@@ -73,7 +81,8 @@ def _mix(q_ptr, kv_ptr, kmean_ptr, vmean_ptr, out_ptr, tokens, dims, value_dims,
     normaliser = 0.5 + tl.sum(q * key_mean[None, :], axis=1) * inv_pi
     out = numerator / normaliser[:, None]
     tl.store(out_ptr + head * tokens * value_dims + rows[:, None] * value_dims + cols_v[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
+             out.to(out_ptr.dtype.element_ty),
+             mask=in_rows[:, None] & (cols_v[None, :] < value_dims))
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
@@ -91,8 +100,9 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, block_n: int = 64) -> Tensor:
     _summarise[(heads,)](k, v, key_values, key_mean, value_mean, tokens, dims, value_dims,
                          norm_eps(k.dtype), num_stages=1, **sizes)
     out = torch.empty(*batch, tokens, value_dims, device=q.device, dtype=v.dtype)
-    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_mean, value_mean, out, tokens, dims,
-                                                value_dims, 1.0 / math.pi, norm_eps(q.dtype), **sizes)
+    _mix[(heads, triton.cdiv(tokens, block_n))](q, key_values, key_mean, value_mean, out, tokens,
+                                                dims, value_dims, 1.0 / math.pi, norm_eps(q.dtype),
+                                                **sizes)
     return out
 
 

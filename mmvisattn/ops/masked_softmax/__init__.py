@@ -1,14 +1,16 @@
-"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention via
-switching towards linear-angular attention during vision transformer inference" (arXiv:2211.10526):
-softmax weights at or below a threshold ``t`` dropped, the rest kept as they are (not renormalised)::
+"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention
+via switching towards linear-angular attention during vision transformer inference"
+(arXiv:2211.10526): softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
+(not renormalised)::
 
     P = softmax(s Q K^T),    out = (P * [P > t]) V
 
-It trains beside the linear-angular branch and is removed for inference (an ONNX export of it refuses).
-Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights under autograd, for
-dropout on the weights (a recomputed block would draw another mask) and under ``torch.compile``; ``torch``
-(:mod:`.pytorch`), blocks of queries recomputed in the backward, so no ``N x N`` matrix outlives its block.
-:func:`masked_softmax_attention_reference` is the literal form in float32."""
+It trains beside the linear-angular branch and is removed for inference (an ONNX export of it
+refuses). Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights
+under autograd, for dropout on the weights (a recomputed block would draw another mask) and under
+``torch.compile``; ``torch`` (:mod:`.pytorch`), blocks of queries recomputed in the backward, so no
+``N x N`` matrix outlives its block. :func:`masked_softmax_attention_reference` is the literal form
+in float32."""
 from typing import NamedTuple, Optional
 
 from torch import Tensor
@@ -27,12 +29,14 @@ class Options(NamedTuple):
 def _dense_passed_over(request: Request) -> Optional[str]:
     if request.options.dropout > 0 or request.context == 'compile':
         return None
-    return 'no dropout on the weights and not compiled: the blocks of the torch path hold no N x N matrix'
+    return ('no dropout on the weights and not compiled: the blocks of the torch path hold no N x '
+            'N matrix')
 
 
 def _torch_unsupported(request: Request) -> Optional[str]:
     if request.options.dropout > 0:
-        return f"dropout={request.options.dropout} on the weights: a recomputed block would draw another mask"
+        return (f"dropout={request.options.dropout} on the weights: a recomputed block would draw "
+                "another mask")
     return None
 
 
@@ -42,12 +46,15 @@ OP = Op('masked_softmax_attention', [
 ])
 IMPLS = OP.impls
 # an exported graph would be the training network: the branch is removed for inference, never traced
-EXPORT_REFUSAL = ('masked_softmax_attention: the training-only softmax branch is still in place: call '
-                  'model.backbone.switch_to_deploy() (mmdeploy does) or mmvisattn.deploy.switch_to_deploy(model) '
+EXPORT_REFUSAL = ('masked_softmax_attention: the training-only softmax branch is still in place: '
+                  'call '
+                  'model.backbone.switch_to_deploy() (mmdeploy does) or '
+                  'mmvisattn.deploy.switch_to_deploy(model) '
                   'before exporting')
 
 
-def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
+def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float,
+                             scale: Optional[float] = None,
                              dropout: float = 0.0, impl: str = 'auto') -> Tensor:
     """Masked softmax attention: weights ``softmax(scale q k^T)`` at or below ``threshold`` dropped.
 
@@ -68,4 +75,5 @@ def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float, 
     return OP(impl, request, q, k, v, threshold, scale, dropout)
 
 
-__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'IMPLS', 'OP', 'Options']
+__all__ = ['masked_softmax_attention', 'masked_softmax_attention_reference', 'IMPLS', 'OP',
+           'Options']

@@ -1,7 +1,7 @@
-"""Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``; see
-:mod:`mmvisattn.ops.masked_softmax`): only the inputs saved, each block's weights recomputed in the
-backward. Products in the inputs' precision giving float32 (:func:`product`), logits, softmax and mask
-in float32.
+"""Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``;
+see :mod:`mmvisattn.ops.masked_softmax`): only the inputs saved, each block's weights recomputed in
+the backward. Products in the inputs' precision giving float32 (:func:`product`), logits, softmax
+and mask in float32.
 """
 from typing import Optional
 
@@ -12,16 +12,16 @@ from ..utils.amp import HALF_DTYPES, autocast_off
 from ..utils.recompute import runs
 from ..utils.tracing import apply_function
 
-# Weights of one block of queries over every batch, head and key (128 MB in float32): a block as large
-# as fits, so that a Castling-ViT-B layer at 32x32 tokens and batch 2 takes one
+# Weights of one block of queries over every batch, head and key (128 MB in float32): a block as
+# large as fits, so that a Castling-ViT-B layer at 32x32 tokens and batch 2 takes one
 BLOCK_WEIGHTS = 2 ** 25
 
 
 def product(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` of ``(..., M, K)`` and ``(..., K, N)`` (the same leading dims) in float32: half operands as
-    they are on CUDA (cuBLAS accumulates in float32), elsewhere upcast first (the same arithmetic: a
-    product of two halves is exact in float32); float32 and float64 multiply as they are. Strided views
-    are copied for the product only."""
+    """``a @ b`` of ``(..., M, K)`` and ``(..., K, N)`` (the same leading dims) in float32: half
+    operands as they are on CUDA (cuBLAS accumulates in float32), elsewhere upcast first (the same
+    arithmetic: a product of two halves is exact in float32); float32 and float64 multiply as they
+    are. Strided views are copied for the product only."""
     lead = a.shape[:-2]
     a, b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
     if a.dtype not in HALF_DTYPES:
@@ -34,7 +34,8 @@ def product(a: Tensor, b: Tensor) -> Tensor:
 
 
 def query_block(q: Tensor, k: Tensor) -> int:
-    """Queries per block: :data:`BLOCK_WEIGHTS` weights over every batch and head, at least one query."""
+    """Queries per block: :data:`BLOCK_WEIGHTS` weights over every batch and head, at least one
+    query."""
     return max(1, BLOCK_WEIGHTS // (q.shape[:-2].numel() * k.shape[-2]))
 
 
@@ -43,20 +44,23 @@ def _join(parts, dim: int) -> Tensor:
 
 
 def _weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    """A block's softmax weights in float32, the same arithmetic in both passes (so the mask is too)."""
+    """A block's softmax weights in float32, the same arithmetic in both passes (so the mask is
+    too)."""
     logits = product(q, k.transpose(-1, -2)).mul_(scale)
     return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
 
 
 class MaskedSoftmax(torch.autograd.Function):
-    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)`` values by
-    blocks of queries, each block's weights recomputed in the backward; only the inputs are saved, as
-    given (views of the caller's projection, which the linear-angular branch keeps anyway). The mask is
-    piecewise constant: its gradient is that of the kept weights. Autocast off in both passes."""
+    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)``
+    values by blocks of queries, each block's weights recomputed in the backward; only the inputs
+    are saved, as given (views of the caller's projection, which the linear-angular branch keeps
+    anyway). The mask is piecewise constant: its gradient is that of the kept weights. Autocast off
+    in both passes."""
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, threshold: float, block: int) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, threshold: float,
+                block: int) -> Tensor:
         outs = []
         for rows in runs(q.shape[-2], block):
             weights = _weights(q[..., rows, :], k, scale)
@@ -75,20 +79,25 @@ class MaskedSoftmax(torch.autograd.Function):
             queries = q[..., rows, :]
             weights = _weights(queries, k, ctx.scale)
             kept = weights > ctx.threshold
-            grad_v = grad_v + product(weights.mul(kept).to(v.dtype).transpose(-1, -2), grad_out[..., rows, :])
+            grad_v = grad_v + product(weights.mul(kept).to(v.dtype).transpose(-1, -2),
+                                      grad_out[..., rows, :])
             grad_weights = product(grad_out[..., rows, :], v.transpose(-1, -2)).mul_(kept)
             # through the softmax, P (dP - sum_j P dP), and the scale of the logits
-            grad_logits = weights.mul_(grad_weights - (grad_weights * weights).sum(dim=-1, keepdim=True))
+            grad_logits = weights.mul_(grad_weights
+                                       - (grad_weights * weights).sum(dim=-1, keepdim=True))
             grad_logits = grad_logits.mul_(ctx.scale).to(q.dtype)
             grad_q.append(product(grad_logits, k))
             grad_k = grad_k + product(grad_logits.transpose(-1, -2), queries)
-        return _join(grad_q, -2).to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
+        return _join(grad_q,
+                     -2).to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, None
 
 
-def masked_softmax_attention_torch(q: Tensor, k: Tensor, v: Tensor, threshold: float, scale: Optional[float] = None,
+def masked_softmax_attention_torch(q: Tensor, k: Tensor, v: Tensor, threshold: float,
+                                   scale: Optional[float] = None,
                                    dropout: float = 0.0, block: Optional[int] = None) -> Tensor:
-    """:class:`MaskedSoftmax` with the logits' ``scale`` (``D ** -0.5`` by default) and ``block`` queries a
-    block (:func:`query_block` by default); ``dropout`` must be 0 (a recomputed block would draw another mask)."""
+    """:class:`MaskedSoftmax` with the logits' ``scale`` (``D ** -0.5`` by default) and ``block``
+    queries a block (:func:`query_block` by default); ``dropout`` must be 0 (a recomputed block
+    would draw another mask)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     block = query_block(q, k) if block is None else block
     return apply_function(MaskedSoftmax, q, k, v, scale, threshold, block)

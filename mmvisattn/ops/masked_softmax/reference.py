@@ -1,5 +1,5 @@
-"""The reference implementation of the masked softmax attention (:mod:`mmvisattn.ops.masked_softmax`):
-the whole ``N x N`` weights under autograd, in float32."""
+"""The reference implementation of the masked softmax attention
+(:mod:`mmvisattn.ops.masked_softmax`): the whole ``N x N`` weights under autograd, in float32."""
 from typing import Optional
 
 import torch

@@ -1,10 +1,11 @@
-"""Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): content attention
-``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key distances, normalised
-over the keys: ``out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V``. Two ops, each
-tested against its reference (:mod:`.reference`): :func:`peripheral_attention` (``torch``: SDPA with
-``log Phi_p`` as additive bias) and :func:`position_logits`, ``Phi_p``'s pre-sigmoid logits (Eq. 7-8;
-``triton``, the windows in registers on CUDA, then ``torch``, the first projection on the map of relative
-offsets and the rest by chunks of queries, :mod:`.position`)."""
+"""Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): content
+attention ``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key
+distances, normalised over the keys:
+``out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V``. Two ops, each tested
+against its reference (:mod:`.reference`): :func:`peripheral_attention` (``torch``: SDPA with
+``log Phi_p`` as additive bias) and :func:`position_logits`, ``Phi_p``'s pre-sigmoid logits (Eq.
+7-8; ``triton``, the windows in registers on CUDA, then ``torch``, the first projection on the map
+of relative offsets and the rest by chunks of queries, :mod:`.position`)."""
 from typing import Sequence
 
 import torch
@@ -48,12 +49,14 @@ def peripheral_attention(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, sca
         ``(B, heads, N, e)``.
     """
     if log_phi_p.shape != (q.shape[1], q.shape[2], k.shape[2]):
-        raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; expected '
+        raise ValueError(f'peripheral_attention: log_phi_p of shape {tuple(log_phi_p.shape)}; '
+                         'expected '
                          f'(heads, queries, keys) = {(q.shape[1], q.shape[2], k.shape[2])}')
     return OP(impl, Request.of((q, k, v)), q, k, v, log_phi_p, scale)
 
 
-def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'auto', eps: float = 1e-5) -> Tensor:
+def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str = 'auto',
+                    eps: float = 1e-5) -> Tensor:
     """Pre-sigmoid ``Phi_p`` logits on an ``H x W`` grid (Eq. 7-8).
 
     Args:
@@ -70,8 +73,9 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
 
 def log_position_attention(params: PositionParams, hw_shape: Sequence[int], impl: str = 'auto',
                            frozen: bool = False) -> Tensor:
-    """``log Phi_p = log sigmoid(position_logits)``; ``frozen``: of weights that do not train, computed
-    without autograd and, under ONNX export, held by the graph as constants (one map size's table)."""
+    """``log Phi_p = log sigmoid(position_logits)``; ``frozen``: of weights that do not train,
+    computed without autograd and, under ONNX export, held by the graph as constants (one map size's
+    table)."""
     if not frozen:
         return F.logsigmoid(position_logits(params, hw_shape, impl))
     with torch.no_grad(), onnx_constants():
@@ -79,6 +83,5 @@ def log_position_attention(params: PositionParams, hw_shape: Sequence[int], impl
 
 
 __all__ = ['peripheral_attention', 'position_logits', 'log_position_attention', 'PositionParams',
-           'mixed_attention_weights',
-           'peripheral_attention_reference', 'position_logits_reference', 'IMPLS', 'OP',
-           'POSITION_OP']
+           'mixed_attention_weights', 'peripheral_attention_reference', 'position_logits_reference',
+           'IMPLS', 'OP', 'POSITION_OP']

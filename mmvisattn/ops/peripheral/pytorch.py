@@ -10,13 +10,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def peripheral_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
+def peripheral_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor,
+                              scale: float) -> Tensor:
     """``(B, heads, N, d)`` queries, keys and values, ``(heads, N, N)`` log position attention."""
     bias = log_phi_p.to(q.dtype).unsqueeze(0)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
 
 
 def mixed_attention_weights(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
-    """The weights SDPA applies above, written out: ``(B, heads, N, M)`` from ``(B, heads, N, d)`` queries,
-    ``(B, heads, M, d)`` keys and ``(heads, N, M)`` log position attention (for attention maps)."""
+    """The weights SDPA applies above, written out: ``(B, heads, N, M)`` from ``(B, heads, N, d)``
+    queries, ``(B, heads, M, d)`` keys and ``(heads, N, M)`` log position attention (for attention
+    maps)."""
     return torch.softmax(scale * q @ k.transpose(-2, -1) + log_phi_p, dim=-1)

@@ -1,5 +1,5 @@
-"""The reference implementations of the peripheral-attention ops (what the backends and the attention maps
-are checked against).
+"""The reference implementations of the peripheral-attention ops (what the backends and the
+attention maps are checked against).
 
 :func:`peripheral_attention_reference` writes Eq. 5 out: the content attention
 ``exp(tau q k^T)`` (shifted by its row maximum, which the normalisation cancels) times the
@@ -16,7 +16,8 @@ from .position import PositionParams, instance_norm, key_distances, peripheral_p
 
 
 def mixed_attention_reference(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
-    """Row-normalised ``Phi_c * Phi_p`` of ``(B, heads, N, d)`` queries and keys: ``(B, heads, N, N)``."""
+    """Row-normalised ``Phi_c * Phi_p`` of ``(B, heads, N, d)`` queries and keys:
+    ``(B, heads, N, N)``."""
     logits = scale * q @ k.transpose(-2, -1)
     content = torch.exp(logits - logits.amax(dim=-1, keepdim=True))
     mixed = content * torch.exp(log_phi_p)
@@ -24,7 +25,8 @@ def mixed_attention_reference(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: fl
 
 
 @float32_math  # in float32 whatever the dtype (float64 stays)
-def peripheral_attention_reference(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
+def peripheral_attention_reference(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor,
+                                   scale: float) -> Tensor:
     """Eq. 5 with the ``N x N`` mixed attention materialised."""
     return mixed_attention_reference(q, k, log_phi_p, scale) @ v
 

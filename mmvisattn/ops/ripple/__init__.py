@@ -1,23 +1,33 @@
-"""Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity" (arXiv:2110.02453,
-§3, Eq. 4-9): linearized attention in which the tokens of each vicinal group (same Chebyshev distance ``r``
-to the query) share a spatial weight ``alpha_r(i, j)`` given by a stick-breaking transform; groups from
-``r_hat`` (threshold ``tau``, at most ``R_max``) on share the merged stick equally (Eq. 6)::
+"""Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity"
+(arXiv:2110.02453, §3, Eq. 4-9): linearized attention in which the tokens of each vicinal group
+(same Chebyshev distance ``r`` to the query) share a spatial weight ``alpha_r(i, j)`` given by a
+stick-breaking transform; groups from ``r_hat`` (threshold ``tau``, at most ``R_max``) on share the
+merged stick equally (Eq. 6)::
 
     out_ij = phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k) v^T
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
-Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention) and the
-merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the local part. In
-``auto``'s order: ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of queries: small maps on CPU,
-and ONNX export), ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)) time, O(H W (D + E)) memory).
-:func:`ripple_attention_reference`, the explicit O(H^2 W^2) form, is what they are tested against."""
+Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention)
+and the merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the
+local part. In ``auto``'s order: ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of
+queries: small maps on CPU, and ONNX export), ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W
+R_max^2 (D + E)) time, O(H W (D + E)) memory). :func:`ripple_attention_reference`, the explicit
+O(H^2 W^2) form, is what they are tested against."""
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.dispatch import Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch, triton_kernels
+from ..utils.dispatch import (
+    Backend,
+    Op,
+    Request,
+    cpu_kernels,
+    interpreted,
+    opaque_to_dispatch,
+    triton_kernels,
+)
 from . import local_global
 from .cpu import ripple_attention_cpu
 from .dense import dense_is_faster, ripple_attention_dense
@@ -40,12 +50,14 @@ def _dense_passed_over(request: Request) -> Optional[str]:
     hw_shape, r_max = request.options
     if dense_is_faster(hw_shape, r_max):
         return None
-    return f'a {hw_shape[0]}x{hw_shape[1]} map at R_max {r_max} is past the crossover where the tiles are faster'
+    return (f'a {hw_shape[0]}x{hw_shape[1]} map at R_max {r_max} is past the crossover where the '
+            'tiles are faster')
 
 
 def _not_exportable(request: Request) -> Optional[str]:
     if request.context == 'export':
-        return "ONNX export cannot trace the tiles' writes into preallocated outputs; impl='dense' exports"
+        return ("ONNX export cannot trace the tiles' writes into preallocated outputs; "
+                "impl='dense' exports")
     return None
 
 
@@ -64,9 +76,10 @@ IMPLS = OP.impls
 
 
 def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]`` of each
-    head's ``(R_max, d)`` block: one linear map with a block per head, reading ``v`` (a view of a ``qkv``
-    projection's rows) in place; under ONNX export, which has no ``block_diag``, the same products per head."""
+    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]``
+    of each head's ``(R_max, d)`` block: one linear map with a block per head, reading ``v`` (a view
+    of a ``qkv`` projection's rows) in place; under ONNX export, which has no ``block_diag``, the
+    same products per head."""
     if torch.onnx.is_in_onnx_export():
         return v @ blocks.transpose(1, 2) + bias[:, None]
     batch, heads, tokens, _ = v.shape
@@ -74,7 +87,8 @@ def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
     return logits.view(batch, tokens, heads, -1).transpose(1, 2)
 
 
-def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float, triton: bool = False) -> Tuple[Tensor, Tensor]:
+def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
+                 triton: bool = False) -> Tuple[Tensor, Tensor]:
     """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)`` of the split every backend runs
     (:func:`.local_global.ring_weights`), by the torch passes or, with ``triton`` (CUDA), a Triton
     kernel a pass."""
@@ -84,16 +98,20 @@ def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float, triton: bo
     return local_global.ring_weights(logits, hw_shape, tau, WEIGHT_PASSES)
 
 
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float) -> None:
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
+                  tau: float) -> None:
     """One-line errors for bad arguments of :func:`ripple_attention`."""
     height, width = hw_shape
     if height < 1 or width < 1 or q.shape[-2] != height * width:
-        raise ValueError(f'ripple_attention: {q.shape[-2]} tokens do not match hw_shape={tuple(hw_shape)}')
+        raise ValueError(f'ripple_attention: {q.shape[-2]} tokens do not match '
+                         f'hw_shape={tuple(hw_shape)}')
     if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or logits.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f'ripple_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} and '
+        raise ValueError(f'ripple_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v '
+                         f'{tuple(v.shape)} and '
                          f'logits {tuple(logits.shape)} must share (..., N) with k shaped like q')
     if logits.shape[-1] < 1:
-        raise ValueError(f'ripple_attention: R_max={logits.shape[-1]} (logits.shape[-1]); expected R_max >= 1')
+        raise ValueError(f'ripple_attention: R_max={logits.shape[-1]} (logits.shape[-1]); expected '
+                         'R_max >= 1')
     check_tau(tau)
 
 
@@ -126,7 +144,9 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     return OP(impl, request, q, k, v, logits, hw_shape, tau, eps)
 
 
-# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps draw on;
-# stick_logits: the logits of Eq. 5 from the values (C.3); ring_weights: the split every backend runs
-__all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances', 'group_weights',
-           'ring_weights', 'stick_logits', 'IMPLS', 'OP', 'Options']
+# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps
+# draw on;
+# stick_logits: the logits of Eq. 5 from the values (C.3); ring_weights: the split every backend
+# runs
+__all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances',
+           'group_weights', 'ring_weights', 'stick_logits', 'IMPLS', 'OP', 'Options']

@@ -1,9 +1,11 @@
-"""The local part of ripple attention in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 4-6).
+"""The local part of ripple attention in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453,
+Eq. 4-6).
 
-The arithmetic of :data:`.pytorch.TILED` on the same tiles, the halos read from the maps in place and
-their gradients added straight back: one task per (slice, tile) forward, per band of tile rows backward,
-in two passes so that no two bands add into the same keys. Mixed precision:
-:func:`.local_global.local_plus_global` hands the kernels float32 (or float64) tensors, autocast off.
+The arithmetic of :data:`.pytorch.TILED` on the same tiles, the halos read from the maps in place
+and their gradients added straight back: one task per (slice, tile) forward, per band of tile rows
+backward, in two passes so that no two bands add into the same keys. Mixed precision:
+:func:`.local_global.local_plus_global` hands the kernels float32 (or float64) tensors, autocast
+off.
 """
 from typing import List, Sequence, Tuple
 
@@ -28,14 +30,15 @@ def _forward_shapes(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, height: int, 
 
 
 @torch.library.custom_op('mmvisattn::ripple_cpu_backward', mutates_args=())
-def _backward_kernel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, height: int, width: int, tile: int,
-                     grad_num: Tensor, grad_den: Tensor) -> List[Tensor]:
-    return list(load_cpu_kernels('ripple').backward(q, k, v, beta, height, width, tile, grad_num, grad_den))
+def _backward_kernel(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, height: int, width: int,
+                     tile: int, grad_num: Tensor, grad_den: Tensor) -> List[Tensor]:
+    return list(load_cpu_kernels('ripple').backward(q, k, v, beta, height, width, tile, grad_num,
+                                                    grad_den))
 
 
 @_backward_kernel.register_fake
-def _backward_shapes(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, height: int, width: int, tile: int,
-                     grad_num: Tensor, grad_den: Tensor) -> List[Tensor]:
+def _backward_shapes(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, height: int, width: int,
+                     tile: int, grad_num: Tensor, grad_den: Tensor) -> List[Tensor]:
     return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)]
 
 
@@ -44,20 +47,22 @@ def _operands(*tensors: Tensor) -> Tuple[Tensor, ...]:
     return tuple(t.contiguous() for t in tensors)
 
 
-def cpu_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
+def cpu_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
+                hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
     """``(num, den)`` of the local part, as :func:`.pytorch.tiled_forward`."""
     return _forward_kernel(*_operands(q, k, v, beta), *hw_shape, tile_size(beta.shape[-1]))
 
 
-def cpu_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int], grad_num: Tensor,
-                 grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of :func:`cpu_forward` for ``q, k, v, beta``, as :func:`.pytorch.tiled_backward`."""
+def cpu_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int],
+                 grad_num: Tensor, grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of :func:`cpu_forward` for ``q, k, v, beta``,
+    as :func:`.pytorch.tiled_backward`."""
     grads = _backward_kernel(*_operands(q, k, v, beta), *hw_shape, tile_size(beta.shape[-1]),
                              *_operands(grad_num, grad_den))
     return tuple(grads)
 
 
-def ripple_attention_cpu(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
-                         eps: float) -> Tensor:
+def ripple_attention_cpu(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
+                         tau: float, eps: float) -> Tensor:
     """Ripple attention with the local part in C++."""
     return local_plus_global(q, k, v, logits, hw_shape, tau, eps, cpu_forward, cpu_backward)

@@ -1,13 +1,13 @@
 """The split of ripple attention every backend runs (arXiv:2110.02453, Eq. 4-6): the stick-breaking
-weights (Eq. 5, C.3) cut into a local part ``beta_r`` on the groups ``r < R_max`` and a merged weight
-``w_m`` on every token (:func:`ring_weights`), so::
+weights (Eq. 5, C.3) cut into a local part ``beta_r`` on the groups ``r < R_max`` and a merged
+weight ``w_m`` on every token (:func:`ring_weights`), so::
 
     num_ij = w_m(i, j) phi(q_ij) sum_all phi(k) v^T
              + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} (phi(q_ij) . phi(k)) v
     den_ij = the same with v = 1
 
-The global part is Eq. 2 (``D x E`` statistics per head); a backend brings the local part as a pair of
-plain functions, ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
+The global part is Eq. 2 (``D x E`` statistics per head); a backend brings the local part as a pair
+of plain functions, ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
 ``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``, on ``(S, N, C)``
 float32 (or float64) tensors, and :func:`local_plus_global` adds the global sums and normalises.
 
@@ -27,26 +27,28 @@ from ..utils.recompute import runs, step_budget
 from ..utils.token_grid import grid_coordinates
 from ..utils.tracing import apply_function, onnx_constants
 
-# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds a step's memory
+# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds a step's
+# memory
 CHUNK_ELEMENTS = 2 ** 17
 
 
 def stick_products(logits: Tensor) -> Tuple[Tensor, Tensor]:
-    """Stick lengths ``s_r = 1 / (1 + (R_max - r) exp(-o_r))`` of ``(..., R_max)`` logits (C.3) and the
-    stick left after each group, ``c_r = prod_{r' <= r} (1 - s_r')``."""
+    """Stick lengths ``s_r = 1 / (1 + (R_max - r) exp(-o_r))`` of ``(..., R_max)`` logits (C.3) and
+    the stick left after each group, ``c_r = prod_{r' <= r} (1 - s_r')``."""
     r_max = logits.shape[-1]
     offsets = torch.arange(r_max, 0, -1, dtype=logits.dtype, device=logits.device)
     shifted = logits - offsets.log()
     sticks = torch.sigmoid(shifted)
-    if torch.onnx.is_in_onnx_export():  # ONNX has no cumprod: log(1 - sigmoid(x)) = -softplus(x), summed
+    # ONNX has no cumprod: log(1 - sigmoid(x)) = -softplus(x), summed
+    if torch.onnx.is_in_onnx_export():
         return sticks, torch.exp(torch.cumsum(-F.softplus(shifted), dim=-1))
     return sticks, torch.cumprod(1 - sticks, dim=-1)
 
 
 def stick_breaking(logits: Tensor) -> Tuple[Tensor, Tensor]:
-    """Spatial weights ``alpha_0 .. alpha_{R_max}`` of Eq. 5 (footnote 12): ``alpha_r = s_r c_{r-1}``,
-    the last the stick left over, so zero logits give uniform weights. Returns ``alpha``
-    ``(..., R_max + 1)`` (on the simplex) and ``c`` ``(..., R_max)``."""
+    """Spatial weights ``alpha_0 .. alpha_{R_max}`` of Eq. 5 (footnote 12):
+    ``alpha_r = s_r c_{r-1}``, the last the stick left over, so zero logits give uniform weights.
+    Returns ``alpha`` ``(..., R_max + 1)`` (on the simplex) and ``c`` ``(..., R_max)``."""
     sticks, remaining = stick_products(logits)
     ones = torch.ones_like(sticks[..., :1])
     alpha = torch.cat([sticks, ones], dim=-1) * torch.cat([ones, remaining], dim=-1)
@@ -54,9 +56,10 @@ def stick_breaking(logits: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """Stick breaking stopped by ``tau`` (§3.2): ``r_hat`` (long, ``(...)``, at most ``R_max``) is the
-    first group after which less than ``tau`` is left; groups from ``r_hat`` on share the stick left
-    before it. Returns ``alpha`` ``(..., R_max + 1)``, ``r_hat`` and that merged mass ``(...)``."""
+    """Stick breaking stopped by ``tau`` (§3.2): ``r_hat`` (long, ``(...)``, at most ``R_max``) is
+    the first group after which less than ``tau`` is left; groups from ``r_hat`` on share the stick
+    left before it. Returns ``alpha`` ``(..., R_max + 1)``, ``r_hat`` and that merged mass
+    ``(...)``."""
     alpha, remaining = stick_breaking(logits)
     r_hat = (remaining >= tau).sum(dim=-1)  # remaining never grows, so this counts the kept groups
     left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining], dim=-1)
@@ -65,7 +68,8 @@ def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:
-    """``(N, N)`` distances ``max(|m - i|, |n - j|)`` between all tokens: the group index of Eq. 4."""
+    """``(N, N)`` distances ``max(|m - i|, |n - j|)`` between all tokens: the group index of Eq.
+    4."""
     rows, cols = grid_coordinates(hw_shape, device)
     return torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs())
 
@@ -81,13 +85,15 @@ def query_reach(hw_shape: Tuple[int, int], device=None) -> Tensor:
 
 
 def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:
-    """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each query:
-    ``alpha_r`` before ``r_hat``, and from ``r_hat`` on ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)``
-    (Eq. 6; ``reach`` is the query's farthest non-empty group). Explicit, for the reference and the
-    attention maps; the backends weight the groups without it."""
+    """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each
+    query: ``alpha_r`` before ``r_hat``, and from ``r_hat`` on
+    ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)`` (Eq. 6; ``reach`` is the query's
+    farthest non-empty group). Explicit, for the reference and the attention maps; the backends
+    weight the groups without it."""
     alpha, r_hat, _ = truncate(logits, tau)
     groups = max(hw_shape)  # R + 1 groups, R = max(H, W) - 1
-    padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1], max(groups - alpha.shape[-1], 0))], dim=-1)
+    padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1],
+                                               max(groups - alpha.shape[-1], 0))], dim=-1)
     index = torch.arange(groups, device=logits.device)
     kept = index < r_hat.unsqueeze(-1)
     merged = 1 - (padded[..., :groups] * kept).sum(dim=-1)
@@ -96,10 +102,11 @@ def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor
 
 
 def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
-    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N, 1)`` of :func:`ring_weights` under autograd,
-    from the logits and the ``(N, 1)`` reach of every query (:func:`query_reach`)."""
+    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N, 1)`` of :func:`ring_weights` under
+    autograd, from the logits and the ``(N, 1)`` reach of every query (:func:`query_reach`)."""
     alpha, r_hat, merged = truncate(upcast(logits)[0], tau)
-    # groups counted in floats: a traced integer clamp is ONNX's Clip, which ONNX Runtime runs on floats only
+    # groups counted in floats: a traced integer clamp is ONNX's Clip, which ONNX Runtime runs on
+    # floats only
     merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).to(merged.dtype).clamp(min=1)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
@@ -108,8 +115,9 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
 
 
 def reverse_cumsum(x: Tensor) -> Tensor:
-    """``sum_{r' >= r} x_r'`` along the last (``R_max``, small) axis by sums over a triangle: CUDA's float
-    ``cumsum`` has no deterministic kernel (torch refuses it under ``torch.use_deterministic_algorithms``)."""
+    """``sum_{r' >= r} x_r'`` along the last (``R_max``, small) axis by sums over a triangle: CUDA's
+    float ``cumsum`` has no deterministic kernel (torch refuses it under
+    ``torch.use_deterministic_algorithms``)."""
     index = torch.arange(x.shape[-1], device=x.device)
     return torch.where(index[None] >= index[:, None], x.unsqueeze(-2), 0).sum(dim=-1)
 
@@ -118,17 +126,19 @@ def ring_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: 
                           grad_merged_weight: Tensor) -> Tensor:
     """The gradient of :func:`ring_weights_reference` for its logits, a reverse sweep over the stick
     products: with ``alpha_r = s_r c_{r-1}`` and the merged mass ``M = c_{r_hat - 1}``, the gradient
-    reaching ``c_r`` is ``G_r = (1 / c_r) sum_{j >= r} a_j c_j``, ``a_j = g_alpha_{j+1} s_{j+1}`` plus
-    ``g_M`` at ``j = r_hat - 1``; then ``dL/ds_r = c_{r-1} (g_alpha_r - G_r)``. Only groups ``r < r_hat``
-    carry gradient, where ``c_r >= tau``."""
+    reaching ``c_r`` is ``G_r = (1 / c_r) sum_{j >= r} a_j c_j``, ``a_j = g_alpha_{j+1} s_{j+1}``
+    plus ``g_M`` at ``j = r_hat - 1``; then ``dL/ds_r = c_{r-1} (g_alpha_r - G_r)``. Only groups
+    ``r < r_hat`` carry gradient, where ``c_r >= tau``."""
     sticks, remaining = stick_products(logits)
     r_hat = (remaining >= tau).sum(dim=-1, keepdim=True)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     kept = rings < r_hat
     grad_alpha = torch.where(kept, grad_beta, 0)
     # w_m = M / max(reach - r_hat + 1, 1), subtracted from every kept beta
-    grad_merged = (grad_merged_weight - grad_alpha.sum(dim=-1, keepdim=True)) / (reach - r_hat + 1).clamp(min=1)
-    into_next = torch.cat([(grad_alpha * sticks)[..., 1:], torch.zeros_like(sticks[..., :1])], dim=-1)
+    grad_merged = (grad_merged_weight
+                   - grad_alpha.sum(dim=-1, keepdim=True)) / (reach - r_hat + 1).clamp(min=1)
+    into_next = torch.cat([(grad_alpha * sticks)[..., 1:], torch.zeros_like(sticks[..., :1])],
+                          dim=-1)
     into_remaining = into_next + torch.where(rings == r_hat - 1, grad_merged, 0)
     tail_sums = reverse_cumsum(into_remaining * remaining)
     grad_remaining = torch.where(kept, tail_sums / remaining.clamp(min=tau), 0)
@@ -139,9 +149,9 @@ def ring_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: 
 
 class RingWeights(torch.autograd.Function):
     """The ring weights by a pair of passes, ``forward(logits, reach, tau) -> (beta, w_m)`` and
-    ``backward(logits, reach, tau, grad_beta, grad_w_m) -> grad_logits``, saving only the logits (the
-    backward recomputes the sticks). Autocast off, float32 arithmetic (float64 stays); the logits'
-    gradient in their dtype."""
+    ``backward(logits, reach, tau, grad_beta, grad_w_m) -> grad_logits``, saving only the logits
+    (the backward recomputes the sticks). Autocast off, float32 arithmetic (float64 stays); the
+    logits' gradient in their dtype."""
 
     @staticmethod
     @autocast_off
@@ -154,7 +164,8 @@ class RingWeights(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_beta: Tensor, grad_merged_weight: Tensor):
         logits, reach = ctx.saved_tensors
-        grad_logits = ctx.passes[1](upcast(logits)[0], reach, ctx.tau, grad_beta, grad_merged_weight)
+        grad_logits = ctx.passes[1](upcast(logits)[0], reach, ctx.tau, grad_beta,
+                                    grad_merged_weight)
         return grad_logits.to(logits.dtype), None, None, None
 
 
@@ -163,13 +174,14 @@ TORCH_PASSES = (ring_weights_reference, ring_weights_backward)
 
 def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
                  passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tuple[Tensor, Tensor]:
-    """The weights in the form the backends use: every token gets the merged weight ``w_m``, and a token
-    in group ``r < R_max`` gets ``beta_r = alpha_r - w_m`` on top when ``r < r_hat`` (0 otherwise).
+    """The weights in the form the backends use: every token gets the merged weight ``w_m``, and a
+    token in group ``r < R_max`` gets ``beta_r = alpha_r - w_m`` on top when ``r < r_hat`` (0
+    otherwise).
 
     ``w_m`` is Eq. 6: the merged mass shared equally by the ``reach - r_hat + 1`` non-empty groups
-    ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the non-empty
-    groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)`` in float32, by
-    a pair of passes (:class:`RingWeights`), torch's unless given.
+    ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the
+    non-empty groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``
+    in float32, by a pair of passes (:class:`RingWeights`), torch's unless given.
     """
     reach = query_reach(tuple(hw_shape), logits.device).unsqueeze(-1)
     beta, merged_weight = apply_function(RingWeights, logits, reach, tau, passes)
@@ -195,21 +207,23 @@ def tiled_cost(r_max: int) -> float:
 
 
 def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
-    """``(..., N, C)`` tensors as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``: the layout of the kernels
-    (a copy where the input is a permuted view; made in each pass, never kept)."""
+    """``(..., N, C)`` tensors as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``: the layout of the
+    kernels (a copy where the input is a permuted view; made in each pass, never kept)."""
     return tuple(t.reshape(-1, *t.shape[-2:]) if t.dim() > 2 else t for t in tensors)
 
 
 def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
-    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each on
-    CPU (:func:`~mmvisattn.ops.utils.recompute.step_budget` elsewhere)."""
+    """Groups of slices whose token-sized temporaries hold about :data:`CHUNK_ELEMENTS` numbers each
+    on CPU (:func:`~mmvisattn.ops.utils.recompute.step_budget` elsewhere)."""
     budget = step_budget(CHUNK_ELEMENTS, q.device)
     return runs(q.shape[0], max(1, budget // (q.shape[1] * max(q.shape[-1], v.shape[-1]))))
 
 
-def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor], *args) -> Tuple[Tensor, ...]:
-    """``fn(*tensors, *args)`` over the groups of slices of ``tensors`` (their first axis), the results
-    joined by ``cat`` (traced with gradients, this runs as is); one group runs on the tensors as given."""
+def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor],
+               *args) -> Tuple[Tensor, ...]:
+    """``fn(*tensors, *args)`` over the groups of slices of ``tensors`` (their first axis), the
+    results joined by ``cat`` (traced with gradients, this runs as is); one group runs on the
+    tensors as given."""
     if len(groups) == 1:
         return fn(*tensors, *args)
     results = [fn(*(t[part] for t in tensors), *args) for part in groups]
@@ -218,18 +232,19 @@ def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor], *ar
 
 class RippleLocalGlobal(torch.autograd.Function):
     """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(..., N, .)``
-    tensors (``merged_weight`` ``(S, N)``) with a local part's ``(forward, backward)`` pair, the backward
-    written out: only the inputs as given (views of the caller's projections), the output and the
-    normaliser are saved. Both passes run over groups of slices, so their token-sized temporaries exist
-    for one group at a time. Float32 arithmetic with autocast off."""
+    tensors (``merged_weight`` ``(S, N)``) with a local part's ``(forward, backward)`` pair, the
+    backward written out: only the inputs as given (views of the caller's projections), the output
+    and the normaliser are saved. Both passes run over groups of slices, so their token-sized
+    temporaries exist for one group at a time. Float32 arithmetic with autocast off."""
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
-                eps: float, local: Tuple[Callable, Callable]) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor,
+                hw_shape: Sequence[int], eps: float, local: Tuple[Callable, Callable]) -> Tensor:
         inputs = (q, k, v, beta, merged_weight)
         flat = (*_flat(*upcast(q, k, v, beta)), upcast(merged_weight)[0])
-        out, den = _by_groups(_forward_slices, _slice_groups(flat[0], flat[2]), flat, hw_shape, eps, local[0])
+        out, den = _by_groups(_forward_slices, _slice_groups(flat[0], flat[2]), flat, hw_shape, eps,
+                              local[0])
         ctx.save_for_backward(*inputs, out, den)
         ctx.hw_shape, ctx.local = hw_shape, local
         return out.view(*inputs[2].shape[:-1], -1).to(inputs[2].dtype)
@@ -238,12 +253,16 @@ class RippleLocalGlobal(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_out: Tensor):
         *inputs, out, den = ctx.saved_tensors
-        flat = (*_flat(*upcast(*inputs[:4])), upcast(inputs[4])[0], out, den, _flat(*upcast(grad_out))[0])
-        grads = _by_groups(_backward_slices, _slice_groups(flat[0], flat[2]), flat, ctx.hw_shape, ctx.local[1])
-        return (*(grad.view(x.shape).to(x.dtype) for grad, x in zip(grads, inputs)), None, None, None)
+        flat = (*_flat(*upcast(*inputs[:4])), upcast(inputs[4])[0], out, den,
+                _flat(*upcast(grad_out))[0])
+        grads = _by_groups(_backward_slices, _slice_groups(flat[0], flat[2]), flat, ctx.hw_shape,
+                           ctx.local[1])
+        return (*(grad.view(x.shape).to(x.dtype) for grad, x in zip(grads, inputs)), None, None,
+                None)
 
 
-def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, hw_shape: Sequence[int],
+def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor,
+                    hw_shape: Sequence[int],
                     eps: float, local_forward: Callable) -> Tuple[Tensor, Tensor]:
     """The output and the normaliser of :class:`RippleLocalGlobal` for a group of slices (batched
     products written as such: ``@`` on 3-D tensors adds views around each)."""
@@ -254,14 +273,18 @@ def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight
     return num.div_(den), den
 
 
-def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor, out: Tensor, den: Tensor,
-                     grad_out: Tensor, hw_shape: Sequence[int], local_backward: Callable) -> Tuple[Tensor, ...]:
-    """Gradients of :class:`RippleLocalGlobal` for a group of slices: ``q, k, v, beta, merged_weight``."""
+def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor,
+                     out: Tensor, den: Tensor, grad_out: Tensor, hw_shape: Sequence[int],
+                     local_backward: Callable) -> Tuple[Tensor, ...]:
+    """Gradients of :class:`RippleLocalGlobal` for a group of slices:
+    ``q, k, v, beta, merged_weight``."""
     grad_num = grad_out / den
     grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
-    key_values, key_sum = torch.bmm(k.transpose(1, 2), v), k.sum(dim=1).unsqueeze(-1)  # (S, D, E), (S, D, 1)
+    # (S, D, E), (S, D, 1)
+    key_values, key_sum = torch.bmm(k.transpose(1, 2), v), k.sum(dim=1).unsqueeze(-1)
     # what reaches w_m q: grad_num (K^T V)^T + grad_den (sum k)^T
-    grad_weighted_q = torch.baddbmm(torch.bmm(grad_num, key_values.transpose(1, 2)), grad_den, key_sum.transpose(1, 2))
+    grad_weighted_q = torch.baddbmm(torch.bmm(grad_num, key_values.transpose(1, 2)), grad_den,
+                                    key_sum.transpose(1, 2))
     grad_merged = (q * grad_weighted_q).sum(dim=-1)
     weight = merged_weight.unsqueeze(-1)
     weighted_q = (weight * q).transpose(1, 2)
@@ -273,11 +296,11 @@ def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weigh
     return grad_q, grad_k, grad_v, grad_beta, grad_merged
 
 
-def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int], tau: float,
-                      eps: float, local_forward: Callable, local_backward: Callable,
+def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
+                      tau: float, eps: float, local_forward: Callable, local_backward: Callable,
                       weight_passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tensor:
     """Ripple attention from a local part's passes and the global sums weighted by ``w_m`` (the ring
     weights by ``weight_passes``)."""
     beta, merged_weight = ring_weights(logits, hw_shape, tau, weight_passes)
-    return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, q.shape[-2]), tuple(hw_shape),
-                          eps, (local_forward, local_backward))
+    return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, q.shape[-2]),
+                          tuple(hw_shape), eps, (local_forward, local_backward))

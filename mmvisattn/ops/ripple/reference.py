@@ -13,9 +13,11 @@ from .local_global import chebyshev_distances, group_weights
 
 
 @float32_math  # in float32 whatever the dtype (float64 stays)
-def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],
+def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor,
+                               hw_shape: Sequence[int],
                                tau: float = 1e-3, eps: float = 1e-6) -> Tensor:
-    """Eq. 4 with explicit group weights; arguments as :func:`mmvisattn.ops.ripple.ripple_attention`."""
+    """Eq. 4 with explicit group weights; arguments
+    as :func:`mmvisattn.ops.ripple.ripple_attention`."""
     distances = chebyshev_distances(hw_shape, q.device)
     weights = group_weights(logits, hw_shape, tau)
     token_weights = weights.gather(-1, distances.expand(*weights.shape[:-2], -1, -1))

@@ -6,14 +6,14 @@ Queries and keys are joined through ``M`` anchors by a bipartite graph (Eq. 6)::
     G_Q = softmax(Q B_K^T * s)   (N x M, rows sum to 1)
     G_K = softmax(B_Q K^T * s)   (M x N, rows sum to 1)
 
-and the one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised random-walk kernel of
-Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, whose rows still sum to 1 (Lemma 1); by the
+and the one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised random-walk kernel
+of Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, whose rows still sum to 1 (Lemma 1); by the
 push-through identity it is Eq. (8), which inverts an ``M x M`` matrix only::
 
     (1 - lam) * G_Q (I_M - lam G_K G_Q)^-1 (G_K V)
 
-``s`` is ``1 / sqrt(d)`` as in Eq. (2) (Eq. 6 omits it, which saturates the graphs as ``d`` grows). One
-backend, ``torch`` (:mod:`.pytorch`): Algorithm 1 with a linear solve, O(N M d + N M^2 + M^3);
+``s`` is ``1 / sqrt(d)`` as in Eq. (2) (Eq. 6 omits it, which saturates the graphs as ``d`` grows).
+One backend, ``torch`` (:mod:`.pytorch`): Algorithm 1 with a linear solve, O(N M d + N M^2 + M^3);
 :func:`rwgk_attention_reference` inverts the ``N x N`` kernel (Eq. 5)."""
 from torch import Tensor
 
@@ -26,8 +26,8 @@ OP = Op('rwgk_attention', [Backend('torch', rwgk_attention_torch)])
 IMPLS = OP.impls
 
 
-def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5,
-                   impl: str = 'auto') -> Tensor:
+def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
+                   lam: float = 0.5, impl: str = 'auto') -> Tensor:
     """RWGK attention through ``M`` anchors (Eq. 8).
 
     Args:
@@ -43,6 +43,7 @@ def rwgk_attention(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: 
     return OP(impl, Request.of((q, k, v)), q, k, v, anchor_q, anchor_k, lam)
 
 
-# neumann_solve: the solve in matrix products that mmvisattn.deploy.mmdeploy_support exports for backends
-# without one
-__all__ = ['rwgk_attention', 'rwgk_attention_reference', 'check_lam', 'neumann_solve', 'IMPLS', 'OP']
+# neumann_solve: the solve in matrix products that mmvisattn.deploy.mmdeploy_support exports for
+# backends without one
+__all__ = ['rwgk_attention', 'rwgk_attention_reference', 'check_lam', 'neumann_solve', 'IMPLS',
+           'OP']

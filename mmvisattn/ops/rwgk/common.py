@@ -11,7 +11,8 @@ def check_lam(lam: float) -> None:
         raise ValueError(f'random-walk decay lam={lam!r} must lie in the open interval (0, 1)')
 
 
-def bipartite_graphs(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor) -> Tuple[Tensor, Tensor]:
+def bipartite_graphs(q: Tensor, k: Tensor, anchor_q: Tensor,
+                     anchor_k: Tensor) -> Tuple[Tensor, Tensor]:
     """Eq. (6): ``G_Q = softmax(Q B_K^T s)`` over anchors, ``G_K = softmax(B_Q K^T s)`` over tokens.
 
     Args:

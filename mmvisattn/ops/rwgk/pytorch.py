@@ -1,11 +1,13 @@
 """RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``).
 
-One autograd Function: the forward saves the inputs, the ``M x M`` system and its ``M x d`` solution, never
-the ``N x M`` graphs, which the backward recomputes, so the saved memory is the inputs', as SDPA's. On CPU
-both passes run in slices of images and heads; on a GPU the batch is one slice up to a larger budget.
+One autograd Function: the forward saves the inputs, the ``M x M`` system and its ``M x d``
+solution, never the ``N x M`` graphs, which the backward recomputes, so the saved memory is the
+inputs', as SDPA's. On CPU both passes run in slices of images and heads; on a GPU the batch is one
+slice up to a larger budget.
 
-Mixed precision: autocast off inside the Function, float32 arithmetic (``I - lam G_K G_Q`` in half would
-lose the digits that make it invertible); the output in ``q``'s dtype, each gradient in its input's."""
+Mixed precision: autocast off inside the Function, float32 arithmetic (``I - lam G_K G_Q`` in half
+would lose the digits that make it invertible); the output in ``q``'s dtype, each gradient in its
+input's."""
 from types import EllipsisType
 from typing import Callable, Iterator, Optional, Tuple, Union
 
@@ -29,11 +31,11 @@ Index = Union[EllipsisType, Tuple[int, slice]]
 
 
 def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Index, Index]]:
-    """Indices ``(images and heads, anchor images and heads)`` of slices of ``(B, h, N, d)`` whose graphs
-    hold at most the device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of
-    :data:`GRAPH_BUDGET`): ``...`` (one aten call, where ``[:, :]`` is two on some torch releases) for the whole
-    batch where it fits, else one image and a run of heads at a time; the anchor image is 0 where one set of
-    anchors serves all images."""
+    """Indices ``(images and heads, anchor images and heads)`` of slices of ``(B, h, N, d)`` whose
+    graphs hold at most the device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of
+    :data:`GRAPH_BUDGET`): ``...`` (one aten call, where ``[:, :]`` is two on some torch releases)
+    for the whole batch where it fits, else one image and a run of heads at a time; the anchor image
+    is 0 where one set of anchors serves all images."""
     batch, heads, tokens = q.shape[:3]
     budget = step_budget(GRAPH_BUDGET, q.device)
     if batch * heads * tokens * anchor.shape[-2] <= budget:
@@ -45,19 +47,20 @@ def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Index, Index]]:
 
 
 def solve(system: Tensor, rhs: Tensor) -> Tensor:
-    """``system^-1 rhs`` without the error check of ``torch.linalg.solve``, which reads the factorisation's
-    status back from the device (a synchronisation every layer, every step): the systems here are
-    strictly diagonally dominant (rows of ``lam G_K G_Q`` sum to ``lam < 1``), so never singular. Traced
-    (ONNX export, mmengine's FLOP counter), ``torch.linalg.solve``, the operator both know."""
+    """``system^-1 rhs`` without the error check of ``torch.linalg.solve``, which reads the
+    factorisation's status back from the device (a synchronisation every layer, every step): the
+    systems here are strictly diagonally dominant (rows of ``lam G_K G_Q`` sum to ``lam < 1``), so
+    never singular. Traced (ONNX export, mmengine's FLOP counter), ``torch.linalg.solve``, the
+    operator both know."""
     if torch.jit.is_tracing():
         return torch.linalg.solve(system, rhs)
     return torch.linalg.solve_ex(system, rhs, check_errors=False)[0]
 
 
 def neumann_factors(lam: float, tolerance: float = 2.0 ** -24) -> int:
-    """Factors of :func:`neumann_solve` for walks of weight ``lam``: after ``f`` of them the remainder of the
-    series is at most ``lam^(2^f) / (1 - lam)`` of the solution, which must fall below ``tolerance``
-    (float32's resolution by default; 5 factors at ``lam = 0.5``)."""
+    """Factors of :func:`neumann_solve` for walks of weight ``lam``: after ``f`` of them the
+    remainder of the series is at most ``lam^(2^f) / (1 - lam)`` of the solution, which must fall
+    below ``tolerance`` (float32's resolution by default; 5 factors at ``lam = 0.5``)."""
     factors, remainder = 0, lam
     while remainder / (1.0 - lam) > tolerance:
         remainder, factors = remainder * remainder, factors + 1
@@ -65,10 +68,10 @@ def neumann_factors(lam: float, tolerance: float = 2.0 ** -24) -> int:
 
 
 def neumann_solve(system: Tensor, rhs: Tensor, lam: float) -> Tensor:
-    """``system^-1 rhs`` for RWGK's ``system = I - W``, ``W = lam G_K G_Q`` (rows summing to ``lam < 1``), by
-    the product form of the Neumann series ``(I - W)^-1 = prod_j (I + W^(2^j))`` in matrix products only:
-    the solve of deploy backends without one (TensorRT, OpenVINO, ncnn). Float rounding away from
-    :func:`solve` with :func:`neumann_factors` factors."""
+    """``system^-1 rhs`` for RWGK's ``system = I - W``, ``W = lam G_K G_Q`` (rows summing to
+    ``lam < 1``), by the product form of the Neumann series ``(I - W)^-1 = prod_j (I + W^(2^j))`` in
+    matrix products only: the solve of deploy backends without one (TensorRT, OpenVINO, ncnn). Float
+    rounding away from :func:`solve` with :func:`neumann_factors` factors."""
     walk = torch.eye(system.shape[-1], dtype=system.dtype, device=system.device) - system
     out = rhs
     for _ in range(neumann_factors(lam)):
@@ -78,7 +81,8 @@ def neumann_solve(system: Tensor, rhs: Tensor, lam: float) -> Tensor:
 
 
 def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float,
-                solver: Callable[[Tensor, Tensor], Tensor] = solve) -> Tuple[Tensor, Tensor, Tensor]:
+                solver: Callable[[Tensor, Tensor], Tensor] = solve) -> Tuple[Tensor, Tensor,
+                                                                             Tensor]:
     """Eq. (8) on whole tensors: the output, the system ``I - lam G_K G_Q`` and its solution
     ``(I - lam G_K G_Q)^-1 G_K V`` (by ``solver``)."""
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
@@ -94,7 +98,8 @@ class RandomWalkAttention(torch.autograd.Function):
 
     @staticmethod
     @autocast_off
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
+                lam: float) -> Tensor:
         inputs = (q, k, v, anchor_q, anchor_k)
         q, k, v, anchor_q, anchor_k = upcast(*inputs)
         anchors = anchor_q.shape[-2]
@@ -116,7 +121,8 @@ class RandomWalkAttention(torch.autograd.Function):
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         grad_anchor_q, grad_anchor_k = torch.zeros_like(anchor_q), torch.zeros_like(anchor_k)
         for part, anchors_part in _slices(q, anchor_q):
-            grads = _backward_slice(q[part], k[part], v[part], anchor_q[anchors_part], anchor_k[anchors_part],
+            grads = _backward_slice(q[part], k[part], v[part], anchor_q[anchors_part],
+                                    anchor_k[anchors_part],
                                     system[part], walked[part], grad_out[part], ctx.lam)
             grad_q[part], grad_k[part], grad_v[part] = grads[:3]
             # summed over the images that share one set of anchors
@@ -126,7 +132,8 @@ class RandomWalkAttention(torch.autograd.Function):
         return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), None)
 
 
-def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, system: Tensor,
+def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
+                    system: Tensor,
                     walked: Tensor, grad_out: Tensor, lam: float) -> Tuple[Tensor, ...]:
     """Gradients of one slice for ``q, k, v, anchor_q, anchor_k``; the graphs are recomputed."""
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
@@ -135,8 +142,10 @@ def _backward_slice(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k:
     # walked = S^-1 A with S = I - lam G_K G_Q and A = G_K V: dA = S^-T dW, dS = -dA W^T
     grad_anchor_values = solve(system.transpose(-1, -2), graph_q.transpose(-1, -2) @ grad_out)
     grad_product = lam * (grad_anchor_values @ walked.transpose(-1, -2))  # of G_K G_Q, (h, M, M)
-    grad_graph_q += graph_k.transpose(-1, -2) @ grad_product  # matmul, not baddbmm: slices may be 4-D
-    grad_graph_k = grad_anchor_values @ v.transpose(-1, -2) + grad_product @ graph_q.transpose(-1, -2)
+    # matmul, not baddbmm: slices may be 4-D
+    grad_graph_q += graph_k.transpose(-1, -2) @ grad_product
+    grad_graph_k = grad_anchor_values @ v.transpose(-1,
+                                                    -2) + grad_product @ graph_q.transpose(-1, -2)
     grad_v = graph_k.transpose(-1, -2) @ grad_anchor_values
     scale = q.shape[-1] ** -0.5
     grad_logits_q = _softmax_backward(graph_q, grad_graph_q).mul_(scale)
@@ -158,6 +167,8 @@ def rwgk_attention_torch(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anch
         ``(B, heads, N, d)`` in the dtype of ``q``.
     """
     check_lam(lam)
-    if torch.jit.is_tracing():  # whole tensors: the Function writes slices into preallocated outputs
-        return float32_math(lambda *tensors: random_walk(*tensors, lam)[0])(q, k, v, anchor_q, anchor_k)
+    # whole tensors: the Function writes slices into preallocated outputs
+    if torch.jit.is_tracing():
+        return float32_math(lambda *tensors: random_walk(*tensors, lam)[0])(q, k, v, anchor_q,
+                                                                            anchor_k)
     return RandomWalkAttention.apply(q, k, v, anchor_q, anchor_k, float(lam))

@@ -6,8 +6,10 @@ from torch import Tensor
 from .common import bipartite_graphs, check_lam
 
 
-def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float = 0.5) -> Tensor:
-    """The ``(B, heads, N, N)`` normalised kernel of Eq. (5), ``(1 - lam)/lam ((I - lam A)^-1 - I)``."""
+def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor,
+                          lam: float = 0.5) -> Tensor:
+    """The ``(B, heads, N, N)`` normalised kernel of Eq. (5),
+    ``(1 - lam)/lam ((I - lam A)^-1 - I)``."""
     check_lam(lam)
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
     one_step = graph_q @ graph_k
@@ -17,5 +19,6 @@ def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tens
 
 def rwgk_attention_reference(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                              lam: float = 0.5) -> Tensor:
-    """Eq. (5) with the explicit ``N x N`` inverse: the reference of :func:`~mmvisattn.ops.rwgk.rwgk_attention`."""
+    """Eq. (5) with the explicit ``N x N`` inverse: the reference
+    of :func:`~mmvisattn.ops.rwgk.rwgk_attention`."""
     return rwgk_kernel_reference(q, k, anchor_q, anchor_k, lam) @ v

@@ -1,26 +1,36 @@
-"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, App. C, D).
+"""Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, App. C,
+D).
 
-Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global tokens and
-to a 2-D window of the map, a global query to every token. The window comes from sliding chunks: the map is
-cut into ``w x w`` chunks and the queries of a chunk attend to the ``3 x 3`` chunks around it, masked as
-``'exact'`` (keys within ``w`` along both axes: the ``(2w+1)^2`` window), ``'chunk'`` (whole neighbour
-chunks, none beyond the border; the default) or ``'cyclic'`` (the chunk grid wrapped around). ``mode``
-selects the neighbour chunks (App. D): 0 all eight, -1 none, ``i`` in 1..8 one of them (random shifting
-passes the drawn ``i`` as a 0-dim integer tensor on the device: nothing read back, one graph for every
-draw). Relative-position bias ``rel_pos = (table, g2l, g2g)`` as in the official code: ``table``
-``((4w-1)^2, heads)``, ``g2l`` ``(2, heads, G)`` (global query to local key, local query to global key),
-``g2g`` ``(heads, G, G)``.
+Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global
+tokens and to a 2-D window of the map, a global query to every token. The window comes from sliding
+chunks: the map is cut into ``w x w`` chunks and the queries of a chunk attend to the ``3 x 3``
+chunks around it, masked as ``'exact'`` (keys within ``w`` along both axes: the ``(2w+1)^2``
+window), ``'chunk'`` (whole neighbour chunks, none beyond the border; the default) or ``'cyclic'``
+(the chunk grid wrapped around). ``mode`` selects the neighbour chunks (App. D): 0 all eight, -1
+none, ``i`` in 1..8 one of them (random shifting passes the drawn ``i`` as a 0-dim integer tensor on
+the device: nothing read back, one graph for every draw). Relative-position bias
+``rel_pos = (table, g2l, g2g)`` as in the official code: ``table`` ``((4w-1)^2, heads)``, ``g2l``
+``(2, heads, G)`` (global query to local key, local query to global key), ``g2g`` ``(heads, G, G)``.
 
-Backends, in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention over whole chunks,
-CUDA), ``dense`` (one SDPA call with the pattern as a bias, CPU maps no larger than a query's window),
-``cpu`` (the sliding chunks in C++) and ``torch`` (sliding chunks, hand-written backward).
-:func:`sliding_chunk_attention_reference` (masked full attention) is what they are tested against."""
+Backends, in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention over whole
+chunks, CUDA), ``dense`` (one SDPA call with the pattern as a bias, CPU maps no larger than a
+query's window), ``cpu`` (the sliding chunks in C++) and ``torch`` (sliding chunks, hand-written
+backward). :func:`sliding_chunk_attention_reference` (masked full attention) is what they are tested
+against."""
 from numbers import Integral
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 from torch import Tensor
 
-from ..utils.dispatch import Backend, Op, Request, cpu_kernels, interpreted, opaque_to_dispatch, triton_kernels
+from ..utils.dispatch import (
+    Backend,
+    Op,
+    Request,
+    cpu_kernels,
+    interpreted,
+    opaque_to_dispatch,
+    triton_kernels,
+)
 from .cpu import sliding_chunk_attention_cpu
 from .dense import dense_is_faster, query_slots, sliding_chunk_attention_dense, visits_once
 from .layout import (
@@ -42,7 +52,8 @@ from .pytorch import sliding_chunk_attention_torch
 from .reference import dense_bias, sliding_chunk_attention_reference
 
 TRITON_MAX_WINDOW = 8  # a chunk's w^2 queries form one block of at most 64 rows
-TRITON_MAX_HEAD_DIMS = 64  # the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
+# the backward keeps 64 queries' rows of q, its gradient and grad_out in registers
+TRITON_MAX_HEAD_DIMS = 64
 _triton_kernels = triton_kernels(TRITON_MAX_HEAD_DIMS)
 
 
@@ -65,9 +76,11 @@ def _triton_unsupported(request: Request) -> Optional[str]:
 def _dense_unsupported(request: Request) -> Optional[str]:
     hw_shape, window, _, masking, mode = request.options
     if mode == 'drawn':
-        return 'a drawn neighbour (random shifting) is picked on the device; the dense pattern is built per mode'
+        return ('a drawn neighbour (random shifting) is picked on the device; the dense pattern is '
+                'built per mode')
     if not visits_once(hw_shape, window, masking, mode):
-        return (f'masking={masking!r} on a {hw_shape[0]}x{hw_shape[1]} map of window {window} visits some keys '
+        return (f'masking={masking!r} on a {hw_shape[0]}x{hw_shape[1]} map of window {window} '
+                'visits some keys '
                 'twice; the dense bias holds one per pair')
     return None
 
@@ -78,7 +91,8 @@ def _dense_passed_over(request: Request) -> Optional[str]:
     hw_shape, window, num_global, _, mode = request.options
     if dense_is_faster(hw_shape, window, num_global, mode):
         return None
-    return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against {query_slots(window, num_global, mode)} '
+    return (f'{num_global + hw_shape[0] * hw_shape[1]} tokens against '
+            f'{query_slots(window, num_global, mode)} '
             'slots a query: past the crossover where the sliding chunks are faster')
 
 
@@ -113,27 +127,32 @@ def check_masking(masking: str, owner: str = 'sliding_chunk_attention') -> str:
 def _check_mode(mode: Mode, q: Tensor) -> None:
     if is_drawn(mode):
         if mode.dim() != 0 or mode.is_floating_point() or mode.device != q.device:
-            raise ValueError(f'sliding_chunk_attention: a drawn mode must be a 0-dim integer tensor on {q.device} '
-                             f'holding one of {DRAWN}; got {mode.dim()}-dim {mode.dtype} on {mode.device}')
+            raise ValueError('sliding_chunk_attention: a drawn mode must be a 0-dim integer '
+                             f'tensor on {q.device} '
+                             f'holding one of {DRAWN}; got {mode.dim()}-dim {mode.dtype} on '
+                             f'{mode.device}')
     elif isinstance(mode, bool) or mode not in MODES:
-        raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8 or a drawn '
+        raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8 or '
+                         'a drawn '
                          'neighbour (0-dim integer tensor)')
 
 
-def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str, mode: Mode) -> int:
+def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str,
+           mode: Mode) -> int:
     window = check_window(window)
     check_masking(masking)
     _check_mode(mode, q)
     if q.dim() != 4 or q.shape[2] != num_global + hw_shape[0] * hw_shape[1]:
-        raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold {num_global} global '
+        raise ValueError(f'sliding_chunk_attention: q of shape {tuple(q.shape)} does not hold '
+                         f'{num_global} global '
                          f'+ {hw_shape[0]}x{hw_shape[1]} tokens as (B, heads, N, d)')
     return window
 
 
 def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
                             num_global: int = 0, masking: str = 'chunk', mode: Mode = 0,
-                            rel_pos: Optional[Sequence[Optional[Tensor]]] = None, scale: Optional[float] = None,
-                            impl: str = 'auto') -> Tensor:
+                            rel_pos: Optional[Sequence[Optional[Tensor]]] = None,
+                            scale: Optional[float] = None, impl: str = 'auto') -> Tensor:
     """Vision Longformer attention: local queries by sliding chunks, global queries in full.
 
     Args:
@@ -161,8 +180,10 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
 
 
 # global_rows: the global tokens' own attention (queries and keys in full), which modules with
-# separate global projections compute themselves; dense_bias: the attention map's additive bias; the chunk
-# layout (DRAWN to visited_neighbours) for backends built outside the package (lab/experimental).
-__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window', 'check_masking',
-           'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options', 'DRAWN', 'NEIGHBOURS', 'Mode', 'from_chunks',
-           'is_drawn', 'neighbour_chunk', 'pick_drawn', 'relative_index', 'to_chunks', 'visited_neighbours']
+# separate global projections compute themselves; dense_bias: the attention map's additive bias; the
+# chunk layout (DRAWN to visited_neighbours) for backends built outside the package
+# (lab/experimental).
+__all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window',
+           'check_masking', 'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options', 'DRAWN',
+           'NEIGHBOURS', 'Mode', 'from_chunks', 'is_drawn', 'neighbour_chunk', 'pick_drawn',
+           'relative_index', 'to_chunks', 'visited_neighbours']

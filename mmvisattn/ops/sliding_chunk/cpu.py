@@ -1,11 +1,11 @@
 """Sliding-chunk local attention in C++ on CPU (``cpu.cpp``; App. C of arXiv:2103.15358).
 
-The arithmetic of :class:`.pytorch.SlidingChunkAttention` fused per query chunk while its ``w^2 x S``
-scores are in cache, one task per (row of ``B*H``, chunk) forward and per row backward; the forward keeps
-each query's log-sum-exp, from which the backward rebuilds the probabilities.
+The arithmetic of :class:`.pytorch.SlidingChunkAttention` fused per query chunk while its
+``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) forward and per row backward;
+the forward keeps each query's log-sum-exp, from which the backward rebuilds the probabilities.
 
-Mixed precision: autocast off inside the Function, float32 kernels (float64 stays, for ``gradcheck``);
-the output in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off inside the Function, float32 kernels (float64 stays, for
+``gradcheck``); the output in ``v``'s dtype, each gradient in its input's.
 """
 from typing import List, Optional, Sequence, Tuple
 
@@ -33,15 +33,18 @@ def _forward_shapes(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Ten
 
 
 @torch.library.custom_op('mmvisattn::sliding_chunk_cpu_backward', mutates_args=())
-def _backward_kernel(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
+def _backward_kernel(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, index: Tensor,
+                     invalid: Tensor,
                  bias: Optional[Tensor], out: Tensor, lse: Tensor) -> List[Tensor]:
     """The backward kernel: gradients of ``q, k, v`` and the ``(B*H, w^2, S)`` bias rows (none
     without a bias)."""
-    return list(load_cpu_kernels('sliding_chunk').backward(grad_out, q, k, v, index, invalid, bias, out, lse))
+    return list(load_cpu_kernels('sliding_chunk').backward(grad_out, q, k, v, index, invalid, bias,
+                                                           out, lse))
 
 
 @_backward_kernel.register_fake
-def _backward_shapes(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
+def _backward_shapes(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, index: Tensor,
+                     invalid: Tensor,
                      bias: Optional[Tensor], out: Tensor, lse: Tensor) -> List[Tensor]:
     rows = 0 if bias is None else q.shape[0]
     return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
@@ -64,30 +67,34 @@ class SlidingChunkCpu(torch.autograd.Function):
                 bias: Optional[Tensor]) -> Tensor:
         out, lse = _forward_kernel(*_float_inputs(q, k, v), index, invalid, *_float_inputs(bias))
         ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.index, ctx.invalid = index, invalid  # slot_tables' cached tables, not memory of this call
+        # slot_tables' cached tables, not memory of this call
+        ctx.index, ctx.invalid = index, invalid
         return out.to(v.dtype)
 
     @staticmethod
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         q, k, v, bias, out, lse = ctx.saved_tensors
-        grad_q, grad_k, grad_v, grad_bias = _backward_kernel(*_float_inputs(grad_out, q, k, v), ctx.index,
-                                                             ctx.invalid, *_float_inputs(bias), out, lse)
+        grad_q, grad_k, grad_v, grad_bias = _backward_kernel(*_float_inputs(grad_out, q, k, v),
+                                                             ctx.index, ctx.invalid,
+                                                             *_float_inputs(bias), out, lse)
         # the kernels add per row of B*H; a head's rows are summed here
-        grad_bias = None if bias is None else grad_bias.view(-1, *bias.shape).sum(dim=0).to(bias.dtype)
+        grad_bias = None if bias is None else grad_bias.view(-1,
+                                                             *bias.shape).sum(dim=0).to(bias.dtype)
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, grad_bias
 
 
 def sliding_chunk_local_cpu(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
                             bias: Optional[Tensor], groups: object = None) -> Tensor:
-    """The local attention of every chunk (:class:`SlidingChunkCpu`); the kernels find each chunk's live
-    slots themselves, so they take no ``groups``."""
+    """The local attention of every chunk (:class:`SlidingChunkCpu`); the kernels find each chunk's
+    live slots themselves, so they take no ``groups``."""
     return SlidingChunkCpu.apply(q, k, v, index, invalid, bias)
 
 
-def sliding_chunk_attention_cpu(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
-                                num_global: int, masking: str, mode: Mode,
-                                rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
+def sliding_chunk_attention_cpu(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
+                                window: int, num_global: int, masking: str, mode: Mode,
+                                rel_pos: Optional[Sequence[Optional[Tensor]]],
+                                scale: float) -> Tensor:
     """Vision Longformer attention with the local queries by the C++ kernels."""
     return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale,
                              sliding_chunk_local_cpu)

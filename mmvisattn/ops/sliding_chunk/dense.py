@@ -1,10 +1,12 @@
-"""Vision Longformer attention in dense form, for maps no larger than a query's window (arXiv:2103.15358, App. C).
+"""Vision Longformer attention in dense form, for maps no larger than a query's window
+(arXiv:2103.15358, App. C).
 
-One SDPA call over all ``G + N`` tokens with an additive ``(heads, G + N, G + N)`` bias: the relative-position
-bias of each allowed pair and ``-inf`` on the others, gathered from one row per head by a cached index of
-the pattern (:func:`.pattern.visited_pairs`). :func:`dense_is_faster` is the CPU crossover ``auto`` follows
-(``G + N <= 0.8 S``, ``S`` the slots of a query); a layout that visits a key twice (cyclic wrapping on a
-grid of fewer than three chunks) has no single bias per pair (:func:`visits_once`).
+One SDPA call over all ``G + N`` tokens with an additive ``(heads, G + N, G + N)`` bias: the
+relative-position bias of each allowed pair and ``-inf`` on the others, gathered from one row per
+head by a cached index of the pattern (:func:`.pattern.visited_pairs`). :func:`dense_is_faster` is
+the CPU crossover ``auto`` follows (``G + N <= 0.8 S``, ``S`` the slots of a query); a layout that
+visits a key twice (cyclic wrapping on a grid of fewer than three chunks) has no single bias per
+pair (:func:`visits_once`).
 
 Mixed precision: autocast off and float32 arithmetic, as the other backends."""
 from functools import lru_cache
@@ -25,32 +27,36 @@ DENSE_SHARE = 0.8
 
 
 def query_slots(window: int, num_global: int, mode: int) -> int:
-    """``S``: the key slots of a local query in ``mode`` (the globals and ``w^2`` per visited chunk)."""
+    """``S``: the key slots of a local query in ``mode`` (the globals and ``w^2`` per visited
+    chunk)."""
     return num_global + len(visited_neighbours(mode)) * window * window
 
 
 def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, mode: int) -> bool:
-    """Whether the dense form beats the sliding chunks on CPU: the map holds at most :data:`DENSE_SHARE`
-    of a query's slots."""
-    return num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global, mode)
+    """Whether the dense form beats the sliding chunks on CPU: the map holds at
+    most :data:`DENSE_SHARE` of a query's slots."""
+    return num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global,
+                                                                               mode)
 
 
-@torch.compiler.assume_constant_result  # of the layout alone; a tensor read back would break torch.compile's graph
+# of the layout alone; a tensor read back would break torch.compile's graph
+@torch.compiler.assume_constant_result
 def visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int) -> bool:
-    """Whether the layout visits every allowed key of a local query once (cyclic wrapping on a grid of
-    fewer than three chunks visits some twice)."""
+    """Whether the layout visits every allowed key of a local query once (cyclic wrapping on a grid
+    of fewer than three chunks visits some twice)."""
     return _visits_once(hw_shape, window, masking, mode)
 
 
 @lru_cache(maxsize=16)
 def _visits_once(hw_shape: Tuple[int, int], window: int, masking: str, mode: int) -> bool:
-    """Whether every chunk's visited neighbour chunks are distinct, on the chunk grid: every chunk holds a
-    token of the map, so a repeated chunk is a repeated key."""
+    """Whether every chunk's visited neighbour chunks are distinct, on the chunk grid: every chunk
+    holds a token of the map, so a repeated chunk is a repeated key."""
     grid = window_grid(hw_shape, window)
     chunks = []
     for offset in visited_neighbours(mode):
         rows, cols, outside = neighbour_chunk(grid, masking, offset)
-        chunks.append(torch.where(outside, -1 - offset, rows * grid[1] + cols))  # each outside one its own
+        # each outside one its own
+        chunks.append(torch.where(outside, -1 - offset, rows * grid[1] + cols))
     ordered = torch.stack(chunks, dim=1).sort(dim=1).values
     return bool((ordered[:, 1:] != ordered[:, :-1]).all())
 
@@ -74,12 +80,14 @@ def pair_index(hw_shape: Tuple[int, int], window: int, num_global: int, masking:
     return torch.cat([torch.cat([among, from_global], dim=1), torch.cat([to_global, local], dim=1)])
 
 
-def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, heads: int,
-              like: Tensor) -> Tensor:
+def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int,
+              heads: int, like: Tensor) -> Tensor:
     """``(heads, E)``: each head's local table ``(4w-1)^2``, global query to local key ``G``, local
-    query to global key ``G``, global to global ``G^2``, then ``0`` (no bias) and ``-inf`` (forbidden)."""
+    query to global key ``G``, global to global ``G^2``, then ``0`` (no bias) and ``-inf``
+    (forbidden)."""
     side = 4 * window - 1
-    table = like.new_zeros(heads, side * side) if rel_pos is None or rel_pos[0] is None else rel_pos[0].t()
+    table = like.new_zeros(heads,
+                           side * side) if rel_pos is None or rel_pos[0] is None else rel_pos[0].t()
     if rel_pos is not None and rel_pos[1] is not None:
         glob = [rel_pos[1][0], rel_pos[1][1], rel_pos[2].reshape(heads, -1)]
     else:
@@ -89,9 +97,9 @@ def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
 
 
 class GatherBias(torch.autograd.Function):
-    """``rows[:, index]`` with the backward adding the pairs' gradients back by one ``index_add_`` (the
-    gradient of advanced indexing, ``index_put_`` with accumulation, is slower on CPU). Autocast off
-    in both passes; a gather keeps its input's dtype."""
+    """``rows[:, index]`` with the backward adding the pairs' gradients back by one ``index_add_``
+    (the gradient of advanced indexing, ``index_put_`` with accumulation, is slower on CPU).
+    Autocast off in both passes; a gather keeps its input's dtype."""
 
     @staticmethod
     @autocast_off
@@ -105,16 +113,19 @@ class GatherBias(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
         index, = ctx.saved_tensors
         heads = grad.shape[0]
-        flat = (index.view(1, -1) + torch.arange(heads, device=grad.device)[:, None] * ctx.width).view(-1)
-        return grad.new_zeros(heads * ctx.width).index_add_(0, flat, grad.reshape(-1)).view(heads, -1), None
+        flat = (index.view(1, -1)
+                + torch.arange(heads, device=grad.device)[:, None] * ctx.width).view(-1)
+        return grad.new_zeros(heads * ctx.width).index_add_(0, flat,
+                                                            grad.reshape(-1)).view(heads, -1), None
 
 
 @float32_math  # half logits of large inputs overflow before the softmax
-def sliding_chunk_attention_dense(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
-                                  num_global: int, masking: str, mode: int,
-                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
-    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`, for a layout that
-    :func:`visits_once` and a mode that is not drawn."""
+def sliding_chunk_attention_dense(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
+                                  window: int, num_global: int, masking: str, mode: int,
+                                  rel_pos: Optional[Sequence[Optional[Tensor]]],
+                                  scale: float) -> Tensor:
+    """Same contract as :func:`mmvisattn.ops.sliding_chunk.sliding_chunk_attention`, for a layout
+    that :func:`visits_once` and a mode that is not drawn."""
     index = pair_index(tuple(hw_shape), window, num_global, masking, mode, q.device)
     bias = apply_function(GatherBias, bias_rows(rel_pos, window, num_global, q.shape[1], q), index)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)

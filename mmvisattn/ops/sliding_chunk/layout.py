@@ -1,4 +1,5 @@
-"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of arXiv:2103.15358).
+"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of
+arXiv:2103.15358).
 
 The map (padded with zeros to a multiple of ``w`` on both sides) is cut into ``w x w`` chunks. The
 queries of a chunk share one list of key *slots*: first the ``G`` global tokens, then ``w^2`` slots
@@ -9,9 +10,9 @@ and neighbour ``i`` for mode ``i`` in 1..8, App. D), in the neighbour order of t
 The torch and C++ backends read these tables; the reference builds its mask independently.
 
 Every table is built once per (map, window, mode, device) and cached on that device, so a step reads
-nothing back. A neighbour drawn on the device (random shifting: a 0-dim integer tensor ``mode`` holding
-one of :data:`DRAWN`) picks its tables from the eight modes' stacked ones by ``index_select``: one graph
-for every draw.
+nothing back. A neighbour drawn on the device (random shifting: a 0-dim integer tensor ``mode``
+holding one of :data:`DRAWN`) picks its tables from the eight modes' stacked ones by
+``index_select``: one graph for every draw.
 """
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence, Tuple, Union
@@ -46,7 +47,8 @@ def is_drawn(mode: Mode) -> bool:
 
 
 def pick_drawn(stacked: Tensor, mode: Tensor) -> Tensor:
-    """The entry of the drawn ``mode`` (1..8) of tables stacked over :data:`DRAWN`, picked on the device."""
+    """The entry of the drawn ``mode`` (1..8) of tables stacked over :data:`DRAWN`, picked on the
+    device."""
     return stacked.index_select(0, (mode - 1).view(1))[0]
 
 
@@ -71,7 +73,8 @@ def _relative_index_on(window: int, mode: int, device: torch.device) -> Tensor:
 
 @lru_cache(maxsize=16)
 def _drawn_relative_index(window: int, device: torch.device) -> Tensor:
-    return torch.stack([relative_index(window, visited_neighbours(mode)) for mode in DRAWN]).to(device)
+    return torch.stack([relative_index(window,
+                                       visited_neighbours(mode)) for mode in DRAWN]).to(device)
 
 
 def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: Mode,
@@ -87,33 +90,36 @@ def slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking
 @lru_cache(maxsize=16)
 def _drawn_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str,
                        device: torch.device) -> Tuple[Tensor, Tensor]:
-    tables = [mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu')) for mode in DRAWN]
+    tables = [mode_slot_tables(hw_shape, window, num_global, masking, mode,
+                               torch.device('cpu')) for mode in DRAWN]
     return tuple(torch.stack(parts).to(device) for parts in zip(*tables))
 
 
 class ChunkGroup(NamedTuple):
     """Chunks whose live slots are the same columns of the slot tables: the slots their queries may
-    use. Border chunks lose the neighbours outside the map (5 of 9 at a corner), so computing only the
-    live columns saves a third of the work on a 4x4 chunk grid and a sixth on 8x8."""
+    use. Border chunks lose the neighbours outside the map (5 of 9 at a corner), so computing only
+    the live columns saves a third of the work on a 4x4 chunk grid and a sixth on 8x8."""
     chunks: Optional[Tensor]  # (c,) chunk numbers; None: every chunk, in order
     columns: Optional[Tensor]  # (s,) the live slot columns; None: all of them
     index: Tensor  # (c, s) table rows of the live slots
     invalid: Optional[Tensor]  # (c, 1 or w^2, s) masked slots among them; None: none is
 
 
-@torch.compiler.assume_constant_result  # of the layout alone: torch.unique's data-dependent shapes break graphs
+# of the layout alone: torch.unique's data-dependent shapes break graphs
+@torch.compiler.assume_constant_result
 def chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
                  device: torch.device) -> Tuple[ChunkGroup, ...]:
-    """The chunks of :func:`mode_slot_tables` grouped by their live columns (a column is dead where every
-    query of the chunk masks it), found on the host from the tables of the layout alone and cached on
-    ``device``: no step reads the device for them."""
+    """The chunks of :func:`mode_slot_tables` grouped by their live columns (a column is dead where
+    every query of the chunk masks it), found on the host from the tables of the layout alone and
+    cached on ``device``: no step reads the device for them."""
     return _chunk_groups(hw_shape, window, num_global, masking, mode, device)
 
 
 @lru_cache(maxsize=64)
 def _chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
                   device: torch.device) -> Tuple[ChunkGroup, ...]:
-    index, invalid = mode_slot_tables(hw_shape, window, num_global, masking, mode, torch.device('cpu'))
+    index, invalid = mode_slot_tables(hw_shape, window, num_global, masking, mode,
+                                      torch.device('cpu'))
     dead = invalid.all(dim=1)
     patterns, group_of = torch.unique(dead, dim=0, return_inverse=True)
     groups = []
@@ -134,21 +140,24 @@ def chunk_coordinates(grid: Tuple[int, int]) -> Tuple[Tensor, Tensor]:
     return torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)
 
 
-def neighbour_chunk(grid: Tuple[int, int], masking: str, neighbour: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(C,)`` row and column of every chunk's ``neighbour`` (an index into :data:`NEIGHBOURS`), wrapped
-    around the grid for ``'cyclic'``, and whether it lies outside the grid (never, when wrapped)."""
+def neighbour_chunk(grid: Tuple[int, int], masking: str,
+                    neighbour: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(C,)`` row and column of every chunk's ``neighbour`` (an index into :data:`NEIGHBOURS`),
+    wrapped around the grid for ``'cyclic'``, and whether it lies outside the grid (never, when
+    wrapped)."""
     rows, cols = grid
     chunk_rows, chunk_cols = chunk_coordinates(grid)
     dx, dy = NEIGHBOURS[neighbour]
     key_rows, key_cols = chunk_rows + dx, chunk_cols + dy
     if masking == 'cyclic':
         return key_rows % rows, key_cols % cols, torch.zeros_like(key_rows, dtype=torch.bool)
-    return key_rows, key_cols, (key_rows < 0) | (key_rows >= rows) | (key_cols < 0) | (key_cols >= cols)
+    return (key_rows, key_cols,
+            (key_rows < 0) | (key_rows >= rows) | (key_cols < 0) | (key_cols >= cols),)
 
 
 @lru_cache(maxsize=64)
-def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
-                     device: torch.device) -> Tuple[Tensor, Tensor]:
+def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str,
+                     mode: int, device: torch.device) -> Tuple[Tensor, Tensor]:
     """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk.
 
     ``C`` is the number of chunks and ``S = G + len(visited) * w^2``. Masked slots point at the
@@ -165,7 +174,8 @@ def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, ma
     indices, invalid = [], []
     for offset in visited_neighbours(mode):
         key_cx, key_cy, outside = neighbour_chunk((rows, cols), masking, offset)
-        key_cx, key_cy, outside = key_cx[:, None, None], key_cy[:, None, None], outside[:, None, None]
+        key_cx, key_cy, outside = key_cx[:, None,
+                                         None], key_cy[:, None, None], outside[:, None, None]
         key_x, key_y = key_cx * window + kx, key_cy * window + ky  # (C, 1, w^2)
         bad = outside | (key_x >= height) | (key_y >= width)
         indices.append(torch.where(bad, padded, key_x * cols * window + key_y)[:, 0] + num_global)
@@ -187,12 +197,15 @@ def to_chunks(x: Tensor, hw_shape: Sequence[int], window: int) -> Tensor:
 
 
 def from_chunks(x: Tensor, batch: int, hw_shape: Sequence[int], window: int) -> Tensor:
-    """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)`` (padding cropped)."""
-    return from_windows(x, hw_shape, window).reshape(batch, -1, hw_shape[0] * hw_shape[1], x.shape[-1])
+    """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)`` (padding
+    cropped)."""
+    return from_windows(x, hw_shape,
+                        window).reshape(batch, -1, hw_shape[0] * hw_shape[1], x.shape[-1])
 
 
 def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tensor:
-    """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded tokens + 1, d)``: globals, padded map, zero row."""
+    """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded tokens + 1, d)``: globals, padded map, zero
+    row."""
     batch, heads, _, dims = x.shape
     local = to_chunks(x[:, :, num_global:], hw_shape, window)
     rows, cols = window_grid(hw_shape, window)
@@ -202,8 +215,8 @@ def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) 
     return torch.cat(parts, dim=1)
 
 
-def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int, mode: Mode,
-              heads: int) -> Optional[Tensor]:
+def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int,
+              mode: Mode, heads: int) -> Optional[Tensor]:
     """``(heads, w^2, S)`` relative-position bias of the local queries' slots, or ``None``."""
     if rel_pos is None or rel_pos[0] is None:
         return None
@@ -220,18 +233,24 @@ def slot_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
 
 
 @lru_cache(maxsize=64)
-def table_padding(hw_shape: Tuple[int, int], window: int, num_global: int, device: torch.device) -> Tensor:
-    """``(T,)``, true at the rows of :func:`key_table` that hold no token: the map's zero padding and
-    the closing zero row."""
+def table_padding(hw_shape: Tuple[int, int], window: int, num_global: int,
+                  device: torch.device) -> Tensor:
+    """``(T,)``, true at the rows of :func:`key_table` that hold no token: the map's zero padding
+    and the closing zero row."""
     rows, cols = window_grid(hw_shape, window)
-    outside = (torch.arange(rows * window)[:, None] >= hw_shape[0]) | (torch.arange(cols * window) >= hw_shape[1])
-    return torch.cat([outside.new_zeros(num_global), outside.flatten(), outside.new_ones(1)]).to(device)
+    outside = (torch.arange(rows * window)[:, None] >= hw_shape[0]) | (
+        torch.arange(cols * window) >= hw_shape[1]
+    )
+    return torch.cat([outside.new_zeros(num_global), outside.flatten(),
+                      outside.new_ones(1)]).to(device)
 
 
 @float32_math  # half logits of large inputs overflow before the softmax
-def global_rows(q_global: Tensor, k: Tensor, v: Tensor, rel_pos: Optional[Sequence[Optional[Tensor]]],
+def global_rows(q_global: Tensor, k: Tensor, v: Tensor,
+                rel_pos: Optional[Sequence[Optional[Tensor]]],
                 padding: Optional[Tensor] = None) -> Tensor:
-    """The ``G`` global queries ``(B, H, G, d)`` (already scaled) attend to every token -> ``(B, H, G, d)``.
+    """The ``G`` global queries ``(B, H, G, d)`` (already scaled) attend to every token ->
+    ``(B, H, G, d)``.
 
     ``k`` and ``v`` are ``(B, H, T, d)`` with the global tokens first; the order of the rest is free
     (the global-to-local bias is one value per head and global token), so the op passes the key

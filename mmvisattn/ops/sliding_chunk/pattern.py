@@ -1,7 +1,8 @@
-"""The sliding-chunk pattern of Vision Longformer from token coordinates alone (arXiv:2103.15358, App. C):
-which key each query meets through each visited neighbour chunk, and where the backends place it in
-the relative-position table. The reference and the dense backend are built from it, independently of
-the slot tables (:mod:`.layout`) the sliding chunks run on, so each checks the other.
+"""The sliding-chunk pattern of Vision Longformer from token coordinates alone (arXiv:2103.15358,
+App. C): which key each query meets through each visited neighbour chunk, and where the backends
+place it in the relative-position table. The reference and the dense backend are built from it,
+independently of the slot tables (:mod:`.layout`) the sliding chunks run on, so each checks the
+other.
 """
 from typing import Iterator, Sequence, Tuple
 
@@ -14,22 +15,27 @@ from .layout import NEIGHBOURS, visited_neighbours
 
 def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
                   device=None) -> Iterator[Tuple[Tensor, Tensor]]:
-    """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s in that
-    chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the fast paths
-    place the key). Defined from token coordinates alone: the pattern of App. C."""
+    """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s
+    in that chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the
+    fast paths place the key). Defined from token coordinates alone: the pattern of App. C."""
     x, y = grid_coordinates(hw_shape, device)
     rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1
     for offset in visited_neighbours(mode):
         dx, dy = NEIGHBOURS[offset]
-        target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy  # (N, 1) key chunk
+        # (N, 1) key chunk
+        target_x, target_y = x[:, None] // window + dx, y[:, None] // window + dy
         inside = (target_x >= 0) & (target_x < rows) & (target_y >= 0) & (target_y < cols)
         if masking == 'cyclic':
             inside = torch.ones_like(inside)
-        match = inside & (x[None, :] // window == target_x % rows) & (y[None, :] // window == target_y % cols)
+        match = inside & (x[None,
+                            :] // window == target_x % rows) & (y[None,
+                                                                  :] // window == target_y % cols)
         if masking == 'exact':
-            match &= ((x[:, None] - x[None, :]).abs() <= window) & ((y[:, None] - y[None, :]).abs() <= window)
+            match &= ((x[:, None]
+                       - x[None, :]).abs() <= window) & ((y[:, None] - y[None, :]).abs() <= window)
         virtual_x = target_x * window + x[None, :] % window  # where the fast path places the key
         virtual_y = target_y * window + y[None, :] % window
-        rel = (x[:, None] - virtual_x + 2 * window - 1) * side + (y[:, None] - virtual_y + 2 * window - 1)
+        rel = (x[:, None] - virtual_x + 2 * window
+               - 1) * side + (y[:, None] - virtual_y + 2 * window - 1)
         yield match, rel.clamp(0, side * side - 1)

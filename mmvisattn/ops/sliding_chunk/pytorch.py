@@ -1,10 +1,10 @@
 """Sliding-chunk local attention in torch with a hand-written backward (App. C of arXiv:2103.15358).
 
 Every query chunk multiplies its ``w^2`` queries with the ``S <= G + 9 w^2`` keys its slots gather
-(:mod:`.layout`). The forward keeps the inputs, the output and the slot tables; the probabilities and the
-gathered keys and values are rebuilt slice by slice in the backward, so the saved tensors grow with
-``N * d`` as SDPA's and the transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run in groups by
-their live slots (:func:`.layout.chunk_groups`).
+(:mod:`.layout`). The forward keeps the inputs, the output and the slot tables; the probabilities
+and the gathered keys and values are rebuilt slice by slice in the backward, so the saved tensors
+grow with ``N * d`` as SDPA's and the transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run
+in groups by their live slots (:func:`.layout.chunk_groups`).
 
 Mixed precision: autocast off inside the Function, float32 arithmetic (half logits of large inputs
 overflow before the softmax); the output in ``v``'s dtype, each gradient in its input's.
@@ -20,7 +20,8 @@ from ..utils.token_grid import add_rows_
 from .layout import ChunkGroup, Mode
 from .local_global import local_plus_global
 
-# Score entries of one slice (rows of B*H by chunks): bounds the transient memory; larger slices leave the cache
+# Score entries of one slice (rows of B*H by chunks): bounds the transient memory; larger slices
+# leave the cache
 SCORE_BUDGET = 1 << 18
 
 
@@ -31,12 +32,13 @@ class Slice(NamedTuple):
 
 
 def _slices(batch_heads: int, queries: int, group: ChunkGroup) -> List[Slice]:
-    """Whole rows of ``B*H`` per slice while the group's chunks fit :data:`SCORE_BUDGET`, else runs of
-    its chunks of one row."""
+    """Whole rows of ``B*H`` per slice while the group's chunks fit :data:`SCORE_BUDGET`, else runs
+    of its chunks of one row."""
     chunks, per_chunk = group.index.shape[0], queries * group.index.shape[1]
     if chunks * per_chunk <= SCORE_BUDGET:
         whole = slice(0, chunks)
-        return [Slice(rows, group, whole) for rows in runs(batch_heads, SCORE_BUDGET // (chunks * per_chunk))]
+        return [Slice(rows, group,
+                      whole) for rows in runs(batch_heads, SCORE_BUDGET // (chunks * per_chunk))]
     return [Slice(slice(row, row + 1), group, part) for row in range(batch_heads)
             for part in runs(chunks, max(1, SCORE_BUDGET // per_chunk))]
 
@@ -94,16 +96,16 @@ def _bias_rows(bias: Optional[Tensor], rows: slice) -> Optional[Tensor]:
 
 
 def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor:
-    """The ``q k_slots^T + bias`` of the slice's query chunks ``q``, ``-inf`` on its masked slots; the
-    gathered keys live only inside this call. ``bias`` is the group's (:func:`_group_bias`)."""
+    """The ``q k_slots^T + bias`` of the slice's query chunks ``q``, ``-inf`` on its masked slots;
+    the gathered keys live only inside this call. ``bias`` is the group's (:func:`_group_bias`)."""
     scores = q @ _gather(k, part).transpose(-1, -2)
     bias = _bias_rows(bias, part.rows)
     if bias is not None:
         scores += bias
     if part.group.invalid is None:
         return scores
-    # -inf added, not masked_fill_: filling through a mask broadcast over the heads is some 6x slower
-    # on CPU than filling the small mask itself and adding it
+    # -inf added, not masked_fill_: filling through a mask broadcast over the heads is some 6x
+    # slower on CPU than filling the small mask itself and adding it
     blocked = part.group.invalid[part.span]
     return scores.add_(torch.zeros(blocked.shape, dtype=scores.dtype, device=scores.device)
                        .masked_fill_(blocked, float('-inf')))
@@ -112,11 +114,12 @@ def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor
 class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
-    Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables
-    (:func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or ``None``; ``groups``, the chunk groups of the
-    slot tables (:func:`.layout.chunk_groups`), each run on its live slots. Output ``(B*H, C, w^2, d)``.
-    The forward saves the inputs and the output; the backward recomputes the probabilities slice by slice
-    of heads and chunks (:data:`SCORE_BUDGET`): ``O(N d)`` saved, as SDPA.
+    Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token
+    tables (:func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or ``None``; ``groups``, the chunk
+    groups of the slot tables (:func:`.layout.chunk_groups`), each run on its live slots. Output
+    ``(B*H, C, w^2, d)``. The forward saves the inputs and the output; the backward recomputes the
+    probabilities slice by slice of heads and chunks (:data:`SCORE_BUDGET`): ``O(N d)`` saved, as
+    SDPA.
     """
 
     @staticmethod
@@ -154,8 +157,9 @@ class SlidingChunkAttention(torch.autograd.Function):
         return (*(grad.to(x.dtype) for grad, x in zip(grads, inputs)), grad_bias, None)
 
 
-def _backward_slice(part: Slice, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], grad_out: Tensor,
-                    row_dots: Tensor, grads: Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]) -> None:
+def _backward_slice(part: Slice, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                    grad_out: Tensor, row_dots: Tensor,
+                    grads: Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]) -> None:
     """Add one slice's share into the gradients of ``q, k, v`` and the bias (rows of ``B*H``)."""
     grad_q, grad_k, grad_v, grad_bias = grads
     slot_rows = part.group.index[part.span].reshape(-1)
@@ -181,7 +185,8 @@ def _add_bias_grad_(grad_bias: Tensor, group: ChunkGroup, grad: Tensor) -> None:
         grad_bias.index_add_(2, group.columns, grad)
 
 
-def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], groups: Tuple[ChunkGroup, ...]) -> Tensor:
+def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+            groups: Tuple[ChunkGroup, ...]) -> Tensor:
     """The Function's arithmetic as plain ops, group by group on all rows of ``B*H``; the groups'
     outputs are joined and put back in chunk order by one ``index_select`` (no writes into a
     preallocated output)."""
@@ -192,17 +197,20 @@ def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], groups: Tup
         outputs.append(scores.softmax(dim=-1) @ _gather(v, part))
     if len(groups) == 1:  # the only group holds every chunk, in order
         return outputs[0]
-    return torch.cat(outputs, dim=1).index_select(1, torch.cat([group.chunks for group in groups]).argsort())
+    return torch.cat(outputs,
+                     dim=1).index_select(1, torch.cat([group.chunks for group in groups]).argsort())
 
 
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
-                              bias: Optional[Tensor], groups: Optional[Tuple[ChunkGroup, ...]]) -> Tensor:
+                              bias: Optional[Tensor],
+                              groups: Optional[Tuple[ChunkGroup, ...]]) -> Tensor:
     """The local attention of every chunk (:class:`SlidingChunkAttention`) on the slot tables
-    ``index``, ``invalid``, by the layout's chunk ``groups`` (:func:`.layout.chunk_groups`); tables picked
-    on the device for a drawn mode (``groups=None``) run as one group of every chunk on all slots. Traced
-    (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as plain ops
-    (:func:`_traced`): not through :func:`mmvisattn.ops.utils.tracing.apply_function`, because the Function's
-    forward writes slice by slice into a preallocated output, which tracing records wrongly."""
+    ``index``, ``invalid``, by the layout's chunk ``groups`` (:func:`.layout.chunk_groups`); tables
+    picked on the device for a drawn mode (``groups=None``) run as one group of every chunk on all
+    slots. Traced (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as
+    plain ops (:func:`_traced`): not through :func:`mmvisattn.ops.utils.tracing.apply_function`,
+    because the Function's forward writes slice by slice into a preallocated output, which tracing
+    records wrongly."""
     groups = (ChunkGroup(None, None, index, invalid),) if groups is None else groups
     if torch.jit.is_tracing():
         dtype = v.dtype
@@ -211,9 +219,10 @@ def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, in
     return SlidingChunkAttention.apply(q, k, v, bias, groups)
 
 
-def sliding_chunk_attention_torch(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
-                                  num_global: int, masking: str, mode: Mode,
-                                  rel_pos: Optional[Sequence[Optional[Tensor]]], scale: float) -> Tensor:
+def sliding_chunk_attention_torch(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
+                                  window: int, num_global: int, masking: str, mode: Mode,
+                                  rel_pos: Optional[Sequence[Optional[Tensor]]],
+                                  scale: float) -> Tensor:
     """Vision Longformer attention with the local queries by torch chunks."""
     return local_plus_global(q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale,
                              sliding_chunk_local_torch)

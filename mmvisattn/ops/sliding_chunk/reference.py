@@ -1,6 +1,6 @@
-"""The reference implementation: one full softmax attention over all ``G + h*w`` tokens with an explicit
-additive ``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern forbids a pair
-(quadratic in the number of tokens, App. C of arXiv:2103.15358).
+"""The reference implementation: one full softmax attention over all ``G + h*w`` tokens with an
+explicit additive ``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern
+forbids a pair (quadratic in the number of tokens, App. C of arXiv:2103.15358).
 
 It is built from token coordinates, not from the slot tables of the fast paths. A local key may
 lie in several visited neighbour chunks of a query (cyclic wrapping on grids of fewer than three
@@ -16,8 +16,10 @@ from ..utils.amp import float32_math
 from .pattern import visited_pairs
 
 
-def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int, table: Tensor) -> Tensor:
-    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 = forbidden)."""
+def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int,
+                   table: Tensor) -> Tensor:
+    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 =
+    forbidden)."""
     tokens = hw_shape[0] * hw_shape[1]
     weights = table.new_zeros(table.shape[1], tokens, tokens)
     for match, rel in visited_pairs(hw_shape, window, masking, mode, table.device):
@@ -26,13 +28,18 @@ def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int
     return weights
 
 
-def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int, heads: int,
-               rel_pos: Optional[Sequence[Optional[Tensor]]], like: Tensor) -> Tensor:
+def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: str, mode: int,
+               heads: int, rel_pos: Optional[Sequence[Optional[Tensor]]], like: Tensor) -> Tensor:
     """``(heads, G + N, G + N)`` additive bias with ``-inf`` on forbidden pairs."""
     side = 4 * window - 1
-    table = rel_pos[0] if rel_pos is not None and rel_pos[0] is not None else like.new_zeros(side * side, heads)
+    table = (
+        rel_pos[0]
+        if rel_pos is not None and rel_pos[0] is not None
+        else like.new_zeros(side * side, heads)
+    )
     weights = _local_weights(hw_shape, window, masking, mode, table)
-    local = torch.where(weights > 0, weights.clamp_min(1e-300).log(), torch.full_like(weights, float('-inf')))
+    local = torch.where(weights > 0, weights.clamp_min(1e-300).log(),
+                        torch.full_like(weights, float('-inf')))
     if num_global == 0:
         return local
     tokens = local.shape[-1]
@@ -47,7 +54,8 @@ def dense_bias(hw_shape: Sequence[int], window: int, num_global: int, masking: s
 
 
 @float32_math  # in float32 whatever the dtype (float64 stays)
-def sliding_chunk_attention_reference(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int], window: int,
+def sliding_chunk_attention_reference(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int],
+                                      window: int,
                                       num_global: int = 0, masking: str = 'chunk', mode: int = 0,
                                       rel_pos: Optional[Sequence[Optional[Tensor]]] = None,
                                       scale: Optional[float] = None) -> Tensor:

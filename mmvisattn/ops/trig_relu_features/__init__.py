@@ -1,12 +1,12 @@
-"""The deterministic adaptive feature map of ripple attention, "Ripple attention for visual perception
-with sub-quadratic complexity" (arXiv:2110.02453, Appendix C.1, Eq. 13)::
+"""The deterministic adaptive feature map of ripple attention, "Ripple attention for visual
+perception with sub-quadratic complexity" (arXiv:2110.02453, Appendix C.1, Eq. 13)::
 
     phi(x) = ReLU(W2 [sin(W1 s x); cos(W1 s x)] + b2)
 
 with ``s`` the temperature the modules split between queries and keys. Backends, in ``auto``'s order
-(:data:`OP`): ``cpu`` (C++ by blocks of rows, the heads read in place from the ``qkv`` projection) and
-``torch`` (the backward written out, saving the input and the output); :func:`trig_relu_features_reference`
-is Eq. 13 under autograd."""
+(:data:`OP`): ``cpu`` (C++ by blocks of rows, the heads read in place from the ``qkv`` projection)
+and ``torch`` (the backward written out, saving the input and the
+output); :func:`trig_relu_features_reference` is Eq. 13 under autograd."""
 from typing import NamedTuple, Optional
 
 from torch import Tensor
@@ -24,7 +24,8 @@ class Options(NamedTuple):
 
 def _cpu_unsupported(request: Request) -> Optional[str]:
     if request.options.row_stride != 1:
-        return f'the kernels read rows in place: the last dimension has stride {request.options.row_stride}, not 1'
+        return ('the kernels read rows in place: the last dimension has stride '
+                f'{request.options.row_stride}, not 1')
     return cpu_kernels(request)
 
 

@@ -1,10 +1,10 @@
-"""The feature map's passes in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 13): the
-arithmetic of :func:`.pytorch.torch_forward` by blocks of 256 rows, each block's projections, sines and
-cosines and products in cache, the heads read in place from the ``qkv`` projection (a last dimension of
-stride 1).
+"""The feature map's passes in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 13):
+the arithmetic of :func:`.pytorch.torch_forward` by blocks of 256 rows, each block's projections,
+sines and cosines and products in cache, the heads read in place from the ``qkv`` projection (a last
+dimension of stride 1).
 
-Mixed precision: :class:`.passes.TrigReLUFeatures` hands float32 (or float64) tensors to the kernels,
-with autocast off.
+Mixed precision: :class:`.passes.TrigReLUFeatures` hands float32 (or float64) tensors to the
+kernels, with autocast off.
 """
 from typing import List, Tuple
 
@@ -33,13 +33,15 @@ def _forward_shapes(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float)
 @torch.library.custom_op('mmvisattn::trig_relu_features_cpu_backward', mutates_args=())
 def _backward_kernel(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                               scale: float) -> List[Tensor]:
-    return list(load_cpu_kernels('trig_relu_features').backward(x, w1, w2, features, grad_out, scale))
+    return list(load_cpu_kernels('trig_relu_features').backward(x, w1, w2, features, grad_out,
+                                                                scale))
 
 
 @_backward_kernel.register_fake
 def _backward_shapes(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                               scale: float) -> List[Tensor]:
-    return [x.new_empty(x.shape), torch.empty_like(w1), torch.empty_like(w2), w2.new_empty(w2.shape[0])]
+    return [x.new_empty(x.shape), torch.empty_like(w1), torch.empty_like(w2),
+            w2.new_empty(w2.shape[0])]
 
 
 def features_forward(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float) -> Tensor:

@@ -1,12 +1,13 @@
 """What the fast feature maps share: the autograd Function that runs a pair of passes of Eq. 13
-(arXiv:2110.02453, Appendix C.1) on tensors of one floating dtype, ``forward(x, w1, w2, b2, scale) ->
-features`` and ``backward(x, w1, w2, features, grad_out, scale) -> (dx, dw1, dw2, db2)`` (:mod:`.pytorch`
+(arXiv:2110.02453, Appendix C.1) on tensors of one floating dtype,
+``forward(x, w1, w2, b2, scale) -> features`` and
+``backward(x, w1, w2, features, grad_out, scale) -> (dx, dw1, dw2, db2)`` (:mod:`.pytorch`
 and :mod:`.cpu` bring theirs), saving only the input (the caller's view) and the output (which the
 attention keeps anyway).
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast off in both passes and float32 arithmetic (the
-arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in half
-precision); the output comes back in ``x``'s dtype, each gradient in its input's.
+Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast off in both passes and float32 arithmetic
+(the arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in
+half precision); the output comes back in ``x``'s dtype, each gradient in its input's.
 """
 from typing import Callable, Optional, Tuple
 
@@ -26,7 +27,8 @@ class TrigReLUFeatures(torch.autograd.Function):
                 passes: Tuple[Callable, Callable]) -> Tensor:
         features = passes[0](*upcast(x, w1, w2, b2), scale)
         ctx.save_for_backward(x, w1, w2, features)
-        ctx.scale, ctx.backward_pass, ctx.dtypes = scale, passes[1], (x.dtype, w1.dtype, w2.dtype, b2.dtype)
+        ctx.scale, ctx.backward_pass, ctx.dtypes = scale, passes[1], (x.dtype, w1.dtype, w2.dtype,
+                                                                      b2.dtype)
         return features.to(x.dtype)
 
     @staticmethod

@@ -1,9 +1,9 @@
-"""The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward without
-a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine once, by
-chunks of :data:`~mmvisattn.ops.utils.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger on a GPU,
-:func:`~mmvisattn.ops.utils.recompute.step_budget`), so its temporaries stay small. The reference
-recomputed by :func:`~mmvisattn.ops.utils.recompute.checkpointed_chunks` would save as little but evaluate
-six sines and cosines instead of four and replay a graph.
+"""The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward
+without a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine
+once, by chunks of :data:`~mmvisattn.ops.utils.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger
+on a GPU, :func:`~mmvisattn.ops.utils.recompute.step_budget`), so its temporaries stay small. The
+reference recomputed by :func:`~mmvisattn.ops.utils.recompute.checkpointed_chunks` would save as
+little but evaluate six sines and cosines instead of four and replay a graph.
 """
 from typing import Tuple
 
@@ -36,14 +36,16 @@ def torch_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out
     if len(chunks) == 1:  # a GPU's budget: no slices, nothing summed
         grad_x, grad_w1, grad_w2, grad_b2 = _chunk_gradients(x, w1, w2, features, grad_out, scale)
         return grad_x.view(shape), grad_w1, grad_w2, grad_b2
-    parts = [_chunk_gradients(x[rows], w1, w2, features[rows], grad_out[rows], scale) for rows in chunks]
+    parts = [_chunk_gradients(x[rows], w1, w2, features[rows], grad_out[rows],
+                              scale) for rows in chunks]
     grad_x = torch.cat([part[0] for part in parts])
     return (grad_x.view(shape), *(torch.stack(grads).sum(dim=0) for grads in list(zip(*parts))[1:]))
 
 
 def _chunk_gradients(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                      scale: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The four gradients from the rows ``x``: ``dx`` and this chunk's share of ``dW1, dW2, db2``."""
+    """The four gradients from the rows ``x``: ``dx`` and this chunk's share of
+    ``dW1, dW2, db2``."""
     num_features = w1.shape[0]
     scaled = x * scale
     projected = scaled @ w1.t()

@@ -1,17 +1,18 @@
-"""How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()`` model): **inputs
-may be half, arithmetic is float32**.
+"""How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()``
+model): **inputs may be half, arithmetic is float32**.
 
 * Every hand-written ``torch.autograd.Function`` wraps its ``forward`` and ``backward`` in
-  :func:`autocast_off` (autocast disabled on the tensors' device: ``torch.amp.custom_fwd`` takes one fixed
-  device type), so the Function alone decides its dtypes.
-* Inside, torch code computes on :func:`upcast` copies (float64 stays, for ``gradcheck``); Triton kernels
-  load half tensors and accumulate in float32. Results come back in the values' dtype, gradients in their
-  inputs'. Plain tensor functions of the same kind are decorated with :func:`float32_math`.
-* Why: the sums these ops form (``K^T V`` over all tokens, softmax logits of large inputs) leave float16's
-  range, and normalisers underflow in it.
+  :func:`autocast_off` (autocast disabled on the tensors' device: ``torch.amp.custom_fwd`` takes one
+  fixed device type), so the Function alone decides its dtypes.
+* Inside, torch code computes on :func:`upcast` copies (float64 stays, for ``gradcheck``); Triton
+  kernels load half tensors and accumulate in float32. Results come back in the values' dtype,
+  gradients in their inputs'. Plain tensor functions of the same kind are decorated
+  with :func:`float32_math`.
+* Why: the sums these ops form (``K^T V`` over all tokens, softmax logits of large inputs) leave
+  float16's range, and normalisers underflow in it.
 
-:func:`norm_eps` is the one epsilon that depends on the dtype; :func:`no_autocast` gives devices without
-autocast (``meta``) none."""
+:func:`norm_eps` is the one epsilon that depends on the dtype; :func:`no_autocast` gives devices
+without autocast (``meta``) none."""
 import contextlib
 import functools
 from typing import Callable, ContextManager, Tuple
@@ -22,13 +23,15 @@ from torch import Tensor
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
-# Devices with autocast in every torch of the range. Asking torch only about the others keeps torch.compile's
-# graph whole: torch 2.6's dynamo cannot trace ``torch.amp.is_autocast_available`` and breaks the graph there.
+# Devices with autocast in every torch of the range. Asking torch only about the others keeps
+# torch.compile's graph whole: torch 2.6's dynamo cannot trace ``torch.amp.is_autocast_available``
+# and breaks the graph there.
 AUTOCAST_DEVICES = ('cpu', 'cuda')
 
 
 def has_autocast(device_type: str) -> bool:
-    """Whether ``device_type`` has autocast (``meta``, where tools run models with no data, has none)."""
+    """Whether ``device_type`` has autocast (``meta``, where tools run models with no data, has
+    none)."""
     return device_type in AUTOCAST_DEVICES or torch.amp.is_autocast_available(device_type)
 
 
@@ -40,9 +43,11 @@ def no_autocast(device_type: str) -> ContextManager:
 
 
 def autocast_state(device_type: str) -> Tuple[str, torch.dtype, bool]:
-    """``(device type, autocast dtype, enabled)`` of ``device_type`` now, for :func:`restore_autocast`."""
+    """``(device type, autocast dtype, enabled)`` of ``device_type`` now,
+    for :func:`restore_autocast`."""
     if has_autocast(device_type):
-        return device_type, torch.get_autocast_dtype(device_type), torch.is_autocast_enabled(device_type)
+        return (device_type, torch.get_autocast_dtype(device_type),
+                torch.is_autocast_enabled(device_type),)
     return device_type, torch.float32, False
 
 
@@ -71,7 +76,8 @@ def float32_math(function: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         first = next(arg for arg in args if isinstance(arg, Tensor))
         with no_autocast(first.device.type):
-            result = function(*(upcast(arg)[0] if isinstance(arg, Tensor) else arg for arg in args), **kwargs)
+            result = function(*(upcast(arg)[0] if isinstance(arg, Tensor) else arg for arg in args),
+                              **kwargs)
         return result.to(first.dtype)
     return wrapper
 
@@ -84,8 +90,9 @@ def upcast(*tensors: Tensor) -> Tuple[Tensor, ...]:
 def norm_eps(dtype: torch.dtype) -> float:
     """Clamp of ``||x||`` in ``x / max(||x||, eps)`` for inputs of ``dtype``.
 
-    ``1e-12`` (``F.normalize``'s, the official code's) wherever the gradient ``g / eps`` of a zero row
-    fits the dtype; for float16 (largest value 65504), ``1 / sqrt(65504)``, so that gradients up to 256
-    through a zero row stay finite once cast back to float16 (a zero row carries no direction anyway).
+    ``1e-12`` (``F.normalize``'s, the official code's) wherever the gradient ``g / eps`` of a zero
+    row fits the dtype; for float16 (largest value 65504), ``1 / sqrt(65504)``, so that gradients up
+    to 256 through a zero row stay finite once cast back to float16 (a zero row carries no direction
+    anyway).
     """
     return max(1e-12, torch.finfo(dtype).max ** -0.5) if dtype in HALF_DTYPES else 1e-12

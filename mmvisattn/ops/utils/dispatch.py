@@ -1,19 +1,20 @@
 """How an op picks its implementation: one chain of backends per op (NATTEN's ``choose_backend``).
 
-An op lists its backends in :class:`Op`, in the order ``impl='auto'`` tries them. Each backend has two
-checks of a :class:`Request` (the call without its data), each returning a reason or ``None``:
+An op lists its backends in :class:`Op`, in the order ``impl='auto'`` tries them. Each backend has
+two checks of a :class:`Request` (the call without its data), each returning a reason or ``None``:
 
 * ``unsupported``: why the backend cannot run the call (a device, a dtype, a head width, tracing);
-* ``passed_over``: why ``auto`` takes a later backend although this one could run the call (a crossover
-  measured on CPU, dropout, an export form).
+* ``passed_over``: why ``auto`` takes a later backend although this one could run the call (a
+  crossover measured on CPU, dropout, an export form).
 
 ``auto`` runs the first backend that neither check stops, logging (at ``DEBUG``, logger
-``mmvisattn.ops.utils.dispatch``) why it passed the earlier ones over; the last backend of every chain
-supports whatever reaches it, and a chain that runs out raises :class:`UnsupportedInput` in one line. A
-backend asked for by name runs wherever it is supported and raises :class:`UnsupportedInput` in one line
-where it is not: no backend falls back on its own. :meth:`Op.explain` gives ``auto``'s choice and why each
-other backend was passed over, which ``tools/analysis_tools/print_dispatch.py`` prints for every layer of a
-config from the calls :func:`observing` shows it.
+``mmvisattn.ops.utils.dispatch``) why it passed the earlier ones over; the last backend of every
+chain supports whatever reaches it, and a chain that runs out raises :class:`UnsupportedInput` in
+one line. A backend asked for by name runs wherever it is supported and
+raises :class:`UnsupportedInput` in one line where it is not: no backend falls back on its
+own. :meth:`Op.explain` gives ``auto``'s choice and why each other backend was passed over, which
+``tools/analysis_tools/print_dispatch.py`` prints for every layer of a config from the
+calls :func:`observing` shows it.
 """
 import contextlib
 import logging
@@ -26,16 +27,18 @@ from . import machine
 from .arguments import check_choice
 from .triton_launch import unsupported_kernel_input
 
-# What runs the call: plain eager, torch.compile's tracer, a dispatch mode (torch's FLOP counter), torch.jit
-# tracing (mmengine's FLOP counter), ONNX export
+# What runs the call: plain eager, torch.compile's tracer, a dispatch mode (torch's FLOP counter),
+# torch.jit tracing (mmengine's FLOP counter), ONNX export
 CONTEXTS = ('eager', 'compile', 'dispatch', 'trace', 'export')
-TRACERS = dict(trace='a torch.jit trace', export='an ONNX export')  # the contexts that record a graph
+# the contexts that record a graph
+TRACERS = dict(trace='a torch.jit trace', export='an ONNX export')
 MIN_TRITON = (3, 0)
 LOGGER = logging.getLogger(__name__)
 
 
 class UnsupportedInput(ValueError):
-    """A call the backend asked for by name cannot run (a device, a dtype, a head width, a window)."""
+    """A call the backend asked for by name cannot run (a device, a dtype, a head width, a
+    window)."""
 
 
 def current_context() -> str:
@@ -51,10 +54,11 @@ def current_context() -> str:
 
 
 class Request(NamedTuple):
-    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces it):
-    the inputs' device type and dtype, the widest last dimension among them (the head width), whether a
-    gradient is wanted, what runs the call (one of :data:`CONTEXTS`: a tracer records no kernel of its
-    own, a dispatch mode sees one as a single opaque call) and ``options``, the op's own arguments that
+    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces
+    it): the inputs' device type and dtype, the widest last dimension among them (the head width),
+    whether a gradient is wanted, what runs the call (one of :data:`CONTEXTS`: a tracer records no
+    kernel of its own, a dispatch mode sees one as a single opaque call) and ``options``, the op's
+    own arguments that
     decide (window, map size, ...): a named tuple of the op's, or ``None``."""
     device: str
     dtype: torch.dtype
@@ -67,18 +71,23 @@ class Request(NamedTuple):
     def of(cls, tensors: Sequence[Tensor], options: Optional[Any] = None) -> 'Request':
         """The request of a call on ``tensors`` (the first decides device and dtype)."""
         return cls(tensors[0].device.type, tensors[0].dtype, max(t.shape[-1] for t in tensors),
-                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors), current_context(), options)
+                   torch.is_grad_enabled() and any(t.requires_grad for t in tensors),
+                   current_context(), options)
 
     @property
     def traced(self) -> bool:
-        """Under ``torch.jit`` tracing or ONNX export, whose graphs cannot hold a C++ or Triton kernel."""
+        """Under ``torch.jit`` tracing or ONNX export, whose graphs cannot hold a C++ or Triton
+        kernel."""
         return self.context in TRACERS
 
     def describe(self) -> str:
         options = sorted(self.options._asdict().items()) if self.options is not None else ()
         facts = ''.join(f', {name}={value}' for name, value in options)
-        return (f'{self.device} {str(self.dtype).replace("torch.", "")}, head {self.head_dims}'
-                f'{", grad" if self.grad else ""}{"" if self.context == "eager" else ", " + self.context}{facts}')
+        return (
+            f'{self.device} {str(self.dtype).replace("torch.", "")}, head {self.head_dims}'
+            f'{", grad" if self.grad else ""}'
+            f'{"" if self.context == "eager" else ", " + self.context}{facts}'
+        )
 
 
 Check = Callable[[Request], Optional[str]]
@@ -106,9 +115,10 @@ _OBSERVERS: List[Observer] = []
 
 @contextlib.contextmanager
 def observing(observer: Observer) -> Iterator[None]:
-    """Inside, every op call is shown to ``observer(op, impl, request)`` before it runs; a function it returns
-    runs on the call's arguments in place of the backend (``print_dispatch`` records a model's calls on the
-    meta device and runs ``auto``'s choice; tests run an op's reference inside a module)."""
+    """Inside, every op call is shown to ``observer(op, impl, request)`` before it runs; a function
+    it returns runs on the call's arguments in place of the backend (``print_dispatch`` records a
+    model's calls on the meta device and runs ``auto``'s choice; tests run an op's reference inside
+    a module)."""
     _OBSERVERS.append(observer)
     try:
         yield
@@ -167,7 +177,8 @@ class Op:
                         for name, reason in self.reasons(request).items() if name != chosen}
 
     def __call__(self, impl: str, request: Request, *args: Any) -> Any:
-        """Run the backend :meth:`choose` picks on ``args`` (or what an :func:`observing` observer gives)."""
+        """Run the backend :meth:`choose` picks on ``args`` (or what an :func:`observing` observer
+        gives)."""
         for observer in _OBSERVERS:
             function = observer(self, impl, request)
             if function is not None:
@@ -187,23 +198,25 @@ def cpu_kernels(request: Request) -> Optional[str]:
 
 
 def opaque_to_dispatch(request: Request) -> Optional[str]:
-    """Kernels under a dispatch mode (torch's FLOP counter) are one call it cannot see into; the torch
-    path shows it the arithmetic."""
+    """Kernels under a dispatch mode (torch's FLOP counter) are one call it cannot see into; the
+    torch path shows it the arithmetic."""
     if request.context == 'dispatch':
         return 'a dispatch mode (a FLOP counter) sees a kernel as one opaque call'
     return None
 
 
 def interpreted(request: Request) -> Optional[str]:
-    """Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors, slowly: for debugging
-    and tests, when asked for by name."""
+    """Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors, slowly: for
+    debugging and tests, when asked for by name."""
     if request.device != 'cuda':
-        return 'on CPU tensors the Triton kernels are interpreted (TRITON_INTERPRET=1): for debugging and tests'
+        return ('on CPU tensors the Triton kernels are interpreted (TRITON_INTERPRET=1): for '
+                'debugging and tests')
     return opaque_to_dispatch(request)
 
 
-# the kernels' tiles and warps are chosen and compiled ahead of time for sm_80 and sm_90 (Ampere and later:
-# bfloat16, 100 KB or more of shared memory a block); older GPUs (V100 sm_70, T4 sm_75) take the torch paths
+# the kernels' tiles and warps are chosen and compiled ahead of time for sm_80 and sm_90 (Ampere and
+# later: bfloat16, 100 KB or more of shared memory a block); older GPUs (V100 sm_70, T4 sm_75) take
+# the torch paths
 MIN_CAPABILITY = (8, 0)
 
 
@@ -212,7 +225,8 @@ def older_gpu(request: Request) -> Optional[str]:
     capability = machine.cuda_capability() if request.device == 'cuda' else None
     if capability is None or capability >= MIN_CAPABILITY:
         return None
-    return (f'Triton kernels for compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} and later; '
+    return (f'Triton kernels for compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} and '
+            'later; '
             f'this GPU is sm_{capability[0]}{capability[1]}')
 
 
@@ -220,11 +234,13 @@ def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
     """The check of Triton kernels that take heads up to ``max_head_dims`` wide (default
     :data:`~mmvisattn.ops.utils.triton_launch.MAX_HEAD_DIMS`)."""
     def unsupported(request: Request) -> Optional[str]:
-        if request.device != 'cuda' and not (request.device == 'cpu' and machine.triton_interpreted()):
+        if request.device != 'cuda' and not (request.device == 'cpu'
+                                             and machine.triton_interpreted()):
             return f'Triton kernels for CUDA tensors; these are on {request.device}'
         if request.traced:
             return f'{TRACERS[request.context]} cannot hold a Triton kernel'
-        return old_triton() or older_gpu(request) or unsupported_kernel_input(request.dtype, request.head_dims,
+        return old_triton() or older_gpu(request) or unsupported_kernel_input(request.dtype,
+                                                                              request.head_dims,
                                                                              max_head_dims)
     return unsupported
 
@@ -233,6 +249,7 @@ def old_triton() -> Optional[str]:
     """Why the installed Triton cannot run the kernels, or None."""
     installed = machine.installed_triton()
     if installed is None or installed < MIN_TRITON:
-        found = 'none is installed' if installed is None else f'{".".join(map(str, installed))} is installed'
+        found = ('none is installed' if installed is None
+                 else f'{".".join(map(str, installed))} is installed')
         return f'needs triton >= {".".join(map(str, MIN_TRITON))}; {found}'
     return None

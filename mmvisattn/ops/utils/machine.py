@@ -1,7 +1,7 @@
 """What the ops read of the machine: each fact a function, read on first use and kept.
 
-``torch.compile`` takes each result as a constant (the checks run on every call, the compiler's tracer
-included). Tests set them through the ``machine`` fixture of ``tests/conftest.py``."""
+``torch.compile`` takes each result as a constant (the checks run on every call, the compiler's
+tracer included). Tests set them through the ``machine`` fixture of ``tests/conftest.py``."""
 import functools
 import os
 from importlib.util import find_spec
@@ -13,7 +13,8 @@ T = TypeVar('T')
 
 
 def _fact(function: Callable[[], T]) -> Callable[[], T]:
-    """``function`` read once (``functools.lru_cache`` without the wrapper Dynamo would trace through)."""
+    """``function`` read once (``functools.lru_cache`` without the wrapper Dynamo would trace
+    through)."""
     kept = []
 
     @torch.compiler.assume_constant_result
@@ -27,8 +28,8 @@ def _fact(function: Callable[[], T]) -> Callable[[], T]:
 
 @_fact
 def triton_interpreted() -> bool:
-    """``TRITON_INTERPRET=1``: Triton's interpreter runs the kernels on CPU tensors (read as Triton reads it,
-    once)."""
+    """``TRITON_INTERPRET=1``: Triton's interpreter runs the kernels on CPU tensors (read as Triton
+    reads it, once)."""
     return os.environ.get('TRITON_INTERPRET') == '1'
 
 
@@ -46,6 +47,6 @@ def installed_triton() -> Optional[Tuple[int, ...]]:
 
 @_fact
 def cuda_capability() -> Optional[Tuple[int, int]]:
-    """The current CUDA device's compute capability, or ``None`` without one (read on first use, not on
-    import: that would start CUDA in every process importing the package)."""
+    """The current CUDA device's compute capability, or ``None`` without one (read on first use, not
+    on import: that would start CUDA in every process importing the package)."""
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else None

@@ -13,14 +13,16 @@ from torch import Tensor
 def grid_coordinates(hw_shape: Sequence[int], device=None) -> Tuple[Tensor, Tensor]:
     """Row and column of every token, ``(N,)`` each, row-major."""
     height, width = hw_shape
-    # broadcasts rather than repeat_interleave: ONNX opset 11 (mmdeploy's) has no form of it for traced sizes
+    # broadcasts rather than repeat_interleave: ONNX opset 11 (mmdeploy's) has no form of it for
+    # traced sizes
     rows = torch.arange(height, device=device)[:, None].expand(height, width).reshape(-1)
     cols = torch.arange(width, device=device)[None, :].expand(height, width).reshape(-1)
     return rows, cols
 
 
 def window_grid(hw_shape: Sequence[int], window: int) -> Tuple[int, int]:
-    """Rows and columns of ``window x window`` windows covering an ``H x W`` map (ceiling division)."""
+    """Rows and columns of ``window x window`` windows covering an ``H x W`` map (ceiling
+    division)."""
     return -(-hw_shape[0] // window), -(-hw_shape[1] // window)
 
 

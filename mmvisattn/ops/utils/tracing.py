@@ -35,7 +35,8 @@ def apply_function(function: Type[torch.autograd.Function], *args: Any) -> Any:
 
 
 class _TracingPaused:
-    """The context of :func:`onnx_constants` under ONNX export: the tracer's state set aside, then restored."""
+    """The context of :func:`onnx_constants` under ONNX export: the tracer's state set aside, then
+    restored."""
 
     def __enter__(self) -> None:
         self.state = torch._C._get_tracing_state()
@@ -47,8 +48,9 @@ class _TracingPaused:
 
 def onnx_constants() -> ContextManager:
     """Under ONNX export, tracing paused: what is computed inside enters the graph as constants. For
-    tensors of the weights and the map size alone (PerViT's position attention, ripple attention's ring
-    index), which a model exported for one input size holds as initializers. Other tracing (mmengine's
-    FLOP counter) records them as usual. Outside export a ``nullcontext``, which torch.compile traces
-    through in every torch of the range (torch 2.6's dynamo cannot enter a generator's context)."""
+    tensors of the weights and the map size alone (PerViT's position attention, ripple attention's
+    ring index), which a model exported for one input size holds as initializers. Other tracing
+    (mmengine's FLOP counter) records them as usual. Outside export a ``nullcontext``, which
+    torch.compile traces through in every torch of the range (torch 2.6's dynamo cannot enter a
+    generator's context)."""
     return _TracingPaused() if torch.onnx.is_in_onnx_export() else nullcontext()

@@ -14,9 +14,10 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIMS = 128
 
 
-def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: Optional[int] = None) -> Optional[str]:
-    """Why the Triton kernels cannot take tensors of ``dtype`` with heads ``head_dims`` wide (at most
-    ``max_head_dims``, default :data:`MAX_HEAD_DIMS`), or ``None``."""
+def unsupported_kernel_input(dtype: torch.dtype, head_dims: int,
+                             max_head_dims: Optional[int] = None) -> Optional[str]:
+    """Why the Triton kernels cannot take tensors of ``dtype`` with heads ``head_dims`` wide (at
+    most ``max_head_dims``, default :data:`MAX_HEAD_DIMS`), or ``None``."""
     max_head_dims = max_head_dims or MAX_HEAD_DIMS
     if dtype not in KERNEL_DTYPES:
         names = ', '.join(str(kind).replace('torch.', '') for kind in KERNEL_DTYPES)
@@ -27,19 +28,22 @@ def unsupported_kernel_input(dtype: torch.dtype, head_dims: int, max_head_dims: 
 
 
 def head_block(width: int) -> int:
-    """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``'s minimum side)."""
+    """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``'s minimum
+    side)."""
     return max(16, 1 << (width - 1).bit_length())
 
 
 def dot_operands(dtype: torch.dtype):
-    """The ``triton.language`` dtype a kernel's ``tl.dot`` operands take for inputs of ``dtype``: the
-    inputs' own, so half inputs run on half-precision tensor cores and float32 ones as TF32. The one
-    exception is bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies the bit patterns
-    as integers (numpy has no bfloat16): there the operands are float32, as the interpreter computes."""
+    """The ``triton.language`` dtype a kernel's ``tl.dot`` operands take for inputs of ``dtype``:
+    the inputs' own, so half inputs run on half-precision tensor cores and float32 ones as TF32. The
+    one exception is bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies the bit
+    patterns as integers (numpy has no bfloat16): there the operands are float32, as the interpreter
+    computes."""
     import triton.language as tl
     if dtype == torch.bfloat16 and machine.triton_interpreted():
         return tl.float32
-    return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype]
+    return {torch.float32: tl.float32, torch.float16: tl.float16,
+            torch.bfloat16: tl.bfloat16}[dtype]
 
 
 def num_warps(head_block: int) -> int:

@@ -54,7 +54,8 @@ def cases():
 
 def forward_backward(attn: torch.nn.Module, x: Tensor, hw_shape: Tuple[int, int], upstream: Tensor,
                      dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
-    """Output (as float32) and all gradients (input first, then parameters) flattened into one vector."""
+    """Output (as float32) and all gradients (input first, then parameters) flattened into one
+    vector."""
     x = x.clone().requires_grad_(True)
     attn.zero_grad(set_to_none=True)
     torch.manual_seed(1)  # the same dropout / random-shift draws in every run
@@ -75,7 +76,8 @@ def test_autocast_finite_and_close_to_float32(attn_type, impl):
     options = {} if impl is None else dict(impl=impl)
     if impl == 'triton':
         options.update(TRITON_OPTIONS.get(attn_type, {}))
-    attn = build_attention(dict(type=attn_type, **options), embed_dims=EMBED_DIMS, num_heads=HEADS).train()
+    attn = build_attention(dict(type=attn_type, **options), embed_dims=EMBED_DIMS,
+                           num_heads=HEADS).train()
     hw_shape = TRITON_GRID if impl == 'triton' else GRID
     tokens = attn.num_extra_tokens + hw_shape[0] * hw_shape[1]
     base, upstream = torch.randn(2, tokens, EMBED_DIMS), torch.randn(2, tokens, EMBED_DIMS)

@@ -16,7 +16,8 @@ from ...conftest import recorded_choices, saved_elements
 
 def castling(**options):
     torch.manual_seed(0)
-    return build_attention(dict(type='LinearAngularAttention', **options), embed_dims=24, num_heads=3).double()
+    return build_attention(dict(type='LinearAngularAttention', **options), embed_dims=24,
+                           num_heads=3).double()
 
 
 @pytest.mark.parametrize('conv', ['tokens', 'spatial'])
@@ -76,7 +77,8 @@ def test_schedule_hook_fades_then_removes_the_branch():
     hook = CastlingScheduleHook(fade_start=0.5, fade_end=0.75)
     seen = []
     for iteration in range(100):
-        hook.before_train_iter(SimpleNamespace(model=model, iter=iteration, max_iters=100), iteration)
+        hook.before_train_iter(SimpleNamespace(model=model, iter=iteration, max_iters=100),
+                               iteration)
         seen.append((attns[0].has_aux_branch, float(attns[0].aux_weight)))
     assert seen[49] == (True, 1.0)
     assert seen[62] == (True, pytest.approx(1 - 12 / 25))
@@ -105,8 +107,9 @@ def test_token_conv_equals_the_official_conv2d():
 
 
 def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
-    """The training branch (blocks recomputed in the backward) equals the literal masked softmax at the
-    module's threshold, in value and gradients; with attn_drop in training it draws a dropout mask."""
+    """The training branch (blocks recomputed in the backward) equals the literal masked softmax at
+    the module's threshold, in value and gradients; with attn_drop in training it draws a dropout
+    mask."""
     attn = castling(mask_threshold=0.05).train()
     q, k, v = (torch.randn(2, 3, 37, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
     branch, literal = attn.auxiliary(q, k, v), masked_softmax_attention_reference(q, k, v, 0.05)
@@ -122,8 +125,8 @@ def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
 
 
 def test_both_branches_on_their_other_backends_equal_the_torch_paths():
-    """impl='triton' (the linear-angular kernels, under the interpreter on CPU) and aux_impl='dense' (every
-    weight under autograd) against the torch paths: value and every parameter's gradient."""
+    """impl='triton' (the linear-angular kernels, under the interpreter on CPU) and aux_impl='dense'
+    (every weight under autograd) against the torch paths: value and every parameter's gradient."""
     x = torch.randn(2, 5 * 7, 24, requires_grad=True)
     outputs, grads = [], []
     for options in (dict(impl='torch', aux_impl='torch'), dict(impl='triton', aux_impl='dense')):
@@ -131,7 +134,8 @@ def test_both_branches_on_their_other_backends_equal_the_torch_paths():
         with recorded_choices() as choices:
             out = attn(x, (5, 7))
         assert {op: chosen for op, _, chosen in choices} == {
-            'linear_angular_attention': options['impl'], 'masked_softmax_attention': options['aux_impl']}
+            'linear_angular_attention': options['impl'],
+            'masked_softmax_attention': options['aux_impl']}
         outputs.append(out)
         grads.append(torch.autograd.grad(out.square().sum(), (x, *attn.parameters())))
     torch.testing.assert_close(*outputs, rtol=1e-4, atol=1e-5)

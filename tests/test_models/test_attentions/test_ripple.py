@@ -1,7 +1,8 @@
-"""RippleAttention and RippleLinearAttention (arXiv:2110.02453): parameter counts by the docstring's formula,
-the linearized twin against its explicit N x N form, every operator implementation giving the same
-module output and gradients, the Gaussian W1 of Eq. 13 surviving Linear initialisers, and one-line
-errors for bad settings. The shared contract (shapes, wrong grids) is in test_contract.py."""
+"""RippleAttention and RippleLinearAttention (arXiv:2110.02453): parameter counts by the docstring's
+formula, the linearized twin against its explicit N x N form, every operator implementation giving
+the same module output and gradients, the Gaussian W1 of Eq. 13 surviving Linear initialisers, and
+one-line errors for bad settings. The shared contract (shapes, wrong grids) is in
+test_contract.py."""
 import pytest
 import torch
 
@@ -17,17 +18,22 @@ def parameters(module):
 def test_parameter_counts(embed_dims, num_heads, r_max):
     c, d = embed_dims, embed_dims // num_heads
     linear = build_attention(dict(type='RippleLinearAttention'), embed_dims=c, num_heads=num_heads)
-    ripple = build_attention(dict(type='RippleAttention', r_max=r_max), embed_dims=c, num_heads=num_heads)
+    ripple = build_attention(dict(type='RippleAttention', r_max=r_max), embed_dims=c,
+                             num_heads=num_heads)
     assert parameters(linear) == 4 * c * c + 4 * c + 3 * d * d + d
     assert parameters(ripple) == 4 * c * c + 4 * c + 4 * d * d + 2 * d + c * r_max
 
 
 def test_parameter_counts_of_the_paper_widths():
     """DeiT-Ripple (C = 192, 6 heads) and SMCA (C = 256, 8 heads) layers, R_max = 4."""
-    assert parameters(build_attention(dict(type='RippleLinearAttention'), embed_dims=192, num_heads=6)) == 151_328
-    assert parameters(build_attention(dict(type='RippleAttention'), embed_dims=192, num_heads=6)) == 153_152
-    assert parameters(build_attention(dict(type='RippleLinearAttention'), embed_dims=256, num_heads=8)) == 266_272
-    assert parameters(build_attention(dict(type='RippleAttention'), embed_dims=256, num_heads=8)) == 268_352
+    assert parameters(build_attention(dict(type='RippleLinearAttention'), embed_dims=192,
+                                      num_heads=6)) == 151_328
+    assert parameters(build_attention(dict(type='RippleAttention'), embed_dims=192,
+                                      num_heads=6)) == 153_152
+    assert parameters(build_attention(dict(type='RippleLinearAttention'), embed_dims=256,
+                                      num_heads=8)) == 266_272
+    assert parameters(build_attention(dict(type='RippleAttention'), embed_dims=256,
+                                      num_heads=8)) == 268_352
 
 
 def test_linear_twin_equals_explicit_quadratic_form():
@@ -44,11 +50,13 @@ def test_linear_twin_equals_explicit_quadratic_form():
 @pytest.mark.parametrize('impl', ['dense', 'cpu'])
 @pytest.mark.parametrize('hw_shape,r_max', [((5, 7), 3), ((3, 3), 8)])
 def test_implementations_agree_in_the_module(impl, hw_shape, r_max):
-    """Each backend against the torch tiles (each tested against the op's reference), in the module."""
+    """Each backend against the torch tiles (each tested against the op's reference), in the
+    module."""
     torch.manual_seed(0)
-    reference = build_attention(dict(type='RippleAttention', r_max=r_max, impl='torch'), embed_dims=24,
-                                num_heads=3).double()
-    fast = build_attention(dict(type='RippleAttention', r_max=r_max, impl=impl), embed_dims=24, num_heads=3).double()
+    reference = build_attention(dict(type='RippleAttention', r_max=r_max, impl='torch'),
+                                embed_dims=24, num_heads=3).double()
+    fast = build_attention(dict(type='RippleAttention', r_max=r_max, impl=impl), embed_dims=24,
+                           num_heads=3).double()
     fast.load_state_dict(reference.state_dict())
     x = torch.randn(2, hw_shape[0] * hw_shape[1], 24, dtype=torch.float64)
     outputs = [m(x, hw_shape) for m in (reference, fast)]
@@ -67,7 +75,8 @@ def test_heads_get_their_own_spatial_weights():
 
 
 def test_gaussian_w1_survives_linear_initialisers():
-    attn = build_attention(dict(type='RippleAttention', init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02)),
+    attn = build_attention(dict(type='RippleAttention',
+                                init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02)),
                            embed_dims=192, num_heads=6)
     attn.init_weights()
     assert attn.qkv.weight.std() < 0.05
@@ -98,5 +107,6 @@ def test_attention_maps_are_rings_around_the_query():
         values = maps[:, distance == ring]
         torch.testing.assert_close(values, values[:, :1].expand_as(values))  # one weight per ring
     group_sizes = torch.bincount(distance.flatten()).float()
-    per_group = torch.stack([maps[:, distance == ring][:, 0] for ring in range(len(group_sizes))], dim=1)
+    per_group = torch.stack([maps[:, distance == ring][:, 0] for ring in range(len(group_sizes))],
+                            dim=1)
     torch.testing.assert_close(per_group.sum(dim=1), torch.ones(2))  # group weights on the simplex

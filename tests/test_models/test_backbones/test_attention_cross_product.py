@@ -1,7 +1,8 @@
-"""Every registered attention in every registered backbone that takes one (the extra-token contract of
-``mmvisattn/models/attentions/base.py``): found from the registries, swapped in through the backbone's
-``attention_args`` with nothing but ``type`` set, each pair builds, returns the default model's shapes,
-gives every trainable parameter a finite gradient, and runs after ``switch_to_deploy()`` in eval mode."""
+"""Every registered attention in every registered backbone that takes one (the extra-token contract
+of ``mmvisattn/models/attentions/base.py``): found from the registries, swapped in through the
+backbone's ``attention_args`` with nothing but ``type`` set, each pair builds, returns the default
+model's shapes, gives every trainable parameter a finite gradient, and runs after
+``switch_to_deploy()`` in eval mode."""
 import itertools
 
 import pytest
@@ -21,7 +22,8 @@ VARIANTS = {'CastlingViT without a class token': ('CastlingViT', dict(with_cls_t
 
 
 def attention_backbones():
-    """The registered backbones of the project that hold attentions (a non-empty ``attention_args``)."""
+    """The registered backbones of the project that hold attentions (a non-empty
+    ``attention_args``)."""
     return sorted(name for name, cls in MODELS.module_dict.items()
                   if cls.__module__.startswith('mmvisattn.') and getattr(cls, 'attention_args', ()))
 
@@ -42,7 +44,8 @@ def build(label: str, attn_type=None):
 
 def test_every_attention_backbone_has_a_small_case():
     names = attention_backbones()
-    assert {'ViL', 'PerViT', 'CastlingLeViT', 'CastlingViT', 'DeiTRipple', 'MixVisionTransformerRWGKA'} <= set(names)
+    assert {'ViL', 'PerViT', 'CastlingLeViT', 'CastlingViT', 'DeiTRipple',
+            'MixVisionTransformerRWGKA'} <= set(names)
     missing = [name for name in names if name not in CASES]
     assert not missing, f'add a small model of {missing} to test_contract.CASES'
 
@@ -63,7 +66,8 @@ def test_attention_in_backbone(backbone, attn_type, default_shapes):
     outs = model(images)
     assert [out.shape for out in outs] == default_shapes[backbone]
     sum(out.square().mean() for out in outs).backward()
-    missing = [name for name, param in model.named_parameters() if param.requires_grad and param.grad is None]
+    missing = [name for name,
+               param in model.named_parameters() if param.requires_grad and param.grad is None]
     assert not missing, f'{attn_type} in {backbone}: no gradient for {missing}'
     nonfinite = [name for name, param in model.named_parameters()
                  if param.grad is not None and not torch.isfinite(param.grad).all()]
@@ -77,8 +81,9 @@ def test_attention_in_backbone(backbone, attn_type, default_shapes):
 
 @pytest.mark.parametrize('backbone', attention_backbones())
 def test_spatial_reduction_keeps_a_grid_of_keys_on_every_stage(backbone):
-    """The stage settings offered keep ``REDUCED_KEY_STRIDE`` keys: a 128x128 image leaves every query at
-    least a 4x4 grid of keys, on every map (an unoffered ``sr_ratio=8`` leaves one key below 16x16)."""
+    """The stage settings offered keep ``REDUCED_KEY_STRIDE`` keys: a 128x128 image leaves every
+    query at least a 4x4 grid of keys, on every map (an unoffered ``sr_ratio=8`` leaves one key
+    below 16x16)."""
     model = build(backbone, 'SpatialReductionAttention').eval()
     grids = []
     for attn in model.modules():

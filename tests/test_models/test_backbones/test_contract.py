@@ -1,8 +1,8 @@
 """One contract for every registered backbone, checked registry-wide in timm's manner
 (``mmvisattn/models/backbones/contract.py``): each builds from the mmdet registry, any subset of
 ``out_indices`` returns a tuple of contiguous maps with the declared channels and strides (odd input
-sizes included), frozen stages receive no gradient and stay in eval mode, ``norm_eval`` keeps the norm
-layers in eval mode, activation checkpointing changes nothing but the memory, and bad arguments
+sizes included), frozen stages receive no gradient and stay in eval mode, ``norm_eval`` keeps the
+norm layers in eval mode, activation checkpointing changes nothing but the memory, and bad arguments
 fail in one line naming the backbone."""
 import math
 
@@ -22,13 +22,13 @@ CASES = {
                  drop_path_rate=0.0), 4),
     'PerViT': (dict(arch=dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 24, 24),
                               stem_channels=(8, 8, 8, 16))), 4),
-    'ESNet': (dict(arch='s'), 3),
-    'CastlingLeViT': (dict(arch='s'), 3),
+    'ESNet': (dict(arch='s'), 3), 'CastlingLeViT': (dict(arch='s'), 3),
     'CastlingViT': (dict(img_size=(64, 64), patch_size=16, embed_dims=32, num_layers=3, num_heads=2,
                          final_norm=True), 3),
     'DeiTRipple': (dict(img_size=(64, 64), patch_size=16, embed_dims=24, num_layers=3, num_heads=2,
                         num_ripple_layers=2, drop_path_rate=0.0), 3),
-    'MixVisionTransformerRWGKA': (dict(embed_dims=8, num_layers=(1, 1, 1, 1), num_heads=(1, 1, 2, 2),
+    'MixVisionTransformerRWGKA': (dict(embed_dims=8, num_layers=(1, 1, 1, 1),
+                                       num_heads=(1, 1, 2, 2),
                                        attn_cfg=dict(type='RWGKAttention', num_anchors=4)), 4),
 }
 IMAGE = (2, 3, 67, 93)  # odd sides: every stride rounds up
@@ -51,11 +51,14 @@ def test_outputs_have_the_declared_channels_and_strides_for_any_out_indices(name
         model = build(name, out_indices=out_indices).eval()
         with torch.no_grad():
             outs = model(torch.randn(IMAGE))
-        assert isinstance(outs, tuple) and len(outs) == len(model.out_indices) == len(model.out_channels)
+        assert isinstance(outs,
+                          tuple) and len(outs) == len(model.out_indices) == len(model.out_channels)
         assert list(model.out_indices) == sorted(model.out_indices)
         for out, channels, stride in zip(outs, model.out_channels, model.out_strides):
-            assert tuple(out.shape) == (IMAGE[0], channels, math.ceil(IMAGE[2] / stride), math.ceil(IMAGE[3] / stride))
-            # mmcv's C++ ops (RoIAlign of every two-stage head) read their input's memory as contiguous NCHW
+            assert tuple(out.shape) == (IMAGE[0], channels, math.ceil(IMAGE[2] / stride),
+                                        math.ceil(IMAGE[3] / stride))
+            # mmcv's C++ ops (RoIAlign of every two-stage head) read their input's memory as
+            # contiguous NCHW
             assert out.is_contiguous()
 
 
@@ -73,15 +76,16 @@ def parameters_of(parts) -> dict:
 
 
 def reduced_out_indices(name: str) -> tuple:
-    """The stages before the last: the outputs a detector's neck may take, leaving the last stage out."""
+    """The stages before the last: the outputs a detector's neck may take, leaving the last stage
+    out."""
     return tuple(range(CASES[name][1] - 1))
 
 
 @pytest.mark.parametrize('with_cp', [False, True], ids=['plain', 'with_cp'])
 @pytest.mark.parametrize('name', CASES)
 def test_every_trainable_parameter_gets_a_gradient_whatever_out_indices(name, with_cp):
-    """What DDP's default (``find_unused_parameters=False``) needs: the stages after the last output are not
-    built, so a loss on the outputs reaches every parameter that requires a gradient."""
+    """What DDP's default (``find_unused_parameters=False``) needs: the stages after the last output
+    are not built, so a loss on the outputs reaches every parameter that requires a gradient."""
     full, reduced = build(name), build(name, out_indices=reduced_out_indices(name), with_cp=with_cp)
     assert sum(p.numel() for p in reduced.parameters()) < sum(p.numel() for p in full.parameters())
     trainable = {name for name, param in reduced.named_parameters() if param.requires_grad}
@@ -90,8 +94,8 @@ def test_every_trainable_parameter_gets_a_gradient_whatever_out_indices(name, wi
 
 @pytest.mark.parametrize('name', CASES)
 def test_checkpointing_is_non_reentrant(name, monkeypatch):
-    """The reentrant checkpoint breaks under DDP with ``find_unused_parameters=True``; mmseg's layers, which
-    MiT-RWGKA, CastlingViT and DeiTRipple inherit, take it by default."""
+    """The reentrant checkpoint breaks under DDP with ``find_unused_parameters=True``; mmseg's
+    layers, which MiT-RWGKA, CastlingViT and DeiTRipple inherit, take it by default."""
     calls = []
     checkpoint = torch.utils.checkpoint.checkpoint
 
@@ -140,7 +144,8 @@ def test_checkpointing_changes_the_memory_only(name):
         kept = saved_elements(lambda: results.append(model(image)))  # noqa: B023
         sum(out.square().mean() for out in results[-1]).backward()
         results.append((kept, [p.grad for p in model.parameters()]))
-    (outs_plain, (kept_plain, grads_plain)), (outs_cp, (kept_cp, grads_cp)) = zip(results[::2], results[1::2])
+    (outs_plain,
+     (kept_plain, grads_plain)), (outs_cp, (kept_cp, grads_cp)) = zip(results[::2], results[1::2])
     for a, b in zip([*outs_plain, *grads_plain], [*outs_cp, *grads_cp]):
         torch.testing.assert_close(a, b)
     assert kept_cp < kept_plain, (kept_cp, kept_plain)
@@ -149,7 +154,9 @@ def test_checkpointing_changes_the_memory_only(name):
 @pytest.mark.parametrize('name', CASES)
 def test_bad_contract_arguments_fail_naming_the_backbone(name):
     stages = CASES[name][1]
-    with pytest.raises(ValueError, match=f'^{name}: out_indices={stages}; expected stage indices below {stages}'):
+    with pytest.raises(
+        ValueError, match=f'^{name}: out_indices={stages}; expected stage indices below {stages}'
+    ):
         build(name, out_indices=stages)
     with pytest.raises(ValueError, match=f'^{name}: out_indices=\\(0, 0\\)'):
         build(name, out_indices=(0, 0))
@@ -161,7 +168,8 @@ def test_bad_contract_arguments_fail_naming_the_backbone(name):
 GUIDE_ARCHS = [
     *[('ViL', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium', 'base')],
     *[('PerViT', f'`{arch}`', dict(arch=arch)) for arch in ('tiny', 'small', 'medium')],
-    *[(name, f'`{arch}`', dict(arch=arch)) for name in ('ESNet', 'CastlingLeViT') for arch in ('s', 'm', 'l')],
+    *[(name, f'`{arch}`',
+       dict(arch=arch)) for name in ('ESNet', 'CastlingLeViT') for arch in ('s', 'm', 'l')],
     ('MixVisionTransformerRWGKA', 'B0: `embed_dims=32, num_heads=[1, 2, 5, 8]`',
      dict(embed_dims=32, num_heads=[1, 2, 5, 8], num_layers=[2, 2, 2, 2])),
     ('MixVisionTransformerRWGKA', 'B1-B5: `embed_dims=64, num_heads=[1, 2, 5, 8]`',

@@ -1,6 +1,7 @@
-"""Every backbone trains under DDP as mmengine wraps a model by default (``find_unused_parameters=False``) with
-the last stage left out of ``out_indices`` and ``with_cp=True``: two gloo processes on the CPU, three steps on
-different images per rank, and the ranks' weights equal afterwards (every gradient was reduced)."""
+"""Every backbone trains under DDP as mmengine wraps a model by default
+(``find_unused_parameters=False``) with the last stage left out of ``out_indices`` and
+``with_cp=True``: two gloo processes on the CPU, three steps on different images per rank, and the
+ranks' weights equal afterwards (every gradient was reduced)."""
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -15,7 +16,8 @@ def train_on_rank(rank: int, init_file: str, results) -> None:
     dist.init_process_group('gloo', init_method=f'file://{init_file}', rank=rank, world_size=2)
     torch.set_num_threads(1)
     for name in CASES:
-        model = DistributedDataParallel(build(name, out_indices=reduced_out_indices(name), with_cp=True))
+        model = DistributedDataParallel(build(name, out_indices=reduced_out_indices(name),
+                                              with_cp=True))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         torch.manual_seed(rank)
         for _ in range(STEPS):

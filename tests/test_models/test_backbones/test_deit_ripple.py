@@ -1,5 +1,5 @@
-"""DeiT-Ripple (arXiv:2110.02453, C.4-C.5): the hybrid layer layout, feature maps for dense heads, mean
-pooling for classification, one-line errors, and the sizes of Table 1."""
+"""DeiT-Ripple (arXiv:2110.02453, C.4-C.5): the hybrid layer layout, feature maps for dense heads,
+mean pooling for classification, one-line errors, and the sizes of Table 1."""
 import pytest
 import torch
 from mmseg.registry import MODELS
@@ -54,7 +54,8 @@ def test_bad_arguments_fail_in_one_line(options, message):
 def with_imagenet_head(model: torch.nn.Module) -> float:
     """Millions of parameters of the backbone plus a 1000-class linear head on the pooled tokens."""
     head = torch.nn.Linear(192, 1000)
-    return (sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in head.parameters())) / 1e6
+    return (sum(p.numel() for p in model.parameters())
+            + sum(p.numel() for p in head.parameters())) / 1e6
 
 
 @pytest.mark.parametrize('options, paper_millions', [

@@ -27,13 +27,15 @@ def mit_kwargs(arch):
 def test_encoder_parameters_match_table1(arch):
     model = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs(arch)))
     millions = count_parameters(model) / 1e6
-    assert abs(millions - TABLE1_ENCODER_PARAMS[arch]) <= 0.03 * TABLE1_ENCODER_PARAMS[arch], millions
+    assert abs(millions
+               - TABLE1_ENCODER_PARAMS[arch]) <= 0.03 * TABLE1_ENCODER_PARAMS[arch], millions
     assert millions < count_parameters(MixVisionTransformer(**mit_kwargs(arch))) / 1e6
 
 
 @pytest.mark.parametrize('size', [(64, 64), (96, 160), (33, 47)])
 def test_backbone_shapes(size):
-    model = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'), out_indices=(0, 1, 2, 3)))
+    model = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'),
+                              out_indices=(0, 1, 2, 3)))
     model.init_weights()
     outs = model(torch.randn(2, 3, *size))
     assert [o.shape[1] for o in outs] == [32, 64, 160, 256]
@@ -50,7 +52,8 @@ def test_spatial_reduction_attn_cfg_rebuilds_stock_segformer():
     stock = MixVisionTransformer(**mit_kwargs('b0')).double().eval()
     ours = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'),
                              attn_cfg=dict(type='SpatialReductionAttention'))).double().eval()
-    assert [b.attn.attn.sr_ratio for stage in ours.layers for b in stage[1]] == [8, 8, 4, 4, 2, 2, 1, 1]
+    assert [b.attn.attn.sr_ratio for stage in ours.layers for b in stage[1]] == [8, 8, 4, 4, 2, 2,
+                                                                                 1, 1]
     converted, dropped = convert_mit_state_dict(stock.state_dict(), keep_spatial_reduction=True)
     assert not dropped
     ours.load_state_dict(converted)
@@ -66,12 +69,14 @@ def test_per_stage_attention_settings():
     attns = [stage[1][0].attn.attn for stage in model.layers]
     assert [a.num_anchors for a in attns] == [16, 32, 64, 8]
     assert [a.lam for a in attns] == [0.1, 0.5, 0.9, 0.5]
-    with pytest.raises(ValueError, match='attn_cfg lists 2 stage settings; the backbone has 4 stages'):
+    with pytest.raises(ValueError,
+                       match='attn_cfg lists 2 stage settings; the backbone has 4 stages'):
         MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'), attn_cfg=cfgs[:2]))
 
 
 def test_module_matches_reference_op():
-    attn = build_attention(dict(type='RWGKAttention', num_anchors=5, lam=0.3), embed_dims=12, num_heads=3).double()
+    attn = build_attention(dict(type='RWGKAttention', num_anchors=5, lam=0.3), embed_dims=12,
+                           num_heads=3).double()
     x = torch.randn(2, 4 * 5, 12, dtype=torch.float64)
     q = attn.split_heads(attn.q(x))
     k, v = (attn.split_heads(t) for t in attn.kv(x).chunk(2, dim=-1))
@@ -82,9 +87,10 @@ def test_module_matches_reference_op():
 @pytest.mark.parametrize('hw_shape', [(2, 3), (1, 1), (12, 9)])
 def test_pooled_anchors_any_map_size(hw_shape):
     """More pooled anchors (8 x 8) than tokens is legal and still yields normalised attention."""
-    attn = build_attention(dict(type='RWGKAttention', anchor_mode='pooled', num_anchors=64), embed_dims=16,
-                           num_heads=2)
-    assert attn.num_anchors == 64 and not any('anchor' in name for name, _ in attn.named_parameters())
+    attn = build_attention(dict(type='RWGKAttention', anchor_mode='pooled', num_anchors=64),
+                           embed_dims=16, num_heads=2)
+    assert attn.num_anchors == 64 and not any('anchor' in name for name,
+                                              _ in attn.named_parameters())
     x = torch.randn(2, hw_shape[0] * hw_shape[1], 16)
     out = attn(x, hw_shape)
     assert out.shape == x.shape and torch.isfinite(out).all()
@@ -114,4 +120,5 @@ def test_pooling_matrices_are_adaptive_average_pooling(size):
     from mmvisattn.models.attentions.rwgk import adaptive_pooling_matrix
     x = torch.randn(2, 6, *size, dtype=torch.float64)
     rows, cols = (adaptive_pooling_matrix(side, 8, x) for side in size)
-    torch.testing.assert_close(torch.einsum('ih,nchw,jw->ncij', rows, x, cols), F.adaptive_avg_pool2d(x, 8))
+    torch.testing.assert_close(torch.einsum('ih,nchw,jw->ncij', rows, x, cols),
+                               F.adaptive_avg_pool2d(x, 8))

@@ -45,13 +45,15 @@ def test_position_attention_is_rotation_symmetric_only_without_neighbourhoods():
     same = (distances[3] - distances[3][:, None]).abs() < 1e-6
     assert torch.allclose(plain[:, 3][:, None, :].expand(-1, side ** 2, -1)[:, same],
                           plain[:, 3][:, :, None].expand(-1, -1, side ** 2)[:, same])
-    projected = centre_map(perturbed(PeripheralAttention(16, 2)).position_attention((side, side)), side)
+    projected = centre_map(perturbed(PeripheralAttention(16, 2)).position_attention((side, side)),
+                           side)
     assert (torch.rot90(projected, 1, (1, 2)) - projected).abs().max() > 1e-3
 
 
 def test_peripheral_initialization_scores_nearer_keys_higher_in_early_layers():
     side = 14
-    model = PerViT(dict(num_heads=4, depths=(2, 2, 6, 2), embed_dims=(16, 16, 16, 16), stem_channels=(8, 8, 8, 16)))
+    model = PerViT(dict(num_heads=4, depths=(2, 2, 6, 2), embed_dims=(16, 16, 16, 16),
+                        stem_channels=(8, 8, 8, 16)))
     assert model.blocks[0].attn.position.norm2.bias[0].item() == pytest.approx(-5.0)
     assert model.blocks[-1].attn.position.norm2.weight[0].item() == pytest.approx(0.01)
     with torch.no_grad():
@@ -70,7 +72,8 @@ def test_region_classification_uses_the_radii_of_appendix_b():
     assert [round(r, 2) for r in region_radii((14, 14))] == [1.19, 3.37, 5.83, 7.9]
     distance = cell_distances((14, 14))
     rings = torch.stack([(distance < 1).float(), ((distance >= 2) & (distance < 3)).float(),
-                         ((distance >= 4) & (distance < 5)).float(), ((distance >= 6) & (distance < 7)).float()])
+                         ((distance >= 4) & (distance < 5)).float(),
+                         ((distance >= 6) & (distance < 7)).float()])
     assert region_scores(rings, (14, 14)).argmax(dim=1).tolist() == [0, 1, 2, 3]
 
 
@@ -84,7 +87,8 @@ def test_mixed_attention_rows_sum_to_one_and_match_the_module_output():
     assert ((maps['position'] > 0) & (maps['position'] < 1)).all()
     # the row of the mixed attention reproduces the module's output for that token (before proj)
     v = attn.split_heads(attn.qkv(x[:1]).chunk(3, dim=-1)[2])
-    expected = attn.proj(attn.merge_heads(torch.einsum('hn,bhnd->bhd', maps['mixed'].flatten(1), v)[:, :, None]))
+    expected = attn.proj(attn.merge_heads(torch.einsum('hn,bhnd->bhd', maps['mixed'].flatten(1),
+                                                       v)[:, :, None]))
     torch.testing.assert_close(attn(x, (5, 6))[0, 2 * 6 + 3], expected[0, 0])
 
 
@@ -100,7 +104,8 @@ def test_phi_p_is_cached_in_eval_mode_until_the_weights_change():
     assert not torch.equal(attn.log_position_attention((3, 4)), first)
     attn.train()
     attn(x, (3, 4)).sum().backward()
-    assert attn.position.conv1.weight.grad is not None and attn.distance_proj.weight.grad is not None
+    assert (attn.position.conv1.weight.grad is not None
+            and attn.distance_proj.weight.grad is not None)
     frozen = PeripheralAttention(16, 2, freeze_position=True)
     assert frozen.log_position_attention((3, 4)) is frozen.log_position_attention((3, 4))
     frozen(x, (3, 4)).sum().backward()
@@ -118,14 +123,16 @@ def test_attention_forward_at_several_resolutions(hw_shape):
 
 
 def test_backbone_outputs_four_stride16_stages_at_several_sizes():
-    model = PerViT(dict(num_heads=2, depths=(1, 1, 2, 1), embed_dims=(16, 24, 32, 40), stem_channels=(8, 8, 16, 16)),
+    model = PerViT(dict(num_heads=2, depths=(1, 1, 2, 1), embed_dims=(16, 24, 32, 40),
+                        stem_channels=(8, 8, 16, 16)),
                    out_indices=(0, 1, 2, 3))
     assert model.out_channels == [24, 32, 40, 40]
     for size in [(16, 16), (50, 70)]:
         outs = model(torch.randn(2, 3, *size))
         grid = tuple(math.ceil(s / 16) for s in size)
         assert [tuple(o.shape) for o in outs] == [(2, c, *grid) for c in model.out_channels]
-    swapped = PerViT(dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 16, 16), stem_channels=(8, 8, 8, 16)),
+    swapped = PerViT(dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 16, 16),
+                          stem_channels=(8, 8, 8, 16)),
                      out_indices=(3,), attn_cfg=dict(type='SoftmaxAttention'))
     assert swapped.rpe_proj is None and swapped(torch.randn(1, 3, 32, 32))[0].shape == (1, 16, 2, 2)
 
@@ -146,7 +153,8 @@ def saved_bytes(model: PerViT, image: torch.Tensor) -> Tuple[int, List[torch.Ten
 
 def test_with_cp_recomputes_blocks_with_the_same_outputs_and_gradients():
     torch.manual_seed(0)
-    arch = dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 24, 24), stem_channels=(8, 8, 8, 16))
+    arch = dict(num_heads=2, depths=(1, 1, 1, 1), embed_dims=(16, 16, 24, 24),
+                stem_channels=(8, 8, 8, 16))
     plain, checkpointed = PerViT(arch), PerViT(arch, with_cp=True)
     checkpointed.load_state_dict(plain.state_dict())
     image = torch.randn(2, 3, 160, 192)
@@ -183,7 +191,8 @@ def test_bad_inputs_raise_one_line():
     with pytest.raises(ValueError, match='out_indices=\\(4,\\)'):
         PerViT('tiny', out_indices=(4,))
     with pytest.raises(ValueError, match='image of 8x64 is smaller than the stem stride 16'):
-        PerViT(dict(num_heads=1, depths=(1,), embed_dims=(8,), stem_channels=(4, 4, 4, 8)), out_indices=(0,))(
+        PerViT(dict(num_heads=1, depths=(1,), embed_dims=(8,), stem_channels=(4, 4, 4, 8)),
+               out_indices=(0,))(
             torch.randn(1, 3, 8, 64))
     with pytest.raises(ValueError, match='kernel_size=2'):
         PeripheralAttention(16, 2, kernel_size=2)

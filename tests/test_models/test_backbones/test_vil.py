@@ -1,5 +1,5 @@
-"""ViL (arXiv:2103.15358): LongformerAttention against the op reference, random shifting and its hook,
-backbone outputs for every arch and any input size, activation checkpointing, frozen stages,
+"""ViL (arXiv:2103.15358): LongformerAttention against the op reference, random shifting and its
+hook, backbone outputs for every arch and any input size, activation checkpointing, frozen stages,
 swapped attentions, named errors, and detector sizes against Table 14."""
 from types import SimpleNamespace
 
@@ -17,7 +17,8 @@ from mmvisattn.registry import models_of_scope
 
 from ...conftest import REPO, running_reference
 
-SMALL_ARCH = dict(embed_dims=(8, 16, 24), depths=(1, 2, 1), num_heads=(1, 2, 3), patch_sizes=(4, 2, 2),
+SMALL_ARCH = dict(embed_dims=(8, 16, 24), depths=(1, 2, 1), num_heads=(1, 2, 3),
+                  patch_sizes=(4, 2, 2),
                   windows=(3, 2, 2), num_global=(1, 2, 0), abs_pos=(True, False, True))
 
 
@@ -57,11 +58,13 @@ def test_random_shifting_draws_a_neighbour_in_training_only():
     attn.mode = 0
     with pytest.MonkeyPatch.context() as patch, running_reference(
             sliding_chunk.OP, sliding_chunk.sliding_chunk_attention_reference):
-        patch.setattr(attn, 'step_mode', lambda device: drawn)  # the reference with the neighbour the module drew
+        # the reference with the neighbour the module drew
+        patch.setattr(attn, 'step_mode', lambda device: drawn)
         torch.testing.assert_close(shifted, attn(x, (5, 6)), rtol=1e-5, atol=1e-6)
     attn.mode = 1
     draws = [attn.step_mode(x.device) for _ in range(40)]
-    assert all(isinstance(draw, torch.Tensor) and draw.device == x.device for draw in draws)  # never read back
+    # never read back
+    assert all(isinstance(draw, torch.Tensor) and draw.device == x.device for draw in draws)
     assert {int(draw) for draw in draws} == set(range(1, 9))
     attn.eval()
     assert attn.step_mode(x.device) == 0
@@ -79,7 +82,8 @@ def test_attention_maps_show_the_exact_window():
 
 
 def test_hook_switches_random_shifting_off_at_three_quarters():
-    model = torch.nn.Sequential(LongformerAttention(12, 3, mode=1), LongformerAttention(12, 3, mode=-1))
+    model = torch.nn.Sequential(LongformerAttention(12, 3, mode=1),
+                                LongformerAttention(12, 3, mode=-1))
     hook = ViLRandomShiftHook()
     runner = SimpleNamespace(model=model, iter=74, max_iters=100)
     hook.before_train_iter(runner, 74)
@@ -122,14 +126,17 @@ def test_any_input_size_and_a_three_stage_layout():
 
 @pytest.mark.parametrize('length,size', [(7, 13), (13, 7), (8, 3), (1, 4), (4, 1), (56, 100)])
 def test_position_embeddings_resize_as_linear_interpolation(length, size):
-    """The embeddings' resize is ``F.interpolate(mode='linear')`` in value and gradient (float64), written as
-    gathers, whose backward CUDA runs deterministically (the interpolation's has no deterministic CUDA kernel)."""
+    """The embeddings' resize is ``F.interpolate(mode='linear')`` in value and gradient (float64),
+    written as gathers, whose backward CUDA runs deterministically (the interpolation's has no
+    deterministic CUDA kernel)."""
     embed = torch.randn(2, length, 6, dtype=torch.float64, requires_grad=True)
-    expected = F.interpolate(embed.transpose(1, 2), size=size, mode='linear', align_corners=False).transpose(1, 2)
+    expected = F.interpolate(embed.transpose(1, 2), size=size, mode='linear',
+                             align_corners=False).transpose(1, 2)
     got = linear_resize(embed, size)
     torch.testing.assert_close(got, expected)
     upstream = torch.randn_like(got)
-    torch.testing.assert_close(*(torch.autograd.grad(out, embed, upstream)[0] for out in (got, expected)))
+    torch.testing.assert_close(*(torch.autograd.grad(out, embed,
+                                                     upstream)[0] for out in (got, expected)))
 
 
 def test_activation_checkpointing_keeps_outputs_and_gradients():
@@ -158,15 +165,18 @@ def test_another_attention_keeps_the_global_tokens():
     assert [stage.num_global for stage in model.stages] == [1, 2, 0]
     attns = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]
     assert [attn.num_extra_tokens for attn in attns] == [1, 2, 2, 0]
-    assert [tuple(o.shape[1:]) for o in model(torch.randn(1, 3, 32, 32))] == [(8, 8, 8), (16, 4, 4), (24, 2, 2)]
+    assert [tuple(o.shape[1:]) for o in model(torch.randn(1, 3, 32, 32))] == [(8, 8, 8), (16, 4, 4),
+                                                                              (24, 2, 2)]
 
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(arch='huge'), "arch='huge'; expected one of"),
     (dict(arch=dict(depths=(1,))), r'arch dict misses \['),
-    (dict(arch=dict(SMALL_ARCH, windows=(3, 2))), r"arch entries \['windows'\] do not have one value"),
+    (dict(arch=dict(SMALL_ARCH, windows=(3, 2))),
+     r"arch entries \['windows'\] do not have one value"),
     (dict(arch=dict(SMALL_ARCH, windows=(3, 0, 2))), 'window=0; expected a positive integer'),
-    (dict(arch=SMALL_ARCH, out_indices=(3,)), r'out_indices=\(3,\); expected stage indices below 3'),
+    (dict(arch=SMALL_ARCH, out_indices=(3,)),
+     r'out_indices=\(3,\); expected stage indices below 3'),
 ])
 def test_backbone_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -174,13 +184,15 @@ def test_backbone_bad_arguments_are_named(kwargs, message):
 
 
 def test_input_the_patch_embedding_cannot_take_is_named():
-    with pytest.raises(ValueError, match=r'input of shape \(1, 1, 32, 32\); expected \(B, 3, H, W\) images'):
+    with pytest.raises(ValueError,
+                       match=r'input of shape \(1, 1, 32, 32\); expected \(B, 3, H, W\) images'):
         ViL(arch=SMALL_ARCH)(torch.randn(1, 1, 32, 32))
 
 
 # Table 14 #Params (M), RetinaNet / Mask R-CNN. The official detection backbone keeps MsViT's
 # ImageNet head (embed_dims[-1] x 1000 + 1000) and final LayerNorm: unused, but counted there.
-TABLE_14 = {'tiny': (16.6, 26.9), 'small': (35.7, 45.0), 'medium': (50.8, 60.1), 'base': (66.7, 76.1)}
+TABLE_14 = {'tiny': (16.6, 26.9), 'small': (35.7, 45.0), 'medium': (50.8, 60.1),
+            'base': (66.7, 76.1)}
 
 
 @pytest.mark.parametrize('arch', sorted(TABLE_14))
@@ -205,7 +217,8 @@ def test_absolute_position_stages_drop_relative_biases_as_the_official_model():
     assert not hasattr(model.stages[0].blocks[0].attn, 'local_relative_position_bias_table')
     both = ViL(arch=SMALL_ARCH, attn_cfg=dict(type='LongformerAttention', rel_pos=True))
     assert all(stage.blocks[0].attn.rel_pos for stage in both.stages)
-    assert all(stage.abs_pos == bool(flag) for stage, flag in zip(both.stages, SMALL_ARCH['abs_pos']))
+    assert all(stage.abs_pos == bool(flag) for stage,
+               flag in zip(both.stages, SMALL_ARCH['abs_pos']))
     extra = sum(p.numel() for p in both.parameters()) - sum(p.numel() for p in model.parameters())
     tables = sum(p.numel() for name, p in both.named_parameters()
                  if 'relative_position' in name and not name.startswith('stages.1.'))
@@ -214,7 +227,8 @@ def test_absolute_position_stages_drop_relative_biases_as_the_official_model():
 
 
 def test_classification_reads_the_last_stage_class_token_after_the_final_norm():
-    """``out_type='cls_token'``: the first global token of the last stage, LayerNorm-ed (official MsViT's CLS)."""
+    """``out_type='cls_token'``: the first global token of the last stage, LayerNorm-ed (official
+    MsViT's CLS)."""
     arch = dict(SMALL_ARCH, num_global=(1, 1, 1))
     model = ViL(arch=arch, out_indices=(2,), out_type='cls_token', drop_path_rate=0.0).eval()
     image = torch.randn(2, 3, 64, 64)
@@ -227,9 +241,12 @@ def test_classification_reads_the_last_stage_class_token_after_the_final_norm():
 
 
 def test_classification_outputs_that_cannot_be_are_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^ViL: out_type='pooled'; expected one of \('featmap', 'cls_token'\)$"):
+    with pytest.raises(
+        ValueError, match=r"^ViL: out_type='pooled'; expected one of \('featmap', 'cls_token'\)$"
+    ):
         ViL(arch=SMALL_ARCH, out_type='pooled')
-    with pytest.raises(ValueError, match=r"out_indices=\(2,\) and a global token there \(the -cls archs\), got "
+    with pytest.raises(ValueError,
+                       match=r"out_indices=\(2,\) and a global token there \(the -cls archs\), got "
                                          r"out_indices=\(2,\), num_global=0$"):
         ViL(arch=dict(SMALL_ARCH, num_global=(1, 1, 0)), out_indices=(2,), out_type='cls_token')
     with pytest.raises(ValueError, match=r"got out_indices=\(1, 2\), num_global=1$"):
@@ -240,6 +257,7 @@ def test_the_official_final_norm_reaches_a_classification_target():
     from mmvisattn.models.backbones.vil import convert_vil_state_dict
     target = ViL(arch='tiny-cls', out_indices=(3,), out_type='cls_token').state_dict()
     weight = torch.randn(384)
-    converted, unmapped = convert_vil_state_dict({'module.norm.weight': weight, 'module.head.weight': weight},
+    converted, unmapped = convert_vil_state_dict({'module.norm.weight': weight,
+                                                  'module.head.weight': weight},
                                                  target)
     assert torch.equal(converted['norm.weight'], weight) and unmapped == ['module.head.weight']

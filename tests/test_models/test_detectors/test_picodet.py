@@ -61,13 +61,16 @@ def test_channel_shuffle_interleaves_the_halves():
     assert channel_shuffle(x, 2).flatten().tolist() == [0, 3, 1, 4, 2, 5]
 
 
-@pytest.mark.parametrize('backbone', [dict(type='ESNet', arch='s'), dict(type='CastlingLeViT', arch='s'),
-                                      dict(type='CastlingLeViT', arch='s', attn_cfg=dict(type='SoftmaxAttention'))])
+@pytest.mark.parametrize('backbone',
+                         [dict(type='ESNet', arch='s'), dict(type='CastlingLeViT', arch='s'),
+                                      dict(type='CastlingLeViT', arch='s',
+                                           attn_cfg=dict(type='SoftmaxAttention'))])
 def test_levels_at_odd_input_sizes(backbone):
     model = MODELS.build(backbone)
     neck = MODELS.build(dict(type='CSPPAN', in_channels=model.out_channels, out_channels=32))
     feats = neck(model(torch.randn(2, 3, 97, 131)))
-    assert [tuple(f.shape) for f in feats] == [(2, 32, 13, 17), (2, 32, 7, 9), (2, 32, 4, 5), (2, 32, 2, 3)]
+    assert [tuple(f.shape) for f in feats] == [(2, 32, 13, 17), (2, 32, 7, 9), (2, 32, 4, 5),
+                                               (2, 32, 2, 3)]
 
 
 def test_esnet_frozen_stages_stay_frozen():
@@ -88,17 +91,19 @@ def small_picodet():
         neck=dict(type='CSPPAN', in_channels=[96, 192, 384], out_channels=32),
         bbox_head=dict(type='PicoHead', num_classes=3, in_channels=32),
         train_cfg=dict(assigner=dict(type='SimOTAAssigner', iou_weight=6.0)),
-        test_cfg=dict(nms_pre=100, score_thr=0.0, nms=dict(type='nms', iou_threshold=0.6), max_per_img=10)))
+        test_cfg=dict(nms_pre=100, score_thr=0.0, nms=dict(type='nms', iou_threshold=0.6),
+                      max_per_img=10)))
     model.init_weights()
     return model
 
 
 def batch(boxes):
     from mmdet.structures import DetDataSample
-    meta = dict(img_shape=(96, 128), ori_shape=(96, 128), pad_shape=(96, 128), batch_input_shape=(96, 128),
-                scale_factor=(1.0, 1.0))
+    meta = dict(img_shape=(96, 128), ori_shape=(96, 128), pad_shape=(96, 128),
+                batch_input_shape=(96, 128), scale_factor=(1.0, 1.0))
     samples = [DetDataSample(metainfo=meta, gt_instances=InstanceData(
-        bboxes=torch.tensor(b, dtype=torch.float32).view(-1, 4), labels=torch.arange(len(b)) % 3)) for b in boxes]
+        bboxes=torch.tensor(b, dtype=torch.float32).view(-1, 4),
+        labels=torch.arange(len(b)) % 3)) for b in boxes]
     return torch.rand(len(boxes), 3, 96, 128), samples
 
 
@@ -131,10 +136,12 @@ def test_prediction_boxes_lie_inside_the_image():
     (dict(type='ESNet', out_indices=(3,)), 'out_indices=(3,)'),
     (dict(type='CastlingLeViT', arch='xs'), "arch='xs'"),
     (dict(type='CastlingLeViT', arch=dict(widths=(32, 64))), r'arch dict misses \['),
-    (dict(type='CSPPAN', in_channels=[8, 16, 32], out_channels=8, num_extra_levels=2), 'num_extra_levels=2'),
+    (dict(type='CSPPAN', in_channels=[8, 16, 32], out_channels=8, num_extra_levels=2),
+     'num_extra_levels=2'),
 ])
 def test_bad_layouts_fail_in_one_line(cfg, message):
-    with pytest.raises((KeyError, ValueError), match=message.replace('(', r'\(').replace(')', r'\)')):
+    with pytest.raises((KeyError, ValueError),
+                       match=message.replace('(', r'\(').replace(')', r'\)')):
         MODELS.build(cfg)
 
 

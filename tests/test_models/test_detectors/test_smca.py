@@ -45,7 +45,8 @@ def explicit_log_weights(centres, scales, hw_shape, smooth):
                         if len(s) == 1:
                             s = [s[0], s[0], 0.0]
                         s = s + [0.0] * (3 - len(s))
-                        out[b, h, q, y * hw_shape[1] + x] = -(s[0] * dx2 + s[1] * dy2 + s[2] * dx2 * dy2) / smooth
+                        out[b, h, q, y * hw_shape[1]
+                            + x] = -(s[0] * dx2 + s[1] * dy2 + s[2] * dx2 * dy2) / smooth
     return out
 
 
@@ -69,8 +70,8 @@ def decoder_layer(scale_type='per_head_xy', predict_reference=True):
 
 @pytest.mark.parametrize('scale_type', sorted(SCALE_CHANNELS))
 def test_co_attention_is_softmax_of_logits_plus_log_gaussian(scale_type):
-    """The cross-attention of the layer, rebuilt by hand: per head softmax(q k^T / sqrt(d) + log G) v
-    with G from the layer's own reference, offset and scale heads; padded keys get no weight."""
+    """The cross-attention of the layer, rebuilt by hand: per head softmax(q k^T / sqrt(d) + log G)
+    v with G from the layer's own reference, offset and scale heads; padded keys get no weight."""
     layer = decoder_layer(scale_type).double()
     if layer.scale_proj is not None:
         torch.nn.init.normal_(layer.scale_proj.weight, std=0.1)  # scales away from their start of 1
@@ -82,18 +83,24 @@ def test_co_attention_is_softmax_of_logits_plus_log_gaussian(scale_type):
     padding = padding.flatten(1)
     ref_scale = torch.tensor([[4.0, 3.0], [3.0, 3.0]], dtype=torch.float64)
     captured = {}
-    layer.cross_attn.register_forward_hook(lambda module, args, kwargs, out: captured.update(out=out, **kwargs),
+    layer.cross_attn.register_forward_hook(lambda module, args, kwargs,
+                                           out: captured.update(out=out, **kwargs),
                                            with_kwargs=True)
     _, reference = layer(query, memory, memory, query_pos, memory_pos, padding, hw_shape, ref_scale)
 
     normed = layer.norm_query(query + query_pos)
-    centres = (reference * ref_scale[:, None]).unsqueeze(2) + layer.offset_proj(normed).view(batch, queries, heads, 2)
-    scales = None if layer.scale_proj is None else layer.scale_proj(normed).view(batch, queries, heads, -1) ** 2
-    log_g = explicit_log_weights(centres, scales, hw_shape, 8.0).masked_fill(padding[:, None, None], float('-inf'))
+    centres = (reference * ref_scale[:, None]).unsqueeze(2) + layer.offset_proj(normed).view(
+        batch, queries, heads, 2
+    )
+    scales = None if layer.scale_proj is None else layer.scale_proj(normed).view(batch, queries,
+                                                                                 heads, -1) ** 2
+    log_g = explicit_log_weights(centres, scales, hw_shape,
+                                 8.0).masked_fill(padding[:, None, None], float('-inf'))
     attn = layer.cross_attn.attn
     w_q, w_k, w_v = attn.in_proj_weight.chunk(3)
     b_q, b_k, b_v = attn.in_proj_bias.chunk(3)
-    q = F.linear(captured['query'] + query_pos, w_q, b_q).view(batch, queries, heads, -1).transpose(1, 2)
+    q = F.linear(captured['query'] + query_pos, w_q,
+                 b_q).view(batch, queries, heads, -1).transpose(1, 2)
     k = F.linear(memory + memory_pos, w_k, b_k).view(batch, 12, heads, -1).transpose(1, 2)
     v = F.linear(memory, w_v, b_v).view(batch, 12, heads, -1).transpose(1, 2)
     weights = torch.softmax(q @ k.transpose(-1, -2) / (dims // heads) ** 0.5 + log_g, dim=-1)
@@ -115,7 +122,8 @@ def test_reference_centres_and_scales():
     out, reference = first(query, memory, memory, query_pos, memory_pos, None, (1, 5), ref_scale)
     assert out.shape == (2, 5, 32) and reference.shape == (2, 5, 2)
     assert torch.all((reference > 0) & (reference < 1))
-    _, passed_on = later(out, memory, memory, query_pos, memory_pos, None, (1, 5), ref_scale, reference)
+    _, passed_on = later(out, memory, memory, query_pos, memory_pos, None, (1, 5), ref_scale,
+                         reference)
     assert passed_on is reference
 
 
@@ -123,14 +131,16 @@ def test_reference_scale_is_the_unpadded_image_in_feature_cells():
     samples = [DetDataSample(metainfo=dict(img_shape=(96, 128), batch_input_shape=(96, 128))),
                DetDataSample(metainfo=dict(img_shape=(64, 96), batch_input_shape=(96, 128)))]
     feat = torch.zeros(2, 8, 3, 4)  # stride 32
-    torch.testing.assert_close(reference_scale(samples, feat), torch.tensor([[4.0, 3.0], [3.0, 2.0]]))
+    torch.testing.assert_close(reference_scale(samples, feat),
+                               torch.tensor([[4.0, 3.0], [3.0, 2.0]]))
 
 
 def test_reference_span_does_not_depend_on_the_batch():
     """The official ``h_w / 32``: a 100-pixel-wide image spans 3.125 cells alone (a 4-cell map)
     and in a 150-wide batch (5 cells); the batch-relative span would give 4.0 and 3.33."""
     feats = {100: torch.zeros(1, 8, 3, 4), 150: torch.zeros(1, 8, 3, 5)}
-    spans = [reference_scale([DetDataSample(metainfo=dict(img_shape=(90, 100), batch_input_shape=(90, width)))],
+    spans = [reference_scale([DetDataSample(metainfo=dict(img_shape=(90, 100),
+                                                          batch_input_shape=(90, width)))],
                              feat)[0] for width, feat in feats.items()]
     torch.testing.assert_close(spans[0], torch.tensor([3.125, 2.8125]))
     torch.testing.assert_close(spans[1], spans[0])
@@ -150,12 +160,14 @@ def test_an_image_alone_and_in_a_padded_batch_gives_the_same_boxes():
     model.double().eval()  # float64, so that 1e-5 px measures the method, not float32 rounding
 
     def predict(feat, batch_shape):
-        samples = [DetDataSample(metainfo=dict(img_shape=shape, ori_shape=shape, scale_factor=(1.0, 1.0),
+        samples = [DetDataSample(metainfo=dict(img_shape=shape, ori_shape=shape,
+                                               scale_factor=(1.0, 1.0),
                                                batch_input_shape=batch_shape))
                    for shape in [(90, 100), (128, 128)][:feat.shape[0]]]
         with torch.no_grad():
             head_inputs = model.forward_transformer((feat,), samples)
-            return model.bbox_head.predict(**head_inputs, batch_data_samples=samples, rescale=False)[0]
+            return model.bbox_head.predict(**head_inputs, batch_data_samples=samples,
+                                           rescale=False)[0]
 
     channels = model.positional_encoding.num_feats * 2
     alone = torch.randn(1, channels, 3, 4, dtype=torch.float64)
@@ -176,7 +188,8 @@ def test_padded_images_attend_within_their_own_grid():
     padding = torch.zeros(2, 4, 5, dtype=torch.bool)
     padding[1, 3:] = True
     padding[1, :, 2:] = True
-    batched = encoder(feat.flatten(1, 2), pos.flatten(1, 2), padding.flatten(1), (4, 5)).view(2, 4, 5, 32)
+    batched = encoder(feat.flatten(1, 2), pos.flatten(1, 2), padding.flatten(1),
+                      (4, 5)).view(2, 4, 5, 32)
     alone = encoder(feat[1:, :3, :2].flatten(1, 2), pos[1:, :3, :2].flatten(1, 2), None, (3, 2))
     torch.testing.assert_close(batched[1, :3, :2], alone.view(3, 2, 32))
     full = encoder(feat[:1].flatten(1, 2), pos[:1].flatten(1, 2), None, (4, 5))
@@ -190,7 +203,8 @@ def test_detector_trains_and_predicts_on_images_of_different_sizes():
     model = MODELS.build(cfg.model)
     model.init_weights()
     sizes = [(64, 96), (96, 64)]
-    samples = [DetDataSample(gt_instances=InstanceData(bboxes=torch.tensor([[4.0, 6.0, 40.0, 50.0]]),
+    samples = [DetDataSample(gt_instances=InstanceData(bboxes=torch.tensor([[4.0, 6.0, 40.0,
+                                                                             50.0]]),
                                                        labels=torch.tensor([i])),
                              metainfo=dict(img_shape=size, ori_shape=size, scale_factor=(1.0, 1.0)))
                for i, size in enumerate(sizes)]
@@ -210,9 +224,11 @@ def test_detector_trains_and_predicts_on_images_of_different_sizes():
 
 
 @pytest.mark.parametrize('change, error, message', [
-    (dict(decoder=dict(layer_cfg=dict(scale_type='diagonal'))), ValueError, "scale_type='diagonal'"),
+    (dict(decoder=dict(layer_cfg=dict(scale_type='diagonal'))), ValueError,
+     "scale_type='diagonal'"),
     (dict(decoder=dict(layer_cfg=dict(smooth=0.0))), ValueError, 'smooth=0.0'),
-    (dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(type='NoSuchAttention')))), KeyError, 'NoSuchAttention'),
+    (dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(type='NoSuchAttention')))), KeyError,
+     'NoSuchAttention'),
     (dict(positional_encoding=dict(num_feats=32)), ValueError, 'num_feats=32'),
 ])
 def test_bad_configs_fail_in_one_line(change, error, message):
@@ -232,7 +248,8 @@ def test_decoder_layer_without_reference_fails_in_one_line():
 
 
 def test_init_keeps_the_gaussian_feature_map_of_ripple_attention():
-    """C.6 initialises the transformer with Xavier; the feature map's W1 stays standard Gaussian (C.1)."""
+    """C.6 initialises the transformer with Xavier; the feature map's W1 stays standard Gaussian
+    (C.1)."""
     cfg = Config.fromfile(DEMO)
     cfg.merge_from_dict({'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention')})
     init_default_scope('mmdet')
@@ -246,8 +263,7 @@ def test_init_keeps_the_gaussian_feature_map_of_ripple_attention():
 
 
 @pytest.mark.parametrize('config, paper_millions', [
-    ('smca_r50_8xb2-50e_coco.py', 41.5),
-    ('smca-la_r50_8xb2-50e_coco.py', 41.7),
+    ('smca_r50_8xb2-50e_coco.py', 41.5), ('smca-la_r50_8xb2-50e_coco.py', 41.7),
     ('smca-ripple_r50_8xb2-50e_coco.py', 41.8),
 ])
 def test_sizes_match_table_3(config, paper_millions):
