@@ -38,8 +38,8 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from lab import timing
 from lab.bench.processes import run_or_raise
+from mmvisattn.analysis import timing
 from mmvisattn.analysis.demo_spread import NO_DETECTIONS, tested_runs
 
 
@@ -66,11 +66,9 @@ class DeployCase(NamedTuple):
 # Mask2Former-Castling at 128x128, its ViT-B from random weights: ADE20K has no demo data to train
 # on here
 SMALL_MASK2FORMER = ("model = dict(data_preprocessor=dict(size=(128, 128)), "
-                     "backbone=dict(img_size=(128, 128), "
-                     "init_cfg=None))\n")
+                     "backbone=dict(img_size=(128, 128), init_cfg=None))\n")
 RIPPLE_ENCODER = ("model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, "
-                  "type='RippleAttention', "
-                  "attn_drop=0.0))))\n")
+                  "type='RippleAttention', attn_drop=0.0))))\n")
 CASES: Dict[str, DeployCase] = {
     'smca': DeployCase('SMCA', 'smca/smca_r18_1xb8-600i_shapes-coco-128.py',
                        'detection_onnxruntime_dynamic.py', 'coco/bbox_mAP'),
@@ -279,8 +277,10 @@ def random_checkpoint(deploy_cfg, config, path: Path):
 def random_image(path: Path, height: int, width: Optional[int] = None) -> Path:
     import cv2
     path.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(path), (np.random.default_rng(0).random((height, width or height,
-                                                             3)) * 255).astype(np.uint8))
+    cv2.imwrite(
+        str(path),
+        (np.random.default_rng(0).random((height, width or height, 3)) * 255).astype(np.uint8),
+    )
     return path
 
 
@@ -315,8 +315,9 @@ def latency_pair(name: str, pair: LatencyPair, checkout: Checkout, out_dir: Path
         str(exported(config, deploy, pair.size, pair.opset, folder / side, checkout.configs)),
         providers=['CPUExecutionProvider'])
         for side, config in (('ours', pair.ours), ('stock', pair.stock))}
-    feed = {'input': np.random.default_rng(0).standard_normal((1, 3,
-                                                               *pair.size)).astype(np.float32)}
+    feed = {
+        'input': np.random.default_rng(0).standard_normal((1, 3, *pair.size)).astype(np.float32)
+    }
     times = timing.rounds({side: (lambda s: lambda: s.run(None, feed))(session) for side,
                            session in sessions.items()},
                           runs)
@@ -385,8 +386,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                      'checkout of mmdeploy')
     if not (args.tools_dir / 'train.py').is_file() or not (args.configs_dir / '_deploy_').is_dir():
         parser.error(f'--tools-dir {args.tools_dir} / --configs-dir {args.configs_dir}: expected '
-                     'the project\'s tools/ '
-                     'and configs/ (run from a checkout, or name them)')
+                     'the project\'s tools/ and configs/ (run from a checkout, or name them)')
     if args.iters < 1 or args.latency_runs < 1:
         parser.error('--iters and --latency-runs must be positive')
     return args

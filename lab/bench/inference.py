@@ -17,8 +17,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from lab import timing
 from lab.proof.model_data import read_config
+from mmvisattn.analysis import timing
 from mmvisattn.deploy import export_onnx, onnxruntime_session, switch_to_deploy
 from mmvisattn.deploy.onnx_export import RawOutputs
 from mmvisattn.registry import build_from_config
@@ -81,8 +81,7 @@ def measure(name: str, shape: Sequence[int], warmup: int, repeats: int) -> Dict[
 def table(results: List[Dict[str, object]]) -> str:
     by_name = {r['model']: r for r in results}
     lines = ['| model | input | PyTorch (2 threads) | ONNX Runtime 1 thread | ONNX Runtime 2 '
-             'threads '
-             '| vs stock (ORT 2t) |', '|---|---|---|---|---|---|']
+             'threads | vs stock (ORT 2t) |', '|---|---|---|---|---|---|']
     for r in results:
         stock = by_name.get(MODELS[r['model']][2])
         ratio = f"{r['onnxruntime_2t_ms'] / stock['onnxruntime_2t_ms']:.2f}x" if stock else '-'

@@ -4,8 +4,9 @@ own:
     python -m lab.bench.measure '{"kind": "time", ...}'
 
 prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds (the order
-reversed every other round, :func:`lab.timing.rounds`; ratios are medians of per-round ratios);
-memory is the growth of the peak resident set over one step (:func:`lab.timing.peak_growth_mb`).
+reversed every other round, :func:`mmvisattn.analysis.timing.rounds`; ratios are medians of
+per-round ratios); memory is the growth of the peak resident set over one step
+(:func:`mmvisattn.analysis.timing.peak_growth_mb`).
 """
 import json
 import statistics
@@ -14,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from lab import timing
 from lab.bench.cases import MODEL_GROUPS, OP_CASES, OpCase
 from lab.bench.official_code import (
     CASTLING,
@@ -25,6 +25,7 @@ from lab.bench.official_code import (
     import_file,
     stub_timm,
 )
+from mmvisattn.analysis import timing
 
 WARM_UP_GRID = 8  # grid of the step that precedes each memory measurement
 OFFICIAL_REPOS = {'vil': VIL, 'castling': CASTLING, 'pervit': PERVIT}
@@ -134,8 +135,11 @@ def child_memory(payload: dict) -> dict:
     # dense form, so the linear paths, which the benchmark grids take, warm up too.
     for impl in ('torch', 'cpu', None):
         training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
-    return {'peak_mb': timing.peak_growth_mb(training_step(payload['spec'], case, payload['grid'],
-                                                           peers))}
+    return {
+        'peak_mb': timing.peak_growth_mb(
+            training_step(payload['spec'], case, payload['grid'], peers)
+        )
+    }
 
 
 def child_models(payload: dict) -> dict:

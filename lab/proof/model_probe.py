@@ -6,8 +6,8 @@ In training it records the first iteration (a resumed run starts at its checkpoi
 iteration's loss and its synchronised time (the step after its batch is loaded: forward, backward,
 optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start
 of training (weights and optimizer state included; read every iteration before mmengine's logger
-resets it; on a CPU the peak resident set, :mod:`lab.timing`). At iteration ``probe_iter`` of the
-run, with nothing that changes what ``impl='auto'`` picks:
+resets it; on a CPU the peak resident set, :mod:`mmvisattn.analysis.timing`). At iteration
+``probe_iter`` of the run, with nothing that changes what ``impl='auto'`` picks:
 
 * every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
   names for this device, the attention's input dtype and this input size;
@@ -40,9 +40,9 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from lab import timing
 from lab.bench.largest_input import cap_memory
 from lab.step_audit import HOST_READ_OPS, HostReadCounter
+from mmvisattn.analysis import timing
 
 SYNC_EVENTS = ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize')
 SYNC_WARNING = 'called a synchronizing CUDA operation'  # what the sync debug mode warns with
@@ -50,18 +50,18 @@ OUR_FRAMES = ('/mmvisattn/', '/mmdet/', '/mmseg/', '/mmengine/', '/mmcv/')
 
 
 class OpCalls:
-    """Every op call made while active: ``(layer, op, request, backend chosen)``, the layer the name
-    the caller sets in ``layer``; the ops' decision watched from outside (no dispatch mode, which
-    would change what ``auto`` picks)."""
+    """Every op call made while active: ``(layer, Choice)``, the layer the name the caller sets in
+    ``layer`` (so its own observer, not :func:`recording_choices`, which knows no layers); the ops'
+    decision watched from outside (no dispatch mode, which would change what ``auto`` picks)."""
 
     def __init__(self) -> None:
         self.layer, self.calls = '', []
 
     def __enter__(self) -> 'OpCalls':
-        from mmvisattn.ops.utils.dispatch import observing
+        from mmvisattn.ops.utils.dispatch import Choice, observing
 
         def record(op, impl, request) -> None:
-            self.calls.append((self.layer, op, request, op.choose(impl, request)))
+            self.calls.append((self.layer, Choice(op, impl, request, op.choose(impl, request))))
 
         self.observing = observing(record)
         self.observing.__enter__()
@@ -191,9 +191,9 @@ class ModelProofProbe(Hook):
                 caught.__exit__(None, None, None)
                 torch.cuda.set_sync_debug_mode(0)
             from torch.profiler import ProfilerActivity, profile
-            self.profile = stack.enter_context(profile(activities=[ProfilerActivity.CPU,
-                                                                   ProfilerActivity.CUDA],
-                                                       with_stack=True))
+            self.profile = stack.enter_context(
+                profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
+            )
         else:
             def before(module, args):
                 self.input_size = tuple(args[0].shape[-2:])
@@ -239,10 +239,10 @@ class ModelProofProbe(Hook):
         calls = self.dispatch.calls
         if not calls:
             return []
-        ran = {(layer, op.name): chosen for layer, op, _, chosen in calls}
+        ran = {(layer, choice.op.name): choice.chosen for layer, choice in calls}
         named = {(row['layer'], row['op']): row['runs'] for row in
                  dispatch_rows(attention_requests(runner.cfg, self.input_size),
-                               self.record['device'], calls[0][2].dtype)}
+                               self.record['device'], calls[0][1].request.dtype)}
         return [dict(layer=layer, op=op, runs=impl, named=named.get((layer, op)),
                      ok=named.get((layer, op)) == impl)
                 for (layer, op), impl in ran.items()]
@@ -262,7 +262,7 @@ class ModelProofProbe(Hook):
     def after_test_epoch(self, runner, metrics: Optional[Dict[str, float]] = None) -> None:
         synchronize()
         seconds, timed = (time.perf_counter() - self.start,
-                          self.record['images'] - self.warm_up_images,)
+                          self.record['images'] - self.warm_up_images)
         self.record.update(seconds=seconds, images_per_s=timed / seconds if timed else None,
                            metrics={k: float(v) for k,
                                     v in (metrics or {}).items() if isinstance(v, numbers.Real)},

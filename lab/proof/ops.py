@@ -176,8 +176,7 @@ class Proof:
             rows = getattr(self, name)()
             self.sections[name] = dict(seconds=round(time.perf_counter() - began, 1), rows=rows)
             print(f'{name}: {len(rows)} rows, {sum(not row.get("ok", True) for row in rows)} '
-                  'failed, '
-                  f'{self.sections[name]["seconds"]} s', flush=True)
+                  f'failed, {self.sections[name]["seconds"]} s', flush=True)
         print(*faster_than_auto(self.sections.get('benchmarks', {}).get('rows', [])), sep='\n',
               flush=True)
         for op, tokens in sorted(measured_crossovers(crossover_rows(self.sections)).items()):
@@ -401,7 +400,7 @@ class Proof:
     def median_ms(self, run: Callable) -> float:
         """Median of ``--repeats`` timed runs after warm-up, fewer where one run takes over half a
         second (the torch paths at the largest maps), so a row stays within a few seconds."""
-        from lab import timing
+        from mmvisattn.analysis import timing
         warm_up = 1 if self.smoke else 3
         began = time.perf_counter()
         for _ in range(warm_up):
@@ -411,22 +410,17 @@ class Proof:
         return round(timing.median_ms(run, repeats, warm_up=0, cuda=self.device == 'cuda'), 3)
 
     def peak_mb(self, run: Callable) -> Optional[float]:
-        from lab import timing
+        from mmvisattn.analysis import timing
         return round(timing.peak_growth_mb(run, cuda=True), 1) if self.device == 'cuda' else None
 
 
 def chosen(case, call: Callable):
     """``call()``'s result and the backend ``auto`` chose for the case's op in it (the op's decision
     watched from outside)."""
-    from mmvisattn.ops.utils.dispatch import observing
-    choices = []
-
-    def record(op, impl, request) -> None:
-        choices.append((op, op.choose(impl, request)))
-
-    with observing(record):
+    from mmvisattn.ops.utils.dispatch import recording_choices
+    with recording_choices() as choices:
         out = call()
-    return out, next(impl for op, impl in choices if op is case.op)
+    return out, next(choice.chosen for choice in choices if choice.op is case.op)
 
 
 def device_name(device: str) -> str:
@@ -448,9 +442,9 @@ def main(argv=None) -> int:
                 python=platform.python_version(), cpu_smoke=args.cpu_smoke,
                 seconds=round(time.perf_counter() - proof.start, 1), failures=proof.failures())
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / 'gpu_proof.json').write_text(json.dumps(dict(meta=meta,
-                                                                 sections=proof.sections),
-                                                            indent=1))
+    (args.out_dir / 'gpu_proof.json').write_text(
+        json.dumps(dict(meta=meta, sections=proof.sections), indent=1)
+    )
     (args.out_dir / 'gpu_proof.md').write_text(markdown(meta, proof.sections))
     rows = proof_rows(proof.sections, SDPA_ROW)
     data = record('proof', meta['device_name'], rows, False,

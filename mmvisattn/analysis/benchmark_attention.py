@@ -15,13 +15,12 @@ import argparse
 import ast
 import json
 import math
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
+
+from . import timing
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,20 +66,6 @@ def parse_type(spec: str) -> Dict:
     return cfg
 
 
-def median_seconds(fn: Callable[[], None], warmup: int, repeats: int,
-                   sync: Callable[[], None]) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def build_module(cfg: Dict, dims: int, heads: int):
     """An attention of ``ATTENTIONS``, or the class at a dotted import path."""
     from mmvisattn.registry import build_attention
@@ -107,7 +92,7 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     tokens = getattr(module, 'num_extra_tokens', 0) + grid * grid
     x = torch.randn(args.batch, tokens, args.dims, device=device, requires_grad=True)
     hw_shape = (grid, grid)
-    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
+    cuda = device.type == 'cuda'
 
     def forward() -> None:
         with torch.no_grad():
@@ -116,19 +101,14 @@ def measure_one(spec: str, grid: int, args: argparse.Namespace) -> Dict:
     def forward_backward() -> None:
         module(x, hw_shape).sum().backward()
 
-    if device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    fwd = median_seconds(forward, args.warmup, args.repeats, sync)
-    fwd_bwd = median_seconds(forward_backward, args.warmup, args.repeats, sync)
-    if device.type == 'cuda':
-        peak = torch.cuda.max_memory_allocated(device) - base
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    return dict(type=spec, grid=grid, tokens=tokens, fwd_ms=1e3 * fwd, fwd_bwd_ms=1e3 * fwd_bwd,
-                peak_mb=peak / 2**20, device=args.device,
+    ms = {}
+
+    def timed() -> None:
+        for name, step in (('fwd_ms', forward), ('fwd_bwd_ms', forward_backward)):
+            ms[name] = timing.median_ms(step, args.repeats, args.warmup, cuda)
+
+    peak = timing.peak_growth_mb(timed, cuda)
+    return dict(type=spec, grid=grid, tokens=tokens, **ms, peak_mb=peak, device=args.device,
                 complexity=getattr(module, 'complexity', 'quadratic'))
 
 
@@ -169,8 +149,7 @@ def format_table(rows: List[Dict], exponents: Dict[str, Dict]) -> str:
             lines.append(f'{row["type"]:<44} {row["grid"]:>6} {"":>7} error: {row["error"]}')
         else:
             lines.append(f'{row["type"]:<44} {row["grid"]:>6} {row["tokens"]:>7} '
-                         f'{row["fwd_ms"]:>9.1f} '
-                         f'{row["fwd_bwd_ms"]:>11.1f} {row["peak_mb"]:>9.1f}')
+                         f'{row["fwd_ms"]:>9.1f} {row["fwd_bwd_ms"]:>11.1f} {row["peak_mb"]:>9.1f}')
     lines.append('')
     for spec, exps in exponents.items():
         text = ', '.join(f'{k} {v:.2f}' if v is not None else f'{k} n/a' for k, v in exps.items())

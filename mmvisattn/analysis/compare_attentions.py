@@ -31,7 +31,6 @@ import argparse
 import copy
 import json
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -40,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .benchmark_attention import fitted_exponent, log_axes, median_seconds, parse_type, save_figure
+from . import timing
+from .benchmark_attention import fitted_exponent, log_axes, parse_type, save_figure
 from .input_size import test_input_size
 from .processes import run_logged
 
@@ -144,8 +144,7 @@ def with_attention(cfg, spec: str):
     slots = attention_slots(cfg.model, models_of_scope(cfg.default_scope))
     if not slots:
         raise SystemExit('error: the model holds no attention to swap (no backbone of the project '
-                         'with '
-                         'attention_args, no attn_cfg naming an attention)')
+                         'with attention_args, no attn_cfg naming an attention)')
     for slot in slots:
         node = cfg.model
         for key in slot[:-1]:
@@ -161,8 +160,7 @@ def shortened(cfg, iters: Optional[int]):
     train_cfg = cfg.train_cfg
     if 'max_iters' not in train_cfg:
         raise SystemExit(f'error: train_cfg={dict(train_cfg)!r}; the arena expects an '
-                         'iteration-based schedule '
-                         '(max_iters)')
+                         'iteration-based schedule (max_iters)')
     full = train_cfg.max_iters
     iters = iters or full
     scale = iters / full
@@ -208,8 +206,10 @@ def cost_curve(cfg, task: Dict) -> List[Dict]:
         if isinstance(module, attention_types):
             module.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[1]))
     device = torch.device(task['device'])
-    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    cuda = device.type == 'cuda'
+    # on CPU every size's peak counts from here, the resident set's peak never reset: a larger size
+    # reuses pages a smaller one freed and still holds, which a reset would not count again
+    start = timing.peak_mb(cuda)
     rows = []
     for side in sorted(task['sizes']):
         if part is None:
@@ -220,14 +220,12 @@ def cost_curve(cfg, task: Dict) -> List[Dict]:
             forward = lambda: part(images)  # noqa: B023, E731
         step = lambda: sum(t.float().mean() for t in leaves(forward())).backward()  # noqa: B023, E731
         seen.clear()
-        if device.type == 'cuda':
-            torch.cuda.reset_peak_memory_stats(device)
-            base = torch.cuda.memory_allocated(device)
-        seconds = median_seconds(step, 1, task['repeats'], sync)
-        peak = (torch.cuda.max_memory_allocated(device) if device.type == 'cuda'
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) - base
-        rows.append(dict(size=side, tokens=max(seen), fwd_bwd_ms=1e3 * seconds,
-                         peak_mb=peak / 2**20))
+        if cuda:
+            timing.reset_peak(cuda)
+            start = torch.cuda.memory_allocated() / 2 ** 20
+        ms = timing.median_ms(step, task['repeats'], 1, cuda)
+        rows.append(dict(size=side, tokens=max(seen), fwd_bwd_ms=ms,
+                         peak_mb=timing.peak_mb(cuda) - start))
     return rows
 
 
@@ -359,8 +357,7 @@ def table(results: Dict) -> str:
              f'{results["device"]}; forward + backward of the {results["measured_part"]} on '
              f'{results["batch"]} '
              f'images per side (ms), peak memory at {max(sizes)}x{max(sizes)}; MACs at the test '
-             'input size, '
-             'deployed.', '',
+             'input size, deployed.', '',
              '| attention | params (M) | GMACs | ' + ' | '.join(f'{s}² ms' for s in sizes)
              + f' | time exp. | peak MB | memory exp. | {metric} (mean ± spread) |',
              '|---' * (7 + len(sizes)) + '|']
@@ -371,8 +368,7 @@ def table(results: Dict) -> str:
         score = '-' if row['mean'] is None else f'{row["mean"]:.3f} ± {number(row["spread"], 3)}'
         params = None if row['params'] is None else row['params'] / 1e6
         lines.append(f'| {row["attention"]} | {number(params, 2)} | {number(row["gmacs"], 2)} | '
-                     f'{times} | '
-                     f'{number(row["time_exponent"], 2)} | {number(largest, 0)} | '
+                     f'{times} | {number(row["time_exponent"], 2)} | {number(largest, 0)} | '
                      f'{number(row["memory_exponent"], 2)} | {score} |')
     failures = [f'- {row["attention"]}, {part}: {error}' for row in results['attentions']
                 for part, error in row.get('errors', {}).items()]

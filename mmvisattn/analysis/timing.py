@@ -1,4 +1,4 @@
-"""The lab's one timing loop and one peak-memory reader, for the benchmarks and the GPU proofs.
+"""The one timing loop and peak-memory reader of the benchmarks, the package's and the lab's.
 
 Times are wall seconds per call on CPU and CUDA-event seconds on a GPU (the queue drained after each
 call); several steps timed together alternate their order every other round, so a drift of the
