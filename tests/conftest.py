@@ -4,14 +4,13 @@ command-line tools as a user calls them (a subprocess in a scratch working direc
 
 This file needs torch and pytest alone: the op tests (``tests/test_ops``) run where OpenMMLab is
 not installed, as on a bare GPU machine (``python -m pytest tests/test_ops``)."""
-import contextlib
 import importlib.metadata
 import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 import pytest
 
@@ -154,8 +153,7 @@ def run_command(command: List[str], timeout: float = 600, forked: bool = False,
         pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} '
                     's x '
                     f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on '
-                    'a slow or '
-                    f'loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
+                    f'a slow or loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
 
 # Tools run forked from a server that has imported the stock stack (lab/tool_server.py
@@ -176,8 +174,7 @@ def run_tool(args: List[str], cwd: Path, timeout: float = 600,
     done = run_command(command, timeout, forked=FORK_TOOLS and TOOLS.serves(env), cwd=cwd, env=env)
     if check and done.returncode != 0:
         pytest.fail(f'{" ".join(command)} exited {done.returncode}\n--- '
-                    f'stdout\n{done.stdout[-4000:]}'
-                    f'\n--- stderr\n{done.stderr[-6000:]}')
+                    f'stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}')
     return done
 
 
@@ -203,20 +200,6 @@ def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp('workspace')
     run_tool(['tools/misc/make_demo_data.py', '--out', root / 'data' / 'shapes'], cwd=root)
     return root
-
-
-@contextlib.contextmanager
-def recorded_choices() -> Iterator[List[Tuple[str, str, str]]]:
-    """``(op, impl asked, backend chosen)`` of every op call made inside, the ops' decision watched
-    from outside."""
-    from mmvisattn.ops.utils.dispatch import observing
-    records = []
-
-    def record(op, impl, request):
-        records.append((op.name, impl, op.choose(impl, request)))
-
-    with observing(record):
-        yield records
 
 
 def running_reference(op, reference):

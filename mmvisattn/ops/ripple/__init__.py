@@ -90,12 +90,12 @@ def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
 def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
                  triton: bool = False) -> Tuple[Tensor, Tensor]:
     """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)`` of the split every backend runs
-    (:func:`.local_global.ring_weights`), by the torch passes or, with ``triton`` (CUDA), a Triton
-    kernel a pass."""
+    (:func:`.local_global.ring_weights_by`), by the torch passes or, with ``triton`` (CUDA), a
+    Triton kernel a pass."""
     if not triton:
-        return local_global.ring_weights(logits, hw_shape, tau)
+        return local_global.ring_weights_by(logits, hw_shape, tau)
     from .triton import WEIGHT_PASSES  # Triton loads on the first call
-    return local_global.ring_weights(logits, hw_shape, tau, WEIGHT_PASSES)
+    return local_global.ring_weights_by(logits, hw_shape, tau, WEIGHT_PASSES)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: Sequence[int],

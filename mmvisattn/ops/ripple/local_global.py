@@ -1,6 +1,6 @@
 """The split of ripple attention every backend runs (arXiv:2110.02453, Eq. 4-6): the stick-breaking
 weights (Eq. 5, C.3) cut into a local part ``beta_r`` on the groups ``r < R_max`` and a merged
-weight ``w_m`` on every token (:func:`ring_weights`), so::
+weight ``w_m`` on every token (:func:`ring_weights_by`), so::
 
     num_ij = w_m(i, j) phi(q_ij) sum_all phi(k) v^T
              + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} (phi(q_ij) . phi(k)) v
@@ -102,7 +102,7 @@ def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor
 
 
 def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
-    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N, 1)`` of :func:`ring_weights` under
+    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N, 1)`` of :func:`ring_weights_by` under
     autograd, from the logits and the ``(N, 1)`` reach of every query (:func:`query_reach`)."""
     alpha, r_hat, merged = truncate(upcast(logits)[0], tau)
     # groups counted in floats: a traced integer clamp is ONNX's Clip, which ONNX Runtime runs on
@@ -172,8 +172,8 @@ class RingWeights(torch.autograd.Function):
 TORCH_PASSES = (ring_weights_reference, ring_weights_backward)
 
 
-def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
-                 passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tuple[Tensor, Tensor]:
+def ring_weights_by(logits: Tensor, hw_shape: Sequence[int], tau: float,
+                    passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tuple[Tensor, Tensor]:
     """The weights in the form the backends use: every token gets the merged weight ``w_m``, and a
     token in group ``r < R_max`` gets ``beta_r = alpha_r - w_m`` on top when ``r < r_hat`` (0
     otherwise).
@@ -301,6 +301,6 @@ def local_plus_global(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape:
                       weight_passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tensor:
     """Ripple attention from a local part's passes and the global sums weighted by ``w_m`` (the ring
     weights by ``weight_passes``)."""
-    beta, merged_weight = ring_weights(logits, hw_shape, tau, weight_passes)
+    beta, merged_weight = ring_weights_by(logits, hw_shape, tau, weight_passes)
     return apply_function(RippleLocalGlobal, q, k, v, beta, merged_weight.reshape(-1, q.shape[-2]),
                           tuple(hw_shape), eps, (local_forward, local_backward))

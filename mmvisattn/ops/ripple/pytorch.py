@@ -56,10 +56,11 @@ class Geometry:
     def halo_index(self) -> Tensor:
         """``(rows * cols * K,)`` flat position in the padded map of every halo key, tile by tile
         (built by the backward only, which adds gradients back through it)."""
-        tile_row, tile_col = (torch.arange(n, device=self.device)[:, None] * self.tile
-                              + torch.arange(self.side,
-                                             device=self.device)[None] for n in (self.rows,
-                                                                                 self.cols))
+        tile_row, tile_col = (
+            torch.arange(n, device=self.device)[:, None] * self.tile
+            + torch.arange(self.side, device=self.device)[None]
+            for n in (self.rows, self.cols)
+        )
         return (tile_row[:, None, :, None] * self.padded[1]
                 + tile_col[None, :, None, :]).reshape(-1)
 
@@ -118,9 +119,11 @@ class Geometry:
         """Scores ``phi(q) . phi(k)`` of tiles against their halos, and the ``beta`` of each pair's
         group (``beta_tiles`` carry a last zero column for groups ``>= R_max``)."""
         count = q_tiles.shape[0]
-        weights = beta_tiles.reshape(count,
-                                     -1).index_select(1, self.weight_index).view(count,
-                                                                                 self.tile ** 2, -1)
+        weights = (
+            beta_tiles.reshape(count, -1)
+            .index_select(1, self.weight_index)
+            .view(count, self.tile**2, -1)
+        )
         return q_tiles @ keys.transpose(1, 2), weights
 
 

@@ -5,7 +5,8 @@ inputs and outputs is written, forward and backward; the merged groups stay glob
 ``_backward_queries`` ``dq`` and ``dbeta``, ``_backward_keys`` ``dk`` and ``dv`` through the queries
 ``i = j - offset`` of each key (groups are symmetric, Appendix B: no two programs write one row).
 ``_ring_weights_forward`` and ``_ring_weights_backward`` compute the ring weights
-(:func:`.local_global.ring_weights`) a block of query rows at a time, each row's sticks one tile.
+(:func:`.local_global.ring_weights_by`) a block of query rows at a time, each row's sticks one
+tile.
 Mixed precision: :func:`.local_global.local_plus_global` hands the kernels float32."""
 from typing import Sequence, Tuple
 
@@ -84,7 +85,7 @@ def _backward_queries(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr,
     head, tokens, pos, inside, row, col = _program(height, width, BLOCK)
     k_base, v_base = k_ptr + head * tokens * dims, v_ptr + head * tokens * value_dims
     beta_base, grad_beta_base = (beta_ptr + head * tokens * r_max,
-                                 grad_beta_ptr + head * tokens * r_max,)
+                                 grad_beta_ptr + head * tokens * r_max)
     q = _rows(q_ptr + head * tokens * dims, pos, inside, dims, BLOCK_D)
     grad_num = _rows(grad_num_ptr + head * tokens * value_dims, pos, inside, value_dims, BLOCK_E)
     grad_den = tl.load(grad_den_ptr + head * tokens + pos, mask=inside, other=0.0).to(tl.float32)
@@ -113,7 +114,7 @@ def _backward_keys(q_ptr, k_ptr, v_ptr, beta_ptr, grad_num_ptr, grad_den_ptr, gr
     v = _rows(v_ptr + head * tokens * value_dims, pos, inside, value_dims, BLOCK_E)
     q_base, beta_base = q_ptr + head * tokens * dims, beta_ptr + head * tokens * r_max
     grad_num_base, grad_den_base = (grad_num_ptr + head * tokens * value_dims,
-                                    grad_den_ptr + head * tokens,)
+                                    grad_den_ptr + head * tokens)
     grad_k = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
     grad_v = tl.zeros((BLOCK, BLOCK_E), dtype=tl.float32)
     for dy in range(1 - r_max, r_max):
@@ -167,8 +168,8 @@ def _ring_weights_forward(logits_ptr, reach_ptr, beta_ptr, merged_weight_ptr, ro
                           r_max, tau, BLOCK: tl.constexpr, BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = rows < rows_count
-    cols, sticks, left_before, remaining, r_hat, _ = _sticks(logits_ptr, rows, live, r_max, tau,
-                                                             BLOCK_R)
+    cols, sticks, left_before, remaining, r_hat, _ = _sticks(
+        logits_ptr, rows, live, r_max, tau, BLOCK_R)
     # the merged mass c_{r_hat - 1} (the whole stick when r_hat = 0)
     merged = (tl.sum(tl.where(cols[None, :] == r_hat[:, None] - 1, remaining, 0.0), axis=1)
               + tl.where(r_hat == 0, 1.0, 0.0))
@@ -193,8 +194,8 @@ def _ring_weights_backward(logits_ptr, reach_ptr, grad_beta_ptr, grad_merged_wei
                            BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = rows < rows_count
-    cols, sticks, left_before, remaining, r_hat, tau = _sticks(logits_ptr, rows, live, r_max, tau,
-                                                               BLOCK_R)
+    cols, sticks, left_before, remaining, r_hat, tau = _sticks(
+        logits_ptr, rows, live, r_max, tau, BLOCK_R)
     grad_alpha = _kept_grads(grad_beta_ptr, rows, live, cols, r_max, r_hat)
     grad_merged = ((tl.load(grad_merged_weight_ptr + rows, mask=live, other=0.0)
                     - tl.sum(grad_alpha, axis=1))
@@ -266,8 +267,9 @@ def triton_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
 def triton_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int],
                     grad_num: Tensor, grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of :func:`triton_forward` for ``q, k, v, beta``."""
-    q, k, v, beta, grad_num, grad_den = (t.contiguous() for t in (q, k, v, beta, grad_num,
-                                                                  grad_den))
+    q, k, v, beta, grad_num, grad_den = (
+        t.contiguous() for t in (q, k, v, beta, grad_num, grad_den)
+    )
     grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     grad_beta = torch.zeros(beta.shape, device=beta.device, dtype=torch.float32)
     sizes = (hw_shape, q.shape[-1], v.shape[-1], beta.shape[-1])

@@ -126,6 +126,24 @@ def observing(observer: Observer) -> Iterator[None]:
         _OBSERVERS.remove(observer)
 
 
+class Choice(NamedTuple):
+    """One op call as :func:`recording_choices` saw it: the ``impl`` asked, the backend chosen."""
+    op: 'Op'
+    asked: str
+    request: Request
+    chosen: str
+
+
+@contextlib.contextmanager
+def recording_choices() -> Iterator[List[Choice]]:
+    """Inside, every op call's :class:`Choice` appended to the list it yields: the ops' decision
+    watched from outside (nothing changes what ``auto`` picks)."""
+    choices: List[Choice] = []
+    with observing(lambda op, impl, request: choices.append(
+            Choice(op, impl, request, op.choose(impl, request)))):
+        yield choices
+
+
 class Op:
     """The backends of one op in ``auto``'s order.
 
@@ -226,8 +244,7 @@ def older_gpu(request: Request) -> Optional[str]:
     if capability is None or capability >= MIN_CAPABILITY:
         return None
     return (f'Triton kernels for compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} and '
-            'later; '
-            f'this GPU is sm_{capability[0]}{capability[1]}')
+            f'later; this GPU is sm_{capability[0]}{capability[1]}')
 
 
 def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
@@ -239,9 +256,11 @@ def triton_kernels(max_head_dims: Optional[int] = None) -> Check:
             return f'Triton kernels for CUDA tensors; these are on {request.device}'
         if request.traced:
             return f'{TRACERS[request.context]} cannot hold a Triton kernel'
-        return old_triton() or older_gpu(request) or unsupported_kernel_input(request.dtype,
-                                                                              request.head_dims,
-                                                                             max_head_dims)
+        return (
+            old_triton()
+            or older_gpu(request)
+            or unsupported_kernel_input(request.dtype, request.head_dims, max_head_dims)
+        )
     return unsupported
 
 

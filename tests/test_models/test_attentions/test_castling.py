@@ -9,9 +9,10 @@ import mmvisattn  # noqa: F401
 from mmvisattn.engine import CastlingScheduleHook
 from mmvisattn.ops.linear_angular import linear_angular_attention_reference
 from mmvisattn.ops.masked_softmax import masked_softmax_attention_reference
+from mmvisattn.ops.utils.dispatch import recording_choices
 from mmvisattn.registry import build_attention
 
-from ...conftest import recorded_choices, saved_elements
+from ...conftest import saved_elements
 
 
 def castling(**options):
@@ -118,10 +119,10 @@ def test_auxiliary_branch_is_the_masked_softmax_with_the_modules_threshold():
     torch.testing.assert_close(torch.autograd.grad(branch, (q, k, v), upstream),
                                torch.autograd.grad(literal, (q, k, v), upstream))
     dropped = castling(mask_threshold=0.05, attn_drop=0.5).train()
-    with recorded_choices() as choices:
+    with recording_choices() as choices:
         assert not torch.allclose(dropped.auxiliary(q, k, v), literal)
         torch.testing.assert_close(dropped.eval().auxiliary(q, k, v), literal)
-    assert [chosen for _, _, chosen in choices] == ['dense', 'torch']
+    assert [choice.chosen for choice in choices] == ['dense', 'torch']
 
 
 def test_both_branches_on_their_other_backends_equal_the_torch_paths():
@@ -131,9 +132,9 @@ def test_both_branches_on_their_other_backends_equal_the_torch_paths():
     outputs, grads = [], []
     for options in (dict(impl='torch', aux_impl='torch'), dict(impl='triton', aux_impl='dense')):
         attn = castling(**options).float().train()
-        with recorded_choices() as choices:
+        with recording_choices() as choices:
             out = attn(x, (5, 7))
-        assert {op: chosen for op, _, chosen in choices} == {
+        assert {choice.op.name: choice.chosen for choice in choices} == {
             'linear_angular_attention': options['impl'],
             'masked_softmax_attention': options['aux_impl']}
         outputs.append(out)
