@@ -66,8 +66,9 @@ def machine() -> Dict[str, str]:
 
 def prebuilt_fits(manifest: Dict, here: Dict[str, str]) -> bool:
     build = manifest.get('mmcv_build')
-    return bool(build) and all(build[key] == here[key] for key in ('torch', 'cuda', 'arch',
-                                                                   'python'))
+    return bool(build) and all(
+        build[key] == here[key] for key in ('torch', 'cuda', 'arch', 'python')
+    )
 
 
 def build_mmcv(wheelhouse: Path, manifest: Dict, arch: str, scratch: Path) -> Path:
@@ -82,8 +83,7 @@ def build_mmcv(wheelhouse: Path, manifest: Dict, arch: str, scratch: Path) -> Pa
                MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch,
                MAX_JOBS=str(os.cpu_count() or 1))
     print(f'==> compiling mmcv from {manifest["mmcv_source"]} for sm_{arch.replace(".", "")} on '
-          f'{env["MAX_JOBS"]} '
-          'cores (no prebuilt wheel fits this machine)', flush=True)
+          f'{env["MAX_JOBS"]} cores (no prebuilt wheel fits this machine)', flush=True)
     start = time.time()
     log = scratch / 'mmcv-build.log'
     with open(log, 'w') as out:
@@ -157,8 +157,7 @@ def rehearse(wheelhouse: Path, target: Path) -> None:
         raise SystemExit(f'error: after installing {len(wheels)} wheels, {code!r} failed: '
                          f'{result.stderr.strip().splitlines()[-1]}')
     print(f'rehearsal: {len(wheels)} wheels installed into {target} with Python '
-          f'{sys.version.split()[0]}; '
-          f'{", ".join(REHEARSAL_IMPORTS)} imported')
+          f'{sys.version.split()[0]}; {", ".join(REHEARSAL_IMPORTS)} imported')
 
 
 def main(argv=None) -> None:

@@ -82,8 +82,7 @@ def find_cuda_home() -> str:
         ).exists():
             return candidate
     raise SystemExit(f'error: no CUDA toolkit found (tried {[c for c in candidates if c]}); mmcv '
-                     'cannot be built '
-                     'with CUDA here')
+                     'cannot be built with CUDA here')
 
 
 def cuda_environment(venv: Path) -> Dict[str, str]:
@@ -104,8 +103,10 @@ def strip_extension(wheel: Path) -> None:
     """The wheel with its compiled extension stripped of symbols (a fifth of its size) and RECORD
     updated."""
     rebuilt = wheel.with_suffix('.stripped')
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(rebuilt, 'w',
-                                                           zipfile.ZIP_DEFLATED) as target:
+    with (
+        zipfile.ZipFile(wheel) as source,
+        zipfile.ZipFile(rebuilt, 'w', zipfile.ZIP_DEFLATED) as target,
+    ):
         entries = {name: source.read(name) for name in source.namelist()}
         record_name = next(n for n in entries if n.endswith('.dist-info/RECORD'))
         record = entries[record_name].decode().splitlines()
@@ -144,8 +145,7 @@ def built_mmcv(source: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / 'build.log'
     print(f'==> compiling mmcv 2.1.0 with CUDA {BUILD_CUDA} for sm_{BUILD_ARCH.replace(".", "")} '
-          'against torch '
-          f'{BUILD_TORCH} (log: {log}; once, cached in {cache})', flush=True)
+          f'against torch {BUILD_TORCH} (log: {log}; once, cached in {cache})', flush=True)
     start = time.time()
     with tempfile.TemporaryDirectory() as work, open(log, 'w') as out:
         result = subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip', 'wheel',

@@ -118,10 +118,8 @@ def vil_attention_fixtures(peers: Path) -> Dict[str, dict]:
                          'src/models/layers/longformer2d.py:Long2DSCSelfAttention',
                          forward_args=dict(nx=nx, ny=ny),
                          layout='x (B, nglo + nx * ny, C), global tokens first, the map row-major '
-                         '(x slow) -> '
-                                'same shape; module(x, nx, ny); train_runs: module.train(), '
-                                'module.mode set, '
-                                'random.randrange fixed to sampled_neighbour')
+                         '(x slow) -> same shape; module(x, nx, ny); train_runs: module.train(), '
+                                'module.mode set, random.randrange fixed to sampled_neighbour')
         if train_modes:
             result['train_runs'] = [vil_train_run(module, longformer, result, mode, nx,
                                                   ny) for mode in train_modes]
@@ -200,8 +198,7 @@ def msvit_fixture(msvit: types.ModuleType, arch: str, size: int) -> dict:
                      dict(kwargs, norm_layer_eps=1e-6),
                      'microsoft/vision-longformer src/models/msvit.py:MsViT', forward_args={},
                      layout=f'image (B, 3, {size}, {size}) -> logits (B, 10); stage_outputs: each '
-                     'layerK output '
-                            '(B, nglo + nx * ny, C) and its [nx, ny]; features: '
+                     'layerK output (B, nglo + nx * ny, C) and its [nx, ny]; features: '
                             'forward_features(image)')
     for hook in hooks:
         hook.remove()
@@ -271,12 +268,9 @@ def smca_fixture(peers: Path) -> dict:
         },
         source='gaopengcuhk/SMCA-DETR models/transformer.py:TransformerDecoder', dtype='float64',
         layout='sequence-first: memory, pos (H * W, B, C), query_pos, tgt (Q, B, C); '
-        'output: hidden '
-        'states (layers, Q, B, C); reference_logits: layer 0 point1 (Q, B, 2); h_w '
-        '(1, B, 2) = '
-        '(valid width, height) in pixels at stride 32; backward of sum(hs * '
-        'grad_output) + '
-        'sum(reference_logits * grad_output_reference_logits)',
+        'output: hidden states (layers, Q, B, C); reference_logits: layer 0 point1 (Q, B, 2); h_w '
+        '(1, B, 2) = (valid width, height) in pixels at stride 32; backward of sum(hs * '
+        'grad_output) + sum(reference_logits * grad_output_reference_logits)',
         randomisation=f'official init, then N(0, {NOISE}) added to every parameter',
     )
 
@@ -313,9 +307,11 @@ def pervit_fixtures(peers: Path) -> Dict[str, dict]:
                         emb_dims=[8, 16, 16, 24], convstem_dims=[3, 8])
     # float64 by default, so that the model's non-buffer ``rpe`` distances are float64 too
     with cuda_calls_stay_on_cpu(), default_dtype(torch.float64):
-        model = build(lambda: pervit.VisionTransformer(norm_layer=functools.partial(nn.LayerNorm,
-                                                                                    eps=1e-6),
-                                                       **model_kwargs))
+        model = build(
+            lambda: pervit.VisionTransformer(
+                norm_layer=functools.partial(nn.LayerNorm, eps=1e-6), **model_kwargs
+            )
+        )
     torch.manual_seed(1)
     image = {'x': torch.randn(2, 3, 28, 28, dtype=torch.float64)}
     model_result = fixture(model, lambda leaves: model(leaves['x']), image, (2, 10),
@@ -384,8 +380,7 @@ def write_readme(out: Path, peers: Path, files: Dict[str, dict]) -> None:
               '(built here at d_model 64); PerViT fixes a 14x14 token grid (`num_patches = 196`); '
               'the ViL '
               '`*_global` entries equal the local ones where `sharew=True`; the official cyclic '
-              'mask differs on '
-              'padded maps, so the cyclic file uses 9x12 (no padding).']
+              'mask differs on padded maps, so the cyclic file uses 9x12 (no padding).']
     (out / 'README.md').write_text('\n'.join(lines) + '\n')
 
 

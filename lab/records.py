@@ -214,8 +214,7 @@ def cpu_stamp(record: Dict) -> str:
     machine = record['machine']
     return (f'Measured {record["date"]} at {record["time"]}, commit `{record["commit"]}`'
             f'{" (with uncommitted changes)" if record["dirty"] else ""}; {machine["cpu"]} with '
-            f'{machine["cores"]} '
-            f'cores, Python {machine["python"]}, torch {machine["torch"]}.')
+            f'{machine["cores"]} cores, Python {machine["python"]}, torch {machine["torch"]}.')
 
 
 def cpu_records(records_dir: Path) -> List[Dict]:

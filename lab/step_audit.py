@@ -116,8 +116,7 @@ class LaunchCounter(TorchDispatchMode):
         common = ', '.join(f'{name} {count}' for name,
                            count in (self.aten + self.triton).most_common(top))
         return (f'{sum(self.aten.values())} aten calls + {sum(self.triton.values())} Triton '
-                'launches '
-                f'(most: {common})')
+                f'launches (most: {common})')
 
     def __enter__(self) -> 'LaunchCounter':
         from triton.runtime.interpreter import InterpretedFunction

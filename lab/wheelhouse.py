@@ -227,10 +227,10 @@ def check_folder(out: Path) -> None:
                              'gpu-wheelhouse')
     missing = missing_requirements([out / n for n in manifest['files']], read_names(MACHINE))
     if missing:
-        raise SystemExit(f'error: the wheelhouse {out} lacks {missing[0]}'
-                         + (f' and {len(missing) - 1} more'
-                                                                          if len(missing) > 1
-                            else ''))
+        raise SystemExit(
+            f'error: the wheelhouse {out} lacks {missing[0]}'
+            + (f' and {len(missing) - 1} more' if len(missing) > 1 else '')
+        )
 
 
 def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
@@ -285,12 +285,10 @@ def main(argv=None) -> None:
     build.add_argument('--mmcv-build', action='store_const', dest='mmcv_build', const='compile',
                        default='cached',
                        help='compile the mmcv CUDA build here where none is cached (default: the '
-                       'cached one, '
-                            'else none)')
+                       'cached one, else none)')
     build.add_argument('--no-mmcv-build', action='store_const', dest='mmcv_build', const='none',
                        help='leave out the mmcv CUDA build, even a cached one (the machine then '
-                       'compiles it from the '
-                            'carried source)')
+                       'compiles it from the carried source)')
     parser.add_argument('--check-only', action='store_true',
                         help='check the folder; download nothing')
     args = parser.parse_args(argv)

@@ -41,8 +41,7 @@ def history_buffer_statistic(owner: Any, name: str) -> Callable:
     if (owner is HistoryBuffer or type(owner) is HistoryBuffer) and name in allowed:
         return getattr(owner, name)
     raise UnpicklingError(f'refused getattr({owner!r}, {name!r}) while loading a checkpoint: only '
-                          'HistoryBuffer '
-                          f'statistics methods {sorted(allowed)} are allowed')
+                          f'HistoryBuffer statistics methods {sorted(allowed)} are allowed')
 
 
 def empty_bytes(*args: Any) -> bytes:
@@ -226,9 +225,12 @@ def remembered_metafiles(load: Callable) -> Callable:
 
     @functools.wraps(load)
     def wrapped(path, *args, **kwargs):
-        return parsed(path) if isinstance(path,
-                                          str) and not args and not kwargs else load(path, *args,
-                                                                                     **kwargs)
+        return (
+            parsed(path)
+            if isinstance(path, str) and not args and not kwargs
+            else load(path, *args, **kwargs)
+        )
+
     wrapped.remembered = True
     return wrapped
 
@@ -442,8 +444,7 @@ def patches_left_out() -> List[str]:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise SystemExit(f'error: {SKIP_VARIABLE} names {", ".join(unknown)}, which are not '
-                         'patches; expected '
-                         f'names among {", ".join(known)}')
+                         f'patches; expected names among {", ".join(known)}')
     return names
 
 

@@ -36,13 +36,13 @@ def config_file(name: str) -> Path:
     where there is none."""
     if Path(name).is_file():
         return Path(name)
-    relative = Path(name).relative_to('configs') if Path(name).parts[:1] == ('configs',
-                                                                             ) else Path(name)
+    relative = (
+        Path(name).relative_to('configs') if Path(name).parts[:1] == ('configs',) else Path(name)
+    )
     path = CONFIGS / relative
     if not path.is_file():
         raise FileNotFoundError(f'{name}: neither a file nor one of the configs mmvisattn ships '
-                                f'(in {CONFIGS}; '
-                                '`python -m mmvisattn.configs list` names them)')
+                                f'(in {CONFIGS}; `python -m mmvisattn.configs list` names them)')
     return path
 
 

@@ -95,8 +95,7 @@ def build_attention(cfg: dict, optional: Optional[dict] = None, *, owner: str = 
         raise ValueError(f'{owner}: attn_cfg sets num_extra_tokens={cfg["num_extra_tokens"]!r} for '
                          f'{attn_type}, '
                          f'but its tokens have {num_extra_tokens} in front of the map; leave '
-                         'num_extra_tokens out '
-                         f'(the backbone passes it)')
+                         f'num_extra_tokens out (the backbone passes it)')
     if attention_accepts(cfg, 'num_extra_tokens'):
         defaults['num_extra_tokens'] = num_extra_tokens
     elif num_extra_tokens:

@@ -218,10 +218,12 @@ def test_metrics_file_of_rank_1(folder: Path) -> str:
     from mmengine.hooks import LoggerHook
     hook = LoggerHook()
     hook.json_log_path = 'metrics.json'
-    runner = SimpleNamespace(log_dir=str(folder), test_dataloader=[0],
-                             logger=SimpleNamespace(info=lambda line: None),
-                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args,
-                                                           **kwargs: ({}, '')))
+    runner = SimpleNamespace(
+        log_dir=str(folder),
+        test_dataloader=[0],
+        logger=SimpleNamespace(info=lambda line: None),
+        log_processor=SimpleNamespace(get_log_after_epoch=lambda *args, **kwargs: ({}, '')),
+    )
     get_rank, dist_utils.get_rank = dist_utils.get_rank, lambda group=None: 1
     try:
         hook.after_test_epoch(runner, {})

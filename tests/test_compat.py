@@ -315,8 +315,9 @@ def test_no_module_but_compat_patches_another_library():
         for node in ast.walk(tree):
             targets = node.targets if isinstance(node, ast.Assign) else []
             for target in targets:
-                if isinstance(target, ast.Attribute) and getattr(target.value, 'id',
-                                                                 None) in imported - {'sys'}:
+                if isinstance(target, ast.Attribute) and getattr(
+                    target.value, 'id', None
+                ) in imported - {'sys'}:
                     found.append(f'{path.relative_to(package)}:{node.lineno}')
     assert not found, found
 
@@ -388,11 +389,14 @@ def test_only_the_main_process_writes_the_test_metrics_file(tmp_path, rank, monk
     logged = []
     hook = LoggerHook()
     hook.json_log_path = 'run.json'
-    runner = SimpleNamespace(log_dir=str(tmp_path), test_dataloader=[0, 1],
-                             logger=SimpleNamespace(info=logged.append),
-                             log_processor=SimpleNamespace(get_log_after_epoch=lambda *args,
-                                                           **kwargs: (
-                                 dict(mIoU=50.0), 'mIoU: 50.0000')))
+    runner = SimpleNamespace(
+        log_dir=str(tmp_path),
+        test_dataloader=[0, 1],
+        logger=SimpleNamespace(info=logged.append),
+        log_processor=SimpleNamespace(
+            get_log_after_epoch=lambda *args, **kwargs: (dict(mIoU=50.0), 'mIoU: 50.0000')
+        ),
+    )
     hook.after_test_epoch(runner, dict(mIoU=50.0))
     assert logged == ['mIoU: 50.0000']
     written = tmp_path / 'run.json'
@@ -408,8 +412,7 @@ FAILURES_WITHOUT = dict(
     register_torch_hardsigmoid="KeyError: 'Hardsigmoid is not in the mmengine::model registry",
     register_flop_handles='SDPA counted as 0 FLOPs',
     count_dropped_annotations='error: DroppedAnnotationsHook needs the patch '
-    'count_dropped_annotations, which '
-                              f'{SKIP_VARIABLE} leaves out',
+    f'count_dropped_annotations, which {SKIP_VARIABLE} leaves out',
     name_undecodable_label_maps='UnidentifiedImageError without the path',
     write_checkpoints_atomically='a truncated file of',
     remember_package_config_lookups='YAML files parsed again',

@@ -29,8 +29,10 @@ def test_config_readmes_hold_results_and_how_to_run_and_the_family_pages_the_res
     for readme in sorted((REPO / 'configs').glob('*/README.md')):
         family = readme.parent.name
         lines = readme.read_text().splitlines()
-        assert len(lines) <= 100 and any(line.startswith('| ') for line in lines), (family,
-                                                                                    len(lines))
+        assert len(lines) <= 100 and any(line.startswith('| ') for line in lines), (
+            family,
+            len(lines),
+        )
         page = (REPO / 'docs' / 'families' / f'{family}.md').read_text()
         assert page.startswith(f'```{{include}} ../../configs/{family}/README.md'), family
 
@@ -87,8 +89,9 @@ def test_each_pair_is_rendered_from_the_newest_record_that_measured_it(tmp_path,
                          ['<!-- records: benches -->'])
 
 
-def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it(tmp_path,
-                                                                                 monkeypatch):
+def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it(
+    tmp_path, monkeypatch
+):
     from lab.bench import suite
     extension = records_extension()
     monkeypatch.setattr(extension, 'RECORDS', tmp_path)

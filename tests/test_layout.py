@@ -171,8 +171,11 @@ def test_tools_are_front_doors_that_import_no_sibling_and_leave_sys_path_alone()
         found += [f'{relative}:{line} imports the tool {module}' for line,
                   module in imported_modules(path) if module.split('.')[0] in names]
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Attribute) and node.attr == 'path' and getattr(node.value, 'id',
-                                                                                   '') == 'sys':
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == 'path'
+                and getattr(node.value, 'id', '') == 'sys'
+            ):
                 found.append(f'{relative}:{node.lineno} touches sys.path')
     assert not found, '\n'.join(found)
 
@@ -242,9 +245,13 @@ def test_the_package_leaves_the_lab_and_the_checkout_alone():
                 if not path.parents[node.slice.value].is_relative_to(PACKAGE):
                     found.append(f'{relative}:{node.lineno} reaches '
                                  f'{path.parents[node.slice.value]} by path')
-            if isinstance(node, ast.Constant) and isinstance(node.value,
-                                                             str) and id(node) not in docstrings \
-                    and node.value.startswith(('tools/', 'docs/')) and '.' in node.value.split()[0]:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and node.value.startswith(('tools/', 'docs/'))
+                and '.' in node.value.split()[0]
+            ):
                 found.append(f'{relative}:{node.lineno} names the checkout file '
                              f'{node.value.split()[0]}')
     assert not found, '\n'.join(found)

@@ -35,9 +35,7 @@ def test_custom_imports_registers_attentions(tmp_path):
     config = tmp_path / 'cfg.py'
     config.write_text("custom_imports = dict(imports=['mmvisattn'], allow_failed_imports=False)\n")
     script = (
-        'from mmengine.config import Config\n'
-        'import sys\n'
-        f'Config.fromfile({str(config)!r})\n'
+        f'from mmengine.config import Config\nimport sys\nConfig.fromfile({str(config)!r})\n'
         "assert 'mmvisattn' in sys.modules\n"
         'from mmvisattn.registry import ATTENTIONS\n'
         "print(sorted(ATTENTIONS.module_dict))\n")

@@ -54,8 +54,7 @@ OP_CASES = (
     ),
     OpCase(
         'pervit',
-        'PerViT (peripheral; position MLP every call, as in training, and Phi_p frozen, as '
-        'cached '
+        'PerViT (peripheral; position MLP every call, as in training, and Phi_p frozen, as cached '
         'in eval)',
         {
             'PerViT': 'PeripheralAttention',

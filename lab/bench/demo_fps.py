@@ -127,8 +127,7 @@ def table(results: Dict) -> str:
     lines = ['Images per second on the CPU (`tools/analysis_tools/benchmark.py`, random weights, '
              'batch 1, 128x128 '
              'shapes images, data loading and post-processing included): the median of '
-             f'{results["rounds"]} '
-             f'runs of {results["max_iter"]} images each.', '',
+             f'{results["rounds"]} runs of {results["max_iter"]} images each.', '',
              '| demo | images/s | stock twin | images/s | demo / twin |', '|---|---|---|---|---|']
     for name, row in results['pairs'].items():
         lines.append(f'| {name} (`{Path(row["demo"]).name}`) | {row["demo_fps"]:.2f} | '
@@ -146,8 +145,7 @@ def main(argv=None) -> None:
     for name in args.pairs:
         results['pairs'][name] = measure_pair(name, args)
         print(f'{name}: {results["pairs"][name]["demo_fps"]:.2f} against '
-              f'{results["pairs"][name]["stock_fps"]:.2f} '
-              'images/s', flush=True)
+              f'{results["pairs"][name]["stock_fps"]:.2f} images/s', flush=True)
         (args.out_dir / 'results.json').write_text(json.dumps(results, indent=1))
     print(table(results))
     record = cpu_record('bench_demos', results)

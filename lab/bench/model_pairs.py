@@ -143,8 +143,9 @@ class TrainingStep:
         self.model = model
         self.images = torch.randn(batch, 3, height, width,
                                   generator=torch.Generator().manual_seed(1)).to(device)
-        self.samples = [sample.to(device) for sample in synthetic_samples(model, batch, height,
-                                                                          width)]
+        self.samples = [
+            sample.to(device) for sample in synthetic_samples(model, batch, height, width)
+        ]
 
     def loss(self):
         self.model.zero_grad(set_to_none=True)

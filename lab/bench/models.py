@@ -94,12 +94,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         for height, width in args.sizes or ():
             if height % pair.stride or width % pair.stride or min(height, width) < 1:
                 parser.error(f'--sizes {height}x{width}: expected positive sides divisible by '
-                             f'{pair.stride} '
-                             f'(the stride of {pair.key})')
+                             f'{pair.stride} (the stride of {pair.key})')
     if min(args.scales) <= 0 or args.batch < 1 or args.rounds < 0:
         parser.error(f'--scales {args.scales}, --batch {args.batch}, --rounds {args.rounds}: '
-                     'expected positive '
-                     'scales and batch, and rounds >= 0')
+                     'expected positive scales and batch, and rounds >= 0')
     return args
 
 
@@ -237,8 +235,7 @@ def summary_table(results: Dict[str, dict]) -> List[str]:
                      f"{_both(mine, stock, 'params', 2, 1e-6)} | {_both(mine, stock, 'gmacs', 2)} "
                      "| "
                      f"{_both(mine, stock, 'saved_mb', 0)} | {step} | {_num(saved_ratio, 2, 'x')} "
-                     "| "
-                     f"{_num(time_ratio, 2, 'x')} | {within} |")
+                     f"| {_num(time_ratio, 2, 'x')} | {within} |")
     return lines
 
 
@@ -269,19 +266,16 @@ def size_table(results: Dict[str, dict]) -> List[str]:
                     lines.append(f'| {label} | {height}x{width} | error: {row["error"]} |')
                     continue
                 lines.append(f"| {label} | {height}x{width} | {_num(row['saved_mb'])} | "
-                             f"{_num(row['peak_mb'])} | "
-                             f"{_num(row['step_s'], 2)} |")
+                             f"{_num(row['peak_mb'])} | {_num(row['step_s'], 2)} |")
     return lines
 
 
 def tables(results: Dict[str, dict], batch: int, threads: int) -> str:
     sections = [
         [f'Training step (forward + backward, batch {batch}, synthetic targets), CPU {threads} '
-         'threads; each cell '
-         'project / stock at the training size.', ''] + summary_table(results),
+         'threads; each cell project / stock at the training size.', ''] + summary_table(results),
         [f'Predicted largest square training input, batch {batch} (float32, AdamW; the method is '
-         'in '
-         '`benchmark_models.py`):', ''] + prediction_table(results),
+         'in `benchmark_models.py`):', ''] + prediction_table(results),
         ['Per input size (one process per pair and size, the peak resident set reset before each '
          'step):', '']
         + size_table(results)]

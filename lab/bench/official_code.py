@@ -65,9 +65,9 @@ def cuda_calls_stay_on_cpu():
     """PerViT's constructor calls ``.cuda()`` / ``.to('cuda')``; on CPU they keep the tensor."""
     cuda, to = torch.Tensor.cuda, torch.Tensor.to
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    torch.Tensor.to = lambda self, *args, **kwargs: self if args[:1] == ('cuda',
-                                                                         ) else to(self, *args,
-                                                                                   **kwargs)
+    torch.Tensor.to = lambda self, *args, **kwargs: (
+        self if args[:1] == ('cuda',) else to(self, *args, **kwargs)
+    )
     try:
         yield
     finally:

@@ -26,9 +26,8 @@ def run_python(args: Sequence[str], timeout: Optional[float] = None,
     runner = os.environ.get(RUNNER_VARIABLE)
     if runner:
         module, _, name = runner.partition(':')
-        return getattr(importlib.import_module(module),
-                       name)(list(args), timeout=timeout, env=env, cwd=cwd,
-                                                               output=output)
+        function = getattr(importlib.import_module(module), name)
+        return function(list(args), timeout=timeout, env=env, cwd=cwd, output=output)
     return run_fresh(args, timeout, env, cwd, output)
 
 

@@ -54,8 +54,9 @@ class ModuleProfile:
         for name, module in model.named_modules():
             if name and name.count('.') < depth:
                 self.handles.append(module.register_forward_pre_hook(self._enter(name)))
-                self.handles.append(module.register_forward_hook(self._leave(name),
-                                                                 always_call=True))
+                self.handles.append(
+                    module.register_forward_hook(self._leave(name), always_call=True)
+                )
 
     def _enter(self, name: str):
         def hook(module, inputs):

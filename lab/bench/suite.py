@@ -71,8 +71,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     needing_einops = [key for key in ('vil', 'pervit') if key in (args.cases or OFFICIAL_REPOS)]
     if args.peers is not None and needing_einops and importlib.util.find_spec('einops') is None:
         parser.error(f'--peers: the official {" and ".join(needing_einops)} code imports einops; '
-                     'install it with '
-                     '`pip install einops`')
+                     'install it with `pip install einops`')
     return args
 
 
@@ -97,9 +96,10 @@ def main(argv=None) -> None:
                                                     budget=args.budget, **common)
             if 'memory' in args.only:
                 specs = {**case.ours, **{p: case.peers[p] for p in case.memory_peers}}
-                entry['memory'][str(grid)] = {label: in_child('memory', case=index, grid=grid,
-                                                              spec=spec, **common)
-                                              for label, spec in runnable(specs, peers).items()}
+                entry['memory'][str(grid)] = {
+                    label: in_child('memory', case=index, grid=grid, spec=spec, **common)
+                    for label, spec in runnable(specs, peers).items()
+                }
             print(f'[{time.perf_counter() - started:6.0f} s] {case.title.split(" (")[0]} '
                   f'{grid}x{grid}', file=sys.stderr, flush=True)
     if 'models' in args.only:
@@ -126,8 +126,7 @@ def main(argv=None) -> None:
     plot(results, args.out_dir / 'bench.png')
     written = write_cpu_record(cpu_record('bench', results), args.out_dir, args.record_dir)
     print(f'wrote {args.out_dir}/results.json, tables.md, bench.png and '
-          f'{", ".join(map(str, written))} in '
-          f'{results["seconds"]:.0f} s')
+          f'{", ".join(map(str, written))} in {results["seconds"]:.0f} s')
 
 
 def tables(results: Dict) -> str:

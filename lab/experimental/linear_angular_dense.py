@@ -174,9 +174,11 @@ def _launch(kernel, q: Tensor, k: Tensor, v: Tensor, *tensors: Tensor) -> None:
     keys, value_dims = k.shape[-2], v.shape[-1]
     meta = launch_meta(kernel, dims, value_dims, q.dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH,
                        STAGES)
-    blocks = triton.cdiv(keys,
-                         meta['BLOCK_N']) if kernel is _grad_keys else triton.cdiv(queries,
-                                                                                   meta['BLOCK_M'])
+    blocks = (
+        triton.cdiv(keys, meta['BLOCK_N'])
+        if kernel is _grad_keys
+        else triton.cdiv(queries, meta['BLOCK_M'])
+    )
     kernel[(q.numel() // (queries * dims), blocks)](q, k, v, *tensors,
            queries, keys, dims, value_dims, 1 / math.pi, norm_eps(q.dtype), **meta)
 

@@ -123,9 +123,8 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
         lse = q.new_empty(*lead, queries,
                           dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         meta = _meta(_forward, dims, value_dims, q.dtype)
-        _forward[(slices, triton.cdiv(queries, meta['BLOCK_M']))](q, k, v, out, lse, queries, keys,
-                                                                  dims, value_dims, scale,
-                                                                  threshold, **meta)
+        _forward[(slices, triton.cdiv(queries, meta['BLOCK_M']))](
+            q, k, v, out, lse, queries, keys, dims, value_dims, scale, threshold, **meta)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.scale, ctx.threshold = scale, threshold
         return out
@@ -146,11 +145,13 @@ class MaskedSoftmaxTriton(torch.autograd.Function):
         sizes = (1, queries, keys, dims, value_dims, ctx.scale, ctx.threshold)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         meta = _meta(grad_queries, dims, value_dims, q.dtype)
-        grad_queries[(slices, triton.cdiv(queries, meta['BLOCK_M']))](*reads, grad_q, *sizes,
-                                                                      **meta)
+        grad_queries[(slices, triton.cdiv(queries, meta['BLOCK_M']))](
+            *reads, grad_q, *sizes, **meta
+        )
         meta = _meta(grad_keys, dims, value_dims, q.dtype)
-        grad_keys[(slices, triton.cdiv(keys, meta['BLOCK_N']))](*reads, grad_k, grad_v, *sizes,
-                                                                **meta)
+        grad_keys[(slices, triton.cdiv(keys, meta['BLOCK_N']))](
+            *reads, grad_k, grad_v, *sizes, **meta
+        )
         return grad_q, grad_k, grad_v, None, None
 
 

@@ -162,9 +162,21 @@ class PeripheralAttentionTriton(torch.autograd.Function):
         out = v.new_empty(batch, heads, queries, value_dims)
         lse = q.new_empty(batch, heads, queries,
                           dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
-        _forward[(batch * heads, triton.cdiv(queries, BLOCK))](q, k, v, bias, out, lse, heads,
-                                                               queries, keys,
-               dims, value_dims, scale, **_meta(dims, value_dims, q.dtype))
+        _forward[(batch * heads, triton.cdiv(queries, BLOCK))](
+            q,
+            k,
+            v,
+            bias,
+            out,
+            lse,
+            heads,
+            queries,
+            keys,
+            dims,
+            value_dims,
+            scale,
+            **_meta(dims, value_dims, q.dtype),
+        )
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
         return out

@@ -201,10 +201,8 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], groups: 
     tokens, dims = q.shape[-2:]
     meta = dict(_meta(kernel, dims, v.shape[-1], q.dtype), **extra)
     block = meta['BLOCK_N'] if kernel is _grad_keys else meta['BLOCK_M']
-    kernel[(q.numel() // (tokens * dims), triton.cdiv(tokens, block))](*tensors, tokens,
-                                                                       hw_shape[1], dims,
-                                                                       v.shape[-1], groups,
-                                                                       *scalars, **meta)
+    kernel[(q.numel() // (tokens * dims), triton.cdiv(tokens, block))](
+        *tensors, tokens, hw_shape[1], dims, v.shape[-1], groups, *scalars, **meta)
 
 
 class FusedRipple(torch.autograd.Function):

@@ -81,8 +81,9 @@ class VicinalSum(torch.autograd.Function):
         table = summed_area_table(x)
         weights = window_weights(beta)
         grad_merged = (grad * table[:, -1:, -1:]).sum(dim=-1)
-        grad_x = (merged_weight.unsqueeze(-1) * grad).sum(dim=(1, 2),
-                                                          keepdim=True).expand_as(x).clone()
+        grad_x = (
+            (merged_weight.unsqueeze(-1) * grad).sum(dim=(1, 2), keepdim=True).expand_as(x).clone()
+        )
         grad_beta = torch.empty_like(beta)
         previous = torch.zeros_like(x)
         for radius in range(beta.shape[-1]):

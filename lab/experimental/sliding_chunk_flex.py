@@ -184,7 +184,7 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
         key_chunk, key_slot = key_local // rows_per_chunk, key_local % rows_per_chunk
         query_slot = query % rows_per_chunk
         offset_x, offset_y = (key_chunk // cols - query_chunk // cols,
-                              key_chunk % cols - query_chunk % cols,)
+                              key_chunk % cols - query_chunk % cols)
         if masking == 'cyclic':
             neighbour = neighbours[offset_x % rows, offset_y % cols]
         else:
@@ -207,9 +207,11 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
             & (neighbour >= 0)
         )
         if masking == 'exact':
-            local = local & ((key_xy[0]
-                              - query_xy[0]).abs() <= window) & ((key_xy[1]
-                                                                  - query_xy[1]).abs() <= window)
+            local = (
+                local
+                & ((key_xy[0] - query_xy[0]).abs() <= window)
+                & ((key_xy[1] - query_xy[1]).abs() <= window)
+            )
         return torch.where(key >= first_local, local, key < num_global)
 
     def score_mod(score, batch, head, query, key):
@@ -243,8 +245,9 @@ def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
         return None
     table, tokens, rows_per_chunk = rel_pos[0].float(), window * window, chunk_rows(window)
     neighbours = len(sliding_chunk.NEIGHBOURS)
-    slots = table[_all_relative_index(window, table.device).view(-1)].view(tokens, neighbours,
-                                                                           tokens, heads)
+    slots = table[_all_relative_index(window, table.device).view(-1)].view(
+        tokens, neighbours, tokens, heads
+    )
     pad = rows_per_chunk - tokens
     local = F.pad(slots.permute(3, 0, 1, 2), (0, pad, 0, 0, 0, pad)).flatten(1)
     if num_global == 0:
@@ -332,9 +335,10 @@ def pattern_block_mask(hw_shape: Tuple[int, int], window: int, num_global: int, 
     one, the drawn mode's tables picked on the device (nothing read back)."""
     if not sliding_chunk.is_drawn(mode):
         return _fixed_block_mask(hw_shape, window, num_global, masking, mode, device)
-    counts, indices, neighbours = (sliding_chunk.pick_drawn(table, mode)
-                                   for table in block_tables(hw_shape, window, num_global, masking,
-                                                             'drawn', device))
+    counts, indices, neighbours = (
+        sliding_chunk.pick_drawn(table, mode)
+        for table in block_tables(hw_shape, window, num_global, masking, 'drawn', device)
+    )
     return _block_mask(hw_shape, window, num_global, counts, indices, neighbours,
                        masking), neighbours
 
@@ -361,8 +365,9 @@ def sliding_chunk_attention_flex(q: Tensor, k: Tensor, v: Tensor, hw_shape: Tupl
                    score_mod, block_mask, scale)
     rows, cols = window_grid(hw_shape, window)
     rows_per_chunk, tokens = chunk_rows(window), window * window
-    chunks = out[:, :, :rows * cols * rows_per_chunk].reshape(batch * heads, rows * cols,
-                                                              rows_per_chunk, -1)
+    chunks = out[:, :, : rows * cols * rows_per_chunk].reshape(
+        batch * heads, rows * cols, rows_per_chunk, -1
+    )
     local = sliding_chunk.from_chunks(chunks[:, :, :tokens], batch, hw_shape, window)
     if num_global == 0:
         return local

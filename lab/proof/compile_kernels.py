@@ -98,8 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--dtypes', nargs='+', default=list(DTYPES), help=f'of {", ".join(DTYPES)}')
     parser.add_argument('--configs', nargs='+', type=Path,
                         help='configs whose models are recorded (default: every config of configs/ '
-                        'and the '
-                             f'backbones {", ".join(EXTRA_MODELS)})')
+                        f'and the backbones {", ".join(EXTRA_MODELS)})')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/compile_kernels'))
     args = parser.parse_args(argv)
     unknown = [arch for arch in args.arch if arch not in SHARED_MEMORY_LIMITS]
@@ -192,8 +191,9 @@ class LaunchRecorder:
         for arch, backend in self.backends.items():
             binder = create_function_from_signature(kernel.signature, kernel.params, backend)
             bound, specialization, options = binder(*args, **kwargs)
-            options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound,
-                                                                      specialization, options)
+            options, signature, constexprs, attrs = kernel._pack_args(
+                backend, kwargs, bound, specialization, options
+            )
             launch = Launch(kernel, arch, signature, constexprs, attrs, options.__dict__,
                             self._source, self._dtype)
             key = repr((launch.name, arch, signature, sorted(constexprs.items(), key=repr),
@@ -294,8 +294,11 @@ def record_attention(recorder: LaunchRecorder, source: str, attn, model,
     attn.train()
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
-        variants = [(torch.float32, False)] if dtype == torch.float32 else [(torch.float32, True),
-                                                                            (dtype, False)]
+        variants = (
+            [(torch.float32, False)]
+            if dtype == torch.float32
+            else [(torch.float32, True), (dtype, False)]
+        )
         for weights_dtype, autocast in variants:
             model.to(weights_dtype)
             for grid in GRIDS:
@@ -374,8 +377,9 @@ def problems(row: dict) -> List[str]:
 
 def unreached(kernels: Dict[str, object], rows: List[dict]) -> List[str]:
     """Kernels of the package that were neither launched nor called from a launched kernel."""
-    reached = {row['kernel'] for row in rows} | {name for row in rows for name in row.get('called',
-                                                                                          ())}
+    reached = {row['kernel'] for row in rows} | {
+        name for row in rows for name in row.get('called', ())
+    }
     return sorted(name for name in kernels if name not in reached)
 
 
@@ -437,12 +441,11 @@ def main(argv=None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     settings = dict(arch=args.arch, dtypes=args.dtypes,
                     configs=[str(p) for p in args.configs or ()])
-    (args.out_dir / 'kernels.json').write_text(json.dumps(dict(settings=settings, summary=summary,
-                                                               rows=rows),
-                                                          indent=1, default=str))
+    (args.out_dir / 'kernels.json').write_text(
+        json.dumps(dict(settings=settings, summary=summary, rows=rows), indent=1, default=str)
+    )
     print(f'{len(kernels)} kernels in mmvisattn.ops, {len(rows)} compiled launches, {len(failed)} '
-          'failed; '
-          f'largest shared memory {summary["worst_shared_bytes"]} B '
+          f'failed; largest shared memory {summary["worst_shared_bytes"]} B '
           f'({short(summary["worst_shared_kernel"] or "-")}), '
           f'most registers {summary["max_registers"]}, {summary["spilling"]} spilling; '
           f'wrote {args.out_dir / "kernels.json"}')

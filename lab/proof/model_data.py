@@ -53,8 +53,7 @@ def dataset_layouts(cfg) -> List[str]:
         walk(cfg.get(name))
     if not layouts:
         raise SystemExit(f'error: no dataset of {sorted(LAYOUT_OF)} (or with a data_root naming '
-                         'one of '
-                         f'{sorted(LAYOUT_ROOT)}) in the config\'s dataloaders')
+                         f'one of {sorted(LAYOUT_ROOT)}) in the config\'s dataloaders')
     return sorted(set(layouts))
 
 

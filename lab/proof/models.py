@@ -82,8 +82,9 @@ SMOKE_CONFIGS = {
 }
 # what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its family's op is
 # ripple's)
-SMOKE_OPTIONS = {'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention',
-                                                                   attn_drop=0.0)}}
+SMOKE_OPTIONS = {
+    'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention', attn_drop=0.0)}
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

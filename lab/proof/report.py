@@ -5,9 +5,11 @@ from typing import Dict, List
 
 def first_line(error) -> str:
     text = str(error).strip().splitlines()
-    return f'{type(error).__name__}: {text[0] if text else ""}' if isinstance(error,
-                                                                              BaseException) else \
-        (text[0] if text else '')
+    return (
+        f'{type(error).__name__}: {text[0] if text else ""}'
+        if isinstance(error, BaseException)
+        else (text[0] if text else '')
+    )
 
 
 def describe(size) -> str:
@@ -43,8 +45,7 @@ def faster_than_auto(rows: List[Dict]) -> List[str]:
 def markdown(meta: Dict, sections: Dict[str, Dict]) -> str:
     lines = [f'# GPU proof: {meta["device_name"]}, {meta["date"]}', '',
              f'torch {meta["torch"]}, CUDA {meta["cuda"]}, Triton {meta["triton"]}, Python '
-             f'{meta["python"]}; '
-             f'{meta["seconds"]} s; {len(meta["failures"])} failed checks', '']
+             f'{meta["python"]}; {meta["seconds"]} s; {len(meta["failures"])} failed checks', '']
     for name, section in sections.items():
         lines.append(f'## {name}'
                      + (f' (skipped: {section["skipped"]})' if 'skipped' in section else

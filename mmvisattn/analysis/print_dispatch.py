@@ -123,10 +123,14 @@ def dispatch_rows(records: List[Record], device: str, dtype: torch.dtype,
                    request=request.describe(), runs=chosen, passed_over=passed_over)
         if record.asked != 'auto':
             row['runs'] = record.asked
-            row['passed_over'] = {impl: reason for impl,
-                                  reason in {chosen: f'the config names {record.asked!r}',
-                                                                    **passed_over}.items()
-                                  if impl != record.asked}
+            row['passed_over'] = {
+                impl: reason
+                for impl, reason in {
+                    chosen: f'the config names {record.asked!r}',
+                    **passed_over,
+                }.items()
+                if impl != record.asked
+            }
             try:
                 record.op.choose(record.asked, request)
             except UnsupportedInput as error:
@@ -173,8 +177,7 @@ def main(argv=None) -> int:
     refused = [row['layer'] for row in rows if 'refused' in row]
     if refused:
         print(f'error: {len(refused)} layers name a backend that cannot run a {RUNS[args.context]} '
-              'on '
-              f'{args.device} in {args.dtype} (first: {refused[0]})', file=sys.stderr)
+              f'on {args.device} in {args.dtype} (first: {refused[0]})', file=sys.stderr)
         return 1
     return 0
 

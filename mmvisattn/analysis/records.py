@@ -72,8 +72,9 @@ def write_cpu_record(record: Dict, out_dir: Path, record_dir: Optional[Path]) ->
     """``record`` as ``record_<kind>.json`` in ``out_dir`` and, given ``record_dir``, under its
     ``name`` there too (``make bench`` names ``docs/records/<kind>``); the paths written."""
     text = json.dumps(record, indent=1) + '\n'
-    paths = [out_dir / f'record_{record["kind"]}.json'] + ([record_dir / record['name']]
-                                                           if record_dir else [])
+    paths = [out_dir / f'record_{record["kind"]}.json'] + (
+        [record_dir / record['name']] if record_dir else []
+    )
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

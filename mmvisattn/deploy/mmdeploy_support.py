@@ -90,8 +90,7 @@ def aligned_roi_align_from_opset_16(self, input, rois):
         raise ExportError('RoIAlign(aligned=True) exports to ONNX Runtime exactly from opset '
                           f'{ALIGNED_ROI_OPSET}, '
                           f'not {opset}: set onnx_config.opset_version={ALIGNED_ROI_OPSET} in the '
-                          'deploy config '
-                          '(configs/_deploy_/instance-seg_onnxruntime_*.py do)')
+                          'deploy config (configs/_deploy_/instance-seg_onnxruntime_*.py do)')
     return context.origin_func(self, input, rois)
 
 
@@ -138,8 +137,7 @@ def enable() -> str:
             f'{", ".join(FIXED_SIZE)} export with static shapes only; scaled_dot_product_attention '
             'exports with '
             'its scale multiplying the scores; RoIAlign(aligned=True) exports to onnxruntime from '
-            'opset '
-            f'{ALIGNED_ROI_OPSET}')
+            f'opset {ALIGNED_ROI_OPSET}')
 
 
 print_log(enable(), logger='current')

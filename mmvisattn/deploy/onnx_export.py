@@ -157,7 +157,11 @@ def quadratic_matmuls(onnx_bytes: bytes, sizes: Sequence[Tuple[int, int]]) -> Li
         if node.op_type != 'MatMul':
             continue
         shape, left = shapes.get(node.output[0], []), shapes.get(node.input[0], [])
-        if len(shape) >= 2 and len(left) >= 2 and shape[-1] == shape[-2] and (shape[-1],
-                                                                              left[-1]) in wanted:
+        if (
+            len(shape) >= 2
+            and len(left) >= 2
+            and shape[-1] == shape[-2]
+            and (shape[-1], left[-1]) in wanted
+        ):
             found.append(f'{node.name} -> {shape}')
     return found

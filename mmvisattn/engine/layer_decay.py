@@ -37,8 +37,7 @@ class BackboneLayerDecayOptimWrapperConstructor(LearningRateDecayOptimWrapperCon
             backbone = getattr(module, 'backbone', None)
             if not hasattr(backbone, 'get_layer_depth'):
                 raise ValueError(f'{type(self).__name__}: {type(backbone or module).__name__} has '
-                                 'no '
-                                 'get_layer_depth(param_name, prefix); expected a backbone that '
+                                 'no get_layer_depth(param_name, prefix); expected a backbone that '
                                  'answers it')
             get_layer_depth = functools.partial(backbone.get_layer_depth,
                                                 prefix=f'{prefix}backbone.')

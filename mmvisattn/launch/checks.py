@@ -59,8 +59,7 @@ def check_data_files(cfg: Config, dataloaders: Sequence[str]) -> None:
         for key, folder in (dict(img_path=prefix) if isinstance(prefix, str) else prefix).items():
             if key in DATA_PREFIX_FOLDERS and folder and not osp.isdir(osp.join(root, folder)):
                 raise SystemExit(f'error: {name}.dataset.data_prefix.{key} folder '
-                                 f'{osp.join(root, folder)!r} '
-                                 'does not exist')
+                                 f'{osp.join(root, folder)!r} does not exist')
 
 
 def read_run_checkpoint(path: str) -> dict:

@@ -100,8 +100,9 @@ def check_option_keys(cfg: Config, options: dict) -> None:
                     break
                 where = (f"'{'.'.join(walked)}' has no '{part}'" if walked
                          else f"the config has no top-level '{part}'")
-                existing = [str(k) for k in node] + sorted(arguments) if isinstance(node,
-                                                                                    dict) else []
+                existing = (
+                    [str(k) for k in node] + sorted(arguments) if isinstance(node, dict) else []
+                )
                 raise SystemExit(f'error: --cfg-options {key}: {where}{nearest(part, existing)} '
                                  '(pass --cfg-new-keys to add keys the config does not have)')
             walked.append(part)
@@ -131,8 +132,7 @@ def check_top_level_keys(cfg: Config) -> None:
         close = difflib.get_close_matches(key, sorted(arguments), n=3, cutoff=CLOSE_MATCH)
         if key not in arguments and close:
             raise SystemExit(f"error: top-level config key '{key}' is not a Runner argument, and "
-                             "the Runner would "
-                             f"ignore it; nearest: {', '.join(close)}")
+                             f"the Runner would ignore it; nearest: {', '.join(close)}")
 
 
 def scope_registries(scope: str) -> List[Registry]:
@@ -160,9 +160,13 @@ def lookup(registry: Registry, name: str) -> Optional[type]:
 
 def registered_targets(registries: Sequence[Registry], name: str) -> List[Any]:
     """What ``name`` is registered as in any of ``registries`` (each class or function once)."""
-    return list(dict.fromkeys(target for target in (lookup(registry,
-                                                           name) for registry in registries)
-                              if target is not None))
+    return list(
+        dict.fromkeys(
+            target
+            for target in (lookup(registry, name) for registry in registries)
+            if target is not None
+        )
+    )
 
 
 def registered_names(registries: Sequence[Registry]) -> List[str]:

@@ -108,8 +108,7 @@ def metrics_file(out: str) -> str:
     mmengine writes its suffix (JSON, YAML or pickle)."""
     if not out.endswith(METRICS_SUFFIXES):
         raise SystemExit(f'error: --out {out!r}: expected a file ending in '
-                         f'{", ".join(METRICS_SUFFIXES)} for the '
-                         'metrics (--out-item metrics)')
+                         f'{", ".join(METRICS_SUFFIXES)} for the metrics (--out-item metrics)')
     return out
 
 
@@ -159,7 +158,6 @@ def test_time_augmentation(cfg: Config, drawn: bool = False) -> None:
     missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
     if missing:
         raise SystemExit(f'error: --tta needs {" and ".join(missing)} in the config (mmseg configs '
-                         'name their '
-                         'test-time augmentation; see the stock mmseg configs)')
+                         'name their test-time augmentation; see the stock mmseg configs)')
     cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline

@@ -49,8 +49,7 @@ def slurm_master_port(env: Mapping[str, str]) -> str:
     job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
     if not (job.isdigit() and restart.isdigit()):
         raise SystemExit(f'error: SLURM_JOB_ID={job!r} and SLURM_RESTART_COUNT={restart!r}: '
-                         'expected numbers '
-                         '(or set MASTER_PORT)')
+                         'expected numbers (or set MASTER_PORT)')
     slot = int(job) * RESTARTS_PER_JOB + int(restart) % RESTARTS_PER_JOB
     return str(JOB_PORTS.start + slot % len(JOB_PORTS))
 

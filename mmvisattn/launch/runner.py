@@ -40,8 +40,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """``--cfg-options`` as the stock tools take it, and ``--cfg-new-keys`` to let it add keys."""
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, e.g. train_cfg.max_iters=10; a key the '
-                        'config does not '
-                             'have is refused with the nearest existing ones')
+                        'config does not have is refused with the nearest existing ones')
     parser.add_argument('--cfg-new-keys', action='store_true',
                         help='let --cfg-options add keys the config does not have')
 

@@ -56,8 +56,7 @@ def parse_args() -> argparse.Namespace:
                         "tta_pipeline (mmdet configs without them: mmdet's flip default)")
     parser.add_argument('--allow-partial-checkpoint', action='store_true',
                         help='evaluate even when the checkpoint leaves some weights of the model '
-                        'unset or holds '
-                             'others (the stock behaviour, with a warning)')
+                        'unset or holds others (the stock behaviour, with a warning)')
     add_config_arguments(parser)
     return parse_tool_args(parser)
 

@@ -32,8 +32,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision: float16 with dynamic loss scaling on CUDA (mmengine '
-                        'AmpOptimWrapper), '
-                             'bfloat16 autocast on CPU (CPUAmpOptimWrapper)')
+                        'AmpOptimWrapper), bfloat16 autocast on CPU (CPUAmpOptimWrapper)')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or from the latest one in the work dir '
                              'when no path is given')

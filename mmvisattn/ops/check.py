@@ -263,8 +263,7 @@ def main(argv=None) -> int:
             print(f'{where}: not run ({row["skipped"]})')
         else:
             print(f'{where}: {"ok" if row["ok"] else "FAILED"}, error {row["error"]:.1e} '
-                  f'({row["worst"]}) '
-                  f'against {row["bound"]:.0e}')
+                  f'({row["worst"]}) against {row["bound"]:.0e}')
     failed = [row for row in rows if not row.get('ok', True)]
     print(f'{len(rows) - len(failed)} of {len(rows)} ok or not run on {args.device}; {len(failed)} '
           'failed')

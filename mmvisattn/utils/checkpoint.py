@@ -45,12 +45,10 @@ def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dic
                                   'checkpoint may hold (tensors, containers and mmengine\'s log '
                                   'buffers)') from None
         raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt '
-                              'or truncated '
-                              '(its pickle cannot be read)') from None
+                              'or truncated (its pickle cannot be read)') from None
     except Exception as exc:  # torch.load raises a different type for each kind of damage
         raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt '
-                              'or truncated '
-                              f'(torch.load raised {type(exc).__name__})') from None
+                              f'or truncated (torch.load raised {type(exc).__name__})') from None
     state_dict_of(checkpoint, path, wrappers)
     return checkpoint
 
@@ -61,13 +59,14 @@ def state_dict_of(checkpoint: object, path: str,
     itself; :class:`CheckpointError` unless it is a non-empty dict of tensors."""
     if isinstance(checkpoint, dict):
         state_dict = next((checkpoint[key] for key in wrappers if key in checkpoint), checkpoint)
-        if isinstance(state_dict,
-                      dict) and state_dict and all(isinstance(v,
-                                                              Tensor) for v in state_dict.values()):
+        if (
+            isinstance(state_dict, dict)
+            and state_dict
+            and all(isinstance(v, Tensor) for v in state_dict.values())
+        ):
             return state_dict
     raise CheckpointError(f'checkpoint {path!r} holds no state dict: expected a dict of tensors, '
-                          'bare or under '
-                          f'one of {list(wrappers)}, found {_describe(checkpoint)}')
+                          f'bare or under one of {list(wrappers)}, found {_describe(checkpoint)}')
 
 
 # `.<name>.<pid>.partial`: what write_atomically writes before renaming it into place
@@ -235,8 +234,7 @@ def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
 
 
 def converter_arguments(description: str, source: str,
-                        config_help: str = 'check the result against the '
-                        'backbone of this config',
+                        config_help: str = 'check the result against the backbone of this config',
                         config_required: bool = False) -> argparse.ArgumentParser:
     """The command line every converter shares: ``SRC DST [--config CONFIG]``."""
     parser = argparse.ArgumentParser(description=description)
@@ -285,8 +283,7 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor],
     unexpected = sorted(set(weights) - set(expected))
     if unexpected:
         raise ValueError(f'{len(unexpected)} checkpoint keys have no place in the backbone of '
-                         f'{config}, '
-                         f'e.g. {unexpected[:3]}')
+                         f'{config}, e.g. {unexpected[:3]}')
     for key, value in weights.items():
         if value.shape != expected[key].shape:
             raise ValueError(f'checkpoint {key} has shape {tuple(value.shape)}, the backbone of '

@@ -61,8 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the real datasets' layouts, names and classes: OUT/coco, "
                         "OUT/cityscapes and "
                         'OUT/ade/ADEChallengeData2016, each written on its own (a smoke test of a '
-                        'real config; '
-                        'default 8 train and 4 val images)')
+                        'real config; default 8 train and 4 val images)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--num-train', type=int, help='default 300 (8 with --standard)')
     parser.add_argument('--num-val', type=int, help='default 50 (4 with --standard)')
@@ -371,8 +370,7 @@ def earlier_run(out: Path) -> Optional[Dict]:
     marker = out / MARKER
     if not marker.is_file() or marker.is_symlink():
         refuse(f'into {out}: it is not empty and was not created by this script (no {MARKER} '
-               'file); '
-               'pass an empty or new folder')
+               'file); pass an empty or new folder')
     try:
         content = json.loads(marker.read_text())
         settings = content.get('settings', content)  # version 1 markers hold the settings alone

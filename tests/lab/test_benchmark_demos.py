@@ -44,11 +44,13 @@ def test_a_pair_is_measured_in_alternating_rounds(workspace, tmp_path):
     record = json.loads((tmp_path / 'out' / 'record_bench_demos.json').read_text())
     assert (tmp_path / 'records' / record['name']).is_file()
     row = record['results']['pairs']['ViL']
-    assert len(row['demo_runs']) == len(row['stock_runs']) == 2 and min(row['demo_runs']
-                                                                        + row['stock_runs']) > 0
-    assert sorted((tmp_path / 'out' / 'ViL').iterdir()) == [tmp_path / 'out' / 'ViL' / f'{side}_{i}'
-                                                           for side in ('demo',
-                                                                        'stock') for i in (0, 1)]
+    assert (
+        len(row['demo_runs']) == len(row['stock_runs']) == 2
+        and min(row['demo_runs'] + row['stock_runs']) > 0
+    )
+    assert sorted((tmp_path / 'out' / 'ViL').iterdir()) == [
+        tmp_path / 'out' / 'ViL' / f'{side}_{i}' for side in ('demo', 'stock') for i in (0, 1)
+    ]
     assert (
         f'| ViL (`retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py`) | {row["demo_fps"]:.2f} '
         '| RetinaNet R-18 |'
@@ -61,5 +63,8 @@ def test_a_pair_is_measured_in_alternating_rounds(workspace, tmp_path):
 def test_counts_below_their_least_are_one_line(capsys, option, value, least):
     with pytest.raises(SystemExit):
         parse_args([option, str(value)])
-    assert capsys.readouterr().err.splitlines()[-1].endswith(f'{option} must be at least {least}, '
-                                                             f'got {value}')
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(f'{option} must be at least {least}, got {value}')
+    )

@@ -55,14 +55,22 @@ def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
             'peripheral.position_triton._window_grad'} <= launched
     # float scalars typed fp64, as torch.compile passes them: a kernel that lets them promote a
     # block failed there
-    assert {row['kernel'].replace('mmvisattn.ops.', '') for row in rows
-            if row['source'] == 'torch.compile'} == {
-        'linear_angular.triton._summarise', 'linear_angular.triton._mix',
+    assert {
+        row['kernel'].replace('mmvisattn.ops.', '')
+        for row in rows
+        if row['source'] == 'torch.compile'
+    } == {
+        'linear_angular.triton._summarise',
+        'linear_angular.triton._mix',
         'ripple.triton._ring_weights_forward',
-        'ripple.triton._ring_weights_backward', 'peripheral.position_triton._window_stats',
+        'ripple.triton._ring_weights_backward',
+        'peripheral.position_triton._window_stats',
         'peripheral.position_triton._logits_forward',
-        *(f'sliding_chunk.triton.{kernel}' for kernel in ('_forward', '_grad_queries', '_grad_keys',
-                                                          '_grad_bias'))}
+        *(
+            f'sliding_chunk.triton.{kernel}'
+            for kernel in ('_forward', '_grad_queries', '_grad_keys', '_grad_bias')
+        ),
+    }
     for row in rows:
         assert row['arch'] == 'sm_90' and row['problems'] == []
         assert 0 < row['registers'] <= 255 and row['spill_bytes'] == 0

@@ -153,11 +153,17 @@ def test_profiled_syncs_are_attributed_to_our_innermost_frame():
     assert set(counted['by_line']) == {
         f'aten::{op} (no frame of ours)' for op in ('_local_scalar_dense', 'nonzero')
     }
-    events = [Event(name='aten::_local_scalar_dense', stack=['/x/torch/_tensor.py(1): item',
-                                                             '/x/mmdet/models/losses/a.py(7): f',
-                                                             '/x/mmengine/model/wrappers.py(10): '
-                                                             'train_step']),
-              Event(name='cudaStreamSynchronize', stack=[]),
-              Event(name='cudaLaunchKernel', stack=[])]
+    events = [
+        Event(
+            name='aten::_local_scalar_dense',
+            stack=[
+                '/x/torch/_tensor.py(1): item',
+                '/x/mmdet/models/losses/a.py(7): f',
+                '/x/mmengine/model/wrappers.py(10): train_step',
+            ],
+        ),
+        Event(name='cudaStreamSynchronize', stack=[]),
+        Event(name='cudaLaunchKernel', stack=[]),
+    ]
     assert probe.profiled_syncs(Event(events=lambda: events)) == dict(
         runtime=1, host_reads=1, by_line={'/x/mmdet/models/losses/a.py(7): f': 1})

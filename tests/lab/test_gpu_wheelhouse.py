@@ -91,8 +91,9 @@ def test_requirements_are_checked_against_the_machine(tool, wheelhouse):
     # mmengine declares opencv-python; the machine's opencv-python-headless stands for it
     assert 'opencv-python' not in machine and 'opencv-python-headless' in machine
     no_regex = [name for name in machine if name != 'regex']
-    assert 'regex (imported by mmsegmentation, undeclared)' in tool.missing_requirements(wheels,
-                                                                                         no_regex)
+    assert 'regex (imported by mmsegmentation, undeclared)' in tool.missing_requirements(
+        wheels, no_regex
+    )
 
 
 def test_a_folder_it_did_not_write_is_refused(tmp_path):

@@ -56,8 +56,9 @@ def cuda_choices(cfg: dict, hw_shape) -> dict:
     for record in records:
         argument = arguments.get(record.op.name, 'impl' if record.op.impls == attn.impls else None)
         if argument is not None:
-            choices[argument] = record.op.choose('auto', replayed(record.request, 'cuda',
-                                                                  torch.bfloat16, 'eager'))
+            choices[argument] = record.op.choose(
+                'auto', replayed(record.request, 'cuda', torch.bfloat16, 'eager')
+            )
     return choices
 
 

@@ -51,9 +51,11 @@ def test_dense_form_in_half_precision(dtype):
     q.requires_grad_()
     out = linear_angular_attention_dense(q, k, v)
     assert out.dtype == dtype
-    torch.testing.assert_close(out.double(),
-                               linear_angular_attention_reference(q.double(), k.double(),
-                                                                  v.double()),
-                               atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        out.double(),
+        linear_angular_attention_reference(q.double(), k.double(), v.double()),
+        atol=2e-2,
+        rtol=2e-2,
+    )
     grad = torch.autograd.grad(out.float().sum(), q)[0]
     assert grad.dtype == dtype and torch.isfinite(grad).all()

@@ -35,15 +35,17 @@ def test_triton_gradcheck_float64():
     """The flash backward's three kernels in float64 (which only this test passes them, under the
     interpreter on CPU), two images summed into the shared bias's gradient, 40 tokens: two blocks
     with a partial one."""
-    inputs = [t.detach().requires_grad_() for t in attention_inputs(2, 1, 40, 3,
-                                                                    device=KERNEL_DEVICE)]
+    inputs = [
+        t.detach().requires_grad_() for t in attention_inputs(2, 1, 40, 3, device=KERNEL_DEVICE)
+    ]
     assert torch.autograd.gradcheck(lambda *xs: PeripheralAttentionTriton.apply(*xs, 0.4), inputs,
                                     fast_mode=True)
 
 
 def test_triton_takes_more_keys_than_queries():
-    q, k, v, log_phi_p = (t.detach().float() for t in attention_inputs(2, 2, 37, 4,
-                                                                       device=KERNEL_DEVICE))
+    q, k, v, log_phi_p = (
+        t.detach().float() for t in attention_inputs(2, 2, 37, 4, device=KERNEL_DEVICE)
+    )
     k, v = torch.cat([k, k[:, :, :5]],
                      2).requires_grad_(), torch.cat([v, v[:, :, :5]], 2).requires_grad_()
     log_phi_p = torch.cat([log_phi_p, log_phi_p[..., :5]], -1).requires_grad_()

@@ -86,12 +86,13 @@ def swap_backbone(cfg: Config, name: str, strides: List[int]) -> None:
     """The plug-in guide's rule (module docstring) for the backbone ``name`` where the stock one
     returned maps of ``strides``."""
     options, stages = CASES[name]
-    probe = models_of_scope(cfg.default_scope).build(dict(type=name, **options,
-                                                          out_indices=tuple(range(stages))))
+    probe = models_of_scope(cfg.default_scope).build(
+        dict(type=name, **options, out_indices=tuple(range(stages)))
+    )
     wanted = len(strides)
     if stages >= wanted and len(set(probe.out_strides[-wanted:])) == wanted:
         out_indices, channels, pyramid = (tuple(range(stages))[-wanted:],
-                                          probe.out_channels[-wanted:], [],)
+                                          probe.out_channels[-wanted:], [])
     else:
         last = probe.out_strides[-1]
         out_indices, channels = (stages - 1,), [256] * wanted
@@ -107,9 +108,9 @@ def swap_backbone(cfg: Config, name: str, strides: List[int]) -> None:
     heads = cfg.model.get('auxiliary_head') or []
     for head in [cfg.model.get('decode_head')] + (heads if isinstance(heads, list) else [heads]):
         index = head.get('in_index', list(range(wanted)))
-        head.in_channels = [channels[i] for i in index] if isinstance(index,
-                                                                      (list,
-                                                                       tuple)) else channels[index]
+        head.in_channels = (
+            [channels[i] for i in index] if isinstance(index, (list, tuple)) else channels[index]
+        )
         if 'c1_in_channels' in head:
             head.c1_in_channels = channels[0]
 

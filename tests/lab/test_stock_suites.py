@@ -18,8 +18,9 @@ from ..conftest import REPO
 
 # the outcomes of a suite's two passes: one test passes in both, one fails with mmvisattn only, one
 # in both
-PASSING, REGRESSING, FAILING = (f'tests.test_toy::test_{name}' for name in ('passes', 'regresses',
-                                                                            'fails'))
+PASSING, REGRESSING, FAILING = (
+    f'tests.test_toy::test_{name}' for name in ('passes', 'regresses', 'fails')
+)
 TOY_OUTCOMES = dict(plain={PASSING: ('passed', ''), REGRESSING: ('passed', ''),
                            FAILING: ('failed', 'E assert')},
                     mmvisattn={PASSING: ('passed', ''), REGRESSING: ('failed', 'E assert'),
@@ -87,8 +88,9 @@ def test_a_suite_runs_both_passes_without_a_baseline_and_keeps_its_plain_outcome
     )
 
 
-def test_kept_plain_outcomes_are_used_where_the_key_matches_and_a_regression_is_confirmed(toy,
-                                                                                          tmp_path):
+def test_kept_plain_outcomes_are_used_where_the_key_matches_and_a_regression_is_confirmed(
+    toy, tmp_path
+):
     compare, stock, ran = toy
     plain = {test: list(outcome) for test, outcome in TOY_OUTCOMES['plain'].items()}
     baseline = dict(toy=dict(key=compare.suite_key(stock, 'toy'), returncode=1, outcomes=plain))

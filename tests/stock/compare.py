@@ -263,8 +263,7 @@ def report(record: dict) -> str:
         kept = ' (plain: the baseline\'s outcomes)' if entry['plain_from_baseline'] else ''
         lines.append(f'  {suite}{kept}: ' + ' | '.join(
             f'{run["passed"]} passed, {run["failed"] + run["error"]} failed, {run["skipped"]} '
-            'skipped '
-            f'({run["seconds"]} s)' for run in (plain, patched)))
+            f'skipped ({run["seconds"]} s)' for run in (plain, patched)))
         lines += [
             f'    failing in both: {item["test"]}: {item["error"][:200]}'
             for item in entry['failing_in_both']
@@ -292,8 +291,7 @@ def main() -> int:
     missing = [suite for suite in args.suites if not (args.stock_dir / suite / 'tests').is_dir()]
     if missing:
         raise SystemExit(f'error: {args.stock_dir} has no tests/ of {", ".join(missing)}; expected '
-                         'the stock '
-                         'suites of ../shared/stock_tests')
+                         'the stock suites of ../shared/stock_tests')
     baseline = json.loads(BASELINE.read_text()) if args.baseline and BASELINE.is_file() else None
     # absolute: each pass runs in its copy of the suite, which a relative report path would land in
     args.out_dir = args.out_dir.resolve()

@@ -48,8 +48,10 @@ def test_each_stage_learns_at_its_depths_rate(name):
                                   + [backbone.stage_parts(i) for i in range(stages)]):
         expected = LR * RATE ** (count - depth - 1)
         within = [names[key] for key in parameters_of(parts) if depth == 0 or key not in stem]
-        assert within and all(rates[n] == pytest.approx(expected) for n in within), (depth,
-                                                                                     within[:3])
+        assert within and all(rates[n] == pytest.approx(expected) for n in within), (
+            depth,
+            within[:3],
+        )
 
 
 def test_a_backbone_without_depths_is_one_line():
@@ -65,8 +67,9 @@ def test_mmpretrains_constructor_decays_a_classifier_of_the_project():
     model = build_from_config(cfg)
     rates = learning_rates(model,
                            dict(DECAY, constructor='LearningRateDecayOptimWrapperConstructor'))
-    assert len(set(rates.values())) == model.backbone.get_layer_depth('head.fc.weight',
-                                                                      'backbone.')[1]
+    assert (
+        len(set(rates.values())) == model.backbone.get_layer_depth('head.fc.weight', 'backbone.')[1]
+    )
 
 
 def test_the_mae_mask2former_config_decays_by_layer():

@@ -73,8 +73,7 @@ class OneNodeSlurm:
             ):
                 self.stop()
                 raise RuntimeError(f'the Slurm node did not come up within {START_TIMEOUT} s; logs '
-                                   'in '
-                                   f'{self.folder / "log"}')
+                                   f'in {self.folder / "log"}')
             time.sleep(0.2)
         return self
 

@@ -29,8 +29,7 @@ def test_missing_image_folder_is_named(small_data):
     (small_data / 'data/shapes/cityscapes/leftImg8bit/val').rmdir()
     assert train_fails(small_data, SEG_DEMO) == (
         "error: val_dataloader.dataset.data_prefix.img_path folder "
-        "'data/shapes/cityscapes/leftImg8bit/val' "
-        "does not exist")
+        "'data/shapes/cityscapes/leftImg8bit/val' does not exist")
 
 
 def test_empty_dataset_is_named(small_data):

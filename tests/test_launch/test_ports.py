@@ -108,8 +108,7 @@ def test_without_rank_0_the_others_say_so(monkeypatch):
     port = free_port()
     assert roll_call_of([1], 2, port, monkeypatch) == {1: (
         f'error: rank 1 of 2 could not reach rank 0 at 127.0.0.1:{port} within 3 s '
-        '(env_cfg.dist_cfg.timeout): rank 0 '
-        'never started')}
+        '(env_cfg.dist_cfg.timeout): rank 0 never started')}
 
 
 def test_when_every_rank_comes_they_all_join(monkeypatch):
@@ -157,8 +156,7 @@ def test_a_port_another_program_holds_is_one_line(workspace, tmp_path):
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f'error: MASTER_PORT {port} on 127.0.0.1 is taken by another program (EADDRINUSE); set '
-        'MASTER_PORT '
-        '(PORT for dist_train.sh) to a free port')
+        'MASTER_PORT (PORT for dist_train.sh) to a free port')
 
 
 def test_a_dist_cfg_key_the_start_does_not_read_is_one_line(monkeypatch):

@@ -49,8 +49,9 @@ def finish(tasks) -> None:
         assert task.returncode == 0, stderr[-3000:]
 
 
-def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_checkpoint(workspace,
-                                                                                      tmp_path):
+def test_a_signal_to_one_rank_stops_both_after_the_same_iteration_with_its_checkpoint(
+    workspace, tmp_path
+):
     """Only one rank is signalled: the other learns it from the agreement, and both stop after the
     same iteration. (That the resumed run ends with an uninterrupted run's weights is proven under a
     real Slurm, in test_slurm.py.)"""
@@ -120,14 +121,10 @@ def test_a_second_sigterm_ends_the_process(tmp_path):
     """The first SIGTERM asks for a checkpoint and a stop; a second ends a run stuck in its
     iteration."""
     script = tmp_path / 'stuck.py'
-    script.write_text('import os, signal, time\n'
-                      'from mmvisattn.engine.hooks import PreemptionHook\n'
-                      'hook = PreemptionHook()\n'
-                      'hook.before_train(None)\n'
-                      'os.kill(os.getpid(), signal.SIGTERM)\n'
-                      'print(hook.received, flush=True)\n'
-                      'os.kill(os.getpid(), signal.SIGTERM)\n'
-                      'time.sleep(60)\n')
+    script.write_text('import os, signal, time\nfrom mmvisattn.engine.hooks import PreemptionHook\n'
+                      'hook = PreemptionHook()\nhook.before_train(None)\n'
+                      'os.kill(os.getpid(), signal.SIGTERM)\nprint(hook.received, flush=True)\n'
+                      'os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(60)\n')
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=tool_env(), timeout=time_limit(120))
     assert done.stdout == 'SIGTERM\n' and done.returncode == -signal.SIGTERM, done.stderr[-2000:]

@@ -141,8 +141,9 @@ def test_two_jobs_share_the_node(slurm, project):
         assert (project / 'work_dirs' / f'shared-{index}' / f'iter_{ITERS}.pth').is_file()
 
 
-def test_the_batch_script_preempted_requeues_itself_and_ends_as_an_uninterrupted_run(slurm, project,
-                                                                                     straight):
+def test_the_batch_script_preempted_requeues_itself_and_ends_as_an_uninterrupted_run(
+    slurm, project, straight
+):
     """tools/slurm_batch.sh (the docs' sbatch example) with two tasks: ``scancel --signal=USR1``
     mid-run (what ``--signal=USR1@120`` sends) has both tasks checkpoint the iteration they were in
     and the job requeue itself; the requeued job resumes by itself and ends with the uninterrupted
@@ -156,9 +157,9 @@ def test_the_batch_script_preempted_requeues_itself_and_ends_as_an_uninterrupted
     job = submitted.stdout.strip()
     deadline = time.monotonic() + time_limit(JOB_LIMIT)
     while not logged_losses(work_dir).get(2):
-        assert time.monotonic() < deadline and slurm.command('squeue', '-h', '-j', job,
-                                                             check=False), \
-            'the job ended before its second iteration'
+        assert time.monotonic() < deadline and slurm.command(
+            'squeue', '-h', '-j', job, check=False
+        ), 'the job ended before its second iteration'
         time.sleep(0.1)
     slurm.command('scancel', '--signal=USR1', job)
     # requeued, then run again to the end
@@ -175,8 +176,9 @@ def test_the_batch_script_preempted_requeues_itself_and_ends_as_an_uninterrupted
     assert got == expected
     reference, result = (state_dict(straight / f'iter_{ITERS}.pth'),
                          state_dict(work_dir / f'iter_{ITERS}.pth'),)
-    assert reference.keys() == result.keys() and all(torch.equal(reference[key],
-                                                                 result[key]) for key in reference)
+    assert reference.keys() == result.keys() and all(
+        torch.equal(reference[key], result[key]) for key in reference
+    )
 
 
 def test_a_rank_that_never_joins_ends_the_job_in_one_line(slurm, project, tmp_path):
@@ -200,12 +202,10 @@ def test_a_rank_that_never_joins_ends_the_job_in_one_line(slurm, project, tmp_pa
 @pytest.mark.parametrize('env,message', [
     (dict(GPUS='4', GPUS_PER_NODE='4', CPUS_PER_TASK='1'),
      "error: Slurm refuses GPUS=4 tasks, GPUS_PER_NODE=4, CPUS_PER_TASK=1 on partition "
-     "'{partition}': Requested "
-     "node configuration is not available"),
+     "'{partition}': Requested node configuration is not available"),
     (dict(TWO_TASKS, PARTITION='nope'),
      "error: Slurm refuses GPUS=2 tasks, GPUS_PER_NODE=2, CPUS_PER_TASK=1 on partition 'nope': "
-     "Invalid partition "
-     "name specified"),
+     "Invalid partition name specified"),
 ], ids=['too many tasks', 'unknown partition'])
 def test_a_request_slurm_cannot_place_is_one_line(slurm, project, env, message):
     partition = env.pop('PARTITION', PARTITION)
@@ -224,5 +224,4 @@ def test_without_srun_the_scripts_say_so(tmp_path):
                               capture_output=True, text=True, env=dict(PATH=str(tmp_path / 'bin')))
         assert done.returncode == 1 and done.stderr.strip() == (
             f"error: srun is not on PATH: tools/slurm_{tool}.sh runs where Slurm's commands are (a "
-            "login node); on one "
-            f"machine use tools/dist_{tool}.sh")
+            f"login node); on one machine use tools/dist_{tool}.sh")

@@ -71,8 +71,10 @@ def test_killed_run_resumes_exactly(workspace, tmp_path):
                         '--cfg-options', *RESUME_OPTIONS], cwd=workspace)
     assert 'resumed epoch: 0, iter: 3' in resumed.stdout + resumed.stderr
     expected, got = logged_losses(straight), logged_losses(killed)
-    assert sorted(got) == list(range(1, 9)) and all(got[i] == expected[i] for i in got), (expected,
-                                                                                          got)
+    assert sorted(got) == list(range(1, 9)) and all(got[i] == expected[i] for i in got), (
+        expected,
+        got,
+    )
     reference = torch.load(straight / 'iter_8.pth')['state_dict']
     result = torch.load(killed / 'iter_8.pth')['state_dict']
     assert reference.keys() == result.keys()
@@ -111,8 +113,9 @@ torch.save = save
 '''
 
 
-def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_to_resume(workspace,
-                                                                                tmp_path):
+def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_to_resume(
+    workspace, tmp_path
+):
     """Checkpoints at iterations 3 and 6, one kept: killed half-way through writing iter_6.pth, the
     run leaves iter_3.pth whole and named by ``last_checkpoint``; ``--resume`` continues from it to
     the weights of an uninterrupted run, removes the partial file and keeps only the newest
@@ -142,5 +145,6 @@ def test_a_kill_while_a_checkpoint_is_written_leaves_the_previous_one_to_resume(
     assert not list(killed.glob('.*.partial'))
     reference = torch.load(straight / 'iter_8.pth')['state_dict']
     result = torch.load(killed / 'iter_8.pth')['state_dict']
-    assert reference.keys() == result.keys() and all(torch.equal(reference[key],
-                                                                 result[key]) for key in reference)
+    assert reference.keys() == result.keys() and all(
+        torch.equal(reference[key], result[key]) for key in reference
+    )

@@ -297,8 +297,9 @@ def test_smca_decoder_equals_the_official_decoder():
     leaves = {name: inputs[name].transpose(0, 1).clone().requires_grad_(True)
               for name in ('memory', 'pos', 'query_pos', 'tgt')}
     reference_logits = []
-    decoder.layers[0].ref_point_head.register_forward_hook(lambda module, args,
-                                                           out: reference_logits.append(out))
+    decoder.layers[0].ref_point_head.register_forward_hook(
+        lambda module, args, out: reference_logits.append(out)
+    )
     hidden, _ = decoder(query=leaves['tgt'], key=leaves['memory'], value=leaves['memory'],
                         query_pos=leaves['query_pos'], key_pos=leaves['pos'],
                         key_padding_mask=inputs['memory_key_padding_mask'],

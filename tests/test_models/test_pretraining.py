@@ -168,9 +168,9 @@ def pretrained_backbone(config: Path, checkpoint: Path, monkeypatch,
 
 @pytest.mark.parametrize('pair', DENSE,
                          ids=lambda pair: f'{relative(pair[0])}->{relative(pair[1])}')
-def test_a_classifier_checkpoint_starts_every_dense_config_of_its_backbone(pair,
-                                                                           classifier_checkpoints,
-                                                                           monkeypatch):
+def test_a_classifier_checkpoint_starts_every_dense_config_of_its_backbone(
+    pair, classifier_checkpoints, monkeypatch
+):
     in1k, dense = pair
     path = classifier_checkpoints(in1k)
     model, line = pretrained_backbone(dense, path, monkeypatch)
@@ -252,8 +252,9 @@ def test_an_ema_checkpoint_hands_on_the_raw_weights_unless_asked(tmp_path, monke
                for key, value in handed_on(model, raw).items())
 
 
-def test_a_checkpoint_of_another_family_or_size_fails_in_one_line(classifier_checkpoints,
-                                                                  monkeypatch, tmp_path):
+def test_a_checkpoint_of_another_family_or_size_fails_in_one_line(
+    classifier_checkpoints, monkeypatch, tmp_path
+):
     vil = REPO / 'configs/vil/retinanet_vil-tiny_fpn_1x_coco.py'
     pervit = classifier_checkpoints(REPO / 'configs/pervit/pervit-t_8xb128_in1k.py')
     with pytest.raises(CheckpointError,

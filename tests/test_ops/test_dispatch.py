@@ -18,15 +18,21 @@ from mmvisattn.ops.utils.triton_launch import head_block, num_warps
 # dropout, strides
 OPTIONS = {
     ripple.OP: [ripple.Options((5, 7), 3), ripple.Options((100, 100), 8)],
-    sliding_chunk.OP: [sliding_chunk.Options(hw, window, 1, masking, mode)
-                       for hw, window, masking,
-                       mode in [((7, 7), 7, 'chunk', 0), ((56, 56), 7, 'exact', 0),
-                                                         ((3, 10), 3, 'cyclic', 0),
-                                ((56, 56), 7, 'chunk', 'drawn'),
-                                                         ((28, 28), 9, 'chunk', 0)]],
+    sliding_chunk.OP: [
+        sliding_chunk.Options(hw, window, 1, masking, mode)
+        for hw, window, masking, mode in [
+            ((7, 7), 7, 'chunk', 0),
+            ((56, 56), 7, 'exact', 0),
+            ((3, 10), 3, 'cyclic', 0),
+            ((56, 56), 7, 'chunk', 'drawn'),
+            ((28, 28), 9, 'chunk', 0),
+        ]
+    ],
     linear_angular.OP: [None],
     masked_softmax.OP: [masked_softmax.Options(0.0), masked_softmax.Options(0.1)],
-    peripheral.OP: [None], peripheral.POSITION_OP: [None], rwgk.OP: [None],
+    peripheral.OP: [None],
+    peripheral.POSITION_OP: [None],
+    rwgk.OP: [None],
     feature_map.OP: [feature_map.Options(1), feature_map.Options(3)],
 }
 OPS = list(OPTIONS)
@@ -175,8 +181,7 @@ def test_auto_logs_what_it_passed_over_and_a_chain_that_runs_out_is_one_line(cap
     with caplog.at_level(logging.DEBUG, logger='mmvisattn.ops.utils.dispatch'):
         assert ripple.OP.choose('auto', request) == 'cpu'
     assert caplog.messages == [f'ripple_attention [{request.describe()}] runs cpu; not triton: '
-                               'Triton kernels for '
-                               'CUDA tensors; these are on cpu; not dense: '
+                               'Triton kernels for CUDA tensors; these are on cpu; not dense: '
                                + ripple.OP.explain(request)[1]['dense']]
     cuda_only = Op('cuda_only',
                    [Backend('kernel', print, lambda request: f'not on {request.device}')])

@@ -61,8 +61,10 @@ def test_triton_equals_reference_forward_and_gradients(tokens, dims, value_dims)
 
 
 def test_triton_keeps_half_precision_dtype():
-    q, k, v = (t.detach().to(torch.bfloat16) for t in inputs(tokens=40, dims=16, value_dims=16,
-                                                             device=KERNEL_DEVICE))
+    q, k, v = (
+        t.detach().to(torch.bfloat16)
+        for t in inputs(tokens=40, dims=16, value_dims=16, device=KERNEL_DEVICE)
+    )
     out = linear_angular_attention(q, k, v, impl='triton')
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(),

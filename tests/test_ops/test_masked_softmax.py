@@ -29,7 +29,7 @@ def qkv(queries, keys, dtype=torch.float64, scale=1.0, seed=0):
 def test_blocks_equal_the_literal_form_in_value_and_gradients(queries, keys, block):
     q, k, v = qkv(queries, keys)
     blocked, literal = (masked_softmax_attention_torch(q, k, v, 0.01, block=block),
-                        masked_softmax_attention_reference(q, k, v, 0.01),)
+                        masked_softmax_attention_reference(q, k, v, 0.01))
     # the mask drops some
     assert 0 < (torch.softmax(q @ k.transpose(-1, -2) * 8 ** -0.5, -1) <= 0.01).sum()
     torch.testing.assert_close(blocked, literal)
@@ -57,7 +57,7 @@ def test_one_block_holds_the_budget_of_weights():
 def test_dense_form_equals_the_literal_one_in_value_and_gradients(keys):
     q, k, v = qkv(29, keys)
     dense, literal = (masked_softmax_attention_dense(q, k, v, 0.02),
-                      masked_softmax_attention_reference(q, k, v, 0.02),)
+                      masked_softmax_attention_reference(q, k, v, 0.02))
     assert dense.dtype == torch.float64
     torch.testing.assert_close(dense, literal)
     upstream = torch.randn_like(literal)
@@ -96,8 +96,9 @@ def test_half_inputs_give_finite_float32_softmax_results(dtype, form):
     """Inputs of size 100 in 8 dimensions: some logits lie beyond float16's range (65504) before the
     scale; the products give float32, the output and gradients come back finite in the inputs' dtype
     and within the rounding of half weights of the float32 result."""
-    q, k, v = (t.detach().to(dtype).requires_grad_() for t in qkv(40, 40, dtype=torch.float32,
-                                                                  scale=100.0))
+    q, k, v = (
+        t.detach().to(dtype).requires_grad_() for t in qkv(40, 40, dtype=torch.float32, scale=100.0)
+    )
     assert (q.float() @ k.float().transpose(-1, -2)).abs().max() > torch.finfo(torch.float16).max
     if form == 'blocks':
         out = masked_softmax_attention_torch(q, k, v, 0.02, block=16)

@@ -92,8 +92,9 @@ def rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size, hidden=8):
 @pytest.mark.parametrize('hw_shape,kernel_size',
                          [((4, 4), 3), ((3, 5), 3), ((6, 2), 3), ((1, 1), 3), ((1, 4), 3),
                                                    ((7, 7), 1), ((3, 5), 1), ((5, 4), 5)])
-def test_relative_position_form_equals_full_distance_tensor(monkeypatch, hw_shape, kernel_size,
-                                                            rows, device):
+def test_relative_position_form_equals_full_distance_tensor(
+    monkeypatch, hw_shape, kernel_size, rows, device
+):
     """In one piece and by chunks of query rows (the last one shorter on odd heights), each chunk
     recomputed in the backward."""
     rows_per_chunk(monkeypatch, rows, hw_shape, kernel_size)

@@ -111,8 +111,10 @@ def test_dense_blocks_of_queries_equal_reference(monkeypatch, budget, height, wi
 def test_dense_equals_tiled_at_the_crossover(hw_shape):
     """Where ``auto`` switches (R_max 8: 18x18 dense, beyond it the C++ tiles), the dense form, the
     torch tiles and the C++ tiles give the same values and gradients in float32."""
-    args = [t.detach().float().requires_grad_() for t in inputs(hw_shape, 8, batch=1, heads=2,
-                                                                dims=8, value_dims=8)]
+    args = [
+        t.detach().float().requires_grad_()
+        for t in inputs(hw_shape, 8, batch=1, heads=2, dims=8, value_dims=8)
+    ]
     dense = ripple_attention(*args, hw_shape, impl='dense')
     weights = torch.randn_like(dense)
     dense_grads = torch.autograd.grad((dense * weights).sum(), args)
@@ -136,8 +138,9 @@ def test_auto_follows_the_measured_crossover():
     with observing(record):
         for hw_shape, impl in [((18, 18), 'auto'), ((19, 18), 'auto'), ((18, 18), 'torch'),
                                ((18, 18), 'cpu'), ((19, 18), 'dense')]:
-            q, k, v, logits = (t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2,
-                                                          value_dims=2))
+            q, k, v, logits = (
+                t.detach() for t in inputs(hw_shape, 8, batch=1, heads=1, dims=2, value_dims=2)
+            )
             ripple_attention(q, k, v, logits, hw_shape, impl=impl)
     assert picked == ['dense', 'cpu', 'torch', 'cpu', 'dense']
 

@@ -81,8 +81,9 @@ def test_gradients_match_reference(monkeypatch, one_head_per_slice, shared_ancho
 def test_autocast_stays_finite(dtype, scale):
     """Half-precision graphs with large activations saturate, but the M x M system is solved in
     float32, so nothing overflows; at ordinary scale the result follows float32."""
-    q, k, v, anchor_q, anchor_k = (t.to(dtype).float() for t in inputs(scale=scale, tokens=256,
-                                                                       anchors=64, dims=32))
+    q, k, v, anchor_q, anchor_k = (
+        t.to(dtype).float() for t in inputs(scale=scale, tokens=256, anchors=64, dims=32)
+    )
     with torch.autocast('cpu', dtype=dtype):
         out = rwgk_attention(q.to(dtype), k.to(dtype), v.to(dtype), anchor_q, anchor_k, lam=0.9)
     assert out.dtype == dtype

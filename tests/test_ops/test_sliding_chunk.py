@@ -259,13 +259,16 @@ def test_window_larger_than_map_is_full_attention(masking):
     q, k, v, _ = make_inputs(num_global=num_global, hw=(5, 6), window=8, rel_pos=False)
     full = F.scaled_dot_product_attention(q, k, v)
     for impl in ('torch', 'cpu'):
-        torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking,
-                                                           impl=impl), full)
+        torch.testing.assert_close(
+            sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl=impl), full
+        )
     if masking != 'cyclic':
-        torch.testing.assert_close(sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking,
-                                                           impl='dense'), full)
-    torch.testing.assert_close(sliding_chunk_attention_reference(q, k, v, (5, 6), 8, num_global,
-                                                                 masking), full)
+        torch.testing.assert_close(
+            sliding_chunk_attention(q, k, v, (5, 6), 8, num_global, masking, impl='dense'), full
+        )
+    torch.testing.assert_close(
+        sliding_chunk_attention_reference(q, k, v, (5, 6), 8, num_global, masking), full
+    )
 
 
 def test_exact_window_is_the_conv_like_neighbourhood():
@@ -296,8 +299,11 @@ def test_saved_tensors_grow_linearly_like_sdpa(impl, masking):
     def saved(side):
         q, k, v, tables = make_inputs(batch=1, heads=1, num_global=1, hw=(side, side), dims=dims,
                                       window=window, dtype=torch.float32)
-        return saved_elements(lambda: sliding_chunk_attention(q, k, v, (side, side), window, 1,
-                                                              masking, rel_pos=tables, impl=impl))
+        return saved_elements(
+            lambda: sliding_chunk_attention(
+                q, k, v, (side, side), window, 1, masking, rel_pos=tables, impl=impl
+            )
+        )
 
     # per added token (the bias tables and slot indices are a constant, the same at every size)
     small, medium, large = saved(16), saved(32), saved(64)

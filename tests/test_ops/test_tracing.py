@@ -72,7 +72,9 @@ def test_traced_sliding_chunk_equals_the_reference(masking, num_global):
 
     traced = torch.jit.trace(traced_op, (q, k, v), check_trace=False)
     assert 'PythonOp' not in str(traced.graph)
-    torch.testing.assert_close(traced(q, k, v),
-                               sliding_chunk_attention_reference(q, k, v, hw, window, num_global,
-                                                                 masking, 0, tables),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        traced(q, k, v),
+        sliding_chunk_attention_reference(q, k, v, hw, window, num_global, masking, 0, tables),
+        rtol=1e-5,
+        atol=1e-6,
+    )

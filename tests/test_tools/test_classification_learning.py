@@ -29,8 +29,9 @@ VIL_DEMO = 'configs/vil/vil-demo_1xb32-300i_shapes-imagenet-64.py'
 VIL_DETECTOR = 'configs/vil/retinanet_vil-demo_fpn_1xb8-600i_shapes-coco-128.py'
 
 
-def test_vil_classification_demo_learns_then_starts_the_detection_demo(workspace, tmp_path,
-                                                                       monkeypatch):
+def test_vil_classification_demo_learns_then_starts_the_detection_demo(
+    workspace, tmp_path, monkeypatch
+):
     # two threads on shared cores spin in OpenMP (see test_smca_learning)
     monkeypatch.setenv('OMP_NUM_THREADS', '1')
     untrained, trained = before_and_after(workspace, tmp_path, CLS_SMALL, VIL_DEMO, ITERS,

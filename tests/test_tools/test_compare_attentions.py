@@ -53,8 +53,7 @@ def test_schedule_is_shortened_in_proportion():
 
 @pytest.mark.parametrize('args, message', [
     ([VIL, '--attentions', 'NoSuchAttention'],
-     "error: --attentions NoSuchAttention: unknown attention type "
-                                               "'NoSuchAttention'"),
+     "error: --attentions NoSuchAttention: unknown attention type 'NoSuchAttention'"),
     (['configs/demo/retinanet_r18_fpn_1xb8-600i_shapes-coco-128.py'],
      'error: the model holds no attention to swap'),
     ([VIL, '--sizes', '64'], '--sizes takes at least two distinct positive sides'),

@@ -46,8 +46,7 @@ def test_mmcv_without_cuda_kernels_is_named_in_one_line(monkeypatch, capsys):
         'make install: error: mmcv (/cache/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl) has no working '
         'cuda kernels '
         '(cpu_only_nms: RuntimeError: nms_impl: implementation for device cuda:0 not found.); '
-        'delete the wheel and '
-        'run make install again with the CUDA toolkit (nvcc) on PATH\n')
+        'delete the wheel and run make install again with the CUDA toolkit (nvcc) on PATH\n')
 
 
 def test_installed_mmcv_runs_its_ops_on_this_machine():

@@ -117,8 +117,9 @@ def test_a_checkpoint_of_another_model_and_an_existing_output_fail_in_one_line(t
                     check=False)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-    assert lines[-1].startswith('error: checkpoint') and lines[-1].endswith('is it a checkpoint of '
-                                                                            'this config?')
+    assert lines[-1].startswith('error: checkpoint') and lines[-1].endswith(
+        'is it a checkpoint of this config?'
+    )
     (tmp_path / 'm.onnx').write_bytes(b'kept')
     with pytest.raises(SystemExit, match="m.onnx' exists; pass --overwrite"):
         load_tool(TOOL).main([str(config), str(other), '--out', str(tmp_path / 'm.onnx')])

@@ -202,8 +202,11 @@ def test_stock_test_flags_dump_augment_and_refuse_in_one_line(det_run, seg_run, 
              cwd=tmp_path)
     assert len(list((tmp_path / 'labels').rglob('*.png'))) == 3
     refused = run_tool(['tools/test.py', SEG_DEMO, seg, '--tta'], cwd=tmp_path, check=False)
-    assert refused.stderr.strip().splitlines()[-1].startswith('error: --tta needs tta_pipeline in '
-                                                              'the config')
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith('error: --tta needs tta_pipeline in the config')
+    )
 
 
 def test_mmpretrain_configs_train_and_test_with_mmpretrains_flags(workspace, tmp_path):

@@ -26,7 +26,7 @@ def official_state_dict(arch, windows, num_global, full_attention_last=False, sh
     stages = len(arch['depths'])
     for i in range(stages):
         dims, heads, patch, glob = (arch['embed_dims'][i], arch['num_heads'][i],
-                                    arch['patch_sizes'][i], num_global[i],)
+                                    arch['patch_sizes'][i], num_global[i])
 
         def put(name, *shape):
             key = f'{prefix}layer{i + 1}.{name}'  # noqa: B023

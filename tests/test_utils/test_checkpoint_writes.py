@@ -42,5 +42,6 @@ def test_partials_of_finished_processes_are_removed_and_others_kept(tmp_path):
     for path in (stale, running, unrelated):
         path.write_bytes(b'half')
     save_atomically({'state_dict': {}}, str(tmp_path / 'iter_8.pth'))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(['iter_8.pth', running.name,
-                                                                 unrelated.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ['iter_8.pth', running.name, unrelated.name]
+    )

@@ -111,12 +111,11 @@ def main(argv=None) -> int:
     failed = [row['type'] for row in rows if 'error' in row
               or row['max_relative_error'] > args.rtol]
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / 'compile.json').write_text(json.dumps(dict(settings={k: str(v) for k,
-                                                                         v in vars(args).items()},
-                                                               rows=rows), indent=1))
+    (args.out_dir / 'compile.json').write_text(
+        json.dumps(dict(settings={k: str(v) for k, v in vars(args).items()}, rows=rows), indent=1)
+    )
     print(f'{len(rows) - len(failed)} of {len(rows)} types compile and equal eager within '
-          f'{args.rtol:g}; '
-          f'wrote {args.out_dir / "compile.json"}')
+          f'{args.rtol:g}; wrote {args.out_dir / "compile.json"}')
     if failed:
         print(f'error: {", ".join(failed)} failed to compile or differ from eager', file=sys.stderr)
     return 1 if failed else 0

@@ -107,12 +107,10 @@ def main(argv=None) -> None:
         reference = list(RawOutputs(model)(images))
     error = parity_error(reference, run_onnxruntime(onnx_bytes, images))
     print(f'{len(reference)} outputs at {shape[0]}x{shape[1]}; ONNX Runtime vs PyTorch: max '
-          'relative '
-          f'difference {error:.2e} (tolerance {args.tolerance:g})')
+          f'relative difference {error:.2e} (tolerance {args.tolerance:g})')
     if error > args.tolerance:
         raise SystemExit(f'error: ONNX Runtime differs from PyTorch by {error:.2e} > --tolerance '
-                         f'{args.tolerance:g}; '
-                         f'{args.out} not written')
+                         f'{args.tolerance:g}; {args.out} not written')
     if deployed:
         sizes = attention_sizes(model, images)
         # the check needs shapes
@@ -120,8 +118,7 @@ def main(argv=None) -> None:
         quadratic = quadratic_matmuls(static, sizes)
         if quadratic:
             raise SystemExit(f'error: the deploy graph holds {len(quadratic)} tokens x tokens '
-                             'MatMuls '
-                             f'(e.g. {quadratic[0]}); {args.out} not written')
+                             f'MatMuls (e.g. {quadratic[0]}); {args.out} not written')
         print(f'{deployed} auxiliary branches removed; no MatMul of the graph is tokens x tokens '
               f'(tokens {sorted({tokens for tokens, _ in sizes})})')
     with open(args.out, 'wb') as file:

@@ -78,11 +78,12 @@ def main(argv=None) -> int:
     for device in machine_devices():
         found = failure(device)
         if found is not None:
-            print(f'{args.tool}: error: mmcv ({args.wheel}) has no working {device} kernels '
-                  f'({found}); delete '
-                  f'the wheel and run {args.tool} again' + (' with the CUDA toolkit (nvcc) on PATH'
-                                                            if device == 'cuda' else ''),
-                  file=sys.stderr)
+            print(
+                f'{args.tool}: error: mmcv ({args.wheel}) has no working {device} kernels '
+                f'({found}); delete the wheel and run {args.tool} again'
+                + (' with the CUDA toolkit (nvcc) on PATH' if device == 'cuda' else ''),
+                file=sys.stderr,
+            )
             return 1
     print(f'mmcv ops run on {", ".join(machine_devices())}')
     return 0

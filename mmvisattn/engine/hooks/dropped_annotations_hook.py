@@ -38,8 +38,7 @@ class DroppedAnnotationsHook(Hook):
         apply(count_dropped_annotations)
         if not getattr(CocoDataset.parse_data_info, 'counts_drops', False):
             raise SystemExit('error: DroppedAnnotationsHook needs the patch '
-                             'count_dropped_annotations, which '
-                             f'{SKIP_VARIABLE} leaves out')
+                             f'count_dropped_annotations, which {SKIP_VARIABLE} leaves out')
 
     def before_train_epoch(self, runner) -> None:
         for dataset in leaf_datasets(runner.train_dataloader.dataset):
@@ -49,5 +48,4 @@ class DroppedAnnotationsHook(Hook):
                 reasons = ', '.join(f'{counter[key]} {text}' for key,
                                     text in DROP_REASONS.items() if counter[key])
                 runner.logger.warning(f'{dataset.ann_file}: dropped {dropped} of '
-                                      f'{counter["total"]} annotations '
-                                      f'while loading ({reasons})')
+                                      f'{counter["total"]} annotations while loading ({reasons})')

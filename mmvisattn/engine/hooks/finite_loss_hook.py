@@ -29,8 +29,11 @@ class FiniteLossHook(CheckInvalidLossHook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
-        if not outputs or 'loss' not in outputs or not self.every_n_train_iters(runner,
-                                                                                self.interval):
+        if (
+            not outputs
+            or 'loss' not in outputs
+            or not self.every_n_train_iters(runner, self.interval)
+        ):
             return
         # the sum of every term, detached (a float of a graph's tensor warns): one conversion per
         # check

@@ -104,8 +104,7 @@ class RandomStateHook(Hook):
                       f'holds the random states of {len(states)} ranks, this run has '
                       f'{get_world_size()}')
             runner.logger.warning(f'RandomStateHook: the checkpoint {reason}; the resumed run is '
-                                  're-seeded '
-                                  'and its random draws differ from an uninterrupted run')
+                                  're-seeded and its random draws differ from an uninterrupted run')
             return
         own = states[get_rank()]
         loop = runner.train_loop

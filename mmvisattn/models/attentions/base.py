@@ -64,8 +64,7 @@ class BaseAttention(BaseModule):
         it)."""
         if attn_drop and self.attn_drop_unsupported:
             raise ValueError(f'{type(self).__name__}: attn_drop={attn_drop} is not supported; '
-                             'expected 0, '
-                             f'{self.attn_drop_unsupported} (use proj_drop)')
+                             f'expected 0, {self.attn_drop_unsupported} (use proj_drop)')
         return attn_drop
 
     def __init__(self, embed_dims: int, num_heads: int, num_extra_tokens: int = 0,
@@ -73,13 +72,11 @@ class BaseAttention(BaseModule):
         super().__init__(init_cfg=init_cfg)
         if embed_dims <= 0 or num_heads <= 0 or embed_dims % num_heads:
             raise ValueError(f'{type(self).__name__}: embed_dims={embed_dims} must be a positive '
-                             'multiple '
-                             f'of num_heads={num_heads}')
+                             f'multiple of num_heads={num_heads}')
         if isinstance(num_extra_tokens,
                       bool) or not isinstance(num_extra_tokens, int) or num_extra_tokens < 0:
             raise ValueError(f'{type(self).__name__}: num_extra_tokens={num_extra_tokens!r}; '
-                             'expected an '
-                             'integer >= 0')
+                             'expected an integer >= 0')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
@@ -89,8 +86,7 @@ class BaseAttention(BaseModule):
         """Validate ``x`` against ``hw_shape``; returns ``(H, W)``."""
         if x.dim() != 3 or x.shape[-1] != self.embed_dims:
             raise ValueError(f'{type(self).__name__}: expected tokens of shape (B, N, '
-                             f'{self.embed_dims}), '
-                             f'got {tuple(x.shape)}')
+                             f'{self.embed_dims}), got {tuple(x.shape)}')
         height, width = hw_shape
         expected = self.num_extra_tokens + height * width
         if x.shape[1] != expected:

@@ -71,8 +71,7 @@ class LinearAngularAttention(QKVAttention):
     extra_tokens = ('tokens like any other in both attention terms (every token attends to all and '
                     'is attended '
                     "by all); ``conv='tokens'`` runs over them as over the map (the official class "
-                    "token), "
-                    "``conv='spatial'`` gives them no convolution")
+                    "token), ``conv='spatial'`` gives them no convolution")
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False,
                  attn_drop: float = 0.0, proj_drop: float = 0.0, conv: str = 'tokens',
@@ -86,8 +85,7 @@ class LinearAngularAttention(QKVAttention):
             raise ValueError(f'LinearAngularAttention: conv={conv!r}; expected one of {CONV_KINDS}')
         if normalisation not in NORMALISATIONS:
             raise ValueError(f'LinearAngularAttention: normalisation={normalisation!r}; expected '
-                             'one of '
-                             f'{NORMALISATIONS}')
+                             f'one of {NORMALISATIONS}')
         if kernel_size is None:
             kernel_size = DEFAULT_KERNEL_SIZES[conv]
         if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
@@ -112,8 +110,7 @@ class LinearAngularAttention(QKVAttention):
         """Remove the auxiliary softmax branch for good; the module is then linear in the tokens."""
         if not self.has_aux_branch:
             raise RuntimeError(
-                'LinearAngularAttention.switch_to_deploy() called twice (or on a '
-                'module built '
+                'LinearAngularAttention.switch_to_deploy() called twice (or on a module built '
                 'with aux_branch=False): there is no auxiliary branch left to remove'
             )
         self.has_aux_branch = False
@@ -133,8 +130,11 @@ class LinearAngularAttention(QKVAttention):
         if self.conv == 'tokens':
             return self.token_conv(v)
         extra, spatial = v[:, :, :self.num_extra_tokens], v[:, :, self.num_extra_tokens:]
-        grid = self.merge_heads(spatial).transpose(1, 2).reshape(v.shape[0], self.embed_dims,
-                                                                 *hw_shape)
+        grid = (
+            self.merge_heads(spatial)
+            .transpose(1, 2)
+            .reshape(v.shape[0], self.embed_dims, *hw_shape)
+        )
         mixed = self.split_heads(self.dconv(grid).flatten(2).transpose(1, 2))
         return torch.cat([torch.zeros_like(extra), mixed], dim=2)
 

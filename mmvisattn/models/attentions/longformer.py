@@ -56,8 +56,7 @@ class LongformerAttention(BaseAttention):
     complexity = 'linear'
     impls = IMPLS
     extra_tokens = ('its global tokens: they attend to every token, and every token attends to '
-                    'them besides its '
-                    'window')
+                    'them besides its window')
     attn_drop_unsupported = 'the sliding-chunk op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, window: int = 7, num_extra_tokens: int = 0,
@@ -84,12 +83,14 @@ class LongformerAttention(BaseAttention):
         self.rel_pos = rel_pos
         if rel_pos:
             side = 4 * self.window - 1
-            self.local_relative_position_bias_table = nn.Parameter(torch.zeros(side * side,
-                                                                               num_heads))
+            self.local_relative_position_bias_table = nn.Parameter(
+                torch.zeros(side * side, num_heads)
+            )
             init_embedding(self.local_relative_position_bias_table)
             if num_extra_tokens:
-                self.g2l_relative_position_bias = nn.Parameter(torch.zeros(2, num_heads,
-                                                                           num_extra_tokens))
+                self.g2l_relative_position_bias = nn.Parameter(
+                    torch.zeros(2, num_heads, num_extra_tokens)
+                )
                 self.g2g_relative_position_bias = nn.Parameter(
                     torch.zeros(num_heads, num_extra_tokens, num_extra_tokens))
                 init_embedding(self.g2l_relative_position_bias)

@@ -92,8 +92,7 @@ class PeripheralAttention(QKVAttention):
     complexity = 'quadratic'
     impls = IMPLS
     extra_tokens = ('at no distance (position attention 1 for every pair with one): they attend to '
-                    'every token '
-                    'and are attended by all, by content alone')
+                    'every token and are attended by all, by content alone')
     attn_drop_unsupported = 'the peripheral op never holds the attention weights'
 
     def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = False,

@@ -51,8 +51,7 @@ class RWGKAttention(BaseAttention):
 
     complexity = 'linear'
     extra_tokens = ('queries and keys like any other (``pooled`` anchors average the map alone): '
-                    'every token '
-                    'attends to all through the anchors and is attended by all')
+                    'every token attends to all through the anchors and is attended by all')
     impls = IMPLS
     attn_drop_unsupported = 'no N x N attention weights are formed'
 

@@ -157,8 +157,9 @@ MMPRETRAIN_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.(qkv|proj)\.', r'layers.\1.at
                           (r'^', '')]
 
 
-def convert_vit_state_dict(state_dict: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]',
-                                                                   List[str]]:
+def convert_vit_state_dict(
+    state_dict: Dict[str, Tensor],
+) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """timm / MAE ViT keys -> CastlingViT keys; returns the converted dict and the dropped keys
     (classification head, ``fc_norm``, MAE decoder and anything else without a place)."""
     return rename_keys(state_dict, TIMM_TO_CASTLING)

@@ -56,8 +56,7 @@ def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict],
         return dict(arch_zoo[arch])
     if not isinstance(arch, dict):
         raise ValueError(f'{owner}: arch={arch!r}; expected one of {sorted(arch_zoo)} or a dict '
-                         'with keys '
-                         f'{tuple(keys)}')
+                         f'with keys {tuple(keys)}')
     missing = [key for key in keys if key not in arch]
     if missing:
         raise ValueError(f'{owner}: arch dict misses {missing}; expected keys {tuple(keys)}')
@@ -86,8 +85,7 @@ def check_frozen_stages(owner: str, frozen_stages: int, num_stages: int) -> int:
     if isinstance(frozen_stages, bool) or not isinstance(frozen_stages, Integral) \
             or not -1 <= frozen_stages <= num_stages:
         raise ValueError(f'{owner}: frozen_stages={frozen_stages!r}; expected -1 (none), 0 (the '
-                         'stem) or up to '
-                         f'{num_stages} (the stem and that many stages)')
+                         f'stem) or up to {num_stages} (the stem and that many stages)')
     return int(frozen_stages)
 
 

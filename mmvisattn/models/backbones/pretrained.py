@@ -111,8 +111,9 @@ def backbone_of_classifier(state_dict: StateDict) -> Tuple[StateDict, List[str]]
                                             + CLASSIFIER_PARTS) for key in state_dict))
     if not is_classifier:
         return state_dict, []
-    return strip_prefix(state_dict, 'backbone.'), sorted(key for key in state_dict
-                                                         if key.startswith(CLASSIFIER_PARTS))
+    return strip_prefix(state_dict, 'backbone.'), sorted(
+        key for key in state_dict if key.startswith(CLASSIFIER_PARTS)
+    )
 
 
 def _check_fit(owner: str, path: str, converted: StateDict, target: StateDict) -> None:
@@ -133,8 +134,7 @@ def _check_own_layout(owner: str, path: str, state_dict: StateDict, target: Stat
         raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(unknown)} of its '
                               f'{len(state_dict)} keys do not fit '
                               f'this {owner} (first: {", ".join(unknown[:3])}), which has '
-                              f'{len(target)}: the '
-                              'weights of another model?')
+                              f'{len(target)}: the weights of another model?')
 
 
 def _names(keys: Sequence[str]) -> str:
@@ -190,8 +190,7 @@ def load_pretrained(backbone: nn.Module, cfg: dict,
     print_log(f'{owner}: loaded {path} as {layout}{", " + ema_note if ema_note else ""}: '
               f'{len(converted)} of '
               f'{len(target)} tensors; newly initialised ({len(new)}): {_names(new)}; dropped '
-              f'({len(dropped)}): '
-              f'{_names(dropped)}', logger='current')
+              f'({len(dropped)}): {_names(dropped)}', logger='current')
     return new
 
 

@@ -182,8 +182,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
     attention_args = ('attn_cfg',)
     pretrained_formats = (
         CheckpointFormat('official MsViT (classification, under net with module.) or its '
-                         'detectron2 port '
-                         '(backbone.bottom_up.)',
+                         'detectron2 port (backbone.bottom_up.)',
                          any_key(r'^(module\.|backbone\.bottom_up\.)?layer\d+\.\d+\.'),
                          lambda state_dict,
                          backbone: convert_vil_state_dict(state_dict, backbone.state_dict())[0]),)
@@ -237,8 +236,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             raise ValueError("ViL: out_type='cls_token' reads the last stage's global token; "
                              "expected "
                              f'out_indices=({last},) and a global token there (the -cls archs), '
-                             'got '
-                             f'out_indices={tuple(self.out_indices)}, '
+                             f'got out_indices={tuple(self.out_indices)}, '
                              f'num_global={self.stages[last].num_global}')
         return out_type
 
@@ -259,8 +257,11 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             tokens, (height, width) = stage(x)
             if self.out_type == 'cls_token' and index == len(self.stages) - 1:
                 return (self.norm(tokens[:, 0]),)
-            x = tokens[:, stage.num_global:].transpose(1, 2).reshape(tokens.shape[0], -1, height,
-                                                                     width)
+            x = (
+                tokens[:, stage.num_global :]
+                .transpose(1, 2)
+                .reshape(tokens.shape[0], -1, height, width)
+            )
             if index in self.out_indices:
                 outs.append(x.contiguous())
         return tuple(outs)
@@ -314,8 +315,7 @@ def _recentre_table(name: str, table: Tensor, entries: int) -> Tensor:
     old, new = math.isqrt(table.shape[0]), math.isqrt(entries)
     if old * old != table.shape[0] or new * new != entries or (new - old) % 2:
         raise ValueError(f'{name}: a relative-position table of {table.shape[0]} rows does not '
-                         're-centre to '
-                         f'{entries} (expected square tables of odd sides)')
+                         f're-centre to {entries} (expected square tables of odd sides)')
     grid = table.t().reshape(1, -1, old, old)
     margin = (new - old) // 2
     if margin >= 0:
@@ -363,9 +363,9 @@ def _expand_attention(name: str, value: Tensor, target: Dict[str, Tensor]) -> Di
     return out
 
 
-def convert_vil_state_dict(state_dict: Dict[str, Tensor],
-                           target: Dict[str, Tensor]) -> Tuple['OrderedDict[str, Tensor]',
-                                                               List[str]]:
+def convert_vil_state_dict(
+    state_dict: Dict[str, Tensor], target: Dict[str, Tensor]
+) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``)
     -> the ViL backbone whose state dict is ``target``; returns the converted dict and the
     official keys without a place (head, FPN, ``relative_position_index``, the final norm unless the

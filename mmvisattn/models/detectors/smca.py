@@ -57,8 +57,7 @@ class SMCA(DETR):
         self.query_embedding = nn.Embedding(self.num_queries, self.embed_dims)
         if 2 * self.positional_encoding.num_feats != self.embed_dims:
             raise ValueError(f'positional_encoding.num_feats={self.positional_encoding.num_feats}; '
-                             'expected half '
-                             f'of embed_dims={self.embed_dims}')
+                             f'expected half of embed_dims={self.embed_dims}')
 
     def init_weights(self) -> None:
         """DETR's Xavier initialisation of the transformer (C.6: "Xavier initialization") on the

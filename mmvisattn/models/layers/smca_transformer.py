@@ -236,8 +236,7 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
             reference = self.ref_point_head(normed).sigmoid()
         elif reference is None:
             raise ValueError('SMCATransformerDecoderLayer: no reference centres given to a layer '
-                             'that does not '
-                             'predict them (predict_reference=False)')
+                             'that does not predict them (predict_reference=False)')
         prior = self.spatial_prior(normed, reference, ref_scale, hw_shape, key_padding_mask)
         query = self.norms[0](self.self_attn(query=query, key=query, value=query,
                                              query_pos=query_pos, key_pos=query_pos))
@@ -257,9 +256,12 @@ class SMCATransformerDecoder(DetrTransformerDecoder):
     """
 
     def _init_layers(self) -> None:
-        self.layers = ModuleList([SMCATransformerDecoderLayer(**self.layer_cfg,
-                                                              predict_reference=i == 0)
-                                  for i in range(self.num_layers)])
+        self.layers = ModuleList(
+            [
+                SMCATransformerDecoderLayer(**self.layer_cfg, predict_reference=i == 0)
+                for i in range(self.num_layers)
+            ]
+        )
         self.embed_dims = self.layers[0].embed_dims
         self.post_norm = build_norm_layer(self.post_norm_cfg, self.embed_dims)[1]
 

@@ -54,8 +54,9 @@ class CSPPAN(BaseModule):
                              add_identity=False, use_depthwise=True, **conv)
             for bottleneck in block.blocks:
                 width = bottleneck.conv2.pointwise_conv.conv.out_channels
-                bottleneck.conv2 = DepthwiseSeparableConvModule(width, width, kernel_size,
-                                                                padding=kernel_size // 2, **conv)
+                bottleneck.conv2 = DepthwiseSeparableConvModule(
+                    width, width, kernel_size, padding=kernel_size // 2, **conv
+                )
             return block
 
         self.reduce_layers = nn.ModuleList(ConvModule(channels, out_channels, 1,

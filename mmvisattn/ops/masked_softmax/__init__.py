@@ -47,10 +47,8 @@ OP = Op('masked_softmax_attention', [
 IMPLS = OP.impls
 # an exported graph would be the training network: the branch is removed for inference, never traced
 EXPORT_REFUSAL = ('masked_softmax_attention: the training-only softmax branch is still in place: '
-                  'call '
-                  'model.backbone.switch_to_deploy() (mmdeploy does) or '
-                  'mmvisattn.deploy.switch_to_deploy(model) '
-                  'before exporting')
+                  'call model.backbone.switch_to_deploy() (mmdeploy does) or '
+                  'mmvisattn.deploy.switch_to_deploy(model) before exporting')
 
 
 def masked_softmax_attention(q: Tensor, k: Tensor, v: Tensor, threshold: float,

@@ -403,13 +403,14 @@ class PositionLogitsTriton(torch.autograd.Function):
                 hw_shape: Tuple[int, int], eps: float, operands: torch.dtype) -> Tensor:
         relative = relative.contiguous()
         heads, kernel_size = conv2_weight.shape[0], conv2_weight.shape[-1]
-        height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(relative,
-                                                                                          hw_shape,
-                                                                                          kernel_size)
+        height, width, channels, map_rows, map_cols, window_rows, window_cols = _geometry(
+            relative, hw_shape, kernel_size
+        )
         tokens = height * width
-        params = [p.detach().float().contiguous() for p in (norm1_weight, norm1_bias, conv2_weight,
-                                                            conv2_bias,
-                                                             norm2_weight, norm2_bias)]
+        params = [
+            p.detach().float().contiguous()
+            for p in (norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight, norm2_bias)
+        ]
         mean1, rstd1 = (relative.new_empty(tokens, channels, dtype=torch.float32) for _ in range(2))
         mean2, rstd2 = (relative.new_empty(tokens, heads, dtype=torch.float32) for _ in range(2))
         _window_stats[(tokens,)](relative, mean1, rstd1, height, width, channels, map_rows,
@@ -426,9 +427,10 @@ class PositionLogitsTriton(torch.autograd.Function):
                                    num_warps=FORWARD_WARPS, num_stages=STAGES)
         ctx.save_for_backward(relative, *params, mean1, rstd1, mean2, rstd2)
         ctx.hw_shape, ctx.operands = hw_shape, operands
-        ctx.param_dtypes = [p.dtype for p in (norm1_weight, norm1_bias, conv2_weight,
-                                                                      conv2_bias, norm2_weight,
-                                              norm2_bias)]
+        ctx.param_dtypes = [
+            p.dtype
+            for p in (norm1_weight, norm1_bias, conv2_weight, conv2_bias, norm2_weight, norm2_bias)
+        ]
         return logits
 
     @staticmethod

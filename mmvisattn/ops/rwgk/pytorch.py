@@ -80,9 +80,15 @@ def neumann_solve(system: Tensor, rhs: Tensor, lam: float) -> Tensor:
     return out
 
 
-def random_walk(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anchor_k: Tensor, lam: float,
-                solver: Callable[[Tensor, Tensor], Tensor] = solve) -> Tuple[Tensor, Tensor,
-                                                                             Tensor]:
+def random_walk(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    anchor_q: Tensor,
+    anchor_k: Tensor,
+    lam: float,
+    solver: Callable[[Tensor, Tensor], Tensor] = solve,
+) -> Tuple[Tensor, Tensor, Tensor]:
     """Eq. (8) on whole tensors: the output, the system ``I - lam G_K G_Q`` and its solution
     ``(I - lam G_K G_Q)^-1 G_K V`` (by ``solver``)."""
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
@@ -169,6 +175,7 @@ def rwgk_attention_torch(q: Tensor, k: Tensor, v: Tensor, anchor_q: Tensor, anch
     check_lam(lam)
     # whole tensors: the Function writes slices into preallocated outputs
     if torch.jit.is_tracing():
-        return float32_math(lambda *tensors: random_walk(*tensors, lam)[0])(q, k, v, anchor_q,
-                                                                            anchor_k)
+        return float32_math(lambda *tensors: random_walk(*tensors, lam)[0])(
+            q, k, v, anchor_q, anchor_k
+        )
     return RandomWalkAttention.apply(q, k, v, anchor_q, anchor_k, float(lam))

@@ -80,8 +80,7 @@ def _dense_unsupported(request: Request) -> Optional[str]:
                 'built per mode')
     if not visits_once(hw_shape, window, masking, mode):
         return (f'masking={masking!r} on a {hw_shape[0]}x{hw_shape[1]} map of window {window} '
-                'visits some keys '
-                'twice; the dense bias holds one per pair')
+                'visits some keys twice; the dense bias holds one per pair')
     return None
 
 
@@ -133,8 +132,7 @@ def _check_mode(mode: Mode, q: Tensor) -> None:
                              f'{mode.device}')
     elif isinstance(mode, bool) or mode not in MODES:
         raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8 or '
-                         'a drawn '
-                         'neighbour (0-dim integer tensor)')
+                         'a drawn neighbour (0-dim integer tensor)')
 
 
 def _check(q: Tensor, hw_shape: Sequence[int], window, num_global: int, masking: str,

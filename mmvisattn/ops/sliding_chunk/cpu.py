@@ -38,8 +38,11 @@ def _backward_kernel(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, index: T
                  bias: Optional[Tensor], out: Tensor, lse: Tensor) -> List[Tensor]:
     """The backward kernel: gradients of ``q, k, v`` and the ``(B*H, w^2, S)`` bias rows (none
     without a bias)."""
-    return list(load_cpu_kernels('sliding_chunk').backward(grad_out, q, k, v, index, invalid, bias,
-                                                           out, lse))
+    return list(
+        load_cpu_kernels('sliding_chunk').backward(
+            grad_out, q, k, v, index, invalid, bias, out, lse
+        )
+    )
 
 
 @_backward_kernel.register_fake
@@ -75,12 +78,18 @@ class SlidingChunkCpu(torch.autograd.Function):
     @autocast_off
     def backward(ctx, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         q, k, v, bias, out, lse = ctx.saved_tensors
-        grad_q, grad_k, grad_v, grad_bias = _backward_kernel(*_float_inputs(grad_out, q, k, v),
-                                                             ctx.index, ctx.invalid,
-                                                             *_float_inputs(bias), out, lse)
+        grad_q, grad_k, grad_v, grad_bias = _backward_kernel(
+            *_float_inputs(grad_out, q, k, v),
+            ctx.index,
+            ctx.invalid,
+            *_float_inputs(bias),
+            out,
+            lse,
+        )
         # the kernels add per row of B*H; a head's rows are summed here
-        grad_bias = None if bias is None else grad_bias.view(-1,
-                                                             *bias.shape).sum(dim=0).to(bias.dtype)
+        grad_bias = (
+            None if bias is None else grad_bias.view(-1, *bias.shape).sum(dim=0).to(bias.dtype)
+        )
         return grad_q.to(q.dtype), grad_k.to(k.dtype), grad_v.to(v.dtype), None, None, grad_bias
 
 

@@ -35,8 +35,9 @@ def query_slots(window: int, num_global: int, mode: int) -> int:
 def dense_is_faster(hw_shape: Sequence[int], window: int, num_global: int, mode: int) -> bool:
     """Whether the dense form beats the sliding chunks on CPU: the map holds at
     most :data:`DENSE_SHARE` of a query's slots."""
-    return num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(window, num_global,
-                                                                               mode)
+    return num_global + hw_shape[0] * hw_shape[1] <= DENSE_SHARE * query_slots(
+        window, num_global, mode
+    )
 
 
 # of the layout alone; a tensor read back would break torch.compile's graph
@@ -115,8 +116,9 @@ class GatherBias(torch.autograd.Function):
         heads = grad.shape[0]
         flat = (index.view(1, -1)
                 + torch.arange(heads, device=grad.device)[:, None] * ctx.width).view(-1)
-        return grad.new_zeros(heads * ctx.width).index_add_(0, flat,
-                                                            grad.reshape(-1)).view(heads, -1), None
+        return grad.new_zeros(heads * ctx.width).index_add_(0, flat, grad.reshape(-1)).view(
+            heads, -1
+        ), None
 
 
 @float32_math  # half logits of large inputs overflow before the softmax

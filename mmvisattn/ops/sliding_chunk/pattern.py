@@ -28,9 +28,11 @@ def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
         inside = (target_x >= 0) & (target_x < rows) & (target_y >= 0) & (target_y < cols)
         if masking == 'cyclic':
             inside = torch.ones_like(inside)
-        match = inside & (x[None,
-                            :] // window == target_x % rows) & (y[None,
-                                                                  :] // window == target_y % cols)
+        match = (
+            inside
+            & (x[None, :] // window == target_x % rows)
+            & (y[None, :] // window == target_y % cols)
+        )
         if masking == 'exact':
             match &= ((x[:, None]
                        - x[None, :]).abs() <= window) & ((y[:, None] - y[None, :]).abs() <= window)

@@ -81,9 +81,11 @@ def _local_scores(q, keys, bias_base, column, slots, qx, qy, q_ok, kx, ky, k_ok,
                           mask=in_l[:, None] & in_k[None, :], other=0.0).to(ACC)
     valid = q_ok[:, None] & k_ok[None, :]
     if EXACT:  # the conv-like window: keys within w of the query along both axes
-        valid = valid & (tl.abs(kx[None, :]
-                                - qx[:, None]) <= WINDOW) & (tl.abs(ky[None, :]
-                                                                    - qy[:, None]) <= WINDOW)
+        valid = (
+            valid
+            & (tl.abs(kx[None, :] - qx[:, None]) <= WINDOW)
+            & (tl.abs(ky[None, :] - qy[:, None]) <= WINDOW)
+        )
     return tl.where(valid, scores, float('-inf'))
 
 
@@ -197,18 +199,16 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, bias_ptr, visited_ptr, grad_out_ptr, lse_
     bh, chunk = tl.program_id(0), tl.program_id(1)
     row, col = chunk // cols, chunk % cols
     offs_l, offs_d, offs_dv = tl.arange(0, BLOCK_L), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(q_ptr, grad_out_ptr, lse_ptr, delta_ptr,
-                                                         bh, row, col, scale, tokens, height, width,
-                                                         num_global, dims, value_dims, offs_l,
-                                                         offs_d, offs_dv, WINDOW, DOT, ACC)
+    qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(
+        q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, row, col, scale, tokens, height, width,
+        num_global, dims, value_dims, offs_l, offs_d, offs_dv, WINDOW, DOT, ACC)
     k_base, v_base = k_ptr + bh * tokens * dims, v_ptr + bh * tokens * value_dims
     bias_base = bias_ptr + (bh % heads) * WINDOW * WINDOW * slots
     grad_q = tl.zeros((BLOCK_L, BLOCK_D), ACC)
     if HAS_GLOBAL:
-        global_scores, global_keys, global_values = _global_tile(q, k_base, v_base, bias_base,
-                                                                 slots, num_global, q_ok, offs_l,
-                                                                 offs_d, offs_dv, dims, value_dims,
-                                                                 HAS_BIAS, DOT, ACC, BLOCK_G)
+        global_scores, global_keys, global_values = _global_tile(
+            q, k_base, v_base, bias_base, slots, num_global, q_ok, offs_l, offs_d, offs_dv, dims,
+            value_dims, HAS_BIAS, DOT, ACC, BLOCK_G)
         global_probs, global_grads = score_grads(global_scores, global_values, grad_out, lse, delta,
                                                  ACC)
         grad_q += tl.dot(global_grads.to(DOT), global_keys, out_dtype=ACC)
@@ -257,11 +257,9 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, bias_ptr, visited_ptr, grad_out_ptr, lse_ptr
         row, col, on_grid = _neighbour(key_row, key_col, tl.load(visited_ptr + j), -1, rows, cols,
                                        CYCLIC)
         if on_grid:
-            qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(q_ptr, grad_out_ptr, lse_ptr,
-                                                                 delta_ptr, bh, row, col, scale,
-                                                                 tokens, height, width, num_global,
-                                                                 dims, value_dims, offs_l, offs_d,
-                                                                 offs_dv, WINDOW, DOT, ACC)
+            qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(
+                q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, row, col, scale, tokens, height, width,
+                num_global, dims, value_dims, offs_l, offs_d, offs_dv, WINDOW, DOT, ACC)
             scores = _local_scores(q, keys, bias_base, num_global + j * WINDOW * WINDOW, slots, qx,
                                    qy, q_ok, kx, ky,
                                    k_ok, offs_l, offs_k, HAS_BIAS, EXACT, WINDOW, ACC)
@@ -296,11 +294,9 @@ def _grad_bias(q_ptr, k_ptr, v_ptr, bias_ptr, visited_ptr, grad_out_ptr, lse_ptr
         row, col = chunk // cols, chunk % cols
         key_row, key_col, on_grid = _neighbour(row, col, neighbour, 1, rows, cols, CYCLIC)
         if on_grid:
-            qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(q_ptr, grad_out_ptr, lse_ptr,
-                                                                 delta_ptr, bh, row, col, scale,
-                                                                 tokens, height, width, num_global,
-                                                                 dims, value_dims, offs_l, offs_d,
-                                                                 offs_dv, WINDOW, DOT, ACC)
+            qx, qy, q_ok, q, grad_out, lse, delta = _query_chunk(
+                q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, row, col, scale, tokens, height, width,
+                num_global, dims, value_dims, offs_l, offs_d, offs_dv, WINDOW, DOT, ACC)
             scores, _, values = _key_block(q, k_ptr + bh * tokens * dims,
                                            v_ptr + bh * tokens * value_dims, bias_base, key_row,
                                            key_col, j, part * BLOCK_K, slots, num_global, height,

@@ -33,8 +33,9 @@ def _forward_shapes(x: Tensor, w1: Tensor, w2: Tensor, b2: Tensor, scale: float)
 @torch.library.custom_op('mmvisattn::trig_relu_features_cpu_backward', mutates_args=())
 def _backward_kernel(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                               scale: float) -> List[Tensor]:
-    return list(load_cpu_kernels('trig_relu_features').backward(x, w1, w2, features, grad_out,
-                                                                scale))
+    return list(
+        load_cpu_kernels('trig_relu_features').backward(x, w1, w2, features, grad_out, scale)
+    )
 
 
 @_backward_kernel.register_fake

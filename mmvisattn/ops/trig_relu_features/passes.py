@@ -27,8 +27,11 @@ class TrigReLUFeatures(torch.autograd.Function):
                 passes: Tuple[Callable, Callable]) -> Tensor:
         features = passes[0](*upcast(x, w1, w2, b2), scale)
         ctx.save_for_backward(x, w1, w2, features)
-        ctx.scale, ctx.backward_pass, ctx.dtypes = scale, passes[1], (x.dtype, w1.dtype, w2.dtype,
-                                                                      b2.dtype)
+        ctx.scale, ctx.backward_pass, ctx.dtypes = (
+            scale,
+            passes[1],
+            (x.dtype, w1.dtype, w2.dtype, b2.dtype),
+        )
         return features.to(x.dtype)
 
     @staticmethod

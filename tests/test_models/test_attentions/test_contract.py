@@ -97,10 +97,9 @@ def test_ripple_with_extra_tokens_equals_the_explicit_form():
     k = torch.rand_like(q)
     v = torch.randn_like(q)
     weights = group_weights(attn.stick_logits(v[:, :, extra:]), hw_shape, attn.tau)
-    token_weights = weights.gather(-1,
-                                   chebyshev_distances(hw_shape,
-                                                       q.device).expand(*weights.shape[:-2], -1,
-                                                                        -1))
+    token_weights = weights.gather(
+        -1, chebyshev_distances(hw_shape, q.device).expand(*weights.shape[:-2], -1, -1)
+    )
     token_weights = torch.cat([torch.ones(2, 2, 30, extra, dtype=torch.float64), token_weights],
                               dim=-1)
     scores = (q[:, :, extra:] @ k.transpose(-1, -2)) * token_weights

@@ -52,8 +52,8 @@ def test_spatial_reduction_attn_cfg_rebuilds_stock_segformer():
     stock = MixVisionTransformer(**mit_kwargs('b0')).double().eval()
     ours = MODELS.build(dict(type='MixVisionTransformerRWGKA', **mit_kwargs('b0'),
                              attn_cfg=dict(type='SpatialReductionAttention'))).double().eval()
-    assert [b.attn.attn.sr_ratio for stage in ours.layers for b in stage[1]] == [8, 8, 4, 4, 2, 2,
-                                                                                 1, 1]
+    assert [b.attn.attn.sr_ratio for stage in ours.layers for b in stage[1]] == [
+        8, 8, 4, 4, 2, 2, 1, 1]
     converted, dropped = convert_mit_state_dict(stock.state_dict(), keep_spatial_reduction=True)
     assert not dropped
     ours.load_state_dict(converted)

@@ -60,8 +60,9 @@ def assert_loads_as(model: torch.nn.Module, expected: dict) -> None:
 
 def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
     first, second = a.state_dict(), b.state_dict()
-    assert first.keys() == second.keys() and all(torch.equal(first[key],
-                                                             second[key]) for key in first)
+    assert first.keys() == second.keys() and all(
+        torch.equal(first[key], second[key]) for key in first
+    )
 
 
 @pytest.mark.parametrize('wrapper, prefix', [('net', 'module.'), ('model', 'backbone.bottom_up.')])
@@ -106,8 +107,10 @@ def nvlabs_layout(mmseg: dict) -> dict:
             block = f'block{stage}.{index}.'
             if rest.startswith('attn.attn.in_proj_'):
                 kind, dims = rest.rsplit('_', 1)[1], value.shape[0] // 3
-                nvlabs[f'{block}attn.q.{kind}'], nvlabs[f'{block}attn.kv.{kind}'] = (value[:dims],
-                                                                                     value[dims:],)
+                nvlabs[f'{block}attn.q.{kind}'], nvlabs[f'{block}attn.kv.{kind}'] = (
+                    value[:dims],
+                    value[dims:],
+                )
                 continue
             for ours, theirs in {'attn.attn.out_proj.': 'attn.proj.', 'ffn.layers.0.': 'mlp.fc1.',
                                  'ffn.layers.1.': 'mlp.dwconv.dwconv.',
@@ -254,8 +257,9 @@ def test_urls_download_through_the_hub_cache_with_their_hash_checked(served, tmp
         build(cfg, f'{url}/absent-12345678.pth')
 
 
-def test_train_downloads_and_loads_mit_weights_with_no_prior_step(served, workspace, tmp_path,
-                                                                  monkeypatch):
+def test_train_downloads_and_loads_mit_weights_with_no_prior_step(
+    served, workspace, tmp_path, monkeypatch
+):
     """``tools/train.py`` on the SegFormer-RWGKA demo config with its backbone's ``init_cfg`` naming
     MiT-B0 weights by URL (randomised, served locally): one iteration, and the log says what
     loaded."""

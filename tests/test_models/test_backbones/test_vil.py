@@ -165,8 +165,11 @@ def test_another_attention_keeps_the_global_tokens():
     assert [stage.num_global for stage in model.stages] == [1, 2, 0]
     attns = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]
     assert [attn.num_extra_tokens for attn in attns] == [1, 2, 2, 0]
-    assert [tuple(o.shape[1:]) for o in model(torch.randn(1, 3, 32, 32))] == [(8, 8, 8), (16, 4, 4),
-                                                                              (24, 2, 2)]
+    assert [tuple(o.shape[1:]) for o in model(torch.randn(1, 3, 32, 32))] == [
+        (8, 8, 8),
+        (16, 4, 4),
+        (24, 2, 2),
+    ]
 
 
 @pytest.mark.parametrize('kwargs,message', [

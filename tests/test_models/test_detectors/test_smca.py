@@ -92,8 +92,11 @@ def test_co_attention_is_softmax_of_logits_plus_log_gaussian(scale_type):
     centres = (reference * ref_scale[:, None]).unsqueeze(2) + layer.offset_proj(normed).view(
         batch, queries, heads, 2
     )
-    scales = None if layer.scale_proj is None else layer.scale_proj(normed).view(batch, queries,
-                                                                                 heads, -1) ** 2
+    scales = (
+        None
+        if layer.scale_proj is None
+        else layer.scale_proj(normed).view(batch, queries, heads, -1) ** 2
+    )
     log_g = explicit_log_weights(centres, scales, hw_shape,
                                  8.0).masked_fill(padding[:, None, None], float('-inf'))
     attn = layer.cross_attn.attn
@@ -139,9 +142,12 @@ def test_reference_span_does_not_depend_on_the_batch():
     """The official ``h_w / 32``: a 100-pixel-wide image spans 3.125 cells alone (a 4-cell map)
     and in a 150-wide batch (5 cells); the batch-relative span would give 4.0 and 3.33."""
     feats = {100: torch.zeros(1, 8, 3, 4), 150: torch.zeros(1, 8, 3, 5)}
-    spans = [reference_scale([DetDataSample(metainfo=dict(img_shape=(90, 100),
-                                                          batch_input_shape=(90, width)))],
-                             feat)[0] for width, feat in feats.items()]
+    spans = [
+        reference_scale(
+            [DetDataSample(metainfo=dict(img_shape=(90, 100), batch_input_shape=(90, width)))], feat
+        )[0]
+        for width, feat in feats.items()
+    ]
     torch.testing.assert_close(spans[0], torch.tensor([3.125, 2.8125]))
     torch.testing.assert_close(spans[1], spans[0])
 
@@ -203,11 +209,15 @@ def test_detector_trains_and_predicts_on_images_of_different_sizes():
     model = MODELS.build(cfg.model)
     model.init_weights()
     sizes = [(64, 96), (96, 64)]
-    samples = [DetDataSample(gt_instances=InstanceData(bboxes=torch.tensor([[4.0, 6.0, 40.0,
-                                                                             50.0]]),
-                                                       labels=torch.tensor([i])),
-                             metainfo=dict(img_shape=size, ori_shape=size, scale_factor=(1.0, 1.0)))
-               for i, size in enumerate(sizes)]
+    samples = [
+        DetDataSample(
+            gt_instances=InstanceData(
+                bboxes=torch.tensor([[4.0, 6.0, 40.0, 50.0]]), labels=torch.tensor([i])
+            ),
+            metainfo=dict(img_shape=size, ori_shape=size, scale_factor=(1.0, 1.0)),
+        )
+        for i, size in enumerate(sizes)
+    ]
     batch = dict(inputs=[torch.randint(0, 255, (3, *size), dtype=torch.uint8) for size in sizes],
                  data_samples=samples)
     model.train()
