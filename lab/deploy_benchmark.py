@@ -318,11 +318,16 @@ def latency_pair(name: str, pair: LatencyPair, checkout: Checkout, out_dir: Path
     feed = {
         'input': np.random.default_rng(0).standard_normal((1, 3, *pair.size)).astype(np.float32)
     }
-    times = timing.rounds({side: (lambda s: lambda: s.run(None, feed))(session) for side,
-                           session in sessions.items()},
-                          runs)
-    medians = {f'{side}_ms': round(1e3 * statistics.median(seconds), 1) for side,
-               seconds in times.items()}
+    times = timing.rounds(
+        {
+            side: (lambda s: lambda: s.run(None, feed))(session)
+            for side, session in sessions.items()
+        },
+        runs,
+    )
+    medians = {
+        f'{side}_ms': round(1e3 * statistics.median(seconds), 1) for side, seconds in times.items()
+    }
     return dict(ours=pair.ours, stock=pair.stock, size=list(pair.size), opset=pair.opset, runs=runs,
                 **medians)
 

@@ -69,8 +69,10 @@ def plain_state_dict(module: nn.Module) -> Dict[str, torch.Tensor]:
 
 def forward_backward(run: Callable, inputs: Dict[str, torch.Tensor], grad_output: torch.Tensor,
                      main: str = 'x') -> Tuple[torch.Tensor, torch.Tensor]:
-    leaves = {key: value.clone().requires_grad_(value.is_floating_point()) for key,
-              value in inputs.items()}
+    leaves = {
+        key: value.clone().requires_grad_(value.is_floating_point())
+        for key, value in inputs.items()
+    }
     output = run(leaves)
     output.backward(grad_output)
     return output.detach(), leaves[main].grad
@@ -355,18 +357,14 @@ def sparse_margin(module: nn.Module, x: torch.Tensor) -> Dict[str, float]:
 def write_readme(out: Path, peers: Path, files: Dict[str, dict]) -> None:
     lines = ['# Golden fixtures from the official implementations', '',
              'Written by `python tools/analysis_tools/make_official_fixtures.py PEERS_DIR` (see '
-             'its docstring for the '
-             'stand-ins it needs) and reproduced by `tests/test_models/test_official_golden.py`. '
-             'Float64, '
-             'batch 2; `torch.manual_seed(0)` before building (official init, then N(0, 0.2) added '
-             'to every '
+             'its docstring for the stand-ins it needs) and reproduced by '
+             '`tests/test_models/test_official_golden.py`. Float64, batch 2; '
+             '`torch.manual_seed(0)` before building (official init, then N(0, 0.2) added to every '
              'parameter; BatchNorm running mean + N(0, 0.2), running variance x exp(N(0, 0.2))), 1 '
-             'before the '
-             'inputs, 2 before the upstream gradients. Each file loads with `torch.load(path, '
-             'weights_only=True)` '
-             'and holds `state_dict` (official key names), `inputs`, `output` (eval mode), '
-             '`grad_output`, '
-             '`grad_input`, `official_kwargs`, `forward_args`, `source`, `layout`.', '',
+             'before the inputs, 2 before the upstream gradients. Each file loads with '
+             '`torch.load(path, weights_only=True)` and holds `state_dict` (official key names), '
+             '`inputs`, `output` (eval mode), `grad_output`, `grad_input`, `official_kwargs`, '
+             '`forward_args`, `source`, `layout`.', '',
              '| repository | commit |', '|---|---|']
     lines += [f'| {repo.replace("+", "/")} | `{commit_of(peers / repo)}` |' for repo in REPOS]
     lines += ['', '| file | bytes | official file:class | layout | kwargs |',
@@ -376,11 +374,10 @@ def write_readme(out: Path, peers: Path, files: Dict[str, dict]) -> None:
         lines.append(f'| `{name}.pt` | {size} | {data["source"]} | {data["layout"]} | '
                      f'`{data["official_kwargs"]}` |')
     lines += ['', 'Official-code facts a consumer needs: SMCA hard-codes 8 heads and a layer-0 '
-              '`MLP(256, 256, 2, 3)` '
-              '(built here at d_model 64); PerViT fixes a 14x14 token grid (`num_patches = 196`); '
-              'the ViL '
-              '`*_global` entries equal the local ones where `sharew=True`; the official cyclic '
-              'mask differs on padded maps, so the cyclic file uses 9x12 (no padding).']
+                  '`MLP(256, 256, 2, 3)` (built here at d_model 64); PerViT fixes a 14x14 token '
+                  'grid (`num_patches = 196`); the ViL `*_global` entries equal the local ones '
+                  'where `sharew=True`; the official cyclic mask differs on padded maps, so the '
+                  'cyclic file uses 9x12 (no padding).']
     (out / 'README.md').write_text('\n'.join(lines) + '\n')
 
 

@@ -65,8 +65,9 @@ def record(kind: str, gpu: str, rows: Sequence[Dict], openmmlab: bool,
     commit, dirty = tree_state()
     today = date.today().isoformat()
     fields = PROOF_FIELDS if kind == 'proof' else MODEL_FIELDS
-    missing = [f'{field} (row {i})' for i,
-               row in enumerate(rows) for field in fields if field not in row]
+    missing = [
+        f'{field} (row {i})' for i, row in enumerate(rows) for field in fields if field not in row
+    ]
     if missing:
         raise ValueError(f'{kind} record rows lack {missing[0]}')
     data = dict(name=f'{today}_{slug(gpu)}_{commit}_{kind}.json', kind=kind, gpu=gpu, date=today,
@@ -242,10 +243,9 @@ def notes(data: Dict) -> List[str]:
 
 def proof_table(data: Dict) -> List[str]:
     lines = [f'**{data["gpu"]}**, {data["date"]}, commit '
-             f'{data["commit"]}{" (dirty)" if data["dirty"] else ""}; '
-             f'torch {data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; '
-             'forward / '
-             'forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s '
+             f'{data["commit"]}{" (dirty)" if data["dirty"] else ""}; torch '
+             f'{data["software"]["torch"]}, Triton {data["software"]["triton"]}. bfloat16; forward '
+             '/ forward + backward ms (CUDA-event medians), peak MB above the inputs; * auto\'s '
              'choice', '', '| op | layer | implementation | forward ms | fwd + bwd ms | peak MB |',
              '|---|---|---|---|---|---|']
     for row in data['rows']:

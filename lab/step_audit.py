@@ -113,8 +113,9 @@ class LaunchCounter(TorchDispatchMode):
         return sum(self.aten.values()) + sum(self.triton.values())
 
     def summary(self, top: int = 8) -> str:
-        common = ', '.join(f'{name} {count}' for name,
-                           count in (self.aten + self.triton).most_common(top))
+        common = ', '.join(
+            f'{name} {count}' for name, count in (self.aten + self.triton).most_common(top)
+        )
         return (f'{sum(self.aten.values())} aten calls + {sum(self.triton.values())} Triton '
                 f'launches (most: {common})')
 

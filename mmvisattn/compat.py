@@ -57,10 +57,11 @@ def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
     """Everything outside torch's default allowlist that an mmengine Runner checkpoint refers to;
     ``getattr`` and ``bytes`` (pickled as ``__builtin__.*`` by protocol 2) map to restricted
     stand-ins."""
-    stand_ins = [(function, f'{module}.{name}') for function,
-                 name in ((history_buffer_statistic, 'getattr'),
-                                                                       (empty_bytes, 'bytes'))
-                 for module in ('__builtin__', 'builtins')]
+    stand_ins = [
+        (function, f'{module}.{name}')
+        for function, name in ((history_buffer_statistic, 'getattr'), (empty_bytes, 'bytes'))
+        for module in ('__builtin__', 'builtins')
+    ]
     return [HistoryBuffer, *numpy_globals(), *stand_ins]
 
 

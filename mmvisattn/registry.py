@@ -100,9 +100,8 @@ def build_attention(cfg: dict, optional: Optional[dict] = None, *, owner: str = 
         defaults['num_extra_tokens'] = num_extra_tokens
     elif num_extra_tokens:
         raise ValueError(f'{owner}: {attn_type} takes no num_extra_tokens, but its tokens have '
-                         f'{num_extra_tokens} '
-                         'in front of the map; expected an attention whose constructor takes '
-                         'num_extra_tokens')
+                         f'{num_extra_tokens} in front of the map; expected an attention whose '
+                         'constructor takes num_extra_tokens')
     offered = {key: value for key, value in (optional or {}).items() if attention_accepts(cfg, key)}
     args = {**defaults, **offered, **cfg}
     args.pop('type')

@@ -151,9 +151,8 @@ def run_command(command: List[str], timeout: float = 600, forked: bool = False,
         return subprocess.run(command, capture_output=True, text=True, timeout=limit, **kwargs)
     except subprocess.TimeoutExpired:
         pytest.fail(f'{" ".join(map(str, command))} did not finish within {limit:g} s ({timeout:g} '
-                    's x '
-                    f'{TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); on '
-                    f'a slow or loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
+                    f's x {TIMEOUT_SCALE_VARIABLE}={os.environ.get(TIMEOUT_SCALE_VARIABLE, "1")}); '
+                    f'on a slow or loaded machine raise {TIMEOUT_SCALE_VARIABLE}', pytrace=False)
 
 
 # Tools run forked from a server that has imported the stock stack (lab/tool_server.py

@@ -52,16 +52,22 @@ class DurationsRecord:
         import torch
         slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:SLOWEST]
         now = datetime.datetime.now(datetime.timezone.utc)
-        record = dict(kind='tests', date=now.date().isoformat(), time=now.strftime('%H:%M:%SZ'),
-                      **git_state(),
-                      machine=dict(cpu_machine(), torch=torch.__version__), workers=self.workers,
-                      wall_s=round(time.time() - self.start, 1),
-                      tests=len(self.seconds), outcomes=dict(self.outcomes),
-                      exit_status=int(exitstatus),
-                      test_seconds=round(sum(self.seconds.values()), 1),
-                      slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid,
-                               seconds in slowest],
-                      files=per_file(self.seconds), skipped=dict(sorted(self.skipped.items())))
+        record = dict(
+            kind='tests',
+            date=now.date().isoformat(),
+            time=now.strftime('%H:%M:%SZ'),
+            **git_state(),
+            machine=dict(cpu_machine(), torch=torch.__version__),
+            workers=self.workers,
+            wall_s=round(time.time() - self.start, 1),
+            tests=len(self.seconds),
+            outcomes=dict(self.outcomes),
+            exit_status=int(exitstatus),
+            test_seconds=round(sum(self.seconds.values()), 1),
+            slowest=[dict(test=nodeid, seconds=round(seconds, 1)) for nodeid, seconds in slowest],
+            files=per_file(self.seconds),
+            skipped=dict(sorted(self.skipped.items())),
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(record, indent=1) + '\n')
 
@@ -71,8 +77,9 @@ def per_file(seconds: dict) -> dict:
     files = defaultdict(float)
     for nodeid, value in seconds.items():
         files[nodeid.split('::', 1)[0]] += value
-    return {path: round(value, 1) for path,
-            value in sorted(files.items(), key=lambda item: -item[1])}
+    return {
+        path: round(value, 1) for path, value in sorted(files.items(), key=lambda item: -item[1])
+    }
 
 
 def git_state() -> dict:

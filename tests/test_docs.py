@@ -95,9 +95,15 @@ def test_each_benchmark_case_is_rendered_from_the_newest_record_that_measured_it
     from lab.bench import suite
     extension = records_extension()
     monkeypatch.setattr(extension, 'RECORDS', tmp_path)
-    monkeypatch.setattr(suite, 'tables', lambda results: ''.join(
-        f'{part} {index}: {entry}\n' for part in ('ops', 'models') for index,
-        entry in results[part].items()))
+    monkeypatch.setattr(
+        suite,
+        'tables',
+        lambda results: ''.join(
+            f'{part} {index}: {entry}\n'
+            for part in ('ops', 'models')
+            for index, entry in results[part].items()
+        ),
+    )
     (tmp_path / 'bench').mkdir()
     for name, when, ops in (('aaaaaaa_all', '2026-11-27T10:00:00Z', {'0': 'old', '5': 'old'}),
                             ('bbbbbbb_pervit', '2026-11-27T11:00:00Z', {'5': 'new'})):

@@ -84,9 +84,14 @@ def package_modules() -> dict:
 def import_edges(modules: dict) -> dict:
     """``{module: the modules of mmvisattn it names in an import}``, function-level imports included
     (a cycle through a lazy import is still a cycle)."""
-    return {name: {imported for _,
-                   imported in imported_modules(path) if imported in modules and imported != name}
-            for name, path in modules.items()}
+    return {
+        name: {
+            imported
+            for _, imported in imported_modules(path)
+            if imported in modules and imported != name
+        }
+        for name, path in modules.items()
+    }
 
 
 def test_no_import_cycle_in_the_package():
@@ -152,8 +157,11 @@ def test_no_production_code_calls_a_reference():
                                                     and path.parent.parent.name == 'ops')
         if twin_side or relative in CHECK_TOOLS:
             continue
-        found += [f'{relative}:{line} calls {name}' for line,
-                  name in called_names(path) if name.endswith('_reference')]
+        found += [
+            f'{relative}:{line} calls {name}'
+            for line, name in called_names(path)
+            if name.endswith('_reference')
+        ]
     assert not found, '\n'.join(found)
 
 
@@ -168,8 +176,11 @@ def test_tools_are_front_doors_that_import_no_sibling_and_leave_sys_path_alone()
         text, relative = path.read_text(), path.relative_to(REPO)
         if text.count('\n') > 400:
             found.append(f'{relative}: {text.count(chr(10))} lines')
-        found += [f'{relative}:{line} imports the tool {module}' for line,
-                  module in imported_modules(path) if module.split('.')[0] in names]
+        found += [
+            f'{relative}:{line} imports the tool {module}'
+            for line, module in imported_modules(path)
+            if module.split('.')[0] in names
+        ]
         for node in ast.walk(ast.parse(text)):
             if (
                 isinstance(node, ast.Attribute)

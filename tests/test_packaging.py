@@ -99,8 +99,11 @@ def installed(wheel, tmp_path_factory):
 def user_run(installed, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python args`` in the user's venv and folder, with nothing of the checkout on its path."""
     python, work = installed
-    env = {key: value for key,
-           value in os.environ.items() if key not in ('PYTHONPATH', 'MMVISATTN_PYTHON_RUNNER')}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ('PYTHONPATH', 'MMVISATTN_PYTHON_RUNNER')
+    }
     env['PATH'] = f'{python.parent}{os.pathsep}{env.get("PATH", "")}'
     done = run_command([str(python), *args], timeout=timeout, cwd=work, env=env)
     assert done.returncode == 0, f'{args}\n{done.stdout[-3000:]}\n{done.stderr[-4000:]}'
@@ -152,10 +155,9 @@ def test_a_user_config_starts_from_ours(installed):
                        'vil/retinanet_vil-small_fpn_1x_coco.py')
     (work / 'mine' / 'by_path.py').write_text(f"_base_ = '{shipped.stdout.strip()}'\n")
     build = ('import sys; from mmengine.config import Config; import mmvisattn; from '
-             'mmdet.registry import MODELS; '
-             'cfg = Config.fromfile(sys.argv[1]); backbone = MODELS.build(cfg.model.backbone); '
-             'print(type(backbone).__name__, cfg.model.backbone.drop_path_rate, '
-             'sum(p.numel() for p in backbone.parameters()))')
+             'mmdet.registry import MODELS; cfg = Config.fromfile(sys.argv[1]); backbone = '
+             'MODELS.build(cfg.model.backbone); print(type(backbone).__name__, '
+             'cfg.model.backbone.drop_path_rate, sum(p.numel() for p in backbone.parameters()))')
     mine = user_run(installed, '-c', build, 'mine/my_vil.py').stdout.split()
     by_path = user_run(installed, '-c', build, 'mine/by_path.py').stdout.split()
     assert mine[0] == 'ViL' and mine[1] == '0.0' and by_path[0] == 'ViL' and by_path[2] == mine[2]

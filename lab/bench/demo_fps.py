@@ -125,9 +125,8 @@ def measure_pair(name: str, args: argparse.Namespace) -> Dict:
 def table(results: Dict) -> str:
     """The pairs' table in Markdown."""
     lines = ['Images per second on the CPU (`tools/analysis_tools/benchmark.py`, random weights, '
-             'batch 1, 128x128 '
-             'shapes images, data loading and post-processing included): the median of '
-             f'{results["rounds"]} runs of {results["max_iter"]} images each.', '',
+             'batch 1, 128x128 shapes images, data loading and post-processing included): the '
+             f'median of {results["rounds"]} runs of {results["max_iter"]} images each.', '',
              '| demo | images/s | stock twin | images/s | demo / twin |', '|---|---|---|---|---|']
     for name, row in results['pairs'].items():
         lines.append(f'| {name} (`{Path(row["demo"]).name}`) | {row["demo_fps"]:.2f} | '

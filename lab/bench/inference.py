@@ -86,9 +86,8 @@ def table(results: List[Dict[str, object]]) -> str:
         stock = by_name.get(MODELS[r['model']][2])
         ratio = f"{r['onnxruntime_2t_ms'] / stock['onnxruntime_2t_ms']:.2f}x" if stock else '-'
         lines.append(f"| {r['model']} | {r['input'][0]}x{r['input'][1]} | {r['pytorch_ms']:.1f} ms "
-                     "| "
-                     f"{r['onnxruntime_1t_ms']:.1f} ms | {r['onnxruntime_2t_ms']:.1f} ms | {ratio} "
-                     "|")
+                     f"| {r['onnxruntime_1t_ms']:.1f} ms | {r['onnxruntime_2t_ms']:.1f} ms | "
+                     f"{ratio} |")
     return '\n'.join(lines)
 
 

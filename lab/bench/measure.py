@@ -98,16 +98,20 @@ def ratio_summary(times: Dict[str, List[float]],
                   ratios: Dict[str, Tuple[str, str]]) -> Dict[str, object]:
     """Median times in ms and, for each ``name: (label, peer label)`` of ``ratios``, the median
     ratio."""
-    return {'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()},
-            'ratio': {name: median_ratio(times[mine], times[peer]) for name,
-                      (mine, peer) in ratios.items()},
-            'rounds': len(next(iter(times.values())))}
+    return {
+        'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()},
+        'ratio': {
+            name: median_ratio(times[mine], times[peer]) for name, (mine, peer) in ratios.items()
+        },
+        'rounds': len(next(iter(times.values()))),
+    }
 
 
 def runnable(specs: Dict[str, str], peers: Optional[str]) -> Dict[str, str]:
     """``specs`` without the official modules when no ``--peers`` folder was given."""
-    return {label: spec for label,
-            spec in specs.items() if peers or not spec.startswith('official:')}
+    return {
+        label: spec for label, spec in specs.items() if peers or not spec.startswith('official:')
+    }
 
 
 def child_time(payload: dict) -> dict:

@@ -65,9 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="input sides as fractions of each pair's training size, rounded to "
                         "its stride")
     parser.add_argument('--sizes', type=parse_size, nargs='+', metavar='HxW',
-                        help='these sizes for every pair '
-                        'instead (multiples of the stride); the largest stands in for the training '
-                        'size')
+                        help='these sizes for every pair instead (multiples of the stride); the '
+                             'largest stands in for the training size')
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--rounds', type=int, default=1,
                         help='paired rounds at the training size after the measured '

@@ -15,8 +15,9 @@ def _fmt(value: Optional[float], unit: str = '') -> str:
 
 def _measured(items: Sequence, results: Dict[str, dict]):
     """``(item, its results)`` for the items of ``OP_CASES`` or ``MODEL_GROUPS`` that were run."""
-    return [(item, results[str(index)]) for index,
-            item in enumerate(items) if str(index) in results]
+    return [
+        (item, results[str(index)]) for index, item in enumerate(items) if str(index) in results
+    ]
 
 
 def op_tables(results: Dict[str, dict]) -> List[str]:
@@ -24,9 +25,8 @@ def op_tables(results: Dict[str, dict]) -> List[str]:
     for case, entry in _measured(OP_CASES, results):
         lines += ['',
                   f'**{case.title}**: {case.dims} dims, {case.heads} heads, batch {case.batch}; '
-                  'forward + '
-                  'backward ms (median), ratio ours / peer (median of per-round ratios), peak '
-                  'memory growth MB', '']
+                  'forward + backward ms (median), ratio ours / peer (median of per-round ratios), '
+                  'peak memory growth MB', '']
         timed = [t for t in entry['time'].values() if 'error' not in t]
         labels = list(timed[0]['ms']) if timed else []
         ratios = list(timed[0]['ratio']) if timed else []

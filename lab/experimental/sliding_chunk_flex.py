@@ -189,9 +189,11 @@ def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
             neighbour = neighbours[offset_x % rows, offset_y % cols]
         else:
             near = (offset_x.abs() <= 1) & (offset_y.abs() <= 1)
-            neighbour = torch.where(near, neighbours[(offset_x + 1).clamp(0, 2),
-                                                     (offset_y + 1).clamp(0, 2)],
-                                    NO_NEIGHBOUR)
+            neighbour = torch.where(
+                near,
+                neighbours[(offset_x + 1).clamp(0, 2), (offset_y + 1).clamp(0, 2)],
+                NO_NEIGHBOUR,
+            )
         key_xy = (key_chunk // cols * window + key_slot // window,
                   key_chunk % cols * window + key_slot % window)
         query_xy = (query_chunk // cols * window + query_slot // window,

@@ -323,11 +323,20 @@ def compile_launch(launch: Launch, target) -> dict:
     from triton import knobs
     from triton.compiler import ASTSource
     names = launch.kernel.arg_names
-    row = dict(kernel=launch.name, arch=launch.arch, dtype=launch.dtype, source=launch.source,
-               signature={k: v for k, v in launch.signature.items() if v != 'constexpr'},
-               constexprs={names[k[0]]: v for k,
-                           v in launch.constexprs.items() if isinstance(v, (int, bool, float))},
-               num_warps=launch.options['num_warps'], num_stages=launch.options['num_stages'])
+    row = dict(
+        kernel=launch.name,
+        arch=launch.arch,
+        dtype=launch.dtype,
+        source=launch.source,
+        signature={k: v for k, v in launch.signature.items() if v != 'constexpr'},
+        constexprs={
+            names[k[0]]: v
+            for k, v in launch.constexprs.items()
+            if isinstance(v, (int, bool, float))
+        },
+        num_warps=launch.options['num_warps'],
+        num_stages=launch.options['num_stages'],
+    )
     knobs.nvidia.dump_ptxas_log = True  # ptxas -v's report, printed by Triton on stdout
     log = io.StringIO()
     start = time.perf_counter()
@@ -401,8 +410,10 @@ def format_table(rows: List[dict]) -> str:
                       str(row.get('spill_bytes', '-')), str(row.get('compile_s', '-')),
                       '; '.join(row['problems']) or 'ok'))
     widths = [max(len(cell) for cell in column) for column in zip(header, *lines)]
-    return '\n'.join('  '.join(cell.ljust(width) for cell,
-                               width in zip(line, widths)) for line in [header, *lines])
+    return '\n'.join(
+        '  '.join(cell.ljust(width) for cell, width in zip(line, widths))
+        for line in [header, *lines]
+    )
 
 
 def main(argv=None) -> int:

@@ -263,10 +263,14 @@ class ModelProofProbe(Hook):
         synchronize()
         seconds, timed = (time.perf_counter() - self.start,
                           self.record['images'] - self.warm_up_images)
-        self.record.update(seconds=seconds, images_per_s=timed / seconds if timed else None,
-                           metrics={k: float(v) for k,
-                                    v in (metrics or {}).items() if isinstance(v, numbers.Real)},
-                           done=True)
+        self.record.update(
+            seconds=seconds,
+            images_per_s=timed / seconds if timed else None,
+            metrics={
+                k: float(v) for k, v in (metrics or {}).items() if isinstance(v, numbers.Real)
+            },
+            done=True,
+        )
         self.write()
 
     def write(self) -> None:

@@ -35,8 +35,10 @@ def markdown(gpu: str, rows: Dict[str, Dict], skipped: List[str]) -> str:
         for column in columns:
             value = row.get(column)
             if column == 'checks' and value:
-                value = ', '.join(f'{k} {"ok" if v else "FAILED" if v is False else "-"}' for k,
-                                  v in value.items())
+                value = ', '.join(
+                    f'{k} {"ok" if v else "FAILED" if v is False else "-"}'
+                    for k, v in value.items()
+                )
             cells.append('-' if value is None else f'{value:.1f}' if isinstance(value, float)
                          else str(value))
         lines.append('| ' + ' | '.join(cells).replace('\n', ' ') + ' |')

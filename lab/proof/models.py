@@ -349,9 +349,15 @@ def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
     if args.fresh or not path.exists():
         return {}
     earlier = json.loads(path.read_text())
-    return {key: row for key,
-            row in earlier['rows'].items() if row.get('ok') or row.get('out_of_memory')} \
-        if earlier.get('settings') == settings(args) else {}
+    return (
+        {
+            key: row
+            for key, row in earlier['rows'].items()
+            if row.get('ok') or row.get('out_of_memory')
+        }
+        if earlier.get('settings') == settings(args)
+        else {}
+    )
 
 
 def main(argv=None) -> int:

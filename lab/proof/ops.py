@@ -128,8 +128,10 @@ class Proof:
         """The benchmark layers and their sizes; the smoke shrinks every layer of an op to the same
         tiny size, so it times the first one only (the others would repeat it)."""
         if self.smoke:
-            return {name: self.cases.smoke_size(size, case.smoke_dims) for name,
-                    size in list(case.shipped.items())[:1]}
+            return {
+                name: self.cases.smoke_size(size, case.smoke_dims)
+                for name, size in list(case.shipped.items())[:1]
+            }
         return dict(case.shipped)
 
     def leaves(self, make_inputs: Callable, size, dtype, seed: int = 0) -> List:
@@ -313,8 +315,8 @@ class Proof:
             compiled = torch.compile(lambda *t: case.call('auto', size, *t),  # noqa: B023
                                      backend=backend)
             try:
-                traced = lambda *t: case.call('auto', size, *t)  # noqa: B023, E731
-                explained = torch._dynamo.explain(traced)(*leaves)
+                explained = torch._dynamo.explain(
+                    lambda *t: case.call('auto', size, *t))(*leaves)  # noqa: B023
                 row['graph_breaks'] = explained.graph_break_count
                 row['break_reasons'] = sorted(
                     {first_line(b.reason) for b in explained.break_reasons}
@@ -325,8 +327,10 @@ class Proof:
             except Exception as error:  # a failure to trace or compile is this row's finding
                 rows.append(dict(row, ok=False, error=first_line(error)))
                 continue
-            error = max(self.check.relative_error(a, b) for a,
-                        b in zip([out, *grads], [eager_out, *eager_grads]))
+            error = max(
+                self.check.relative_error(a, b)
+                for a, b in zip([out, *grads], [eager_out, *eager_grads])
+            )
             rows.append(dict(row, error=error, bound=BOUNDS['float32'],
                              ok=error <= BOUNDS['float32']))
         return rows

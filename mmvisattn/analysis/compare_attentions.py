@@ -259,9 +259,11 @@ def train(cfg, task: Dict) -> Dict:
         runner.train()
     except NonFiniteLoss as exc:
         return dict(error=str(exc))
-    metrics = {key[len('val/'):]: float(scalar.current()) for key,
-               scalar in runner.message_hub.log_scalars.items()
-               if key.startswith('val/') and key not in ('val/time', 'val/data_time')}
+    metrics = {
+        key[len('val/'):]: float(scalar.current())
+        for key, scalar in runner.message_hub.log_scalars.items()
+        if key.startswith('val/') and key not in ('val/time', 'val/data_time')
+    }
     return dict(metrics=metrics, train_s=time.perf_counter() - start)
 
 
@@ -338,9 +340,11 @@ def summary(spec: str, cost: Dict, runs: Dict[int, Dict]) -> Dict:
                spread=statistics.stdev(measured) if len(measured) > 1 else None,
                train_s=statistics.mean(run['train_s'] for run in runs.values() if 'train_s' in run)
                if any('train_s' in run for run in runs.values()) else None)
-    errors = {name: part['error'] for name,
-              part in [('cost', cost)] + [(f'seed {s}', r) for s, r in runs.items()]
-              if 'error' in part}
+    errors = {
+        name: part['error']
+        for name, part in [('cost', cost)] + [(f'seed {s}', r) for s, r in runs.items()]
+        if 'error' in part
+    }
     return dict(row, errors=errors) if errors else row
 
 
@@ -353,11 +357,9 @@ def table(results: Dict) -> str:
     sizes = results['sizes']
     metric = results['metric'] or 'metric'
     lines = [f'`{results["config"]}`: {results["iters"]} iterations per run, seeds '
-             f'{results["seeds"]}, '
-             f'{results["device"]}; forward + backward of the {results["measured_part"]} on '
-             f'{results["batch"]} '
-             f'images per side (ms), peak memory at {max(sizes)}x{max(sizes)}; MACs at the test '
-             'input size, deployed.', '',
+             f'{results["seeds"]}, {results["device"]}; forward + backward of the '
+             f'{results["measured_part"]} on {results["batch"]} images per side (ms), peak memory '
+             f'at {max(sizes)}x{max(sizes)}; MACs at the test input size, deployed.', '',
              '| attention | params (M) | GMACs | ' + ' | '.join(f'{s}² ms' for s in sizes)
              + f' | time exp. | peak MB | memory exp. | {metric} (mean ± spread) |',
              '|---' * (7 + len(sizes)) + '|']

@@ -145,9 +145,13 @@ def format_rows(rows: List[Dict]) -> str:
     for row in rows:
         runs = row['runs'] + (f' (asked; UNSUPPORTED: {row["refused"]})' if 'refused' in row else
                               ' (asked)' if row['asked'] != 'auto' else '')
-        text = '\n'.join([f'  {row["op"]} [{row["request"]}]', f'    runs: {runs}',
-                          *(f'    not {impl}: {reason}' for impl,
-                            reason in row['passed_over'].items())])
+        text = '\n'.join(
+            [
+                f'  {row["op"]} [{row["request"]}]',
+                f'    runs: {runs}',
+                *(f'    not {impl}: {reason}' for impl, reason in row['passed_over'].items()),
+            ]
+        )
         groups.setdefault(text, []).append(row['layer'])
     lines = []
     for text, layers in groups.items():
@@ -166,9 +170,8 @@ def main(argv=None) -> int:
     rows = dispatch_rows(attention_requests(cfg, hw_shape), args.device, getattr(torch, args.dtype),
                          args.context)
     print(f'{args.config}: input {hw_shape[0]}x{hw_shape[1]} ({source}), {RUNS[args.context]} on '
-          f'{args.device} '
-          f'in {args.dtype}; {len(rows)} op calls in {len({row["layer"] for row in rows})} '
-          'attention layers')
+          f'{args.device} in {args.dtype}; {len(rows)} op calls in '
+          f'{len({row["layer"] for row in rows})} attention layers')
     print(format_rows(rows))
     if args.json:
         with open(args.json, 'w') as file:

@@ -73,8 +73,10 @@ def read_run_checkpoint(path: str) -> dict:
 def model_weights(checkpoint: dict, path: str) -> Dict[str, Tensor]:
     """The checkpoint's state dict under the model's own names (a ``module.`` wrapper prefix
     dropped)."""
-    return {re.sub(r'^module\.', '', key): value for key,
-            value in state_dict_of(checkpoint, path).items()}
+    return {
+        re.sub(r'^module\.', '', key): value
+        for key, value in state_dict_of(checkpoint, path).items()
+    }
 
 
 def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,

@@ -154,9 +154,8 @@ def await_rank_0(host: str, port: int, rank: int, world_size: int, timeout: time
         except OSError:
             if time.monotonic() > deadline:
                 raise SystemExit(f'error: rank {rank} of {world_size} could not reach rank 0 at '
-                                 f'{host}:{port} within '
-                                 f'{timeout.total_seconds():g} s (env_cfg.dist_cfg.timeout): rank '
-                                 '0 never started') \
+                                 f'{host}:{port} within {timeout.total_seconds():g} s '
+                                 '(env_cfg.dist_cfg.timeout): rank 0 never started') \
                     from None
             time.sleep(ROLL_CALL_POLL)
 
@@ -174,9 +173,8 @@ def roll_call(store: dist.Store, rank: int, world_size: int, timeout: timedelta)
         raise SystemExit(f'error: rank 0 left the rendezvous at {where} before every rank joined')
     if missing:
         raise SystemExit(f'error: rank{"s" * (len(missing) > 1)} {", ".join(map(str, missing))} of '
-                         f'{world_size} never '
-                         f'joined the rendezvous at {where} within {timeout.total_seconds():g} s '
-                         '(env_cfg.dist_cfg.timeout)')
+                         f'{world_size} never joined the rendezvous at {where} within '
+                         f'{timeout.total_seconds():g} s (env_cfg.dist_cfg.timeout)')
 
 
 def missing_ranks(store: dist.Store, world_size: int) -> Optional[List[int]]:

@@ -41,9 +41,8 @@ def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dic
         if refused:
             raise CheckpointError(f'checkpoint {path!r} was refused as unsafe: its pickle asks for '
                                   f'{refused.group(1) or refused.group(2)}, which is not among the '
-                                  'types a '
-                                  'checkpoint may hold (tensors, containers and mmengine\'s log '
-                                  'buffers)') from None
+                                  'types a checkpoint may hold (tensors, containers and '
+                                  'mmengine\'s log buffers)') from None
         raise CheckpointError(f'checkpoint {path!r} is not a PyTorch checkpoint, or it is corrupt '
                               'or truncated (its pickle cannot be read)') from None
     except Exception as exc:  # torch.load raises a different type for each kind of damage
@@ -222,8 +221,10 @@ def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
     raises a one-line ``KeyError``. Returns the renamed dict and the dropped keys."""
     converted, dropped = OrderedDict(), []
     for key, value in state_dict.items():
-        rule = next(((pattern, replacement) for pattern,
-                     replacement in rules if re.match(pattern, key)), None)
+        rule = next(
+            ((pattern, replacement) for pattern, replacement in rules if re.match(pattern, key)),
+            None,
+        )
         if rule is None and complete:
             raise KeyError(f'{complete} key {key!r} matches no conversion rule')
         if rule is None or rule[1] is None:
@@ -287,9 +288,8 @@ def check_backbone_weights(config: str, weights: Dict[str, Tensor],
     for key, value in weights.items():
         if value.shape != expected[key].shape:
             raise ValueError(f'checkpoint {key} has shape {tuple(value.shape)}, the backbone of '
-                             f'{config} '
-                             f'expects {tuple(expected[key].shape)} (a checkpoint of another '
-                             'width?)')
+                             f'{config} expects {tuple(expected[key].shape)} (a checkpoint of '
+                             'another width?)')
     return sorted(set(expected) - set(weights))
 
 

@@ -72,8 +72,11 @@ FORMULAS: Dict[Callable, Callable] = {
 # nothing), so every overload is registered beside its packet
 EXTRA_FORMULAS: Dict[Callable, Callable] = {
     **FORMULAS,
-    **{getattr(packet, name): formula for packet,
-       formula in FORMULAS.items() for name in packet.overloads()},
+    **{
+        getattr(packet, name): formula
+        for packet, formula in FORMULAS.items()
+        for name in packet.overloads()
+    },
 }
 
 
@@ -111,8 +114,10 @@ def count_flops(forward: Callable[[], object]) -> Dict[str, int]:
     """MACs of one call of ``forward``: ``{'total': n, <operator name>: n, ...}``."""
     with FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS) as counter:
         forward()
-    per_op = {str(op).split('.')[-1]: flops // 2 for op,
-              flops in counter.get_flop_counts()['Global'].items()}
+    per_op = {
+        str(op).split('.')[-1]: flops // 2
+        for op, flops in counter.get_flop_counts()['Global'].items()
+    }
     return {'total': counter.get_total_flops() // 2, **per_op}
 
 

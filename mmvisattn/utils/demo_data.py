@@ -213,8 +213,9 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
         Image.fromarray(scene.semantic).save(out / files['cityscapes_label'])
         Image.fromarray(scene.image).save(out / files['ade_image'], quality=95)
         Image.fromarray(scene.semantic + 1).save(out / files['ade_label'])
-    categories = [dict(id=i + 1, name=name, supercategory='shape') for i,
-                  name in enumerate(CLASSES)]
+    categories = [
+        dict(id=i + 1, name=name, supercategory='shape') for i, name in enumerate(CLASSES)
+    ]
     write_coco_annotations(out / 'coco', coco, categories)
 
 
@@ -308,8 +309,9 @@ def coco_categories() -> Tuple[List[Dict], List[int]]:
     from mmdet.datasets import CocoDataset
     ids = [i for i in range(1, 91) if i not in COCO_MISSING_IDS]
     names = CocoDataset.METAINFO['classes']
-    return [dict(id=i, name=name, supercategory='') for i,
-            name in zip(ids, names)], ids[:len(CLASSES)]
+    return [dict(id=i, name=name, supercategory='') for i, name in zip(ids, names)], ids[
+        : len(CLASSES)
+    ]
 
 
 def with_void_outlines(labels: np.ndarray, shapes: List[Tuple[int, Polygon]],
@@ -527,8 +529,10 @@ def main(argv=None) -> None:
         settings['width'] = args.width
     size = f'{args.width or args.size}x{args.size}'
     if args.standard:
-        roots = {layout: (args.out.absolute() / root, dict(settings, layout=layout)) for layout,
-                 root in STANDARD_ROOTS.items()}
+        roots = {
+            layout: (args.out.absolute() / root, dict(settings, layout=layout))
+            for layout, root in STANDARD_ROOTS.items()
+        }
         # every root refused before any is written
         for layout, (out, layout_settings) in roots.items():
             checked_root(out, standard_files(layout, layout_settings))

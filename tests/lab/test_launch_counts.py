@@ -50,8 +50,9 @@ def cuda_choices(cfg: dict, hw_shape) -> dict:
                     device='meta')
     with recording(['']) as records:
         attn(x, hw_shape)
-    arguments = {op().name: argument for argument,
-                 op in OP_ARGUMENTS.items() if hasattr(attn, argument)}
+    arguments = {
+        op().name: argument for argument, op in OP_ARGUMENTS.items() if hasattr(attn, argument)
+    }
     choices = {}
     for record in records:
         argument = arguments.get(record.op.name, 'impl' if record.op.impls == attn.impls else None)

@@ -200,8 +200,10 @@ def run_passes(stock_dir: Path, keys: List[Tuple[str, str]], jobs: int,
         with ThreadPoolExecutor(jobs) as pool:
             runs = {key: pool.submit(run_pass, *key, folders[key], junit[key],
                                      threads) for key in keys}
-            return {key: dict(future.result(), outcomes=read_junit(junit[key])) for key,
-                    future in runs.items()}
+            return {
+                key: dict(future.result(), outcomes=read_junit(junit[key]))
+                for key, future in runs.items()
+            }
 
 
 def run_suites(stock_dir: Path, suites: List[str], jobs: int, out_dir: Path,
@@ -217,10 +219,12 @@ def run_suites(stock_dir: Path, suites: List[str], jobs: int, out_dir: Path,
     runs = run_passes(stock_dir, [(suite, mode) for suite in suites for mode in PASSES
                                   if not (mode == 'plain' and suite in kept)], jobs, out_dir)
     for suite, entry in kept.items():
-        runs[(suite, 'plain')] = dict(seconds=0.0, returncode=entry['returncode'],
-                                      tail=['kept in the baseline'],
-                                      outcomes={test: tuple(outcome) for test,
-                                                outcome in entry['outcomes'].items()})
+        runs[(suite, 'plain')] = dict(
+            seconds=0.0,
+            returncode=entry['returncode'],
+            tail=['kept in the baseline'],
+            outcomes={test: tuple(outcome) for test, outcome in entry['outcomes'].items()},
+        )
     confirm = [(suite, 'plain') for suite in kept
                if compare(runs[(suite, 'plain')]['outcomes'],
                           runs[(suite, 'mmvisattn')]['outcomes'])['regressions']]
@@ -230,10 +234,16 @@ def run_suites(stock_dir: Path, suites: List[str], jobs: int, out_dir: Path,
         plain, patched = (runs[(suite, mode)].pop('outcomes') for mode in PASSES)
         from_baseline = suite in kept and (suite, 'plain') not in confirm
         record['suites'][suite] = dict(
-            paths=SUITES[suite]['paths'], key=keys[suite], plain_from_baseline=from_baseline,
-            plain_outcomes=plain, **compare(plain, patched),
-            **{mode: dict(runs[(suite, mode)], **counts(outcomes)) for mode,
-               outcomes in zip(PASSES, (plain, patched))})
+            paths=SUITES[suite]['paths'],
+            key=keys[suite],
+            plain_from_baseline=from_baseline,
+            plain_outcomes=plain,
+            **compare(plain, patched),
+            **{
+                mode: dict(runs[(suite, mode)], **counts(outcomes))
+                for mode, outcomes in zip(PASSES, (plain, patched))
+            },
+        )
     return record
 
 

@@ -39,9 +39,8 @@ def test_the_tools_add_nothing_a_config_does_not_show(config):
 
 def test_a_config_can_leave_a_safeguard_out(tmp_path):
     config = tmp_path / 'no_random_state.py'
-    config.write_text(f"_base_ = '{DET_DEMO}'\n"
-                      "custom_hooks = [h for h in _base_.custom_hooks if h['type'] != "
-                      "'RandomStateHook']\n")
+    config.write_text(f"_base_ = '{DET_DEMO}'\ncustom_hooks = [h for h in _base_.custom_hooks if "
+                      "h['type'] != 'RandomStateHook']\n")
     assert hook_types(Config.fromfile(str(config))) == SAFEGUARDS[1:]
 
 

@@ -42,8 +42,9 @@ def tensors(tree, prefix: str = '') -> Dict[str, torch.Tensor]:
         if isinstance(tree, (list, tuple))
         else ()
     )
-    return {path: t for key, value in items for path,
-            t in tensors(value, f'{prefix}/{key}').items()}
+    return {
+        path: t for key, value in items for path, t in tensors(value, f'{prefix}/{key}').items()
+    }
 
 
 @pytest.mark.parametrize('family', FAMILY_DEMOS)

@@ -169,8 +169,11 @@ def test_pervit_equals_the_official_vision_transformer():
     converted, dropped = convert_pervit_state_dict(fixture['state_dict'], num_stem_convs=len(stem))
     assert sorted(dropped) == ['head.bias', 'head.weight']
     model.load_state_dict(converted, strict=True)
-    head = {key[len('head.'):]: value for key,
-            value in fixture['state_dict'].items() if key.startswith('head.')}
+    head = {
+        key[len('head.'):]: value
+        for key, value in fixture['state_dict'].items()
+        if key.startswith('head.')
+    }
 
     def logits(image: torch.Tensor) -> torch.Tensor:
         features = model(image)[0].flatten(2).mean(dim=2)
@@ -208,8 +211,11 @@ def converted_msvit(fixture: dict, arch: dict) -> ViL:
 
 def official_classifier(fixture: dict, model: ViL):
     """The official head on a last stage without global tokens: final norm, token mean, linear."""
-    weights = {key: value for key,
-               value in fixture['state_dict'].items() if key.startswith(('head.', 'norm.'))}
+    weights = {
+        key: value
+        for key, value in fixture['state_dict'].items()
+        if key.startswith(('head.', 'norm.'))
+    }
 
     def logits(image: torch.Tensor) -> torch.Tensor:
         tokens = model(image)[-1].flatten(2).transpose(1, 2)

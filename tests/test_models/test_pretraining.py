@@ -228,8 +228,11 @@ def handed_on(model: torch.nn.Module,
               classifier_state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """The backbone's weights that the classifier has (PerViT's dense outputs have norms of their
     own)."""
-    handed = {key: value for key,
-              value in model.state_dict().items() if f'backbone.{key}' in classifier_state}
+    handed = {
+        key: value
+        for key, value in model.state_dict().items()
+        if f'backbone.{key}' in classifier_state
+    }
     assert handed
     return handed
 
@@ -244,8 +247,9 @@ def test_an_ema_checkpoint_hands_on_the_raw_weights_unless_asked(tmp_path, monke
                          f'**{demo_backbone!r}))\n')
     model, line = pretrained_backbone(dense_cfg, tmp_path / 'ema.pth', monkeypatch)
     assert 'the raw weights (the EMA copy' in line
-    assert all(torch.equal(value, raw[f'backbone.{key}']) for key,
-               value in handed_on(model, raw).items())
+    assert all(
+        torch.equal(value, raw[f'backbone.{key}']) for key, value in handed_on(model, raw).items()
+    )
     model, line = pretrained_backbone(dense_cfg, tmp_path / 'ema.pth', monkeypatch, use_ema=True)
     assert 'the EMA weights' in line
     assert any(value.is_floating_point() and not torch.equal(value, raw[f'backbone.{key}'])

@@ -211,8 +211,9 @@ def test_chunks_of_a_frozen_position_network(monkeypatch):
     """By chunks, with no parameter wanting a gradient (a frozen stage), the logits equal the
     literal form's and hold no graph (the recomputation had no tensor to run on: an IndexError)."""
     rows_per_chunk(monkeypatch, 1, (3, 5), 3)
-    frozen = position_params()._replace(**{name: t.detach() for name,
-                                           t in position_params()._asdict().items()})
+    frozen = position_params()._replace(
+        **{name: t.detach() for name, t in position_params()._asdict().items()}
+    )
     fast = position_logits(frozen, (3, 5), impl='torch')
     assert fast.grad_fn is None
     torch.testing.assert_close(fast.double(), position_logits_reference(frozen, (3, 5)))

@@ -61,8 +61,10 @@ def test_vil_classification_demo_learns_then_starts_the_detection_demo(
     detector = torch.load(tmp_path / 'detector' / 'iter_2.pth')['state_dict']
     handed = {key: value for key, value in classifier.items() if key in detector}
     assert len(handed) == int(re.search(r'(\d+) of \1 tensors', line).group(1))
-    assert all(key.startswith('backbone.') and torch.equal(detector[key], value) for key,
-               value in handed.items())
+    assert all(
+        key.startswith('backbone.') and torch.equal(detector[key], value)
+        for key, value in handed.items()
+    )
 
 
 SLOW_DEMOS = sorted(

@@ -105,9 +105,8 @@ def test_the_tool_prints_and_writes_the_choice(tmp_path):
     out = tmp_path / 'dispatch.json'
     done = run_tool([TOOL, VIL, '--device', 'cuda', '--dtype', 'bfloat16', '--json', out], cwd=REPO)
     assert done.stdout.startswith(f'{VIL}: input 800x1344 (the test pipeline\'s Resize scale, '
-                                  'padded to a multiple '
-                                  'of 32), training step on cuda in bfloat16; 12 op calls in 12 '
-                                  'attention layers')
+                                  'padded to a multiple of 32), training step on cuda in bfloat16; '
+                                  '12 op calls in 12 attention layers')
     assert (
         '8 layers: backbone.stages.2.blocks.0.attn ... backbone.stages.2.blocks.7.attn'
         in done.stdout

@@ -92,8 +92,10 @@ def format_table(rows: List[Dict], rtol: float) -> str:
               '; '.join(row['reasons']))
              for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *lines)]
-    return '\n'.join('  '.join(cell.ljust(width) for cell,
-                               width in zip(line, widths)) for line in [header, *lines])
+    return '\n'.join(
+        '  '.join(cell.ljust(width) for cell, width in zip(line, widths))
+        for line in [header, *lines]
+    )
 
 
 def main(argv=None) -> int:

@@ -45,7 +45,8 @@ class DroppedAnnotationsHook(Hook):
             counter: Dict[str, int] = getattr(dataset, 'dropped_annotations', None)
             dropped = sum(counter[reason] for reason in DROP_REASONS) if counter else 0
             if dropped:
-                reasons = ', '.join(f'{counter[key]} {text}' for key,
-                                    text in DROP_REASONS.items() if counter[key])
+                reasons = ', '.join(
+                    f'{counter[key]} {text}' for key, text in DROP_REASONS.items() if counter[key]
+                )
                 runner.logger.warning(f'{dataset.ann_file}: dropped {dropped} of '
                                       f'{counter["total"]} annotations while loading ({reasons})')

@@ -160,9 +160,12 @@ class RippleAttention(RippleLinearAttention):
         ``num_i / (den_i + d_i)``, and on a column of ones beside the values
         ``den_i / (den_i + d_i)``, the grid's share of the normaliser."""
         extra = self.num_extra_tokens
-        k_extra, v_extra, k_grid, v_grid = k[..., :extra,
-                                             :], v[..., :extra,
-                                                   :], k[..., extra:, :], v[..., extra:, :]
+        k_extra, v_extra, k_grid, v_grid = (
+            k[..., :extra, :],
+            v[..., :extra, :],
+            k[..., extra:, :],
+            v[..., extra:, :],
+        )
         extra_den = q @ k_extra.sum(dim=-2).unsqueeze(-1) + self.eps
         extra_mean = q @ (k_extra.transpose(-1, -2) @ v_extra) / extra_den
         values = torch.cat([v_grid, torch.ones_like(v_grid[..., :1])], dim=-1)

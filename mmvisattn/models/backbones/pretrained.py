@@ -42,8 +42,9 @@ def any_key(pattern: str) -> Callable[[StateDict], bool]:
 
 def strip_prefix(state_dict: StateDict, prefix: str) -> StateDict:
     """The keys under ``prefix`` without it, or ``state_dict`` itself when none is."""
-    inner = {key[len(prefix):]: value for key,
-             value in state_dict.items() if key.startswith(prefix)}
+    inner = {
+        key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)
+    }
     return inner or state_dict
 
 
@@ -117,13 +118,15 @@ def backbone_of_classifier(state_dict: StateDict) -> Tuple[StateDict, List[str]]
 
 
 def _check_fit(owner: str, path: str, converted: StateDict, target: StateDict) -> None:
-    misshapen = [f'{key} {tuple(value.shape)} (expected {tuple(target[key].shape)})' for key,
-                 value in converted.items() if key in target and value.shape != target[key].shape]
+    misshapen = [
+        f'{key} {tuple(value.shape)} (expected {tuple(target[key].shape)})'
+        for key, value in converted.items()
+        if key in target and value.shape != target[key].shape
+    ]
     if misshapen:
         raise CheckpointError(f'{owner}: checkpoint {path!r}: {len(misshapen)} of its '
-                              f'{len(converted)} tensors do not '
-                              f'fit this {owner}: {"; ".join(misshapen[:3])} (weights of another '
-                              'size?)')
+                              f'{len(converted)} tensors do not fit this {owner}: '
+                              f'{"; ".join(misshapen[:3])} (weights of another size?)')
 
 
 def _check_own_layout(owner: str, path: str, state_dict: StateDict, target: StateDict) -> None:
@@ -151,9 +154,8 @@ def find_layout(owner: str, path: str, state_dict: StateDict, target: StateDict,
     if found is None:
         expected = ', '.join([fmt.name for fmt in formats] + [own.name])
         raise CheckpointError(f'{owner}: checkpoint {path!r} is in no layout {owner} reads '
-                              f'(expected {expected}; '
-                              f'none of its {len(state_dict)} keys fits; its first keys: '
-                              f'{list(state_dict)[:3]})')
+                              f'(expected {expected}; none of its {len(state_dict)} keys fits; its '
+                              f'first keys: {list(state_dict)[:3]})')
     if found is own:
         _check_own_layout(owner, path, state_dict, target)
     return found
@@ -188,9 +190,8 @@ def load_pretrained(backbone: nn.Module, cfg: dict,
     new = sorted(set(target) - set(converted))
     layout = found.name + (', from an mmpretrain classifier' if classifier_parts else '')
     print_log(f'{owner}: loaded {path} as {layout}{", " + ema_note if ema_note else ""}: '
-              f'{len(converted)} of '
-              f'{len(target)} tensors; newly initialised ({len(new)}): {_names(new)}; dropped '
-              f'({len(dropped)}): {_names(dropped)}', logger='current')
+              f'{len(converted)} of {len(target)} tensors; newly initialised ({len(new)}): '
+              f'{_names(new)}; dropped ({len(dropped)}): {_names(dropped)}', logger='current')
     return new
 
 

@@ -35,9 +35,13 @@ _SIZES = {
 # Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
 # whose last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12,
 # 13), whose last stage keeps one as the class token the linear head reads (Table 10, "CLS").
-ARCH_ZOO = {**{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
-            **{f'{name}-cls': {**size, **_DETECTION, 'num_global': (1, 1, 1, 1)} for name,
-               size in _SIZES.items()}}
+ARCH_ZOO = {
+    **{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
+    **{
+        f'{name}-cls': {**size, **_DETECTION, 'num_global': (1, 1, 1, 1)}
+        for name, size in _SIZES.items()
+    },
+}
 OUT_TYPES = ('featmap', 'cls_token')
 
 
@@ -258,7 +262,7 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
             if self.out_type == 'cls_token' and index == len(self.stages) - 1:
                 return (self.norm(tokens[:, 0]),)
             x = (
-                tokens[:, stage.num_global :]
+                tokens[:, stage.num_global:]
                 .transpose(1, 2)
                 .reshape(tokens.shape[0], -1, height, width)
             )
@@ -375,7 +379,7 @@ def convert_vil_state_dict(
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key
         short = (
-            short[len('backbone.bottom_up.') :]
+            short[len('backbone.bottom_up.'):]
             if short.startswith('backbone.bottom_up.')
             else short
         )

@@ -134,8 +134,9 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
         grid_in = x.view(x.shape[0], *hw_shape, -1)
         for i, (height, width) in enumerate(sizes):
             tokens = grid_in[i, :height, :width].reshape(1, height * width, -1)
-            grid_out[i, :height,
-                     :width] = self.self_attn(tokens, (height, width)).view(height, width, -1)
+            grid_out[i, :height, :width] = self.self_attn(tokens, (height, width)).view(
+                height, width, -1
+            )
         return out
 
     def forward(self, query: Tensor, query_pos: Tensor, key_padding_mask: Optional[Tensor],

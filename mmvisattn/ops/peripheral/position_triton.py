@@ -288,10 +288,14 @@ def _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
         head, tap = js // (K * K), js % (K * K)
         key_row = win_row[None, :] - (tap // K)[:, None]
         key_col = win_col[None, :] - (tap % K)[:, None]
-        valid = in_js[:,
-                      None] & inside[None,
-                                     :] & (key_row >= 0) & (key_row < height) & (key_col >= 0) & \
-            (key_col < width)
+        valid = (
+            in_js[:, None]
+            & inside[None, :]
+            & (key_row >= 0)
+            & (key_row < height)
+            & (key_col >= 0)
+            & (key_col < width)
+        )
         dz = tl.load(dz_ptr + head.to(tl.int64)[:, None] * tokens * tokens
                      + query.to(tl.int64) * tokens
                      + key_row * width + key_col, mask=valid, other=0.0)

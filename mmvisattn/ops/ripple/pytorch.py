@@ -112,8 +112,9 @@ class Geometry:
     def crop(self, padded: Tensor) -> Tensor:
         """``(s, H', W', C) -> (s, H * W, C)``: the map inside the padding."""
         (height, width), halo = self.hw_shape, self.halo
-        return padded[:, halo:halo + height,
-                      halo:halo + width].reshape(padded.shape[0], height * width, -1)
+        return padded[:, halo : halo + height, halo : halo + width].reshape(
+            padded.shape[0], height * width, -1
+        )
 
     def scores(self, q_tiles: Tensor, keys: Tensor, beta_tiles: Tensor) -> Tuple[Tensor, Tensor]:
         """Scores ``phi(q) . phi(k)`` of tiles against their halos, and the ``beta`` of each pair's

@@ -126,10 +126,9 @@ def check_masking(masking: str, owner: str = 'sliding_chunk_attention') -> str:
 def _check_mode(mode: Mode, q: Tensor) -> None:
     if is_drawn(mode):
         if mode.dim() != 0 or mode.is_floating_point() or mode.device != q.device:
-            raise ValueError('sliding_chunk_attention: a drawn mode must be a 0-dim integer '
-                             f'tensor on {q.device} '
-                             f'holding one of {DRAWN}; got {mode.dim()}-dim {mode.dtype} on '
-                             f'{mode.device}')
+            raise ValueError('sliding_chunk_attention: a drawn mode must be a 0-dim integer tensor '
+                             f'on {q.device} holding one of {DRAWN}; got {mode.dim()}-dim '
+                             f'{mode.dtype} on {mode.device}')
     elif isinstance(mode, bool) or mode not in MODES:
         raise ValueError(f'sliding_chunk_attention: mode={mode!r}; expected an integer in -1..8 or '
                          'a drawn neighbour (0-dim integer tensor)')

@@ -174,8 +174,11 @@ def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, ma
     indices, invalid = [], []
     for offset in visited_neighbours(mode):
         key_cx, key_cy, outside = neighbour_chunk((rows, cols), masking, offset)
-        key_cx, key_cy, outside = key_cx[:, None,
-                                         None], key_cy[:, None, None], outside[:, None, None]
+        key_cx, key_cy, outside = (
+            key_cx[:, None, None],
+            key_cy[:, None, None],
+            outside[:, None, None],
+        )
         key_x, key_y = key_cx * window + kx, key_cy * window + ky  # (C, 1, w^2)
         bad = outside | (key_x >= height) | (key_y >= width)
         indices.append(torch.where(bad, padded, key_x * cols * window + key_y)[:, 0] + num_global)

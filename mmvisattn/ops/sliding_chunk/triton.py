@@ -416,8 +416,9 @@ class SlidingChunkTriton(torch.autograd.Function):
                                               num_warps=_warps(_grad_keys, meta, q.dtype), **meta)
         grad_q[:, :, :num_global] = 0
         local_q = q[:, :, num_global:].to(lse.dtype) * scale
-        grad_k[:, :,
-               :num_global] = torch.einsum('bhng,bhnd->bhgd', global_grads, local_q).to(k.dtype)
+        grad_k[:, :, :num_global] = torch.einsum('bhng,bhnd->bhgd', global_grads, local_q).to(
+            k.dtype
+        )
         grad_v[:, :, :num_global] = torch.einsum('bhng,bhnd->bhgd', global_probs,
                                                  grad_out.to(lse.dtype)).to(v.dtype)
         grad_bias = None

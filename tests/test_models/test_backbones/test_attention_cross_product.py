@@ -66,8 +66,11 @@ def test_attention_in_backbone(backbone, attn_type, default_shapes):
     outs = model(images)
     assert [out.shape for out in outs] == default_shapes[backbone]
     sum(out.square().mean() for out in outs).backward()
-    missing = [name for name,
-               param in model.named_parameters() if param.requires_grad and param.grad is None]
+    missing = [
+        name
+        for name, param in model.named_parameters()
+        if param.requires_grad and param.grad is None
+    ]
     assert not missing, f'{attn_type} in {backbone}: no gradient for {missing}'
     nonfinite = [name for name, param in model.named_parameters()
                  if param.grad is not None and not torch.isfinite(param.grad).all()]

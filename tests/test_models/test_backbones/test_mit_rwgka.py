@@ -89,8 +89,9 @@ def test_pooled_anchors_any_map_size(hw_shape):
     """More pooled anchors (8 x 8) than tokens is legal and still yields normalised attention."""
     attn = build_attention(dict(type='RWGKAttention', anchor_mode='pooled', num_anchors=64),
                            embed_dims=16, num_heads=2)
-    assert attn.num_anchors == 64 and not any('anchor' in name for name,
-                                              _ in attn.named_parameters())
+    assert attn.num_anchors == 64 and not any(
+        'anchor' in name for name, _ in attn.named_parameters()
+    )
     x = torch.randn(2, hw_shape[0] * hw_shape[1], 16)
     out = attn(x, hw_shape)
     assert out.shape == x.shape and torch.isfinite(out).all()

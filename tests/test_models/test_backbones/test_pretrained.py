@@ -54,8 +54,9 @@ def randomised(module: torch.nn.Module) -> dict:
 
 def assert_loads_as(model: torch.nn.Module, expected: dict) -> None:
     state = model.state_dict()
-    assert expected and all(torch.equal(state[key], value) for key,
-                            value in expected.items() if key in state)
+    assert expected and all(
+        torch.equal(state[key], value) for key, value in expected.items() if key in state
+    )
 
 
 def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
@@ -317,7 +318,9 @@ def test_segformer_rwgka_configs_start_from_the_stock_segformer_weights():
 def test_every_named_checkpoint_is_in_its_folder_readme():
     """The weights a config starts from are listed in its folder's README (where they come from and
     how they load)."""
-    missing = [f'{path.relative_to(REPO)}: {checkpoint}' for path,
-               checkpoint in backbone_checkpoints()
-               if checkpoint not in (path.parent / 'README.md').read_text()]
+    missing = [
+        f'{path.relative_to(REPO)}: {checkpoint}'
+        for path, checkpoint in backbone_checkpoints()
+        if checkpoint not in (path.parent / 'README.md').read_text()
+    ]
     assert not missing, missing

@@ -220,8 +220,9 @@ def test_absolute_position_stages_drop_relative_biases_as_the_official_model():
     assert not hasattr(model.stages[0].blocks[0].attn, 'local_relative_position_bias_table')
     both = ViL(arch=SMALL_ARCH, attn_cfg=dict(type='LongformerAttention', rel_pos=True))
     assert all(stage.blocks[0].attn.rel_pos for stage in both.stages)
-    assert all(stage.abs_pos == bool(flag) for stage,
-               flag in zip(both.stages, SMALL_ARCH['abs_pos']))
+    assert all(
+        stage.abs_pos == bool(flag) for stage, flag in zip(both.stages, SMALL_ARCH['abs_pos'])
+    )
     extra = sum(p.numel() for p in both.parameters()) - sum(p.numel() for p in model.parameters())
     tables = sum(p.numel() for name, p in both.named_parameters()
                  if 'relative_position' in name and not name.startswith('stages.1.'))
