@@ -1,17 +1,13 @@
 """mmvisattn: efficient vision attention for the OpenMMLab detection and segmentation stack.
 
-Importing the package (directly or through ``custom_imports=dict(imports=['mmvisattn'])`` in a
-config) registers its attentions into ``ATTENTIONS`` and its models into the mmdet, mmseg and
-mmpretrain ``MODELS`` registries, and applies the fixes and additions of :mod:`mmvisattn.compat`
-(the only place that changes another library's code): fixes of defects of the pinned stack a user
-meets without the project's models, and names stock does not have. It alters nothing else of the
-stack; the project's tools apply their conveniences themselves
-(:func:`mmvisattn.compat.apply_tool_patches`).
+Importing the package (or ``custom_imports=dict(imports=['mmvisattn'])`` in a config) registers its
+attentions into ``ATTENTIONS`` and its models into the mmdet, mmseg and mmpretrain ``MODELS``
+registries, and applies :mod:`mmvisattn.compat`'s fixes and additions; it alters nothing else (the
+tools apply their conveniences themselves).
 
-The ops layer, :mod:`mmvisattn.ops`, stands alone: it needs torch (and triton for its kernels), as
-NATTEN and flash-linear-attention do. Where OpenMMLab is not installed (a bare GPU machine checking
-the kernels, ``python -m mmvisattn.ops.check``) the package imports without registering anything,
-and ``mmvisattn.models`` fails on its first OpenMMLab import, naming the package.
+The ops layer, :mod:`mmvisattn.ops`, needs only torch (and triton). Without OpenMMLab the package
+imports without registering anything, and ``mmvisattn.models`` fails on its first OpenMMLab import,
+naming the package.
 """
 from importlib.util import find_spec
 

@@ -1,17 +1,12 @@
-"""Every change the package makes to another library's code, each one function named
-in :data:`PATCHES` (docs/advanced/compat.md gives each: what it alters, who meets the defect, how to
-opt in or out, upstream).
+"""Every change the package makes to another library's code, one named function each in
+:data:`PATCHES` (docs/advanced/compat.md: what each alters, who meets the defect, upstream).
 
-``import mmvisattn`` adds and does not alter: on import it applies only :data:`FIXES`, fixes of
-defects of the pinned stack that a user meets without the project's models, and :data:`ADDITIONS`,
-names stock does not have. What is merely convenient is opt-in and visible: :data:`TOOL_PATCHES` are
-applied by the project's own tools (:func:`apply_tool_patches`,
-from :func:`mmvisattn.launch.load_config`), ``count_dropped_annotations`` by
-``DroppedAnnotationsHook`` when a config names it, and :data:`DEPLOY_PATCHES`
-by :mod:`mmvisattn.deploy.mmdeploy_support` when an mmdeploy deploy config imports it. The
-environment variable ``MMVISATTN_SKIP_PATCHES`` (patch names, comma-separated) leaves patches out
-wherever they would be applied; :data:`APPLIED` holds the names applied, which :func:`patches_line`
-puts in the one line every run of the tools logs.
+On import only :data:`FIXES` (defects of the pinned stack a user meets without our models) and
+:data:`ADDITIONS` (names stock lacks) apply. The rest is opt-in: :data:`TOOL_PATCHES` through the
+project's tools, ``count_dropped_annotations`` through ``DroppedAnnotationsHook``,
+:data:`DEPLOY_PATCHES` through :mod:`mmvisattn.deploy.mmdeploy_support`.
+``MMVISATTN_SKIP_PATCHES`` (comma-separated names) leaves patches out; :data:`APPLIED` feeds the
+line :func:`patches_line` logs.
 """
 import copy
 import functools
@@ -54,9 +49,8 @@ def empty_bytes(*args: Any) -> bytes:
 
 
 def runner_checkpoint_globals() -> List[Union[object, Tuple[Callable, str]]]:
-    """Everything outside torch's default allowlist that an mmengine Runner checkpoint refers to;
-    ``getattr`` and ``bytes`` (pickled as ``__builtin__.*`` by protocol 2) map to restricted
-    stand-ins."""
+    """What a Runner checkpoint needs beyond torch's default allowlist; ``getattr`` and ``bytes``
+    map to restricted stand-ins."""
     stand_ins = [
         (function, f'{module}.{name}')
         for function, name in ((history_buffer_statistic, 'getattr'), (empty_bytes, 'bytes'))
@@ -99,9 +93,8 @@ def allow_half_mmcv_ops_on_cpu() -> None:
 
 
 def registered_statistics() -> List[Callable]:
-    """The statistics registered with ``HistoryBuffer.register_statistics`` that a checkpoint names
-    by module and name (module-level functions); the built-in ones it reaches through
-    ``getattr``."""
+    """The registered statistics a checkpoint names by module and name; the built-in ones go
+    through ``getattr``."""
     return [method for name, method in HistoryBuffer._statistics_methods.items()
             if name not in BUILTIN_STATISTICS and '.' not in getattr(method, '__qualname__', '.')]
 
@@ -119,12 +112,10 @@ def allowing_registered_statistics(register: Callable) -> Callable:
 
 
 def allow_runner_checkpoints() -> None:
-    """Let ``torch.load(..., weights_only=True)`` (torch's default since 2.6) read mmengine Runner
-    checkpoints, which mmengine 0.10.7 loads without the argument. Their message hub stores
-    ``HistoryBuffer`` objects holding numpy arrays and scalars, each pickling its statistics methods
-    by ``getattr`` and an empty history as ``bytes()``: those types, each statistic registered now
-    and later, and stand-ins for ``getattr`` and ``bytes`` that return nothing else join torch's
-    allowlist (upstream's fix turns ``weights_only`` off, which lets any pickle run code)."""
+    """Let ``torch.load(..., weights_only=True)`` read mmengine Runner checkpoints: the message
+    hub's ``HistoryBuffer`` types, every registered statistic and restricted stand-ins for
+    ``getattr`` and ``bytes`` join torch's allowlist (upstream turns ``weights_only`` off, which
+    lets any pickle run code)."""
     torch.serialization.add_safe_globals(runner_checkpoint_globals() + registered_statistics())
     register = HistoryBuffer.register_statistics
     if not getattr(register, 'allows_checkpoints', False):
@@ -174,8 +165,7 @@ def drop_reason(annotation: dict, image: dict, category_ids) -> str:
 
 def count_dropped_annotations() -> None:
     """Make ``CocoDataset.parse_data_info`` count what it drops into the dataset's
-    ``dropped_annotations`` (a Counter of the :data:`DROP_REASONS` keys, plus ``total``), which
-    ``DroppedAnnotationsHook`` reports. The parsing itself is unchanged."""
+    ``dropped_annotations`` (:data:`DROP_REASONS` keys and ``total``); parsing is unchanged."""
     from mmdet.datasets import CocoDataset
 
     parse = CocoDataset.parse_data_info
@@ -197,10 +187,8 @@ def count_dropped_annotations() -> None:
 
 
 def name_undecodable_label_maps() -> None:
-    """Make mmseg's ``LoadAnnotations`` name a label map it cannot decode. It reports PIL's
-    "cannot identify image file <_io.BytesIO ...>" without the path; the failure is re-raised in
-    the form mmcv's ``LoadImageFromFile`` uses for images, which
-    :func:`mmvisattn.launch.checks.diagnose_failure` reads. A missing file keeps its own error."""
+    """Make mmseg's ``LoadAnnotations`` name the label map it cannot decode (PIL's error has no
+    path), in the form :func:`mmvisattn.launch.checks.diagnose_failure` reads."""
     from mmseg.datasets.transforms import LoadAnnotations
     load = LoadAnnotations._load_seg_map
     if getattr(load, 'names_file', False):
@@ -220,8 +208,8 @@ def name_undecodable_label_maps() -> None:
 
 
 def remembered_metafiles(load: Callable) -> Callable:
-    """mmengine's ``load`` as ``mmengine.config.utils`` uses it (a package's model index and the
-    metafiles it lists, read, never changed), each path parsed once."""
+    """mmengine's ``load`` as ``mmengine.config.utils`` uses it (metafiles, read only), each path
+    parsed once."""
     parsed = functools.lru_cache(maxsize=None)(load)
 
     @functools.wraps(load)
@@ -250,8 +238,7 @@ def found_once_installed(is_installed: Callable[[str], bool]) -> Callable[[str],
 
 
 def remember_package_config_lookups() -> None:
-    """``package::`` config names resolved without re-reading the package's metafiles and reloading
-    ``pkg_resources`` at each name (once)."""
+    """``package::`` config names resolved without re-reading the metafiles at each name (once)."""
     from mmengine.config import config as config_module
     from mmengine.config import utils as config_utils
     if not getattr(config_utils.load, 'remembered', False):
@@ -261,8 +248,7 @@ def remember_package_config_lookups() -> None:
 
 
 def formatted_once(format_code: Callable) -> Callable:
-    """yapf's ``FormatCode`` as mmengine's config module calls it (a text and a style dict), each
-    (text, style) formatted once; any other call goes to yapf as it is."""
+    """yapf's ``FormatCode`` as mmengine's config calls it, each (text, style) formatted once."""
     @functools.lru_cache(maxsize=32)
     def formatted(text: str, style: Tuple) -> Tuple[str, bool]:
         return format_code(text, style_config=dict(style))
@@ -277,16 +263,15 @@ def formatted_once(format_code: Callable) -> Callable:
 
 
 def format_each_config_once() -> None:
-    """``Config.pretty_text`` formats a config text once per process (a training run formats its
-    config five times before its first iteration)."""
+    """``Config.pretty_text`` formats a config once per process (a run formats it five times)."""
     from mmengine.config import config as config_module
     if not getattr(config_module.FormatCode, 'remembered', False):
         config_module.FormatCode = formatted_once(config_module.FormatCode)
 
 
 def dropout_written_into_a_copy(init: Callable) -> Callable:
-    """mmcv's ``MultiheadAttention.__init__`` whose deprecated ``dropout=`` is written into a copy
-    of ``dropout_layer`` (its default dict, or the caller's), never into the dict it was given."""
+    """mmcv's ``MultiheadAttention.__init__`` writing the deprecated ``dropout=`` into a copy of
+    ``dropout_layer``, never into the dict it was given."""
     signature = inspect.signature(init)
 
     @functools.wraps(init)
@@ -303,20 +288,18 @@ def dropout_written_into_a_copy(init: Callable) -> Callable:
 
 
 def keep_attention_dropout_defaults() -> None:
-    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` as it is: given the
-    deprecated ``dropout=`` (every DETR-family config of mmdet), it wrote it into that default dict,
-    and every ``MultiheadAttention`` built later without a ``dropout_layer`` (mmseg's ViT layers)
-    got the dropout."""
+    """mmcv's ``MultiheadAttention`` leaves its default ``dropout_layer`` alone: the deprecated
+    ``dropout=`` of mmdet's DETR configs was written into the shared default, and every later
+    layer (mmseg's ViT) got the dropout."""
     from mmcv.cnn.bricks.transformer import MultiheadAttention
     if not getattr(MultiheadAttention.__init__, 'copies_dropout_layer', False):
         MultiheadAttention.__init__ = dropout_written_into_a_copy(MultiheadAttention.__init__)
 
 
 def write_checkpoints_atomically() -> None:
-    """Runner checkpoints written through a partial file renamed into place (a URI or
-    ``backend_args`` through its file backend, as stock writes it), and the checkpoint beyond
-    ``max_keep_ckpts`` removed after the new one and ``last_checkpoint`` are written: a kill left a
-    truncated file, or no checkpoint while ``last_checkpoint`` named a removed one
+    """Runner checkpoints written through a partial file renamed into place, and the one beyond
+    ``max_keep_ckpts`` removed only after the new one and ``last_checkpoint``: a kill left a
+    truncated file, or a ``last_checkpoint`` naming a removed one
     (:mod:`mmvisattn.utils.checkpoint`)."""
     from mmengine.hooks import CheckpointHook
     from mmengine.runner import runner as runner_module
@@ -332,9 +315,8 @@ def write_checkpoints_atomically() -> None:
 
 
 def plain_param_groups(build: Callable) -> Callable:
-    """``build_optim_wrapper`` whose optimizer holds plain dicts as its parameter groups: built from
-    a config they are ``ConfigDict`` s (wherever ``paramwise_cfg`` or a constructor lists the
-    groups), which ``torch.compile``'s tracer of the optimizer step cannot read."""
+    """``build_optim_wrapper`` with plain-dict parameter groups: from a config they are
+    ``ConfigDict`` s, which ``torch.compile``'s tracer of the optimizer step cannot read."""
     @functools.wraps(build)
     def built(*args: Any, **kwargs: Any) -> Any:
         wrapper = build(*args, **kwargs)
@@ -347,17 +329,15 @@ def plain_param_groups(build: Callable) -> Callable:
 
 
 def compile_optimizer_steps() -> None:
-    """The optimizer steps of ``compile=True`` traced whatever the config's parameter groups: with
-    torch 2.13 Dynamo stops on a ``ConfigDict`` group
-    (``'UserDefinedDictVariable' object has no attribute 'items'``)."""
+    """``compile=True`` optimizer steps traced whatever the config's groups (torch 2.13's Dynamo
+    stops on a ``ConfigDict`` group)."""
     from mmengine.runner import runner as runner_module
     if not getattr(runner_module.build_optim_wrapper, 'plain_groups', False):
         runner_module.build_optim_wrapper = plain_param_groups(runner_module.build_optim_wrapper)
 
 
 def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
-    """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes (the others
-    log)."""
+    """``LoggerHook.after_test_epoch`` whose metrics file only the main process writes."""
     from mmengine.dist import is_main_process
     from mmengine.hooks import logger_hook
 
@@ -376,8 +356,7 @@ def metrics_dumped_by_the_main_process(after_test_epoch: Callable) -> Callable:
 
 
 def dump_test_metrics_once() -> None:
-    """The test metrics file written by the main process alone: every rank dumped it into the log
-    folder the ranks share, and two writers leave it unreadable now and then."""
+    """The test metrics file written by the main process alone (two writers leave it unreadable)."""
     from mmengine.hooks import LoggerHook
     if not getattr(LoggerHook.after_test_epoch, 'main_process_dumps', False):
         LoggerHook.after_test_epoch = metrics_dumped_by_the_main_process(
@@ -396,19 +375,16 @@ def torchscript_exporter_by_default(export: Callable) -> Callable:
 
 
 def export_onnx_with_torchscript() -> None:
-    """``torch.onnx.export`` takes the TorchScript exporter unless its caller asks for the other:
-    torch >= 2.9 defaults to the dynamo exporter, which needs ``onnxscript`` and does not run
-    mmdeploy's rewriters, and mmdeploy 1.3.1 calls it without ``dynamo``."""
+    """``torch.onnx.export`` takes the TorchScript exporter unless asked otherwise: torch >= 2.9
+    defaults to dynamo, which needs ``onnxscript`` and skips mmdeploy 1.3.1's rewriters."""
     if not getattr(torch.onnx.export, 'torchscript_by_default', False):
         torch.onnx.export = torchscript_exporter_by_default(torch.onnx.export)
 
 
 def restore_onnx_cast_long() -> None:
     """``torch.onnx.symbolic_opset9._cast_Long``, gone from torch 2.13, which mmdeploy 1.3.1's
-    RoIAlign translation imports for ONNX Runtime (every two-stage detector: ``ImportError``
-    mid-export): an ONNX ``Cast`` to int64, as it was."""
-    # the module of that name (torch's backward-compatibility file), not the torch.onnx attribute of
-    # the same name, which is the exporter's internal module until the file is first imported
+    RoIAlign translation imports (every two-stage detector): an ONNX ``Cast`` to int64."""
+    # the backward-compatibility file, not the exporter's internal module of the same name
     symbolic_opset9 = importlib.import_module('torch.onnx.symbolic_opset9')
     if not hasattr(symbolic_opset9, '_cast_Long'):
         symbolic_opset9._cast_Long = _cast_long
@@ -418,9 +394,8 @@ def _cast_long(g, value, non_blocking):
     return g.op('Cast', value, to_i=torch._C._onnx.TensorProtoDataType.INT64)
 
 
-# applied on import: fixes of defects of the pinned stack a user meets without the project's models
-# (the torchvision one first: mmdet's models import mmpretrain, which imports torchvision), and
-# additions
+# applied on import: the fixes (torchvision's first: mmdet imports mmpretrain, which imports it) and
+# the additions
 FIXES = (import_torchvision_without_its_ops, allow_runner_checkpoints,
          keep_attention_dropout_defaults, write_checkpoints_atomically, dump_test_metrics_once)
 ADDITIONS = (register_torch_hardsigmoid, register_flop_handles)
@@ -438,8 +413,7 @@ APPLIED: List[str] = []
 
 
 def patches_left_out() -> List[str]:
-    """The patch names ``$MMVISATTN_SKIP_PATCHES`` lists; a name that is no patch ends in one
-    line."""
+    """The patch names ``$MMVISATTN_SKIP_PATCHES`` lists; an unknown name ends in one line."""
     names = [name.strip() for name in os.environ.get(SKIP_VARIABLE, '').split(',') if name.strip()]
     known = [patch.__name__ for patch in PATCHES]
     unknown = [name for name in names if name not in known]
@@ -457,8 +431,7 @@ def patches_line() -> str:
 
 
 def apply(*patches: Callable) -> None:
-    """Apply ``patches`` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each applies itself
-    once)."""
+    """Apply ``patches`` but those ``$MMVISATTN_SKIP_PATCHES`` leaves out (each once)."""
     left_out = patches_left_out()
     for patch in patches:
         if patch.__name__ not in left_out:

@@ -1,17 +1,15 @@
 """The configs the package ships, for configs and tools of one's own outside a checkout.
 
-The installed package carries its configs, tools and ``model-index.yml`` under ``mmvisattn/.mim/``
-(as OpenMMLab's packages do), where ``mim search``, ``mim train mmvisattn CONFIG`` and ``mim test``
-find them. mmengine 0.10 resolves ``package::`` bases for OpenMMLab's own packages only, so a config
-of one's own starts from one of ours through its file:
+The wheel carries configs, tools and ``model-index.yml`` under ``mmvisattn/.mim/``, where ``mim``
+finds them. mmengine 0.10 resolves ``package::`` bases only for OpenMMLab's packages, so a config of
+one's own starts from ours by file:
 
     python -m mmvisattn.configs list [PATTERN]                     # the shipped model configs
     python -m mmvisattn.configs path vil/retinanet_vil-small_fpn_1x_coco.py
     python -m mmvisattn.configs copy vil/retinanet_vil-small_fpn_1x_coco.py my_configs/
 
-``path`` prints the shipped file, to name in ``_base_``; ``copy`` writes the config with its bases
-merged into one file (as ``mim download`` does), which a config beside it names as its
-``_base_``."""
+``path`` prints the file to name in ``_base_``; ``copy`` writes the config with its bases merged (as
+``mim download`` does)."""
 import argparse
 import fnmatch
 import sys
@@ -31,9 +29,8 @@ def model_configs() -> List[str]:
 
 
 def config_file(name: str) -> Path:
-    """The file of a config: ``name`` where it is a file, else the shipped config of that name,
-    relative to the configs folder with or without its leading ``configs/``; one line naming it
-    where there is none."""
+    """The file of config ``name``: the file itself, else the shipped config of that name (with or
+    without ``configs/``); one line where there is none."""
     if Path(name).is_file():
         return Path(name)
     relative = (

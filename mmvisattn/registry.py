@@ -1,10 +1,7 @@
-"""Registries of mmvisattn.
-
-``ATTENTIONS`` holds every token-mixing module of the project (one interface, see
-:class:`mmvisattn.models.attentions.BaseAttention`). Backbones, necks, heads and detectors are
-registered straight into the stock ``mmdet``, ``mmseg`` and ``mmpretrain`` ``MODELS`` registries by
-:func:`register_model`, so that configs of any of the three scopes build them by ``type=`` name (a
-backbone pretrained on ImageNet through mmpretrain is the same class as in detection).
+"""Registries of mmvisattn: ``ATTENTIONS`` holds every token-mixing module (one interface,
+:class:`mmvisattn.models.attentions.BaseAttention`); backbones, necks, heads and detectors go
+straight into the stock mmdet, mmseg and mmpretrain ``MODELS`` registries (:func:`register_model`),
+so configs of each scope build them by ``type``.
 """
 import inspect
 from typing import Optional, TypeVar
@@ -41,9 +38,8 @@ def with_data_preprocessor(cfg) -> None:
 
 
 def build_from_config(config, part: Optional[str] = None) -> nn.Module:
-    """Build ``model`` of a config (a path or an mmengine ``Config``), or its sub-dict ``part`` such
-    as ``'backbone'``, in the config's ``default_scope``. The backbone's ``init_cfg`` is dropped: no
-    pretrained weights are looked for (building never loads them; ``init_weights()`` would)."""
+    """Build ``model`` of a config (a path or ``Config``), or its sub-dict ``part``, in the config's
+    ``default_scope``, the backbone's ``init_cfg`` dropped (no pretrained weights looked for)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     cfg = Config.fromfile(config) if not isinstance(config, Config) else config
@@ -54,17 +50,15 @@ def build_from_config(config, part: Optional[str] = None) -> nn.Module:
 
 
 def register_model(cls: ModelClass) -> ModelClass:
-    """Class decorator: register ``cls`` in the mmdet, mmseg and mmpretrain ``MODELS``
-    registries."""
+    """Class decorator: register ``cls`` in the mmdet, mmseg and mmpretrain ``MODELS``."""
     for registry in SCOPE_MODELS.values():
         registry.register_module(module=cls)
     return cls
 
 
 def attention_class(cfg: dict) -> type:
-    """The ``ATTENTIONS`` class of ``cfg['type']``, looked up in ``ATTENTIONS`` itself whatever the
-    default scope (``ATTENTIONS.build`` would switch to the mmdet or mmseg registry inside their
-    runners); one line naming the type when it is missing or unknown."""
+    """The ``ATTENTIONS`` class of ``cfg['type']`` whatever the default scope; one line naming a
+    missing or unknown type."""
     attn_type = cfg.get('type')
     attn_class = ATTENTIONS.get(attn_type) if attn_type is not None else None
     if attn_class is None:
@@ -80,13 +74,11 @@ def attention_accepts(cfg: dict, name: str) -> bool:
 
 def build_attention(cfg: dict, optional: Optional[dict] = None, *, owner: str = 'build_attention',
                     num_extra_tokens: Optional[int] = None, **defaults) -> nn.Module:
-    """Build an attention from ``cfg`` for tokens with ``num_extra_tokens`` in front of the map (the
-    extra-token contract of :mod:`mmvisattn.models.attentions.base`); ``defaults`` (e.g. a stage's
-    width) fill keys it leaves out, and so do the ``optional`` ones (a stage's window, reduction
-    ratio...) where the class takes them, so a backbone can offer its per-stage settings to any
-    attention without knowing its type. A backbone passes its count, and a ``cfg`` that sets
-    another, or a class that takes none where there are some, is refused in one line naming
-    ``owner``; left ``None`` (an attention built on its own), the count is the ``cfg``'s."""
+    """Build an attention from ``cfg`` for tokens with ``num_extra_tokens`` in front
+    (:mod:`mmvisattn.models.attentions.base`); ``defaults`` fill keys it leaves out, and so do the
+    ``optional`` ones (a stage's window, ratio) where the class takes them, so a backbone offers its
+    settings to any attention. A ``cfg`` setting another count, or a class taking none where there
+    are some, is refused in one line naming ``owner``; with ``None`` the count is the ``cfg``'s."""
     attn_class = attention_class(cfg)
     attn_type = cfg['type']
     if num_extra_tokens is None:

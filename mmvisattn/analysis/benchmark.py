@@ -1,15 +1,12 @@
-"""Inference speed of any detection, segmentation or classification config: mmdet's and mmseg's
-``tools/analysis_tools/benchmark.py`` (mmdet's ``InferenceBenchmark``) on the device this machine
-has, CPU or CUDA (the stock tools move the model to CUDA and synchronise it unconditionally, so a
-CPU-only machine cannot run them).
+"""Inference speed of any detection, segmentation or classification config: mmdet's
+``InferenceBenchmark`` on this machine's device, CPU or CUDA (the stock tools require CUDA).
 
     python tools/analysis_tools/benchmark.py CONFIG [CHECKPOINT] [--max-iter 2000] [--num-warmup 5]
         [--log-interval 50] [--repeat-num 1] [--fuse-conv-bn] [--device cpu|cuda] [--work-dir DIR]
 
-The config's test dataloader (batch 1, no workers, as the stock tools set it) feeds
-``model.test_step``; after ``--num-warmup`` images, the images per second over the next
-``--max-iter`` are logged every ``--log-interval`` and at the end. Without a checkpoint the weights
-are random (speed does not depend on them). ``--work-dir`` also receives ``benchmark.json``."""
+The test dataloader (batch 1, no workers) feeds ``model.test_step``; images per second after
+``--num-warmup`` are logged every ``--log-interval`` and at the end. Without a checkpoint the
+weights are random. ``--work-dir`` also receives ``benchmark.json``."""
 import argparse
 import json
 import time
@@ -71,8 +68,7 @@ def synchronize(device: str) -> None:
 
 def images_per_second(model: torch.nn.Module, loader, device: str,
                       args: argparse.Namespace) -> float:
-    """One measurement: ``--num-warmup`` images, then ``--max-iter`` timed ones (fewer if the
-    dataset ends)."""
+    """One measurement: ``--num-warmup`` images, then ``--max-iter`` timed ones (or fewer)."""
     elapsed, timed = 0.0, 0
     for index, data in enumerate(loader):
         synchronize(device)

@@ -3,14 +3,12 @@
     python -m mmvisattn.analysis.benchmark_attention --types SoftmaxAttention LinearAttention \
         'SpatialReductionAttention:sr_ratio=8' --grids 16 32 64 128 --dims 96 --heads 3 --batch 4
 
-A type is ``NAME`` or ``NAME:key=value,...`` (Python literals), built by ``ATTENTIONS`` with
-``embed_dims`` and ``num_heads``; a dotted ``NAME`` is imported instead (a stock module with the
-same ``forward(x, hw_shape)``, e.g.
-``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8``). Every (type, grid) runs in a
-process of its own, so its peak memory is its own (on CPU the growth of the peak resident set, on
-CUDA ``max_memory_allocated``); times are medians of forward under ``no_grad`` and of forward +
-backward. Prints a table and the fitted time exponents, writes ``results.json`` and ``scaling.png``
-into ``--out-dir``."""
+A type is ``NAME`` or ``NAME:key=value,...`` of ``ATTENTIONS``, or a dotted import path of a module
+with the same ``forward(x, hw_shape)`` (e.g.
+``mmseg.models.backbones.mit.EfficientMultiheadAttention:sr_ratio=8``). Each (type, grid) runs in a
+process of its own, so its peak memory is its own; times are medians of forward under ``no_grad``
+and of forward + backward. Prints a table and fitted time exponents; writes ``results.json`` and
+``scaling.png`` into ``--out-dir``."""
 import argparse
 import ast
 import json

@@ -5,28 +5,21 @@
         J] [--out-dir DIR] [--record-dir DIR]
 
 Each attention (``NAME`` or ``NAME:key=value,...`` of ``ATTENTIONS``; by default every registered
-one) replaces every attention of the config's model: each ``attention_args`` entry of a backbone of
-the project (DeiTRipple's ``ripple_cfg`` and ``attn_cfg`` alike) and any ``attn_cfg`` that names an
-attention (SMCA's encoder layers), with nothing set but what the spec sets. The backbone passes its
-extra tokens and stage settings (the contract of :mod:`mmvisattn.models.attentions.base`), so every
-attention gets the same recipe, schedule, data and seeds. For each it measures, every part in a
-process of its own:
+one) replaces every attention of the model (each ``attention_args`` entry of our backbones, any
+``attn_cfg`` naming an attention), set by nothing but the spec; the backbone passes its extra tokens
+and stage settings (:mod:`mmvisattn.models.attentions.base`). Every attention gets the same recipe,
+data and seeds, and each part is measured in a process of its own:
 
-* parameters, and multiply-accumulates at the config's test input size after ``switch_to_deploy()``;
-* forward + backward time (median) and peak memory of the part holding the attentions (the backbone,
-  else the whole model), in training mode on ``--batch`` images of each side of ``--sizes``, with
-  the exponents of time and memory fitted against the tokens of the largest map an attention sees;
-* the task metric (``coco/bbox_mAP``, ``mIoU`` or ``accuracy/top1``) after the config's recipe
-  shortened to ``--iters`` iterations (its schedulers' steps scaled alike), for each seed; mean and
-  spread.
+* parameters, and multiply-accumulates at the test input size after ``switch_to_deploy()``;
+* forward + backward time and peak memory of the backbone (else the model) on ``--batch`` images of
+  each of ``--sizes``, with exponents fitted against the tokens of the largest map;
+* the task metric after the recipe shortened to ``--iters`` (schedulers scaled alike), per seed,
+  with mean and spread.
 
-Each part keeps its result in its own folder under ``--out-dir`` (``<attention>/cost.json``,
-``<attention>/seed<k>/result.json``, beside that run's log): the same command run again skips what
-is done and refuses a folder written for other settings. The costs are measured one at a time, then
-``--jobs`` training runs go side by side (``--threads`` each: together at most the cores).
-``arena.json``, ``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against
-time and MACs) are written there, and with ``--record-dir`` the stamped record (:mod:`.records`) and
-its two plots under the record's name."""
+Results are kept per part under ``--out-dir``: a rerun skips what is done and refuses a folder of
+other settings. Costs run one at a time, then ``--jobs`` trainings side by side (``--threads``
+each). ``arena.json``, ``cost.png`` and ``metric.png`` go there, and with ``--record-dir`` the
+stamped record (:mod:`.records`) and its plots."""
 import argparse
 import copy
 import json
@@ -155,8 +148,7 @@ def with_attention(cfg, spec: str):
 
 def shortened(cfg, iters: Optional[int]):
     """``cfg`` trained for ``iters`` iterations (default: its own), validated once at the end, its
-    schedulers' ``begin``, ``end`` and ``milestones`` scaled by the same factor, no checkpoint
-    kept."""
+    schedulers scaled alike, no checkpoint kept."""
     train_cfg = cfg.train_cfg
     if 'max_iters' not in train_cfg:
         raise SystemExit(f'error: train_cfg={dict(train_cfg)!r}; the arena expects an '
@@ -242,8 +234,7 @@ def measure_cost(cfg, task: Dict) -> Dict:
 
 
 def train(cfg, task: Dict) -> Dict:
-    """The task metric after the shortened recipe with ``task['seed']``, trained in
-    ``task['folder']``."""
+    """The task metric after the shortened recipe with ``task['seed']``, in ``task['folder']``."""
     from mmengine.runner import Runner
 
     from mmvisattn.engine.hooks import NonFiniteLoss
@@ -268,8 +259,7 @@ def train(cfg, task: Dict) -> Dict:
 
 
 def run_child(task: Dict) -> None:
-    """One part (``cost`` or ``train``) of one attention, in this process; its result into
-    ``task['out']``."""
+    """One part (``cost`` or ``train``) of one attention, in this process, into ``task['out']``."""
     import torch
 
     import mmvisattn  # noqa: F401
@@ -283,8 +273,7 @@ def run_child(task: Dict) -> None:
 
 
 def part_task(out_dir: Path, spec: str, seed: Optional[int], settings: Dict) -> Dict:
-    """What the child process of one part (the cost with ``seed=None``, else a training run) is
-    given."""
+    """What the child process of one part (cost with ``seed=None``, else training) is given."""
     folder = out_dir / folder_name(spec) / ('' if seed is None else f'seed{seed}')
     cost = seed is None
     return dict(settings, settings=settings, part='cost' if cost else 'train', folder=str(folder),
@@ -382,8 +371,7 @@ def short_name(spec: str) -> str:
 
 
 def plot(results: Dict, out_dir: Path) -> List[Path]:
-    """``cost.png`` (time and memory against tokens) and ``metric.png`` (metric against time and
-    MACs)."""
+    """``cost.png`` (time and memory by tokens) and ``metric.png`` (metric by time and MACs)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

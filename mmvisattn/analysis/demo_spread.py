@@ -1,22 +1,17 @@
-"""How far a demo's metric moves with the seed and with the CPU's summation order, and whether a run
+"""How far a demo's metric moves with the seed and the CPU's summation order, and whether a run
 falls inside.
 
     python tools/analysis_tools/demo_spread.py CONFIG [--seeds 0 1 2 3 4] [--threads 1 2] [--jobs J]
         [--out-dir DIR] [--record-dir docs/records/demo_spread]
-    python tools/analysis_tools/demo_spread.py CONFIG --check WORK_DIR [--record-dir
-    docs/records/demo_spread]
+    python tools/analysis_tools/demo_spread.py CONFIG --check WORK_DIR [--record-dir DIR]
 
-Each seed is trained with each thread count (a different count changes the order of torch's
-reductions, as another CPU does) through ``tools/train.py``, in a process of its own,
-``OMP_NUM_THREADS`` set; the metric is the config's validation at the end of training (the demos
-validate on their test split). Each run keeps its result in ``DIR/seed<s>-threads<t>/result.json``
-beside its work folder: the same command run again skips what is done and refuses a folder written
-for other settings. ``--jobs`` runs go side by side (together at most the cores). The record
-(:mod:`.records`) holds every run, the mean and the range.
+Each seed trains with each thread count (another count reorders torch's reductions, as another CPU
+does) through ``tools/train.py`` in a process of its own; the metric is the final validation. Each
+run keeps ``DIR/seed<s>-threads<t>/result.json``: a rerun skips what is done and refuses a folder of
+other settings. The record (:mod:`.records`) holds every run, the mean and the range.
 
-``--check WORK_DIR`` compares the metric of the newest ``tools/test.py`` run in WORK_DIR with the
-newest record of CONFIG in ``--record-dir`` and prints whether it falls inside the measured range;
-``make demo`` ends with it.
+``--check WORK_DIR`` prints whether the newest ``tools/test.py`` metric in WORK_DIR falls inside the
+newest record's range; ``make demo`` ends with it.
 """
 import argparse
 import json
@@ -59,8 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# mmdet's CocoMetric logs this and returns no metric where no detection passed the score threshold:
-# mAP 0
+# mmdet's CocoMetric logs this and returns no metric where no detection passed: mAP 0
 NO_DETECTIONS = 'The testing results of the whole dataset is empty'
 
 
@@ -155,8 +149,7 @@ def measure(args: argparse.Namespace) -> Dict:
 
 
 def newest_record(record_dir: Path, config: str) -> Optional[Path]:
-    """The record of ``config`` written last (by its date and UTC time: names of one day differ by
-    commit)."""
+    """The record of ``config`` written last (by date and UTC time; one day's differ by commit)."""
     from .records import slug
     pattern = f'*_{slug(Path(config).stem)}_demo_spread.json'
 

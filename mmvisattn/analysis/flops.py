@@ -1,11 +1,10 @@
-"""Parameters and FLOPs (multiply-accumulates, OpenMMLab's unit) of a detection or segmentation
-config, with the attention matmuls and linear solves counted (the figures of mmengine's
-``get_model_complexity_info`` once ``mmvisattn`` is imported), and a break-down by operator.
+"""Parameters and FLOPs (multiply-accumulates) of a config, attention matmuls and linear solves
+counted, with a break-down by operator.
 
     python tools/analysis_tools/get_flops.py CONFIG [--shape H W] [--deploy] [--json OUT]
 
-Without ``--shape`` the config's test input size is counted; ``--deploy`` calls
-``switch_to_deploy()`` first."""
+Without ``--shape`` the test input size is counted; ``--deploy`` calls ``switch_to_deploy()``
+first."""
 import argparse
 import inspect
 import json
@@ -57,8 +56,7 @@ def tensor_forward(model: torch.nn.Module, scope: str, height: int, width: int):
     samples = [SegDataSample(metainfo=meta)]
     head = model.decode_head
     if 'batch_data_samples' in inspect.signature(head.forward).parameters:
-        # query-based heads (Mask2Former) need the image metas that mmseg's tensor mode does not
-        # pass
+        # query-based heads (Mask2Former) need the image metas mmseg's tensor mode does not pass
         return lambda: head(model.extract_feat(inputs), samples)
     return lambda: model(inputs, samples, mode='tensor')
 

@@ -4,13 +4,11 @@
         float32|float16|bfloat16] [--context eager|compile|dispatch|trace|export] [--input-size H W]
         [--json OUT] [--cfg-options KEY=VALUE ...] [--cfg-new-keys]
 
-The model runs one training-mode forward on the meta device at the config's test input size while
-every op call is recorded (:func:`mmvisattn.ops.utils.dispatch.observing`), so any config answers in
-seconds without a GPU. Each request is replayed for ``--device``, ``--dtype`` and ``--context`` (a
-training step, ``compile=True``, torch's FLOP counter, mmengine's FLOP counter behind
-``get_flops.py``, ONNX export); a layer whose named backend cannot run there fails the run. The test
-input size is the test pipeline's ``Resize`` scale as (shorter, longer) side, or a slide segmentor's
-crop, padded to ``pad_size_divisor``."""
+One training-mode forward on the meta device at the test input size records every op call
+(:func:`mmvisattn.ops.utils.dispatch.observing`), so any config answers in seconds without a GPU.
+Each request is replayed for ``--device``, ``--dtype`` and ``--context`` (a training step,
+``compile=True``, the FLOP counters, ONNX export); a layer whose named backend cannot run there
+fails the run."""
 import argparse
 import contextlib
 import json
@@ -32,8 +30,7 @@ RUNS = dict(eager='training step', compile='compiled training step',
 
 
 class Record(NamedTuple):
-    """One op call: the op, the ``impl`` asked for, its request and the attention layer it was made
-    in."""
+    """One op call: the op, the ``impl`` asked for, its request and the layer it was made in."""
     op: Op
     asked: str
     request: Request
@@ -108,9 +105,8 @@ def replayed(request: Request, device: str, dtype: torch.dtype, context: str) ->
 
 def dispatch_rows(records: List[Record], device: str, dtype: torch.dtype,
                   context: str = 'eager') -> List[Dict]:
-    """One row per layer and op (consecutive repeats, such as a feature map of the queries and of
-    the keys, counted once): the request replayed on ``device`` in ``dtype`` under ``context``, the
-    backend it runs and why each other one does not."""
+    """One row per layer and op (consecutive repeats counted once): the request replayed on
+    ``device`` in ``dtype`` under ``context``, the backend it runs and why no other."""
     rows, seen = [], set()
     for record in records:
         request = replayed(record.request, device, dtype, context)

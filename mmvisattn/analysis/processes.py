@@ -16,8 +16,7 @@ def failure_line(text: str) -> str:
 
 def run_logged(command: Sequence, log: Path, env: Optional[Dict[str, str]] = None,
                timeout: Optional[float] = None) -> Optional[str]:
-    """``command`` in a child process, its output into ``log``; ``None``, or one line saying why it
-    failed."""
+    """``command`` in a child process, output into ``log``; ``None``, or one line saying why not."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, 'w') as stream:
         try:

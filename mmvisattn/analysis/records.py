@@ -1,9 +1,8 @@
-"""What a measurement run of a user's writes beside its results: a record, one JSON file per run,
-stamped with the machine (processor, the cores the process may use, Python, torch), the date, the
-UTC time and the commit of the work tree the package was imported from (an editable install;
-``$MMVISATTN_COMMIT`` and ``$MMVISATTN_DIRTY``, ``0`` for a clean tree, say what a copy of a tree is
-a copy of). A record is named ``<date>_<machine>_<commit>_<kind>.json``; the repository keeps its
-own under ``docs/records/<kind>/``, where the docs build renders them."""
+"""The record a user's measurement run writes beside its results: one JSON file, stamped with the
+machine, the date, the UTC time and the commit the package was imported from (``$MMVISATTN_COMMIT``
+and ``$MMVISATTN_DIRTY`` name it for a copied tree), named
+``<date>_<machine>_<commit>_<kind>.json``. The repository keeps its own under
+``docs/records/<kind>/``, which the docs render."""
 import json
 import os
 import platform
@@ -37,9 +36,7 @@ def tree_state() -> Tuple[str, bool]:
 
 
 def cpu_machine() -> Dict:
-    """The processor's name (``/proc/cpuinfo``'s, else ``platform.processor()``), the cores this
-    process may use and the Python version: what a CPU record (and the suite's,
-    ``tests/durations_record.py``) says it ran on."""
+    """The processor's name, the cores this process may use and the Python version."""
     try:
         name = next(
             line.split(':', 1)[1].strip()
@@ -52,10 +49,8 @@ def cpu_machine() -> Dict:
 
 
 def cpu_record(kind: str, results: Dict, label: str = '') -> Dict:
-    """A record of this tree's CPU benchmark: ``results`` as the tool wrote them, stamped with the
-    machine (processor, the cores this process may use, Python, torch), the date, the UTC time and
-    the commit; ``name`` is the file name it is committed under in ``docs/records/<kind>/`` (with
-    ``label``, e.g. the config measured, before the kind where one run per label is kept)."""
+    """``results`` stamped with the machine, date, UTC time and commit; ``name`` is its file name in
+    ``docs/records/<kind>/`` (``label`` before the kind keeps one run per label)."""
     import torch
     commit, dirty = tree_state()
     now = datetime.now(timezone.utc)

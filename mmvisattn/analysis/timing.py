@@ -1,10 +1,9 @@
 """The one timing loop and peak-memory reader of the benchmarks, the package's and the lab's.
 
-Times are wall seconds per call on CPU and CUDA-event seconds on a GPU (the queue drained after each
-call); several steps timed together alternate their order every other round, so a drift of the
-machine (clocks, caches) falls on each alike. Peak memory is CUDA's ``max_memory_allocated`` on a
-GPU and the process's peak resident set (Linux's ``VmHWM``, which can be reset) on CPU. Needs torch
-only.
+Times are wall seconds on CPU and CUDA-event seconds on a GPU; steps timed together alternate their
+order every round, so a drift of the machine falls on each alike. Peak memory is
+``max_memory_allocated`` on a GPU and the resettable peak resident set (``VmHWM``) on CPU. Needs
+torch only.
 """
 import math
 import statistics
@@ -29,9 +28,8 @@ def _seconds(step: Callable[[], object], cuda: bool) -> float:
 
 def rounds(steps: Dict[str, Callable[[], object]], count: int, budget: float = math.inf,
            warm_up: int = 1, cuda: bool = False) -> Dict[str, List[float]]:
-    """Seconds of every step per round, the order reversed every other round, after ``warm_up``
-    calls of each. Rounds stop at ``count`` or once ``budget`` seconds are spent (never fewer than
-    three)."""
+    """Seconds of every step per round, order reversed every other round, after ``warm_up`` calls;
+    stops at ``count`` rounds or ``budget`` seconds (at least three)."""
     for step in steps.values():
         for _ in range(warm_up):
             step()
@@ -65,8 +63,7 @@ def reset_peak(cuda: bool) -> None:
 
 
 def peak_mb(cuda: bool) -> float:
-    """The peak since the last :func:`reset_peak` (since the process started where there was none),
-    MB."""
+    """The peak since the last :func:`reset_peak` (or the process's start), MB."""
     if cuda:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() / 2 ** 20

@@ -1,23 +1,19 @@
-"""What mmdeploy 1.3.1 needs from the pinned torch and from the project's ops, opt-in and visible: a
-deploy config that names this module in ``custom_imports`` (those under ``configs/_deploy_/`` do)
-gets
+"""What mmdeploy 1.3.1 needs from the pinned torch and from our ops, for a deploy config that names
+this module in ``custom_imports`` (those in ``configs/_deploy_/`` do):
 
-* the TorchScript exporter by default (torch >= 2.9 takes the dynamo one, which breaks mmdeploy's
-  rewriters) and ``torch.onnx.symbolic_opset9._cast_Long`` again (mmdeploy's RoIAlign needs it;
-  :data:`mmvisattn.compat.DEPLOY_PATCHES`);
-* RWGK attention's ``M x M`` solve as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``, and
-  as the Neumann product (:func:`mmvisattn.ops.rwgk.neumann_solve`) for the backends without
-  ``Inverse``;
-* ``F.scaled_dot_product_attention`` with the reciprocal of its ``scale`` (mmdeploy's export form
-  divides by it: PerViT exported wrong, silently; :func:`scaled_dot_product_attention_scaled`);
-* an aligned RoIAlign refused below opset 16, where ONNX's ``RoiAlign`` widens small RoIs and every
-  Mask R-CNN drifts silently (:func:`aligned_roi_align_from_opset_16`);
-* a dynamic deploy config refused in one line for the attentions whose graph holds tables of one map
-  size (:data:`~.onnx_export.FIXED_SIZE`).
+* the TorchScript exporter by default and ``symbolic_opset9._cast_Long`` again
+  (:data:`mmvisattn.compat.DEPLOY_PATCHES`);
+* RWGK attention's ``M x M`` solve as ONNX Runtime's ``com.microsoft::Inverse``, or the Neumann
+  product (:func:`mmvisattn.ops.rwgk.neumann_solve`) where that is missing;
+* ``F.scaled_dot_product_attention`` with the reciprocal ``scale`` mmdeploy's form expects
+  (:func:`scaled_dot_product_attention_scaled`);
+* an aligned RoIAlign refused below opset 16, where ONNX widens small RoIs
+  (:func:`aligned_roi_align_from_opset_16`);
+* a dynamic deploy config refused for attentions whose graph holds one map size's tables
+  (:data:`~.onnx_export.FIXED_SIZE`).
 
-mmdeploy's ``tools/deploy.py`` calls ``model.backbone.switch_to_deploy()`` itself (Castling's
-training-only branches go). Importing the module logs one line saying what it changed;
-``import mmvisattn`` changes none of this."""
+mmdeploy calls ``model.backbone.switch_to_deploy()`` itself. Importing logs one line of what
+changed; ``import mmvisattn`` changes none of this."""
 from functools import partial
 
 from mmdeploy.core import FUNCTION_REWRITER
@@ -46,8 +42,7 @@ ALIGNED_ROI_OPSET = 16
 
 
 def fixed_size_forward(self, *args, **kwargs):
-    """An attention of :data:`FIXED_SIZE` under mmdeploy's export: refused with dynamic height and
-    width."""
+    """An attention of :data:`FIXED_SIZE` under mmdeploy's export: refused with dynamic sizes."""
     context = FUNCTION_REWRITER.get_context()
     if is_dynamic_shape(context.cfg):
         raise ExportError(f'{fixed_size_refusal(self)} (a static deploy config: '
@@ -73,17 +68,15 @@ def random_walk_inverse(q, k, v, anchor_q, anchor_k, lam, solver=None):
 
 
 def choose_solves() -> None:
-    """The Neumann product for every backend (mmdeploy's default rewriter), ``Inverse`` where it
-    runs."""
+    """The Neumann product for every backend (the default rewriter), ``Inverse`` where it runs."""
     FUNCTION_REWRITER.register_rewriter(RANDOM_WALK)(random_walk_portable)
     for backend in INVERSE_BACKENDS:
         FUNCTION_REWRITER.register_rewriter(RANDOM_WALK, backend=backend)(random_walk_inverse)
 
 
 def aligned_roi_align_from_opset_16(self, input, rois):
-    """mmcv's aligned RoIAlign under export to ONNX Runtime: refused below opset 16, where its
-    translation widens RoIs under one feature pixel (ONNX RoiAlign-10) and the exported model
-    differs from the model."""
+    """mmcv's aligned RoIAlign under export to ONNX Runtime, refused below opset 16 (RoiAlign-10
+    widens RoIs under one feature pixel)."""
     context = FUNCTION_REWRITER.get_context()
     opset = get_ir_config(context.cfg).get('opset_version', MMDEPLOY_OPSET)
     if self.aligned and opset < ALIGNED_ROI_OPSET:
@@ -95,8 +88,7 @@ def aligned_roi_align_from_opset_16(self, input, rois):
 
 
 class EveryBackend(Checker):
-    """Passed on every backend: a rewriter with it comes before mmdeploy's default one of the same
-    function."""
+    """Passed on every backend: a rewriter with it precedes mmdeploy's default one."""
 
     def check(self, env) -> bool:
         return True
@@ -104,16 +96,14 @@ class EveryBackend(Checker):
 
 def scaled_dot_product_attention_scaled(query, key, value, attn_mask=None, dropout_p=0.0,
                                         scale=None, is_causal=False):
-    """mmdeploy's export form of torch's attention with ``scale`` as torch means it: mmdeploy
-    1.3.1's rewrite divides the scores by ``scale``, which torch multiplies them by (PerViT's
-    content temperature, ViL's dense sliding chunks), so it gets the reciprocal."""
+    """mmdeploy's export of torch's attention with ``scale`` as torch means it: mmdeploy 1.3.1
+    divides the scores by ``scale``, so it gets the reciprocal."""
     return scaled_dot_product_attention__default(query, key, value, attn_mask, dropout_p,
                                                  None if scale is None else 1.0 / scale, is_causal)
 
 
 def enable() -> str:
-    """The deploy patches, RWGK's translation and the fixed-size guards (once); the line the import
-    logs."""
+    """The deploy patches, RWGK's translation and the fixed-size guards (once); the line logged."""
     apply(*DEPLOY_PATCHES)
     register_symbolics(MMDEPLOY_OPSET)
     guard_fixed_sizes()

@@ -1,12 +1,11 @@
-"""ONNX export of the project's models, with ONNX Runtime parity and the "no quadratic product"
-check of Castling-ViT's deploy mode (arXiv:2211.10526: the softmax branch is gone at inference).
+"""ONNX export of the project's models with ONNX Runtime parity, and Castling-ViT's "no quadratic
+product" check of deploy mode (arXiv:2211.10526).
 
-``torch.onnx.export`` (the TorchScript exporter, ``dynamo=False``) of the network up to its raw head
-outputs (``model._forward(images)``); pre- and post-processing stay with the caller, as in mmdeploy.
-Under export every op takes a backend that traces (:mod:`mmvisattn.ops.utils.dispatch`); RWGK
-attention's ``M x M`` solve exports as ONNX Runtime's ``com.microsoft::Inverse`` and ``MatMul``
-(:func:`register_symbolics`); ripple attention and PerViT's peripheral attention hold tables of one
-map size, constants of the graph, and export for one input size only (:data:`FIXED_SIZE`)."""
+The TorchScript exporter runs the network up to its raw head outputs (``model._forward``); pre- and
+post-processing stay with the caller, as in mmdeploy. Under export every op takes a backend that
+traces; RWGK's solve exports as ``com.microsoft::Inverse`` (:func:`register_symbolics`); ripple and
+peripheral attention hold one map size's tables and export for one input size
+(:data:`FIXED_SIZE`)."""
 import io
 from typing import Dict, List, Sequence, Tuple
 
@@ -19,8 +18,7 @@ from ..models.attentions.base import switch_to_deploy  # noqa: F401  (part of th
 # 14: the first with the attention ops used; 18: the newest exported here
 MIN_OPSET, MAX_OPSET = 14, 18
 
-# attention modules whose exported graph holds tables of one map size (dynamic input sizes refused):
-# which
+# attention modules whose exported graph holds one map size's tables (no dynamic sizes): which
 FIXED_SIZE: Dict[str, str] = {'LongformerAttention': 'sliding-chunk tables',
                               'RippleAttention': 'ring index',
                               'PeripheralAttention': 'position attention Phi_p',}
@@ -31,8 +29,7 @@ class ExportError(ValueError):
 
 
 def fixed_size_refusal(module: nn.Module, name: str = '') -> str:
-    """The one line that refuses a dynamic-shape export of ``module`` (one
-    of :data:`FIXED_SIZE`)."""
+    """The one line refusing a dynamic-shape export of ``module`` (one of :data:`FIXED_SIZE`)."""
     where = f' ({name})' if name else ''
     return (f'{type(module).__name__}{where} exports for one input size only (its '
             f'{FIXED_SIZE[type(module).__name__]}: '
@@ -115,8 +112,7 @@ def run_onnxruntime(onnx_bytes: bytes, images: Tensor, threads: int = 0) -> List
 
 
 def parity_error(reference: Sequence[Tensor], exported: Sequence[Tensor]) -> float:
-    """Max |difference| of the outputs, relative to the larger of 1 and each output's largest
-    entry."""
+    """Max |difference| of the outputs, relative to the larger of 1 and each output's largest."""
     if len(reference) != len(exported):
         raise ExportError(f'ONNX Runtime returned {len(exported)} outputs; the model returns '
                           f'{len(reference)}')
@@ -141,10 +137,9 @@ def attention_sizes(model: nn.Module, images: Tensor) -> List[Tuple[int, int]]:
 
 
 def quadratic_matmuls(onnx_bytes: bytes, sizes: Sequence[Tuple[int, int]]) -> List[str]:
-    """``MatMul`` nodes of the score shape of an attention, ``(tokens, head_dims) x (head_dims,
-    tokens) -> tokens x tokens``, for one of the ``(tokens, head_dims)`` pairs the model's
-    attentions see: the products a linear-time deploy graph must not hold (static shapes needed).
-    Linear forms contract over the tokens instead (``k^T v``: ``head_dims x head_dims``)."""
+    """``MatMul`` nodes of an attention's score shape, ``(tokens, head_dims) x (head_dims,
+    tokens)``, for the ``(tokens, head_dims)`` pairs the model sees: what a linear-time deploy graph
+    must not hold (static shapes needed)."""
     import onnx
     graph = onnx.shape_inference.infer_shapes(onnx.load_from_string(onnx_bytes)).graph
     shapes = {}

@@ -1,14 +1,11 @@
-"""Layer-wise learning-rate decay for detectors and segmentors, the fine-tuning recipe of "Masked
-Autoencoders Are Scalable Vision Learners" (arXiv:2111.06377, Appendix A.1, end-to-end fine-tuning;
-BEiT's before it): the parameters at depth ``d`` of ``L`` learn at
-``base_lr * layer_decay_rate ** (L - d - 1)``.
+"""Layer-wise learning-rate decay for detectors and segmentors ("Masked Autoencoders Are Scalable
+Vision Learners", arXiv:2111.06377, App. A.1): parameters at depth ``d`` of ``L`` learn at ``base_lr
+* layer_decay_rate ** (L - d - 1)``.
 
-mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` does this for classifiers, asking the
-model for ``get_layer_depth``, which only mmpretrain's classifiers answer; mmdet's and mmseg's
-layer-decay constructors know their own ConvNeXt, BEiT and ViT by parameter names
-only. :class:`BackboneLayerDecayOptimWrapperConstructor` is mmpretrain's constructor asking the
-model's backbone instead, so every backbone of the project (and any with ``get_layer_depth``) decays
-in an mmdet, mmseg or mmpretrain config; the necks and heads learn at the base rate."""
+mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` asks the model for ``get_layer_depth``,
+which only its classifiers answer; mmdet's and mmseg's know their own backbones by parameter names.
+:class:`BackboneLayerDecayOptimWrapperConstructor` asks the backbone instead, so every backbone with
+``get_layer_depth`` decays in any config; necks and heads learn at the base rate."""
 import functools
 from typing import Callable, List, Optional
 
@@ -19,10 +16,8 @@ from torch import nn
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class BackboneLayerDecayOptimWrapperConstructor(LearningRateDecayOptimWrapperConstructor):
-    """mmpretrain's layer-decay constructor for any model with a ``backbone`` that answers
-    ``get_layer_depth(param_name, prefix)``. ``paramwise_cfg`` takes mmpretrain's keys:
-    ``layer_decay_rate``, ``bias_decay_mult``, ``norm_decay_mult``, ``flat_decay_mult`` and
-    ``custom_keys`` (their ``decay_mult``; the learning rates are the decay's).
+    """mmpretrain's layer-decay constructor for a model whose ``backbone`` answers
+    ``get_layer_depth(param_name, prefix)``; ``paramwise_cfg`` takes mmpretrain's keys.
 
     Example::
 

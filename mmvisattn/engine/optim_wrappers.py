@@ -1,10 +1,8 @@
 """Mixed-precision training on CPU.
 
-mmengine 0.10.7's ``AmpOptimWrapper`` asserts a CUDA, NPU, MLU or MUSA device and builds a CUDA
-``GradScaler``, so ``--amp`` has no stock path on a CPU-only machine. :class:`CPUAmpOptimWrapper`
-is ``OptimWrapper`` with its ``optim_context`` (the context mmengine runs every training forward
-in) under ``torch.autocast('cpu', bfloat16)``. bfloat16 has float32's exponent range, so gradients
-neither overflow nor underflow where float32's do not, and no loss scaling is needed.
+mmengine 0.10.7's ``AmpOptimWrapper`` requires an accelerator, so ``--amp`` has no stock CPU path.
+:class:`CPUAmpOptimWrapper` runs ``optim_context`` under ``torch.autocast('cpu', bfloat16)``;
+bfloat16 has float32's range, so no loss scaling is needed.
 """
 from contextlib import contextmanager
 

@@ -1,7 +1,6 @@
-"""What ``tools/train.py`` and ``tools/test.py`` run around the stock mmengine Runner, and every
-other tool takes from them: config loading with its one-line checks (:mod:`.config_checks`), the
-checks of data and checkpoints, the safeguard hooks and a distributed start-up that also works on
-CPU."""
+"""What ``tools/train.py`` and ``tools/test.py`` run around the stock Runner: config loading with
+its one-line checks, data and checkpoint checks, the safeguard hooks and a distributed start-up that
+works on CPU too."""
 from .checks import (
                      check_data_files,
                      check_model_fits_checkpoint,

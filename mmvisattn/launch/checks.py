@@ -1,8 +1,7 @@
-"""The checks ``tools/train.py`` and ``tools/test.py`` make so that bad input fails in one line
-naming the file and what was expected: data roots, annotation files and image folders before the
-Runner is built; checkpoints before they are loaded; and, after a run fails, the data faults that
-only show while it runs (a corrupted annotation file, an empty dataset, an image that does not
-decode)."""
+"""The checks that make bad input fail in one line naming the file and what was expected: data
+roots, annotation files and image folders before the Runner is built, checkpoints before loading,
+and, after a failure, the data faults only a run shows (a corrupted annotation file, an empty
+dataset, an undecodable image)."""
 import importlib
 import json
 import os.path as osp
@@ -71,8 +70,7 @@ def read_run_checkpoint(path: str) -> dict:
 
 
 def model_weights(checkpoint: dict, path: str) -> Dict[str, Tensor]:
-    """The checkpoint's state dict under the model's own names (a ``module.`` wrapper prefix
-    dropped)."""
+    """The checkpoint's state dict under the model's own names (``module.`` prefix dropped)."""
     return {
         re.sub(r'^module\.', '', key): value
         for key, value in state_dict_of(checkpoint, path).items()
@@ -83,10 +81,8 @@ def check_model_fits_checkpoint(model: nn.Module, checkpoint: dict, path: str,
                                 remedy: str = 'pass --allow-partial-checkpoint to evaluate it '
                                 'anyway') -> None:
     """Exit in one line, ending with ``remedy``, unless ``checkpoint`` sets every weight of
-    ``model`` with the right shape and holds nothing else (a checkpoint of another model would
-    leave it randomly initialised)."""
-    # a wrapper's, or a test-time-augmentation model's, weights are its module's (as mmengine loads
-    # them)
+    ``model`` with the right shape and nothing else."""
+    # a wrapper's or a TTA model's weights are its module's (as mmengine loads them)
     model = model.module if is_model_wrapper(model) or isinstance(model, BaseTTAModel) else model
     expected = model.state_dict()
     weights = model_weights(checkpoint, path)

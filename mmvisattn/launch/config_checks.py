@@ -1,14 +1,12 @@
 """One-line answers to config mistakes, before anything is built or written.
 
-mmengine merges ``--cfg-options`` without asking whether the keys exist and reports a bad ``type``
-or argument through a traceback once the Runner reaches it; a misspelt key
+mmengine merges ``--cfg-options`` without checking the keys, and a misspelt key
 (``optim_wraper.optimizer.lr``) trains to the end with the default. :func:`check_config` names, with
-the config path of the dict and the nearest right names: a ``--cfg-options`` key the config lacks
-(unless new keys are allowed), a top-level key a letter or two from a Runner argument, a ``type`` no
-registry of the scope holds, and a constructor argument the class does not take (read from the
-signatures its ``**kwargs`` reach through ``super().__init__``; a class whose ``**kwargs`` go
-elsewhere is not checked). :data:`BUILDER_KEYS` are consumed by the builders; the dicts
-of :data:`NOT_REGISTERED` name functions and are skipped."""
+the dict's path and the nearest right names: a ``--cfg-options`` key the config lacks, a top-level
+key a letter or two from a Runner argument, a ``type`` no registry of the scope holds, and an
+argument the class does not take (through the signatures its ``**kwargs`` reach by
+``super().__init__``). :data:`BUILDER_KEYS` are the builders'; :data:`NOT_REGISTERED` dicts are
+skipped."""
 import ast
 import difflib
 import importlib
@@ -23,10 +21,9 @@ from torch import nn
 
 from .process_group import DIST_CFG_KEYS
 
-# keys read by the builders rather than passed to the constructor: the registry scope, a norm
-# layer's requires_grad (build_norm_layer), an initialiser's override (initialize), an optimizer
-# wrapper's constructor and paramwise_cfg (build_optim_wrapper), a scheduler's
-# convert_to_iter_based (ParamScheduler.build_iter_from_epoch), a hook's priority (register_hook)
+# keys the builders read rather than the constructor: scope, a norm's requires_grad, an
+# initialiser's override, the optimizer wrapper's constructor and paramwise_cfg, a scheduler's
+# convert_to_iter_based, a hook's priority
 BUILDER_KEYS = frozenset({'type', '_scope_', 'requires_grad', 'override', 'constructor',
                           'paramwise_cfg', 'convert_to_iter_based', 'priority'})
 # dicts whose type is looked up outside the registries: mmcv's batched_nms picks the NMS function by
@@ -62,8 +59,7 @@ def built_type(path: str, node: dict) -> Optional[str]:
 
 
 def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
-    """The arguments the class that ``node`` builds takes (empty: it builds nothing this check
-    reads)."""
+    """The arguments the class ``node`` builds takes (empty: it builds nothing checked here)."""
     if path == 'env_cfg.dist_cfg':
         return set(DIST_CFG_KEYS)  # read by the process group's start, not built
     if path == 'model_wrapper_cfg' or path.rpartition('.')[2] == 'paramwise_cfg':
@@ -77,9 +73,7 @@ def option_arguments(cfg: Config, path: str, node: Any) -> Optional[Set[str]]:
 
 def check_option_keys(cfg: Config, options: dict) -> None:
     """Each ``--cfg-options`` key must name a path of ``cfg`` (list items by index), an argument of
-    the class a dict of it builds (``train_cfg.val_begin``,
-    ``default_hooks.logger.log_metric_by_epoch``), or a Runner argument the config leaves at its
-    default (``load_from``, ``randomness.deterministic``)."""
+    the class a dict of it builds, or a Runner argument left at its default."""
     root = runner_defaults()
     for name, value in cfg.to_dict().items():
         default = root.get(name)
@@ -115,9 +109,8 @@ def runner_arguments() -> Set[str]:
 
 
 def runner_defaults() -> dict:
-    """The Runner arguments a config may leave out, as option paths see them: ``randomness`` takes
-    the arguments of ``Runner.set_randomness``, ``compile`` (``True`` or a dict) those of
-    ``torch.compile``; the others are leaves."""
+    """The Runner arguments a config may leave out, as option paths: ``randomness`` and ``compile``
+    take their functions' arguments; the others are leaves."""
     from mmengine.runner import Runner
     nested = dict(randomness=Runner.set_randomness, compile=torch.compile)
     return {name: dict.fromkeys(set(inspect.signature(nested[name]).parameters) - {'self', 'model'})
@@ -144,10 +137,8 @@ def scope_registries(scope: str) -> List[Registry]:
 
 
 def lookup(registry: Registry, name: str) -> Optional[type]:
-    """``registry.get(name)`` for a plain name (no scope, no module path) without ``get``'s last
-    resort, importing ``name`` as a module path: that search of ``sys.path`` is the same for every
-    registry and fails for every registry but the one holding the name (most of a config check's
-    time)."""
+    """``registry.get(name)`` for a plain name, without ``get``'s last resort of importing ``name``
+    as a module path (a ``sys.path`` search per registry, most of a check's time)."""
     if '.' in name:
         return registry.get(name)
     registry.import_from_location()
@@ -268,9 +259,9 @@ def check_types_and_arguments(cfg: Config) -> None:
 
 
 def check_config(cfg: Config, options: Optional[dict] = None, new_keys: bool = False) -> None:
-    """Apply ``options`` (``--cfg-options``) to ``cfg`` after checking their keys (unless
-    ``new_keys``), then check the top-level keys and every ``type`` with its arguments; each mistake
-    exits in one line."""
+    """Apply ``--cfg-options`` to ``cfg`` after checking their keys (unless ``new_keys``), then
+    check the top-level keys and every ``type`` with its arguments; each mistake exits in one
+    line."""
     if options:
         if not new_keys:
             check_option_keys(cfg, options)

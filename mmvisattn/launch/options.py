@@ -1,9 +1,6 @@
-"""The stock tools' flags, with the meaning mmdet's, mmseg's and mmpretrain's own ``tools/train.py``
-and ``tools/test.py`` give them for the config's scope, as changes to the config (so the Runner
-built from it needs nothing more): ``--auto-scale-lr``, ``--show`` / ``--show-dir`` /
-``--wait-time``, ``--out`` / ``--out-item``, ``--tta``, ``--no-validate``, ``--no-pin-memory`` and
-``--no-persistent-workers``; and ``tools/train.py``'s own ``--requeue``. Where the stock tool raises
-an assertion or a traceback, these exit in one line."""
+"""The stock tools' flags, with the meaning mmdet's, mmseg's and mmpretrain's ``tools/train.py`` and
+``tools/test.py`` give them, applied as changes to the config, plus ``--requeue``. Where the stock
+tool raises, these exit in one line."""
 import os
 from copy import deepcopy
 from typing import Optional, Sequence
@@ -25,8 +22,7 @@ def enable_auto_scale_lr(cfg: Config) -> None:
 
 
 def enable_requeue(cfg: Config) -> None:
-    """``--requeue``: the config's ``PreemptionHook`` requeues the Slurm batch job after its
-    checkpoint."""
+    """``--requeue``: the ``PreemptionHook`` requeues the Slurm job after its checkpoint."""
     hooks = [hook for hook in cfg.get('custom_hooks') or [] if hook.get('type') == 'PreemptionHook']
     if not hooks:
         raise SystemExit("error: --requeue needs a PreemptionHook in the config's custom_hooks "
@@ -36,9 +32,7 @@ def enable_requeue(cfg: Config) -> None:
 
 
 def resume_of_requeued_job(resume: Optional[str]) -> Optional[str]:
-    """``--resume`` as given, or ``'auto'`` in a Slurm job that was requeued
-    (``SLURM_RESTART_COUNT`` above 0): the job runs its command again, and continues from its work
-    dir's last checkpoint."""
+    """``--resume`` as given, or ``'auto'`` in a requeued Slurm job."""
     restarts = os.environ.get('SLURM_RESTART_COUNT', '')
     return 'auto' if resume is None and restarts.isdigit() and int(restarts) > 0 else resume
 
@@ -50,8 +44,7 @@ def skip_validation(cfg: Config) -> None:
 
 def loader_options(cfg: Config, loaders: Sequence[str], pin_memory: bool = True,
                    persistent_workers: bool = True) -> None:
-    """``--no-pin-memory`` / ``--no-persistent-workers``: switched off in every dataloader of
-    ``loaders``."""
+    """``--no-pin-memory`` / ``--no-persistent-workers``: off in every dataloader of ``loaders``."""
     for name in loaders:
         if cfg.get(name):
             if not pin_memory:
@@ -62,9 +55,8 @@ def loader_options(cfg: Config, loaders: Sequence[str], pin_memory: bool = True,
 
 def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time: float,
                      interval: int = 1) -> None:
-    """``--show-dir`` / ``--show``: the visualisation hook of the config's scope draws every
-    ``interval``-th test image into ``show_dir`` (under the work dir) and, with ``show``, in a
-    window for ``wait_time`` s."""
+    """``--show-dir`` / ``--show``: the scope's visualisation hook draws every ``interval``-th test
+    image into ``show_dir`` and, with ``show``, in a window."""
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
         raise SystemExit('error: --show and --show-dir need default_hooks.visualization in the '
@@ -87,9 +79,8 @@ def show_predictions(cfg: Config, show_dir: Optional[str], show: bool, wait_time
 
 
 def dump_predictions(cfg: Config, out: str) -> None:
-    """``--out``: mmdet configs dump the raw predictions to a ``.pkl`` file (``DumpDetResults``),
-    mmpretrain configs theirs (mmengine's ``DumpResults``), mmseg configs write the predicted label
-    maps into the folder ``out``."""
+    """``--out``: mmdet and mmpretrain configs dump predictions to a ``.pkl`` file, mmseg configs
+    write label maps into the folder ``out``."""
     if cfg.default_scope == 'mmseg':
         cfg.test_evaluator.update(output_dir=out, keep_results=True)
         return
@@ -131,8 +122,7 @@ def _default_detection_tta(cfg: Config) -> None:
 
 
 def _default_classification_tta(cfg: Config) -> None:
-    """mmpretrain's ``tools/test.py`` defaults: the class scores of the image and its flip,
-    averaged."""
+    """mmpretrain's ``tools/test.py`` default: class scores of the image and its flip, averaged."""
     cfg.setdefault('tta_model', dict(type='mmpretrain.AverageClsScoreTTA'))
     if 'tta_pipeline' in cfg:
         return
@@ -143,10 +133,9 @@ def _default_classification_tta(cfg: Config) -> None:
 
 
 def test_time_augmentation(cfg: Config, drawn: bool = False) -> None:
-    """``--tta``: the config's ``tta_model`` around its model and ``tta_pipeline`` for the test set
-    (mmdet and mmpretrain configs without them take their flip defaults, mmseg configs must name
-    them). ``drawn``: with ``--show`` / ``--show-dir``, which mmpretrain's visualisation hook cannot
-    do on augmented batches (its stock tool ends in a traceback)."""
+    """``--tta``: the config's ``tta_model`` and ``tta_pipeline`` (mmdet and mmpretrain take flip
+    defaults, mmseg configs must name them). ``drawn``: with ``--show`` / ``--show-dir``, which
+    mmpretrain's hook cannot do on augmented batches."""
     if drawn and cfg.default_scope == 'mmpretrain':
         raise SystemExit("error: --tta with --show / --show-dir: mmpretrain's VisualizationHook "
                          "cannot draw "

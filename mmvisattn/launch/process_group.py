@@ -1,18 +1,12 @@
-"""Joining the process group of a distributed run, on CPU (gloo) and CUDA (NCCL) alike.
+"""Joining the process group of a distributed run, on CPU (gloo) and CUDA (NCCL) alike, before the
+Runner exists. Beyond stock mmengine 0.10.7:
 
-``tools/train.py`` and ``tools/test.py`` start the group before the Runner exists (mmengine's
-``init_dist`` then does not). What that adds to stock mmengine 0.10.7:
-
-- **CPU-only machines**: a gloo group, and the DDP wrapper without ``device_ids`` (mmengine calls
-  ``torch.cuda.set_device`` unconditionally and passes ``device_ids=[LOCAL_RANK]``, which DDP
-  rejects for CPU modules).
-- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node no longer all take
-  29500.
+- **CPU-only machines**: a gloo group, and DDP without ``device_ids`` (mmengine's rejects CPU
+  modules).
+- **A port per Slurm job** (:func:`slurm_master_port`): jobs sharing a node do not all take 29500.
 - **A roll call** (:func:`roll_call`): a rank that never comes ends the others after
-  ``env_cfg.dist_cfg.timeout`` seconds with one line naming it; a rendezvous port another program
-  holds is named too.
-- **An orderly end** (:func:`leave_process_group`): the ranks leave together, rank 0 (the store's
-  host) last, so no rank aborts at exit after a finished run."""
+  ``env_cfg.dist_cfg.timeout`` in one line naming it.
+- **An orderly end** (:func:`leave_process_group`): rank 0, the store's host, leaves last."""
 import os
 import socket
 import subprocess
@@ -40,10 +34,9 @@ ROLL_CALL_POLL = 0.1  # seconds
 
 
 def slurm_master_port(env: Mapping[str, str]) -> str:
-    """The rendezvous port of a Slurm job: ``MASTER_PORT`` where the user set one, else one derived
-    from ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` (a requeued job keeps its id, and its earlier
-    port may still be held). Every task of a job computes the same port without talking to the
-    others."""
+    """The rendezvous port of a Slurm job: ``MASTER_PORT`` if set, else derived from
+    ``SLURM_JOB_ID`` and ``SLURM_RESTART_COUNT`` (a requeued job's old port may be held), the same
+    in every task."""
     if env.get('MASTER_PORT'):
         return env['MASTER_PORT']
     job, restart = env.get('SLURM_JOB_ID', '0'), env.get('SLURM_RESTART_COUNT', '0') or '0'
@@ -55,9 +48,7 @@ def slurm_master_port(env: Mapping[str, str]) -> str:
 
 
 def slurm_layout(env: Mapping[str, str]) -> dict:
-    """The torch launcher's variables of a Slurm task, as mmengine's slurm launcher exports them:
-    ranks from ``SLURM_PROCID`` / ``SLURM_NTASKS`` / ``SLURM_LOCALID``, the first node of the job
-    as ``MASTER_ADDR`` (unless set) and the job's port."""
+    """The torch launcher's variables of a Slurm task, as mmengine's slurm launcher exports them."""
     master = env.get('MASTER_ADDR') or subprocess.check_output(
         ['scontrol', 'show', 'hostnames', env['SLURM_NODELIST']], text=True).split()[0]
     return dict(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
@@ -66,10 +57,9 @@ def slurm_layout(env: Mapping[str, str]) -> dict:
 
 
 def join_process_group(cfg: Config) -> None:
-    """Join the process group that ``cfg.launcher`` describes (nothing when ``none`` or when one is
-    already started): NCCL (or ``env_cfg.dist_cfg.backend``) on the process's GPU where there is
-    CUDA, gloo otherwise, with ``env_cfg.dist_cfg.timeout`` seconds for the rendezvous and the
-    collectives. Other keys of ``dist_cfg`` are refused in one line."""
+    """Join the group ``cfg.launcher`` describes (nothing for ``none`` or if started): NCCL (or
+    ``env_cfg.dist_cfg.backend``) on CUDA, gloo otherwise, ``dist_cfg.timeout`` seconds for
+    rendezvous and collectives; other ``dist_cfg`` keys are refused in one line."""
     if cfg.launcher not in LAUNCHERS:
         raise SystemExit(f'error: launcher {cfg.launcher!r} is not supported; expected one of '
                          f'{LAUNCHERS}')
@@ -104,9 +94,8 @@ _JOINED: dict = {}
 
 
 def leave_process_group() -> None:
-    """End the group a finished run joined: a barrier, the group destroyed, then the store let go,
-    rank 0 (its host) last, once every other rank has said it left (or after the group's timeout).
-    Nothing when no group was started."""
+    """End a finished run's group: a barrier, the group destroyed, then the store let go, rank 0
+    last (or after the timeout). Nothing when no group was started."""
     if not dist.is_initialized():
         return
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -124,9 +113,7 @@ def leave_process_group() -> None:
 
 
 def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> Optional[dist.Store]:
-    """The store at ``MASTER_ADDR:MASTER_PORT``, hosted by rank 0, which does not wait in it for the
-    others (the roll call does). None under torchrun, whose agent hosts the store and watches its
-    workers itself (``TORCHELASTIC_USE_AGENT_STORE``)."""
+    """The store at ``MASTER_ADDR:MASTER_PORT``, hosted by rank 0; None under torchrun."""
     if os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True':
         return None
     host, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])
@@ -161,9 +148,8 @@ def await_rank_0(host: str, port: int, rank: int, world_size: int, timeout: time
 
 
 def roll_call(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> None:
-    """Report ``rank`` in ``store`` and wait until every rank of ``world_size`` has; after
-    ``timeout``, end in one line naming the ranks that never came. Polled: torch's own wait logs
-    its time-out from C++ before raising."""
+    """Report ``rank`` in ``store`` and wait for all ``world_size``; after ``timeout``, end in one
+    line naming the missing ranks (polled: torch's wait logs from C++)."""
     store.set(ROLL_CALL_KEY.format(rank), '1')
     deadline = time.monotonic() + timeout.total_seconds()
     while (missing := missing_ranks(store, world_size)) and time.monotonic() < deadline:

@@ -1,8 +1,6 @@
-"""Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, the checks of
-:mod:`.checks`, and the process group of :mod:`.process_group` (which also works on CPU-only
-machines). The tools add nothing to the config: the safeguard hooks come from
-``configs/_base_/safeguard_hooks.py``, which every project config reaches, so stock
-``tools/train.py`` and ``mim train`` run them too.
+"""Start-up shared by ``tools/train.py`` and ``tools/test.py``: config loading, scope, checks and
+the process group. The tools add nothing to the config: the safeguard hooks come from
+``configs/_base_/safeguard_hooks.py``, so stock ``tools/train.py`` and ``mim train`` run them too.
 """
 import argparse
 import os
@@ -47,10 +45,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config(path: str, cfg_options: Optional[dict] = None, work_dir: Optional[str] = None,
                 launcher: str = 'none', new_keys: bool = False) -> Config:
-    """Load ``path``, apply ``--cfg-options`` and pick ``work_dir`` as the stock tools do; a missing
-    or unreadable file, an unknown scope and the mistakes of :func:`.config_checks.check_config`
-    exit in one line before anything is built or written. The tools' patches
-    (:func:`mmvisattn.compat.apply_tool_patches`) are applied first."""
+    """Load ``path``, apply ``--cfg-options`` and pick ``work_dir`` as the stock tools do, after the
+    tools' patches; a bad file, scope or config exits in one line before anything is written."""
     apply_tool_patches()
     if not osp.isfile(path):
         raise SystemExit(f'error: config file {path!r} does not exist')
@@ -82,9 +78,9 @@ def checkpoint_to_load(cfg: Config) -> Optional[str]:
 
 
 def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
-    """Resume with the seed of the interrupted run. mmengine restores it only after the dataloaders
-    are built, so with ``randomness.seed=None`` (mmengine's default; the demos set theirs) the
-    sampler order and the workers' augmentations of a resumed run would follow a new seed."""
+    """Resume with the interrupted run's seed: mmengine restores it only after the dataloaders are
+    built, so with ``randomness.seed=None`` a resumed run's sampler and augmentations would follow a
+    new seed."""
     seed = checkpoint.get('meta', {}).get('seed')
     randomness = dict(cfg.get('randomness') or {})
     if seed is not None and randomness.get('seed') is None:
@@ -92,13 +88,9 @@ def adopt_checkpoint_seed(cfg: Config, checkpoint: dict) -> None:
 
 
 def collect_in_log_dir(runner, loop_name: str) -> None:
-    """Let the metrics of ``runner.<loop_name>`` gather the ranks' results in the run's log folder.
-
-    mmengine's metrics exchange results through files; without a ``collect_dir`` they write them to
-    ``.dist_test/`` under the current directory, which is left behind, outside the work folder. The
-    stock metrics (``CocoMetric``, ``IoUMetric``) do not take ``collect_dir`` as a config argument,
-    so it is set on the built metrics; mmengine creates the folder and removes it after each
-    gather."""
+    """Let ``runner.<loop_name>``'s metrics gather the ranks' results in the run's log folder:
+    without ``collect_dir`` they write ``.dist_test/`` under the current directory and leave it
+    behind. Stock metrics do not take it as a config argument, so it is set on the built ones."""
     loop = getattr(runner, loop_name)
     for metric in getattr(getattr(loop, 'evaluator', None), 'metrics', ()):
         if getattr(metric, 'collect_dir', None) is None:

@@ -1,5 +1,5 @@
-"""Evaluate a checkpoint on a config's test set (COCO mAP, mIoU or top-1 / top-5 accuracy), as the
-stock ``tools/test.py`` of mmdet, mmseg and mmpretrain do; the scope comes from ``default_scope``.
+"""Evaluate a checkpoint on a config's test set, as the stock ``tools/test.py`` of mmdet, mmseg and
+mmpretrain do (scope from ``default_scope``).
 
     python -m mmvisattn.launch.test CONFIG CHECKPOINT [--work-dir DIR] [--out OUT] [--out-item
                                     pred|metrics] [--show] [--show-dir DIR] [--wait-time S]
@@ -7,9 +7,7 @@ stock ``tools/test.py`` of mmdet, mmseg and mmpretrain do; the scope comes from 
                                     [--allow-partial-checkpoint] [--cfg-options k=v ...]
                                     [--cfg-new-keys]
 
-Every flag of the stock tools is taken, with their meaning for the config's scope
-(:mod:`mmvisattn.launch.options`). A checkpoint that does not set every weight of the model is
-refused in one line instead of scoring a partly random model."""
+A checkpoint that does not set every weight of the model is refused in one line."""
 import argparse
 
 import mmengine

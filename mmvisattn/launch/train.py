@@ -1,13 +1,10 @@
-"""Train a detector (mmdet scope), a segmentor (mmseg scope) or an image classifier (mmpretrain
-scope) from a config, as the stock ``tools/train.py`` of mmdet, mmseg and mmpretrain do; the scope
-comes from the config's ``default_scope``.
+"""Train a detector, segmentor or image classifier from a config, as the stock ``tools/train.py`` of
+mmdet, mmseg and mmpretrain do (scope from ``default_scope``).
 
     python -m mmvisattn.launch.train CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
                                      [--auto-scale-lr] [--requeue] [--no-validate] [--no-pin-memory]
                                      [--no-persistent-workers] [--cfg-options k=v ...]
                                      [--cfg-new-keys] [--launcher none|pytorch|slurm]
-
-Every flag of mmdet's, mmseg's and mmpretrain's own ``tools/train.py`` is taken, with their meaning.
 """
 import argparse
 
@@ -54,8 +51,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def enable_amp(cfg) -> None:
-    """Switch the config's optimizer wrapper to mixed precision for the device this run trains
-    on."""
+    """Switch the config's optimizer wrapper to mixed precision for this run's device."""
     if torch.cuda.is_available():
         cfg.optim_wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic')
     else:

@@ -3,12 +3,10 @@
     python -m mmvisattn.ops.check [--device cuda|cpu] [--dtypes float32 float16 bfloat16] [--ops
     NAME ...]
 
-For each op and each of its backends that runs on ``--device`` (CUDA where there is a GPU), the
-output and the gradient of every input at a test size (an odd map, batch 2) against the float64
-reference of the same
-inputs: the largest error over the largest reference value, within the dtype's bound
-(:data:`BOUNDS`). A backend that cannot run there is listed with the reason. Needs torch (and Triton
-for the kernels) only; exits 1 where a backend fails.
+Each backend that runs on ``--device`` is compared, output and every gradient at an odd map with
+batch 2, with the float64 reference of the same inputs, within the dtype's bound (:data:`BOUNDS`);
+one that cannot run is listed with the reason. Needs torch (and Triton) only; exits 1 where a
+backend fails.
 """
 import argparse
 import sys
@@ -52,8 +50,7 @@ class Case(NamedTuple):
 
 def random(draw: Callable, generator: torch.Generator, device, dtype, *shape,
            transform: Callable[[Tensor], Tensor] = lambda t: t) -> Tensor:
-    """``transform(draw(*shape))`` drawn in float64 on the CPU and cast to ``dtype`` on
-    ``device``."""
+    """``transform(draw(*shape))`` drawn in float64 on CPU, cast to ``dtype`` on ``device``."""
     return transform(draw(*shape, generator=generator, dtype=torch.float64)).to(device, dtype)
 
 
@@ -100,9 +97,8 @@ def peripheral_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
 
 
 def position_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
-    """PerViT's position network, ``size.dims`` hidden channels, ``K = 3``: the parameters whose
-    gradients the instance norms do not cancel (the biases before the norms are
-    zero, :func:`position_params`)."""
+    """PerViT's position network, ``size.dims`` hidden channels, ``K = 3``, with zero biases before
+    the norms (:func:`position_params`)."""
     hidden, heads = size.dims, size.heads
     return [randn(generator, device, dtype, hidden, 1),
             randn(generator, device, dtype, hidden, hidden, 3, 3),
@@ -184,8 +180,7 @@ CASES = [
 
 
 def leaves(case: Case, size: Size, device, dtype: torch.dtype, seed: int = 0) -> List[Tensor]:
-    """The case's inputs on ``device`` in ``dtype``, every floating one a leaf that requires a
-    gradient."""
+    """The case's inputs on ``device`` in ``dtype``, floating ones as gradient-requiring leaves."""
     tensors = case.inputs(size, device, dtype, torch.Generator().manual_seed(seed))
     return [t.requires_grad_() if t.is_floating_point() else t for t in tensors]
 
@@ -198,8 +193,7 @@ def upstream_like(out: Tensor, seed: int = 1) -> Tensor:
 
 def gradients(forward: Callable[[], Tensor], inputs: List[Tensor],
               upstream: Optional[Tensor] = None):
-    """``forward()`` and the gradients of its ``inputs`` for ``upstream``
-    (default :func:`upstream_like`)."""
+    """``forward()`` and its inputs' gradients for ``upstream`` (:func:`upstream_like`)."""
     out = forward()
     upstream = upstream_like(out) if upstream is None else upstream
     return out, torch.autograd.grad(out, [t for t in inputs if t.requires_grad], upstream)
@@ -225,16 +219,14 @@ def compare(case: Case, size: Size, inputs: List[Tensor], results: List[Tensor],
 
 
 def run(case: Case, impl: str, device, dtype: str) -> Tuple[List[Tensor], List[Tensor]]:
-    """One call of the backend ``impl`` at the test size: its leaves, and its output and
-    gradients."""
+    """One call of backend ``impl`` at the test size: its leaves, output and gradients."""
     inputs = leaves(case, case.test, device, getattr(torch, dtype))
     out, grads = gradients(lambda: case.call(impl, case.test, *inputs), inputs)
     return inputs, [out.detach(), *grads]
 
 
 def check(case: Case, impl: str, device, dtype: str) -> Dict:
-    """One row: the backend ``impl`` of ``case`` in ``dtype`` on ``device``, or why it does not run
-    there."""
+    """One row: backend ``impl`` of ``case`` in ``dtype`` on ``device``, or why it cannot run."""
     row = dict(op=case.op.name, impl=impl, dtype=dtype)
     try:
         inputs, results = run(case, impl, device, dtype)

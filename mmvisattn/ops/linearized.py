@@ -1,13 +1,10 @@
-"""Linearized attention, "Transformers are RNNs: Fast Autoregressive Transformers with Linear
-Attention" (Katharopoulos et al., ICML 2020, arXiv 2006.16236, Eq. 2-6), on queries and keys already
-through a non-negative feature map ``phi`` (elu + 1: :func:`linear_attention`, the trig + ReLU map
-of ripple attention's linearized layers)::
+"""Linearized attention, "Transformers are RNNs" (arXiv:2006.16236, Eq. 2-6), on queries and keys
+already through a non-negative feature map ``phi`` (elu + 1: :func:`linear_attention`; ripple's trig
++ ReLU)::
 
     out_i = phi(q_i) (sum_j phi(k_j) v_j^T) / (phi(q_i) . sum_j phi(k_j) + eps)
 
-The ``D x E`` summary replaces the ``N x N`` scores. Mixed precision
-(:mod:`mmvisattn.ops.utils.amp`): the sums run over every token and leave float16's range for large
-inputs, so the arithmetic is float32.
+The sums run over every token and leave float16's range, so the arithmetic is float32.
 """
 import torch.nn.functional as F
 from torch import Tensor
@@ -33,8 +30,7 @@ def linearized_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> 
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
-    """``phi(x) = elu(x) + 1`` (Sec. 3.2.1 of the paper): positive, so the normaliser never
-    vanishes."""
+    """``phi(x) = elu(x) + 1`` (Sec. 3.2.1): positive, so the normaliser never vanishes."""
     return F.elu(x) + 1
 
 

@@ -1,6 +1,5 @@
-"""Reading checkpoints with one-line errors (tools/train.py, tools/test.py, the converters), writing
-them so that a kill at any moment leaves every named checkpoint whole, and the checks the converters
-share: does a converted state dict fit a config's backbone?"""
+"""Checkpoints read with one-line errors, written so a kill at any moment leaves every named one
+whole, and the converters' check that a state dict fits a config's backbone."""
 import argparse
 import functools
 import os
@@ -25,10 +24,8 @@ REFUSED_GLOBAL = re.compile(r'Unsupported global: GLOBAL (\S+)|Trying to load un
 
 def read_checkpoint(path: str, wrappers: Sequence[str] = ('state_dict',)) -> dict:
     """``torch.load(path, weights_only=True)`` onto the CPU, failing with :class:`CheckpointError`
-    for a missing, empty, corrupt or truncated file, a pickle refused as unsafe (naming the global
-    it asked for) and a file that holds no state dict (bare or under one of ``wrappers``). Zip
-    checkpoints (torch's format since 1.6) are memory-mapped, so checking a large one reads only
-    its pickle."""
+    for a missing, empty, corrupt or truncated file, an unsafe pickle (naming its global) or no
+    state dict (bare or under ``wrappers``). Zip checkpoints are memory-mapped."""
     if not osp.isfile(path):
         raise CheckpointError(f'checkpoint {path!r} does not exist')
     if osp.getsize(path) == 0:
@@ -92,9 +89,8 @@ def remove_partials(folder: str) -> None:
 
 
 def write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """``write(file)`` into ``path`` so that ``path`` is never seen incomplete: a partial file in
-    the same folder is written, flushed to the disk and renamed over ``path`` (a rename within one
-    filesystem is atomic); leftovers of interrupted writes are removed first."""
+    """``write(file)`` into ``path``, never seen incomplete: a partial file in the same folder
+    written, flushed and renamed over ``path``; earlier leftovers removed first."""
     folder = osp.dirname(path) or '.'
     os.makedirs(folder, exist_ok=True)
     remove_partials(folder)
@@ -122,9 +118,8 @@ def save_atomically(obj: object, path: str) -> None:
 
 def writes_local_files(filename: str, file_client_args: Optional[dict],
                        backend_args: Optional[dict]) -> bool:
-    """Whether mmengine's ``save_checkpoint`` would write ``filename`` through its local file
-    backend: no ``pavi://`` model cloud, no (deprecated) file client, and the backend that the URI's
-    prefix or ``backend_args`` names is mmengine's ``LocalBackend`` itself."""
+    """Whether mmengine's ``save_checkpoint`` would write ``filename`` through its ``LocalBackend``
+    (no ``pavi://``, no file client)."""
     from mmengine.fileio import LocalBackend, get_file_backend
     if filename.startswith('pavi://') or file_client_args is not None:
         return False
@@ -132,9 +127,8 @@ def writes_local_files(filename: str, file_client_args: Optional[dict],
 
 
 def atomic_save_checkpoint(save: Callable) -> Callable:
-    """mmengine's ``save_checkpoint(checkpoint, filename, ...)`` writing local files through
-    :func:`save_atomically`; every other file backend (Petrel, S3, HTTP, a registered one), named by
-    a URI or by ``backend_args``, keeps ``save``, which puts the file through that backend."""
+    """mmengine's ``save_checkpoint`` writing local files through :func:`save_atomically`; other
+    backends (Petrel, S3, HTTP) keep ``save``."""
     @functools.wraps(save)
     def save_checkpoint(checkpoint: dict, filename: str, file_client_args: Optional[dict] = None,
                         backend_args: Optional[dict] = None) -> None:
@@ -146,10 +140,9 @@ def atomic_save_checkpoint(save: Callable) -> Callable:
 
 
 def save_then_prune(hook, runner, step: int, meta: dict) -> None:
-    """mmengine's ``CheckpointHook._save_checkpoint_with_step`` with its steps in a safe order: the
-    new checkpoint is written (atomically), then ``last_checkpoint`` names it, and only then is the
-    oldest one beyond ``max_keep_ckpts`` removed. mmengine removes it first, so a kill in between
-    left no checkpoint while ``last_checkpoint`` named the removed one."""
+    """``CheckpointHook._save_checkpoint_with_step`` in a safe order: write the new checkpoint, name
+    it in ``last_checkpoint``, then remove the one beyond ``max_keep_ckpts`` (mmengine removes
+    first)."""
     from mmengine.dist import is_main_process
     expired = []
     if hook.max_keep_ckpts > 0 and not (hook.keep_ckpt_ids and hook.keep_ckpt_ids[-1] == step):
@@ -177,10 +170,9 @@ def save_then_prune(hook, runner, step: int, meta: dict) -> None:
 
 
 def replace_best_then_remove(save_best: Callable) -> Callable:
-    """mmengine's ``CheckpointHook._save_best_checkpoint`` with the previous best checkpoint removed
-    only once the new best is written. mmengine removes it first, so a kill or a failed write in
-    between left no best checkpoint at all. The hook's own removals are held back while it runs (its
-    file backend's ``remove`` and ``rmtree``), then done, except of a path it names best again."""
+    """``CheckpointHook._save_best_checkpoint`` removing the previous best only after the new one is
+    written (the hook's removals held back while it runs, then done, except of a path named best
+    again)."""
     @functools.wraps(save_best)
     def wrapped(hook, runner, metrics: dict) -> None:
         # stock's path: nothing to save, or
@@ -215,10 +207,9 @@ KeyRule = Tuple[str, Optional[str]]
 
 def rename_keys(state_dict: Dict[str, Tensor], rules: Sequence[KeyRule],
                 complete: Optional[str] = None) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
-    """Each key renamed by the first ``(pattern, replacement)`` rule whose pattern matches
-    (``re.sub``); a ``None`` replacement drops the key. A key no rule matches is dropped too,
-    unless ``complete`` names the source: then the rules are meant to cover it, and the unknown key
-    raises a one-line ``KeyError``. Returns the renamed dict and the dropped keys."""
+    """Each key renamed by the first matching ``(pattern, replacement)`` rule (``re.sub``); ``None``
+    drops it, as does no match unless ``complete`` names the source, then a one-line ``KeyError``.
+    Returns the renamed dict and the dropped keys."""
     converted, dropped = OrderedDict(), []
     for key, value in state_dict.items():
         rule = next(
@@ -274,10 +265,9 @@ def backbone_state_dict(config: str) -> Dict[str, Tensor]:
 
 def check_backbone_weights(config: str, weights: Dict[str, Tensor],
                            expected: Optional[Dict[str, Tensor]] = None) -> List[str]:
-    """Compare ``weights`` with the backbone of ``config`` (``expected``: its state dict, when the
-    caller has built it already): returns the parameter names ``weights`` leaves newly initialised;
-    raises ``ValueError`` (one line) for a key without a place or a shape that does not fit (a
-    checkpoint of another width). A ``backbone.`` prefix is accepted."""
+    """The parameter names ``weights`` leaves newly initialised in ``config``'s backbone
+    (``expected``: its state dict if built); a one-line ``ValueError`` for a key without a place or
+    a wrong shape. A ``backbone.`` prefix is accepted."""
     expected = backbone_state_dict(config) if expected is None else expected
     prefix = 'backbone.' if any(k.startswith('backbone.') for k in weights) else ''
     weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}

@@ -1,10 +1,7 @@
-"""Parameter and FLOP counting that sees attention: torch's ``FlopCounterMode`` counts every matmul,
-convolution and SDPA kernel; this module adds the CPU SDPA kernel, RWGK attention's ``M x M`` solve
-and mmengine's conventions for norms, upsampling and pooling, so that the figures equal those of
-mmengine's ``get_model_complexity_info`` (mmdet's and mmseg's ``get_flops.py``)
-once :data:`MMENGINE_FLOP_HANDLES` are registered there (``import mmvisattn`` does it). Products
-count as multiply-accumulates (OpenMMLab's "FLOPs"); element-wise work is not counted, as in those
-tools."""
+"""Parameter and FLOP counting that sees attention: torch's ``FlopCounterMode`` plus the CPU SDPA
+kernel, RWGK's ``M x M`` solve and mmengine's conventions for norms, upsampling and pooling, so the
+figures equal ``get_model_complexity_info``'s once :data:`MMENGINE_FLOP_HANDLES` are registered
+(``import mmvisattn`` does). Multiply-accumulates; element-wise work not counted."""
 import math
 from typing import Callable, Dict
 
@@ -29,9 +26,8 @@ def cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **
 
 
 def norm_flop(affine_index: int, per_element: int, affine_per_element: int) -> Callable:
-    """A norm, counted as mmengine counts it: ``per_element`` operations per input element, or
-    ``affine_per_element`` with an affine weight (argument ``affine_index``); in flops, twice
-    mmengine's units, which :func:`count_flops` halves."""
+    """A norm as mmengine counts it (``per_element``, or ``affine_per_element`` with an affine
+    weight), in flops, twice mmengine's units."""
     def formula(*args, out_shape=None, **kwargs) -> int:
         return 2 * math.prod(args[0]) * (affine_per_element if args[affine_index] is not None
                                          else per_element)
@@ -39,9 +35,8 @@ def norm_flop(affine_index: int, per_element: int, affine_per_element: int) -> C
 
 
 def batch_norm_flop(*args, out_shape=None, **kwargs) -> int:
-    """Batch norm as mmengine counts it: with running statistics (evaluation) 1 or 2 operations per
-    element, with batch statistics (training, and instance norm, which runs as one) a norm's 4 or 5.
-    The ``training`` flag is argument 5, or 3 in the overload without running statistics."""
+    """Batch norm as mmengine counts it: 1 or 2 per element with running statistics, a norm's 4 or 5
+    with batch statistics; ``training`` is argument 5 (3 without running statistics)."""
     training = args[5] if len(args) > 6 else args[3]
     return norm_flop(1, 4, 5)(*args) if training else norm_flop(1, 1, 2)(*args)
 
@@ -56,8 +51,7 @@ def elementwise_flop(input_scale: int, output_scale: int) -> Callable:
 FORMULAS: Dict[Callable, Callable] = {
     aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flop,
     aten._linalg_solve_ex: solve_flop,
-    # mmengine's conventions for what is not a product (its FlopAnalyzer, fvcore's): norms and
-    # resampling
+    # mmengine's conventions for what is no product (its FlopAnalyzer's): norms, resampling
     aten.native_layer_norm: norm_flop(2, 4, 5),
     aten.native_group_norm: norm_flop(1, 4, 5),
     aten._native_batch_norm_legit_no_training: norm_flop(1, 1, 2),
@@ -103,8 +97,7 @@ def baddbmm_macs_jit(inputs, outputs) -> int:
     return batch * rows * inner * _jit_shape(inputs[2])[-1]
 
 
-# handles for mmengine's jit FLOP counter (``get_model_complexity_info``), for the ops it has none
-# for
+# handles for mmengine's jit FLOP counter (get_model_complexity_info), for ops it lacks
 MMENGINE_FLOP_HANDLES = {'aten::scaled_dot_product_attention': sdpa_macs_jit,
                          'aten::linalg_solve': solve_macs_jit, 'aten::baddbmm': baddbmm_macs_jit,}
 

@@ -1,11 +1,11 @@
-"""Write the embedded synthetic "shapes" dataset in the on-disk layouts of COCO, Cityscapes, ADE20K
-and ImageNet.
+"""Write the embedded synthetic "shapes" dataset in the layouts of COCO, Cityscapes, ADE20K and
+ImageNet.
 
     python -m mmvisattn.utils.demo_data --out data/shapes    # = python tools/misc/make_demo_data.py
 
-Every image is a textured background with one to three non-overlapping circles, rectangles and
-triangles, each a polygon that paints the image, the masks and the COCO ``segmentation``, so masks
-are exact. Output (``--out DIR``)::
+Each image is a textured background with one to three non-overlapping circles, rectangles and
+triangles, each a polygon that paints the image, the masks and the COCO ``segmentation`` (masks are
+exact). Output::
 
     DIR/coco/{train2017,val2017}/*.jpg, DIR/coco/annotations/instances_{train,val}2017.json
     DIR/cityscapes/leftImg8bit/{train,val}/shapes/*_leftImg8bit.png
@@ -14,9 +14,8 @@ are exact. Output (``--out DIR``)::
         (1 background, 2-4 shapes; 0 is ADE's "other")
     DIR/imagenet/{train,val}/{circle,rectangle,triangle}/*.jpg  (one shape an image, balanced)
 
-``--standard`` writes the same scenes where and as the real datasets lie, so that a real config runs
-on them as it is (a smoke test before a download; the names, ids and void
-pixels: :data:`STANDARD_ROOTS` below)::
+``--standard`` writes the same scenes where and as the real datasets lie, so a real config runs on
+them as it is (names, ids and void pixels: :data:`STANDARD_ROOTS`)::
 
     DIR/coco/{train2017,val2017}/000000000001.jpg ...
     DIR/coco/annotations/instances_{train,val}2017.json
@@ -25,13 +24,10 @@ pixels: :data:`STANDARD_ROOTS` below)::
     DIR/ade/ADEChallengeData2016/{images,annotations}/{training,validation}/
         ADE_{train,val}_00000001.{jpg,png} ...
 
-The classification split has CLASSIFICATION_SCALE times as many images at half the side, from a
-random stream of its own. The output is a pure function of the arguments, written into
-``.NAME.partial`` and renamed into place (a killed run leaves ``--out`` as it was); the marker
-``.mmvisattn-demo-data`` lists every file a run wrote, and a later run replaces exactly those, never
-through a symbolic link. An ``--out`` that is a file, a link or a folder the script did not write is
-refused in one line; with ``--standard`` each dataset's root is such a folder of its own, and every
-root is checked before any is written."""
+The output is a pure function of the arguments, staged in ``.NAME.partial`` and renamed into place;
+the marker ``.mmvisattn-demo-data`` lists every file a run wrote, and a later run replaces exactly
+those. An ``--out`` (or, with ``--standard``, a dataset root) that is a file, a link or a folder the
+script did not write is refused in one line before anything is written."""
 import argparse
 import json
 import math
@@ -85,8 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def textured_background(rng: np.random.RandomState, height: int, width: int,
                         noise_std: float = BACKGROUND_NOISE) -> np.ndarray:
-    """A smooth random colour field plus fine noise, so that shapes are not found by colour
-    alone."""
+    """A smooth random colour field plus fine noise: shapes are not found by colour alone."""
     coarse = rng.uniform(40, 215, size=(4, 4, 3)).astype(np.uint8)
     smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC),
                         dtype=np.float32)
@@ -179,8 +174,7 @@ def annotation_file(split: Dict[str, str]) -> str:
 
 
 def split_ids(counts: Sequence[int]) -> Iterator[Tuple[Dict[str, str], range]]:
-    """Each split with the image ids it takes: the ids run on from the training split into the
-    validation one."""
+    """Each split with its image ids (the validation ids run on from the training ones)."""
     first = 1
     for split, count in zip(SPLITS, counts):
         yield split, range(first, first + count)
@@ -193,8 +187,7 @@ def sample_name(image_id: int) -> str:
 
 def scenes(rng: np.random.RandomState, counts: Tuple[int, int], height: int,
            width: int) -> Iterator[Scene]:
-    """The detection and segmentation samples of both splits, in the order they take the random
-    stream."""
+    """Both splits' detection and segmentation samples, in the order they take the random stream."""
     for split, image_ids in split_ids(counts):
         for image_id in image_ids:
             shapes = sample_scene(rng, height, width)
@@ -220,8 +213,7 @@ def write_shapes_layouts(out: Path, scenes_: Iterator[Scene]) -> None:
 
 
 def write_coco_annotations(root: Path, coco: Dict[str, Dict], categories: List[Dict]) -> None:
-    """Each split's images and annotations (``coco``, by COCO's split name) under the COCO root
-    ``root``."""
+    """Each split's images and annotations under the COCO root ``root``."""
     for split in SPLITS:
         content = dict(**coco[split['coco']], categories=categories)
         (root / annotation_file(split)).write_text(json.dumps(content))
@@ -255,8 +247,7 @@ def classification_file(split: Dict[str, str], image_id: int) -> str:
 
 def write_classification_split(out: Path, split: Dict[str, str], image_ids: range, rng, height: int,
                                width: int) -> None:
-    """One large shape of the image's class, of a random size, place and colour, on a background of
-    finer noise than the other layouts'."""
+    """One large shape of the image's class, of random size, place and colour, on finer noise."""
     for image_id in image_ids:
         label = classification_label(image_id)
         radius = rng.uniform(0.25, 0.45) * min(height, width)
@@ -267,11 +258,9 @@ def write_classification_split(out: Path, split: Dict[str, str], image_ids: rang
         Image.fromarray(image).save(out / classification_file(split, image_id), quality=95)
 
 
-# --standard: each dataset's own root under --out, its file names and its classes. The shapes
-# take the first classes (COCO's person, bicycle and car, ids 1-3; Cityscapes' train ids 1-3 on
-# road, 0; ADE20K's 2-4 on wall, 1) and the outline of each shape is void (Cityscapes 255, ADE20K
-# 0, which reduce_zero_label turns into 255), as the real maps leave unlabelled pixels; so the
-# ignore index is exercised too.
+# --standard: each dataset's own root, file names and classes. The shapes take the first classes
+# (COCO ids 1-3; Cityscapes train ids 1-3 on road, 0; ADE20K 2-4 on wall, 1); each shape's outline
+# is void (Cityscapes 255, ADE20K 0, reduced to 255), so the ignore index is exercised too.
 STANDARD_ROOTS = dict(coco='coco', cityscapes='cityscapes', ade20k='ade/ADEChallengeData2016')
 # COCO numbers its 80 categories 1-90 with gaps
 COCO_MISSING_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
@@ -280,8 +269,7 @@ VOID_WIDTH = 2  # pixels
 
 
 def standard_sample_files(layout: str, split: Dict[str, str], image_id: int) -> Dict[str, str]:
-    """One sample's image (and label map) in a real dataset's root, named as the dataset names its
-    files."""
+    """One sample's image (and label map) in a real dataset's root, named as the dataset does."""
     if layout == 'coco':
         return dict(image=f'{split["coco"]}/{image_id:012d}.jpg')
     if layout == 'cityscapes':
@@ -304,8 +292,7 @@ def standard_files(layout: str, settings: Dict) -> List[str]:
 
 
 def coco_categories() -> Tuple[List[Dict], List[int]]:
-    """COCO's 80 categories with their ids (names from mmdet's CocoDataset) and the ids the shapes
-    take."""
+    """COCO's 80 categories with their ids (mmdet's CocoDataset names) and the shapes' ids."""
     from mmdet.datasets import CocoDataset
     ids = [i for i in range(1, 91) if i not in COCO_MISSING_IDS]
     names = CocoDataset.METAINFO['classes']
@@ -343,8 +330,7 @@ def write_standard(out: Path, layout: str, args: argparse.Namespace) -> None:
 
 
 def planned_files(settings: Dict) -> List[str]:
-    """Every file a run with ``settings`` writes, relative to ``--out``: names depend on the
-    settings alone, so the plan of an earlier run is known from its marker too."""
+    """Every file a run with ``settings`` writes, relative to ``--out``."""
     files = []
     for split, image_ids in split_ids((settings['num_train'], settings['num_val'])):
         files.append('coco/' + annotation_file(split))
@@ -361,8 +347,8 @@ def refuse(message: str) -> None:
 
 
 def earlier_run(out: Path) -> Optional[Dict]:
-    """The marker of the run that wrote ``out`` (settings and files), None for a new or empty
-    folder; refuses a file, a symlink or a non-empty folder this script did not write."""
+    """The marker of the run that wrote ``out`` (None for a new or empty folder); refuses a file, a
+    symlink or a non-empty folder this script did not write."""
     if out.is_symlink():
         refuse(f'into {out}: it is a symbolic link; pass the folder it points to, or a new one')
     if out.exists() and not out.is_dir():
@@ -382,9 +368,8 @@ def earlier_run(out: Path) -> Optional[Dict]:
 
 
 def check_no_links_or_foreign_files(out: Path, ours: Set[str], planned: List[str]) -> None:
-    """Refuse before writing anything when a path this run writes or replaces passes through a
-    symbolic link (it would write or delete outside ``out``) or is a file this script did not
-    write."""
+    """Refuse, before writing, a path that passes through a symbolic link or is a file this script
+    did not write."""
     for relative in sorted(ours | set(planned)):
         parts = Path(relative).parts
         for depth in range(1, len(parts) + 1):
@@ -419,9 +404,9 @@ def staging_paths(out: Path) -> Tuple[Path, Path]:
 
 
 def finish_interrupted_run(out: Path) -> None:
-    """Undo or complete what a killed run left beside ``out``: a half-written staging folder is
-    removed; a replaced generation is put back when the new one never arrived, otherwise its
-    user files are moved into the new one and its own files deleted."""
+    """Undo or complete what a killed run left beside ``out``: drop a half-written staging folder;
+    put a replaced generation back if the new one never arrived, else move its user files over and
+    delete its own."""
     partial, replaced = staging_paths(out)
     if partial.is_dir() and not partial.is_symlink():
         if any(partial.iterdir()) and not any(
@@ -439,8 +424,8 @@ def finish_interrupted_run(out: Path) -> None:
 
 
 def retire(old: Path, new: Path) -> None:
-    """Move the user's entries from the old generation ``old`` into ``new``, then delete only the
-    files the old marker lists and the folders left empty."""
+    """Move the user's entries from ``old`` into ``new``, then delete the files the old marker lists
+    and the folders left empty."""
     ours = set(earlier_run(old)['files'])
     check_no_links_or_foreign_files(old, ours, [])
     for relative in user_entries(old, ours):
@@ -458,8 +443,7 @@ def retire(old: Path, new: Path) -> None:
 
 
 def write_shapes(staging: Path, args: argparse.Namespace) -> None:
-    """The demo's four layouts; the classification split from a random stream of its own (the
-    detection and segmentation samples stay as they were before it existed)."""
+    """The demo's four layouts; the classification split from a random stream of its own."""
     width = args.width or args.size
     write_shapes_layouts(staging,
                          scenes(np.random.RandomState(args.seed), (args.num_train, args.num_val),
@@ -482,8 +466,7 @@ def generate(staging: Path, settings: Dict, files: List[str],
 
 
 def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
-    """Rename the finished ``staging`` folder into place; the earlier generation, if any, is
-    renamed aside first and retired (the user's files in it move over) afterwards."""
+    """Rename the finished ``staging`` folder into place, retiring the earlier generation after."""
     _, replaced = staging_paths(out)
     if replaces_earlier_run:
         out.rename(replaced)
@@ -495,8 +478,8 @@ def install(staging: Path, out: Path, replaces_earlier_run: bool) -> None:
 
 
 def checked_root(out: Path, files: List[str]) -> Optional[Dict]:
-    """The marker of the run that wrote ``out`` (None for a new folder), after finishing what a
-    killed run left and refusing what must not be written or replaced."""
+    """The marker of the run that wrote ``out`` (None for a new folder), after recovering a killed
+    run and refusing what must not be replaced."""
     out.parent.mkdir(parents=True, exist_ok=True)
     finish_interrupted_run(out)
     earlier = earlier_run(out)
@@ -505,8 +488,7 @@ def checked_root(out: Path, files: List[str]) -> Optional[Dict]:
 
 
 def write_root(out: Path, settings: Dict, files: List[str], write: Callable[[Path], None]) -> bool:
-    """Write ``files`` into ``out`` by ``write(staging)``, transactionally; False where ``out``
-    holds them already."""
+    """Write ``files`` into ``out`` by ``write(staging)``, transactionally; False if there."""
     earlier = checked_root(out, files)
     if (
         earlier

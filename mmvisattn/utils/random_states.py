@@ -1,7 +1,5 @@
-"""The random-number states of a process, captured for a checkpoint and restored from one.
-
-Torch-only (with numpy), so the CUDA generators can be checked on a machine without
-OpenMMLab; :class:`mmvisattn.engine.hooks.RandomStateHook` saves them with every checkpoint.
+"""The random-number states of a process, captured for a checkpoint and restored (torch and numpy
+only; :class:`mmvisattn.engine.hooks.RandomStateHook` uses them).
 """
 import random
 from typing import Dict, List
@@ -23,8 +21,7 @@ def numpy_globals() -> List[object]:
 
 
 def capture_random_states() -> RandomStates:
-    """The Python, NumPy, torch CPU and (when CUDA is in use) current-device CUDA generator
-    states."""
+    """The Python, NumPy, torch CPU and (with CUDA in use) current CUDA generator states."""
     states = dict(python=random.getstate(), numpy=np.random.get_state(),
                   torch=torch.get_rng_state())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -33,9 +30,8 @@ def capture_random_states() -> RandomStates:
 
 
 def generator_state(state: Tensor) -> Tensor:
-    """A generator state as ``torch.set_rng_state`` and ``torch.cuda.set_rng_state`` take it: a CPU
-    byte tensor, whatever device the checkpoint was mapped to (mmengine's ``Runner.resume`` loads
-    with ``map_location`` the training device, which makes a saved state a CUDA tensor on a GPU)."""
+    """A generator state as ``set_rng_state`` takes it: a CPU byte tensor, whatever device the
+    checkpoint was mapped to."""
     return state.detach().to(device='cpu', dtype=torch.uint8)
 
 

@@ -1,11 +1,9 @@
-"""torchvision without its compiled ops: the two schemas torchvision 0.28 needs to import at all.
+"""torchvision without its compiled ops: the two schemas torchvision 0.28 needs to import.
 
-mmpretrain imports torchvision, whose x86_64 PyPI wheels are CUDA builds whose ``_C`` library does
-not load beside a CPU torch; torchvision 0.28 then fails to import ("operator torchvision::nms does
-not exist"), registering fake kernels for ``nms`` and ``qnms`` without checking that they exist.
-Where the library does not load, the two schemas are defined with no kernel behind them: torchvision
-imports, and a call of a compiled op fails with torchvision's own message. This module imports torch
-alone (the stock suites' plain pass loads it by its path)."""
+Its x86_64 PyPI wheels are CUDA builds whose ``_C`` does not load beside a CPU torch, and it then
+fails to import ("operator torchvision::nms does not exist"). Where the library does not load,
+``nms`` and ``qnms`` are defined without kernels: torchvision imports, and a compiled op fails with
+its own message. Imports torch alone."""
 import importlib.machinery
 import importlib.util
 import os
@@ -22,8 +20,7 @@ _TORCHVISION_SCHEMAS: List[torch.library.Library] = []
 
 
 def torchvision_library() -> Optional[str]:
-    """The path of torchvision's compiled ``_C`` library, or ``None`` without torchvision (or
-    without one)."""
+    """The path of torchvision's compiled ``_C`` library, or ``None`` without one."""
     spec = importlib.util.find_spec('torchvision')
     if spec is None or not spec.submodule_search_locations:
         return None

@@ -10,11 +10,10 @@ from mmengine.registry import HOOKS
 class CastlingScheduleHook(Hook):
     """Fade out and remove the train-only auxiliary branches of castling attentions.
 
-    Castling-ViT (arXiv:2211.10526) trains with an auxiliary masked softmax attention that must
-    vanish before inference; no public source gives how. This hook sets ``aux_weight`` of every
-    module that has one: 1 until ``fade_start`` of training, then linearly down to 0 at
-    ``fade_end``, where it calls ``switch_to_deploy()`` so the rest of training (and every
-    checkpoint after it) runs the linear-time module alone. Fractions refer to ``runner.max_iters``.
+    Castling-ViT (arXiv:2211.10526) trains with an auxiliary softmax attention that must vanish
+    before inference; no public source says how. ``aux_weight`` is 1 until ``fade_start``, falls
+    linearly to 0 at ``fade_end``, and there ``switch_to_deploy()`` leaves the linear-time module
+    alone. Fractions of ``runner.max_iters``.
 
     Args:
         fade_start: Fraction of training at which the auxiliary weight starts to fall.

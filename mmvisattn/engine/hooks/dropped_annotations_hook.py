@@ -21,17 +21,11 @@ def leaf_datasets(dataset) -> Iterator:
 
 @HOOKS.register_module()
 class DroppedAnnotationsHook(Hook):
-    """At the start of every training epoch (once for iteration-based schedules), log a warning
-    for each training dataset that dropped annotations while loading: how many of how many, and
-    why. mmdet drops boxes outside the image, degenerate boxes and unknown categories silently, so
-    a dataset whose boxes are all out of place trains with a zero box loss and no other sign.
-    Counting covers mmdet's ``CocoDataset`` and its subclasses: the hook, once built, has
-    ``CocoDataset.parse_data_info`` count what it drops
-    (:func:`mmvisattn.compat.count_dropped_annotations`; the parsing itself is unchanged, and
-    nothing is altered for a config without the hook). The Runner builds its hooks before its
-    datasets, so the counts cover every dataset of the run. Segmentation datasets read whole label
-    maps and drop nothing.
-    """
+    """Warn, at each training epoch's start, for every training dataset that dropped annotations
+    while loading: how many of how many, and why (mmdet drops out-of-image, degenerate and
+    unknown-category boxes silently, so misplaced boxes train on a zero box loss). Covers
+    ``CocoDataset`` and subclasses through :func:`mmvisattn.compat.count_dropped_annotations`,
+    applied when the hook is built (before the datasets)."""
 
     def __init__(self) -> None:
         from mmdet.datasets import CocoDataset

@@ -13,10 +13,10 @@ class NonFiniteLoss(RuntimeError):
 
 @HOOKS.register_module()
 class FiniteLossHook(CheckInvalidLossHook):
-    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing with one
-    line naming the iteration and the term (the stock hook asserts with an empty message).
-    Registered in mmengine's root registry, so segmentation configs use it too. It runs after
-    ``RankMeanLossHook``, so a NaN on any rank stops every rank at the same iteration.
+    """mmdet's ``CheckInvalidLossHook``, checking every iteration by default and failing in one line
+    naming the iteration and the term (the stock hook asserts with no message). In mmengine's root
+    registry, so segmentation configs use it too; it runs after ``RankMeanLossHook``, so a NaN on
+    any rank stops every rank at the same iteration.
 
     Args:
         interval: Check every ``interval`` iterations (mmdet's default is 50).
@@ -35,8 +35,7 @@ class FiniteLossHook(CheckInvalidLossHook):
             or not self.every_n_train_iters(runner, self.interval)
         ):
             return
-        # the sum of every term, detached (a float of a graph's tensor warns): one conversion per
-        # check
+        # the sum of every term, detached (a float of a graph's tensor warns): one conversion
         if math.isfinite(float(torch.as_tensor(outputs['loss']).detach())):
             return
         values = {name: float(value) for name, value in outputs.items() if 'loss' in name}

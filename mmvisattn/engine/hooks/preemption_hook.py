@@ -16,20 +16,17 @@ from .random_state_hook import RandomStateHook, checkpoint_due
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """Stops training cleanly when the job is told it will be stopped: Slurm's warning signal
-    (``sbatch --signal=USR1@120``, ``scancel --signal=USR1 JOB``) or the SIGTERM before a kill.
+    (``sbatch --signal=USR1@120``) or the SIGTERM before a kill.
 
-    The signal only sets a flag (a second SIGTERM ends the process). Every rank finishes its
-    iteration and the ranks agree through the flag, summed over a gloo group on the CPU, so all stop
-    at the same iteration; ``CheckpointHook`` writes a checkpoint of it (unless it just did) and the
-    run ends as a finished one does; ``tools/train.py --resume`` continues from it exactly. An
-    epoch-based loop, which mmengine resumes at epoch boundaries only, stops without a checkpoint of
-    its own.
+    The signal sets a flag (a second SIGTERM ends the process); the ranks agree on it over a CPU
+    gloo group, all stop at the same iteration, ``CheckpointHook`` saves it and ``tools/train.py
+    --resume`` continues exactly. An epoch-based loop (resumed at epoch boundaries only) stops
+    without a checkpoint of its own.
 
     Args:
         signals: The signals that ask for a stop.
         requeue: After the checkpoint, rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` (``sbatch``
-            jobs only); the requeued job runs its batch script again and ``tools/train.py`` resumes
-            by itself when ``SLURM_RESTART_COUNT`` is set.
+            jobs only); ``tools/train.py`` resumes by itself when ``SLURM_RESTART_COUNT`` is set.
         interval: Agree every ``interval`` iterations (one small CPU all-reduce each time).
     """
 
@@ -67,8 +64,7 @@ class PreemptionHook(Hook):
         self.received = signal.Signals(number).name
 
     def _agreed(self) -> bool:
-        """Whether any rank has received a stop signal (every rank calls this at the same
-        iteration)."""
+        """Whether any rank has received a stop signal (every rank calls this together)."""
         flag = torch.tensor([int(self.received is not None)])
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, group=self.group)

@@ -10,9 +10,7 @@ from mmvisattn.utils.random_states import RandomStates, capture_random_states, r
 
 
 def checkpoint_due(runner, by_epoch: bool) -> bool:
-    """Whether a ``CheckpointHook`` of the runner saves at the end of this training iteration
-    (``by_epoch`` False) or epoch: the rule of its own ``after_train_iter`` /
-    ``after_train_epoch``."""
+    """Whether a ``CheckpointHook`` of the runner saves at the end of this iteration or epoch."""
     for hook in runner.hooks:
         if not isinstance(hook, CheckpointHook) or hook.by_epoch != by_epoch:
             continue
@@ -34,20 +32,15 @@ def saves_best(runner) -> bool:
 
 @HOOKS.register_module()
 class RandomStateHook(Hook):
-    """Save the random-number states of every rank with each checkpoint and restore them on
-    ``--resume``, so that a resumed run draws the same dropout and drop-path masks and augmentations
-    as a run that never stopped: identical losses and bit-identical weights on CPU. Stock mmengine
-    (0.10.7) stores only the seed and re-seeds on resume.
+    """Save every rank's random-number states with each checkpoint and restore them on ``--resume``,
+    so a resumed run draws the same dropout masks and augmentations as one that never stopped
+    (bit-identical weights on CPU); mmengine 0.10.7 only re-seeds.
 
-    The states are those of the run when its checkpoint is written (this hook runs just before
-    ``CheckpointHook``); a best checkpoint, written after a validation, gets the training stream's
-    from before the validation, and validation leaves the states as it found them. Every rank's
-    states are gathered to rank 0 only where a checkpoint is due or may follow a validation (one
-    ``all_gather_object`` per checkpoint), into ``checkpoint['random_states']``. On resume they are
-    put back after ``IterBasedTrainLoop`` replays the batches already trained (which draws from the
-    main process's generators when ``num_workers=0``), whatever device the checkpoint was mapped to;
-    a checkpoint without states, or from another number of ranks, is reported and resumes with
-    mmengine's re-seeding.
+    The states are gathered to rank 0 into ``checkpoint['random_states']`` just before
+    ``CheckpointHook`` (a best checkpoint gets the training stream's from before the validation,
+    which leaves the states as it found them). On resume they are put back after
+    ``IterBasedTrainLoop`` replays the batches already trained; a checkpoint without states, or from
+    another number of ranks, is reported and resumes with mmengine's re-seeding.
     """
 
     priority = 'LOW'  # after the logger, before CheckpointHook (VERY_LOW)
@@ -125,9 +118,8 @@ class RandomStateHook(Hook):
 
 
 class RestoreAfterReplay:
-    """Stands in for ``IterBasedTrainLoop.dataloader_iterator`` while the loop replays the
-    ``replayed`` batches it already trained on; before the next batch it restores ``states`` and
-    gives the loop its own iterator back."""
+    """Stands in for the loop's ``dataloader_iterator`` while it replays ``replayed`` batches, then
+    restores ``states`` and gives the loop its iterator back."""
 
     def __init__(self, loop: IterBasedTrainLoop, states: RandomStates, replayed: int) -> None:
         self.loop, self.states, self.remaining = loop, states, replayed

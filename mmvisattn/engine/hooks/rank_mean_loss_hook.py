@@ -9,13 +9,9 @@ from mmengine.registry import HOOKS
 
 @HOOKS.register_module()
 class RankMeanLossHook(Hook):
-    """Replace every value a training step reports (``loss``, its terms, accuracies) by its mean
-    over the ranks before the runtime-info hook records it, so the logged numbers describe the
-    whole batch of every rank rather than rank 0's alone. Gradients are unaffected (DDP already
-    averages them); one ``all_reduce`` of a few floats per iteration, on the device of the process
-    group's backend (CUDA for NCCL), whatever each value is: a Python float or a tensor on any
-    device. Does nothing in a single-process run. mmengine (0.10.7) reduces nothing, and mmdet/mmseg
-    ship no hook for it.
+    """Log every value a training step reports (``loss``, its terms, accuracies) as its mean over
+    the ranks rather than rank 0's alone (mmengine 0.10.7 reduces nothing). Gradients are
+    unaffected; one ``all_reduce`` of a few floats per iteration; nothing in a single-process run.
     """
 
     priority = 'HIGHEST'  # before RuntimeInfoHook (VERY_HIGH) stores the values for the logger

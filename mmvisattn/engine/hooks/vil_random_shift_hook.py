@@ -1,7 +1,6 @@
-"""Random-shifting training of Vision Longformer (arXiv:2103.15358, App. D): attentions in mode 1
-attend to their own chunk and one random neighbour chunk per step; late in training they switch back
-to all eight neighbours (mode 0), which inference uses, so the last part of training fine-tunes for
-it."""
+"""Random-shifting training of Vision Longformer (arXiv:2103.15358, App. D): mode-1 attentions see
+their own chunk and one random neighbour; late in training they switch to all eight neighbours (mode
+0), which inference uses."""
 from typing import Optional
 
 from mmengine.hooks import Hook

@@ -25,12 +25,10 @@ COMPLEXITIES = ('linear', 'quadratic')
 class BaseAttention(BaseModule):
     """Base class of every attention in ``ATTENTIONS``.
 
-    Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` in the tokens, after
-    ``switch_to_deploy()``) and ``extra_tokens``, one sentence on what the extra tokens attend to
-    and what attends to them (the attentions page of the docs lists it). A module whose op has
-    several backends takes ``impl=`` and lists the values in ``impls``. A module that cannot drop
-    attention weights says why in ``attn_drop_unsupported`` and refuses a non-zero ``attn_drop``
-    when built (:meth:`check_attn_drop`).
+    Subclasses set ``complexity`` (``'linear'`` or ``'quadratic'`` after ``switch_to_deploy()``) and
+    ``extra_tokens`` (one sentence, listed on the docs' attentions page). A module with several
+    backends takes ``impl=`` and lists them in ``impls``; one that cannot drop attention weights
+    says why in ``attn_drop_unsupported`` (:meth:`check_attn_drop`).
 
     Args:
         embed_dims: Channels ``C`` of the tokens.
@@ -53,15 +51,13 @@ class BaseAttention(BaseModule):
 
     def check_impl(self, impl: str, choices: Optional[Sequence[str]] = None,
                    name: str = 'impl') -> str:
-        """``impl`` if it is one of ``choices`` (the class's ``impls``), else a one-line
-        ``ValueError``."""
+        """``impl`` if it is one of ``choices`` (the ``impls``), else a one-line ``ValueError``."""
         return check_choice(type(self).__name__, impl, self.impls if choices is None else choices,
                             name)
 
     def check_attn_drop(self, attn_drop: float) -> float:
         """``attn_drop``, or a one-line ``ValueError`` where it is non-zero and the module cannot
-        drop attention weights (a recipe that asks for attention dropout must not silently lose
-        it)."""
+        drop attention weights."""
         if attn_drop and self.attn_drop_unsupported:
             raise ValueError(f'{type(self).__name__}: attn_drop={attn_drop} is not supported; '
                              f'expected 0, {self.attn_drop_unsupported} (use proj_drop)')
@@ -136,8 +132,7 @@ class QKVAttention(BaseAttention):
         raise NotImplementedError
 
     def heads_of_qkv(self, x: Tensor) -> Tensor:
-        """``(B, N, C)`` tokens -> ``(3, B, heads, N, d)`` queries, keys and values, views of one
-        projection."""
+        """``(B, N, C)`` tokens -> ``(3, B, heads, N, d)`` q, k, v, views of one projection."""
         batch, tokens, _ = x.shape
         return self.qkv(x).view(batch, tokens, 3, self.num_heads,
                                 self.head_dims).permute(2, 0, 3, 1, 4)

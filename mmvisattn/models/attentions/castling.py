@@ -1,15 +1,12 @@
 """Castling attention, "Castling-ViT: Compressing self-attention via switching towards
 linear-angular attention during vision transformer inference" (arXiv:2211.10526): linear-angular
-attention (the constant and linear terms of the angular
-kernel, :mod:`mmvisattn.ops.linear_angular`), a depthwise convolution over the values standing in
-for the kernel's high-order residual, and an auxiliary masked softmax attention used while training
-only. At inference the auxiliary branch is removed ("castling"), leaving a linear-time module.
+attention (:mod:`mmvisattn.ops.linear_angular`), a depthwise convolution over the values for the
+kernel's high-order residual, and an auxiliary masked softmax attention used in training only and
+removed at inference ("castling").
 
-The talk says only that the auxiliary masks are "regularized to gradually become zeros"; no source
-gives the schedule. Here the auxiliary branch is scaled by ``aux_weight``, which
-:class:`mmvisattn.engine.CastlingScheduleHook` holds at 1, ramps linearly to 0 over a span of
-training and then removes with :meth:`LinearAngularAttention.switch_to_deploy`, so the network
-learns to do without it before it disappears.
+No source gives the schedule that makes the auxiliary masks "gradually become zeros":
+:class:`mmvisattn.engine.CastlingScheduleHook` ramps ``aux_weight`` from 1 to 0 over a span of
+training, then :meth:`LinearAngularAttention.switch_to_deploy` removes the branch.
 """
 from typing import Optional, Sequence
 
@@ -118,9 +115,8 @@ class LinearAngularAttention(QKVAttention):
 
     def auxiliary(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Masked softmax attention (:func:`mmvisattn.ops.masked_softmax.masked_softmax_attention`):
-        weights at or below ``mask_threshold`` dropped, ``attn_drop`` on the kept ones while
-        training; dispatch picks the blocks recomputed in the backward (no ``N x N`` matrix kept)
-        or, with dropout or under ``torch.compile``, the whole matrix under autograd."""
+        weights at or below ``mask_threshold`` dropped, ``attn_drop`` on the kept ones in
+        training."""
         return masked_softmax_attention(q, k, v, self.mask_threshold,
                                         dropout=self.attn_drop if self.training else 0.0,
                                         impl=self.aux_impl)
@@ -139,13 +135,12 @@ class LinearAngularAttention(QKVAttention):
         return torch.cat([torch.zeros_like(extra), mixed], dim=2)
 
     def token_conv(self, v: Tensor) -> Tensor:
-        """``dconv`` (one ``(kernel_size, 1)`` kernel per head along the tokens) computed as a 1-D
-        depthwise convolution over ``heads x d`` rows: the same weights, and on CPU faster than
-        ``conv2d`` with a one-wide kernel."""
+        """``dconv`` (a ``(kernel_size, 1)`` kernel per head along the tokens) as a 1-D depthwise
+        convolution over ``heads x d`` rows: the same weights, cheaper than a one-wide ``conv2d`` on
+        CPU."""
         batch, heads, tokens, dims = v.shape
         rows = v.transpose(-1, -2).reshape(batch, heads * dims, tokens)
-        # the module's sizes, not the input's: a traced weight must keep a constant shape (ONNX's
-        # Conv)
+        # the module's sizes, not the input's: a traced weight keeps a constant shape (ONNX Conv)
         kernel = self.dconv.weight.shape[-2]
         weight = self.dconv.weight.view(self.num_heads, 1, 1,
                                         kernel).expand(-1, self.head_dims, -1, -1)

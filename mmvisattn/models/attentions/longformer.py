@@ -109,9 +109,8 @@ class LongformerAttention(BaseAttention):
         self._mode = mode
 
     def step_mode(self, device: torch.device) -> Union[int, Tensor]:
-        """The op mode of this call: when random shifting in training, a neighbour 1..8 drawn on
-        ``device`` and never read back (the op picks its tables there, so every draw runs the same
-        graph and the step waits for nothing)."""
+        """This call's op mode: in random-shifting training a neighbour 1..8 drawn on ``device`` and
+        never read back, so every draw runs the same graph."""
         if self._mode == 1:
             return torch.randint(1, 9, (), device=device) if self.training else 0
         return self._mode
@@ -144,10 +143,9 @@ class LongformerAttention(BaseAttention):
     @torch.no_grad()
     def attention_maps(self, x: Tensor, hw_shape: Sequence[int],
                        query: Tuple[int, int]) -> Dict[str, Tensor]:
-        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the
-        weights the spatial token at ``query = (row, col)`` of the first image gives to the map,
-        ``(heads, H, W)`` (the rest of its unit weight goes to the global tokens), as evaluation
-        computes them."""
+        """The attention-map protocol (``visualize_attention.py``): the weights the token at ``query
+        = (row, col)`` of the first image gives the map, ``(heads, H, W)`` (the rest goes to the
+        global tokens)."""
         height, width = self.check_tokens(x, hw_shape)
         num_global = self.num_extra_tokens
         row = num_global + query[0] * width + query[1]

@@ -1,15 +1,12 @@
 """Multi-head peripheral attention (MPA), "Peripheral Vision Transformer" (Min et al., NeurIPS 2022;
 arXiv:2206.06801): Eq. 4-5 mix content attention ``exp(tau q k^T)`` with a position attention
-``Phi_p`` learnt from Euclidean query-key distances (Eq. 6) and two ``3 x 3`` peripheral projections
-over key neighbourhoods, each followed by instance norm (Eq. 7-8); peripheral initialization (Eq. 9)
-sets the second norm by layer depth.
+``Phi_p`` learnt from Euclidean query-key distances (Eq. 6) through two ``3 x 3`` peripheral
+projections, each followed by instance norm (Eq. 7-8); peripheral initialization (Eq. 9) sets the
+second norm by layer depth.
 
-Attention-map protocol (``tools/analysis_tools/visualize_attention.py``): an attention that can show
-its weights defines ``attention_maps(x, hw_shape, query) -> Dict[str, Tensor]``, named
-``(heads, H, W)`` maps of what the token at ``query = (row, col)`` attends to in the first
-image; :class:`PeripheralAttention` returns ``'position'`` and ``'mixed'``, and
-``position_attention(hw_shape)`` the full ``Phi_p`` for the region classification (Eq. 11) and the
-nonlocality (Eq. 13)."""
+Attention maps (``visualize_attention.py``): ``attention_maps(x, hw_shape, query)`` returns
+``'position'`` and ``'mixed'`` ``(heads, H, W)`` maps of the first image's token at ``query``, and
+``position_attention(hw_shape)`` the full ``Phi_p`` (Eq. 11, 13)."""
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -48,8 +45,7 @@ def peripheral_initialization(num_layers: int) -> List[Tuple[float, float]]:
 
 
 def build_distance_proj(distance_dims: int) -> nn.Linear:
-    """Eq. 6's ``D_r`` weights ``w_r`` of the Euclidean distance (and a bias, as the official
-    code)."""
+    """Eq. 6's ``D_r`` weights ``w_r`` of the distance (and a bias, as the official code)."""
     proj = nn.Linear(1, distance_dims)
     nn.init.constant_(proj.weight, DISTANCE_INIT)
     nn.init.zeros_(proj.bias)
@@ -60,18 +56,17 @@ def build_distance_proj(distance_dims: int) -> nn.Linear:
 class PeripheralAttention(QKVAttention):
     """``Normalize[exp(tau q k^T) * Phi_p] V`` per head (Eq. 5), ``tau = d^-1/2``.
 
-    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's Euclidean distances ``R`` weighted
-    ``D_r`` ways (Eq. 6-8), the longer side spanning ``[-1, 1]``; recomputed at every training
-    forward and cached per resolution, device and dtype in eval mode (and with ``freeze_position``).
-    The ops are :mod:`mmvisattn.ops.peripheral`. Extra tokens are at no distance: ``Phi_p = 1`` for
-    every pair with one.
+    ``Phi_p = sigmoid(IN(PP(ReLU(IN(PP(R))))))`` on the grid's distances ``R`` weighted ``D_r`` ways
+    (Eq. 6-8), the longer side spanning ``[-1, 1]``; cached per resolution in eval mode (and with
+    ``freeze_position``). Extra tokens are at no distance: ``Phi_p = 1`` for every pair with one.
+    Ops: :mod:`mmvisattn.ops.peripheral`.
 
     Args:
         embed_dims: Channels ``C``.
         num_heads: Heads ``N_h``.
         qkv_bias: Bias of the ``qkv`` projection (PerViT has none).
         attn_drop: Must be 0: the op fuses the weights with the value product (the official ``MPA``
-            takes ``attn_drop`` and never applies it).
+            never applies it).
         proj_drop: Dropout after the output projection.
         kernel_size: ``K`` of the peripheral projections (odd; 1 drops the neighbourhoods, Eq. 6).
         hidden_dims: ``D_hid`` (and ``D_r`` when the distance weighting is this module's own);
@@ -80,8 +75,7 @@ class PeripheralAttention(QKVAttention):
             :func:`peripheral_initialization`.
         distance_proj: A ``Linear(1, D_r)`` shared across layers (the paper's ``w_r``), owned by the
             backbone; ``None`` builds this module's own.
-        freeze_position: Keep ``Phi_p`` fixed (no gradient), the fixed-``Phi_p`` ablation of Table
-            A4.
+        freeze_position: Keep ``Phi_p`` fixed, the ablation of Table A4.
         impl: Backend of the mixing, one of :data:`mmvisattn.ops.peripheral.IMPLS`.
         position_impl: Backend of ``Phi_p``, one of :data:`mmvisattn.ops.peripheral.POSITION_IMPLS`.
         max_cached: Resolutions kept in the ``Phi_p`` cache (least recently used dropped).

@@ -1,14 +1,12 @@
 """Ripple attention and its linearized form, "Ripple attention for visual perception with
 sub-quadratic complexity" (arXiv:2110.02453): §3 (Eq. 4-6), Appendix C.1 (the feature map of Eq.
-13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings, modified sigmoid). No stock
-module has a linearized attention with a learnable trig+ReLU feature map; the operator
-is :func:`mmvisattn.ops.ripple.ripple_attention`.
+13), C.2 (``R_max``, ``tau = 0.001``) and C.3 (stick-unit embeddings). No stock module has a
+linearized attention with a learnable trig+ReLU feature map; the operator is
+:func:`mmvisattn.ops.ripple.ripple_attention`.
 
-Parameters (``C`` = embed_dims, ``h`` heads, ``d = C / h``, ``m`` = num_features, default ``d``;
-with ``qkv_bias``): :class:`RippleLinearAttention` ``4C^2 + 4C + 3md + d`` (``qkv``, ``proj`` and
-the feature map, shared by the heads); :class:`RippleAttention` that plus the stick units of C.3,
-``d^2 + d + C R_max``. E.g. ``C = 192, h = 6, R_max = 4`` (DeiT-Ripple, Table 1): 151,328 and
-153,152; ``C = 256, h = 8`` (SMCA, Table 3): 266,272 and 268,352."""
+Parameters (``C`` channels, ``h`` heads, ``d = C / h``, ``m`` features, with ``qkv_bias``):
+:class:`RippleLinearAttention` ``4C^2 + 4C + 3md + d``; :class:`RippleAttention` adds ``d^2 + d + C
+R_max``. E.g. DeiT-Ripple's ``C = 192, h = 6, R_max = 4``: 151,328 and 153,152."""
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -31,9 +29,8 @@ from .base import QKVAttention
 
 
 class TrigReLUFeatureMap(nn.Module):
-    """``phi(x) = ReLU(W2 [sin(W1 x); cos(W1 x)] + b2)`` (Eq. 13), ``W1`` initialised with standard
-    Gaussian samples and learnt (C.1). ``W1`` is a bare parameter so that initialisers aimed at
-    ``nn.Linear`` layers leave its Gaussian start alone.
+    """``phi(x) = ReLU(W2 [sin(W1 x); cos(W1 x)] + b2)`` (Eq. 13), ``W1`` Gaussian-initialised and
+    learnt (C.1); a bare parameter, so initialisers aimed at ``nn.Linear`` leave it alone.
 
     Args:
         dims: Input (and output) dimension ``d``.
@@ -46,17 +43,15 @@ class TrigReLUFeatureMap(nn.Module):
         self.fc = nn.Linear(2 * num_features, dims)
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Tensor:
-        """``phi(scale x)`` (:func:`mmvisattn.ops.trig_relu_features.trig_relu_features`: float32
-        inside, so the arguments of ``sin`` and ``cos``, of size ``|x| sqrt(d)``, keep their digits
-        under autocast)."""
+        """``phi(scale x)``, float32 inside so ``sin`` and ``cos`` keep their digits."""
         return trig_relu_features(x, self.w1, self.fc.weight, self.fc.bias, scale)
 
 
 @ATTENTIONS.register_module()
 class RippleLinearAttention(QKVAttention):
     """Linearized attention with the feature map of Eq. 13 (no spatial weighting): SMCA-LA's encoder
-    and the upper layers of DeiT-Ripple (C.5). Queries and keys are scaled by ``d^{-1/4}`` before
-    the map (the softmax temperature the paper omits in footnote 1, split between the two).
+    and DeiT-Ripple's upper layers (C.5). Queries and keys are scaled by ``d^{-1/4}`` before the map
+    (the temperature footnote 1 omits, split between the two).
 
     Args:
         embed_dims, num_heads, qkv_bias, attn_drop, proj_drop, init_cfg: see :class:`QKVAttention`;
@@ -84,10 +79,8 @@ class RippleLinearAttention(QKVAttention):
         self.eps = eps
 
     def attend_heads(self, qkv: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """``phi(q), phi(k)`` with queries and keys scaled by ``d^{-1/4}``, in one call on their
-        joint view of the projection (half the launches of two); the feature map's backward
-        recomputes its intermediates, so only that view is kept for it.
-        Then :meth:`attend_features`."""
+        """``phi(q), phi(k)`` of the ``d^{-1/4}``-scaled queries and keys in one call on their joint
+        view of the projection, then :meth:`attend_features`."""
         features_q, features_k = self.feature_map(qkv[:2], self.head_dims ** -0.25).unbind(0)
         return self.attend_features(features_q, features_k, qkv[2], hw_shape)
 
@@ -98,13 +91,12 @@ class RippleLinearAttention(QKVAttention):
 
 @ATTENTIONS.register_module()
 class RippleAttention(RippleLinearAttention):
-    """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value vector
-    is projected (``stick_proj``, shared by the heads) and dotted with ``R_max`` embeddings of its
-    head (``stick_embeds``), giving per-head, per-query logits and hence per-head spatial weights
-    (C.5). Extra tokens have no place on the grid: they attend to every token by the linearized
-    attention (Eq. 2, no spatial weight), and every spatial token attends to them as to a key of
-    spatial weight 1 (the most a grid token has), under one normaliser with its ripple attention
-    over the grid. The arguments not listed here are :class:`RippleLinearAttention`'s.
+    """Multi-head ripple attention (Eq. 4) with stick-unit spatial weights (C.3): each value is
+    projected (``stick_proj``, shared) and dotted with its head's ``R_max`` embeddings
+    (``stick_embeds``), giving per-head spatial weights (C.5). Extra tokens attend to every token by
+    the linearized attention (Eq. 2), and every spatial token attends to them as to keys of spatial
+    weight 1, under one normaliser with its ripple attention. Other arguments:
+    :class:`RippleLinearAttention`'s.
 
     Args:
         r_max: Groups ``0 .. r_max - 1`` get their own weight, farther ones are merged (C.2).
@@ -134,12 +126,9 @@ class RippleAttention(RippleLinearAttention):
         self.stick_embeds = nn.Parameter(torch.randn(num_heads, r_max, self.head_dims) * 0.02)
 
     def stick_logits(self, v: Tensor) -> Tensor:
-        """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits
-        ``o_r(i, j) = e_{h,r} . (W v_ij + b)`` (C.3), with the stick projection folded into the
-        embeddings: ``(E_h W) v + E_h b``, one linear map of the tokens with a block per head. The
-        projected values are never formed, and autograd keeps ``v`` as given (a view of the ``qkv``
-        projection, kept anyway), where the projection recomputed by chunks in the backward cost
-        four ``torch.compile`` graph breaks."""
+        """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``o_r(i, j) = e_{h,r} . (W
+        v_ij + b)`` (C.3), the projection folded into the embeddings (``(E_h W) v + E_h b``): the
+        projected values are never formed and autograd keeps only ``v``, a view of ``qkv``."""
         return stick_logits(v, self.stick_embeds @ self.stick_proj.weight,
                             self.stick_embeds @ self.stick_proj.bias)
 
@@ -154,11 +143,9 @@ class RippleAttention(RippleLinearAttention):
                                                         hw_shape)], dim=-2)
 
     def spatial_rows(self, q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Spatial queries ``q`` over the grid (ripple) and the extra tokens (weight 1), one
-        normaliser: ``(num_i + n_i) / (den_i + d_i)`` with ``n_i, d_i`` the extra keys' sums. The op
-        gives it unchanged: run on ``q_i / d_i`` with ``eps = 1`` it returns
-        ``num_i / (den_i + d_i)``, and on a column of ones beside the values
-        ``den_i / (den_i + d_i)``, the grid's share of the normaliser."""
+        """Spatial queries over the grid (ripple) and the extra tokens (weight 1) under one
+        normaliser, ``(num_i + n_i) / (den_i + d_i)``: the op on ``q_i / d_i`` with ``eps = 1``
+        returns ``num_i / (den_i + d_i)``, and on a column of ones ``den_i / (den_i + d_i)``."""
         extra = self.num_extra_tokens
         k_extra, v_extra, k_grid, v_grid = (
             k[..., :extra, :],
@@ -176,10 +163,9 @@ class RippleAttention(RippleLinearAttention):
 
     def attention_maps(self, x: Tensor, hw_shape: Sequence[int],
                        query: Tuple[int, int]) -> Dict[str, Tensor]:
-        """The attention-map protocol of ``tools/analysis_tools/visualize_attention.py``: the
-        spatial weight (Eq. 5-6) of every token for the query at ``query = (row, col)`` of the first
-        image, ``(heads, H, W)``: rings of equal weight around the query, the merged groups beyond
-        ``r_hat`` sharing one value. The content term multiplies these per key."""
+        """The attention-map protocol (``visualize_attention.py``): the spatial weight (Eq. 5-6) of
+        every token for the first image's query at ``(row, col)``, ``(heads, H, W)``; the content
+        term multiplies these per key."""
         height, width = self.check_tokens(x, hw_shape)
         v = self.split_heads(self.qkv(x[:1, self.num_extra_tokens:]).chunk(3, dim=-1)[2])
         index = query[0] * width + query[1]

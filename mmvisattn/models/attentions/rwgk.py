@@ -87,10 +87,9 @@ class RWGKAttention(BaseAttention):
             self.num_anchors = self.pool_size ** 2
 
     def pooled_anchors(self, x: Tensor, hw_shape: Tuple[int, int]) -> Tensor:
-        """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors by adaptive average pooling
-        of the spatial tokens (extra tokens such as a class token are not pooled), written as two
-        products with the pooling matrices of the axes: the same bins as ``adaptive_avg_pool2d``,
-        and a graph ONNX export can take at any map size."""
+        """``(B, heads, N, d)`` tokens -> ``(B, heads, M, d)`` anchors, the spatial tokens
+        average-pooled by two products with the axes' pooling matrices (``adaptive_avg_pool2d``'s
+        bins, exportable at any size)."""
         height, width = (int(side) for side in hw_shape)
         grid = x[:, :, self.num_extra_tokens:].unflatten(2, (height, width))  # (B, heads, H, W, d)
         rows, cols = (adaptive_pooling_matrix(side, self.pool_size, x) for side in (height, width))

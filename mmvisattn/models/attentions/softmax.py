@@ -12,9 +12,8 @@ from .base import QKVAttention
 
 @ATTENTIONS.register_module()
 class SoftmaxAttention(QKVAttention):
-    """``softmax(q k^T / sqrt(d)) v`` over all tokens through ``F.scaled_dot_product_attention``,
-    which picks a fused kernel (flash / memory-efficient on CUDA, a blocked one on CPU), so the
-    ``N x N`` score matrix is not necessarily materialised.
+    """``softmax(q k^T / sqrt(d)) v`` over all tokens through ``F.scaled_dot_product_attention`` (a
+    fused kernel where there is one).
 
     Args: see :class:`QKVAttention`.
     """

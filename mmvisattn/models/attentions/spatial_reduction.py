@@ -14,12 +14,10 @@ from .base import BaseAttention
 
 @ATTENTIONS.register_module()
 class SpatialReductionAttention(BaseAttention):
-    """Softmax attention of all queries against ``(H / r) * (W / r)`` reduced keys and values.
-
-    mmseg's ``EfficientMultiheadAttention`` computes the same but adds the residual inside and wraps
-    ``nn.MultiheadAttention``; this keeps the project's interface and uses
-    ``F.scaled_dot_product_attention``. Parameter names follow mmseg (``sr``, ``norm``), ``q`` and
-    ``kv`` split.
+    """Softmax attention of all queries against ``(H / r) * (W / r)`` reduced keys and values:
+    mmseg's ``EfficientMultiheadAttention`` without its inner residual and
+    ``nn.MultiheadAttention``, in the project's interface. Parameter names follow mmseg (``sr``,
+    ``norm``), ``q`` and ``kv`` split.
 
     Args:
         embed_dims: Channels ``C``.
@@ -57,10 +55,8 @@ class SpatialReductionAttention(BaseAttention):
         self.proj_drop = nn.Dropout(proj_drop)
 
     def reduce(self, x: Tensor, hw_shape: Sequence[int]) -> Tensor:
-        """Shrink the spatial tokens ``r`` times per side (rounding down, as mmseg); extra tokens
-        are kept as they are. A side shorter than ``r`` is legal: it is zero-padded to one ``r``
-        cell.
-        """
+        """Shrink the spatial tokens ``r`` times per side (rounding down, as mmseg), extra tokens
+        kept; a side shorter than ``r`` is zero-padded to one cell."""
         if self.sr_ratio == 1:
             return x
         extra, spatial = x[:, :self.num_extra_tokens], x[:, self.num_extra_tokens:]

@@ -1,14 +1,12 @@
-"""A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526: the
-Castling-ViT talk reports PicoDet with a LeViT-based castling backbone on COCO but publishes no
-layout).
+"""A LeViT-style hybrid backbone with castling attention, for PicoDet (arXiv:2211.10526 reports
+PicoDet with a LeViT-based castling backbone but publishes no layout).
 
-LeViT's layout (Graham et al. 2021, §4: a convolutional stem, BatchNorm, residual attention and 2x
-MLP blocks, hard swish) with three changes for dense, linear-time detection: a stem of three
-stride-2 convolutions (stages at strides 8, 16, 32, the levels PicoDet's CSP-PAN takes from ESNet);
-stride-2 depthwise-separable convolutions between the stages instead of LeViT's shrink attention (a
-softmax over N/4 x N scores); :class:`~mmvisattn.models.attentions.LinearAngularAttention` with its
-3x3 depthwise convolution over the map (``conv='spatial'``). Widths put PicoDet with each arch
-within 2 % of PicoDet with the ESNet of the same letter (0.99 M, 2.15 M, 3.30 M)."""
+LeViT's layout (Graham et al. 2021, §4) with three changes for dense, linear-time detection: a stem
+of three stride-2 convolutions (stages at strides 8, 16, 32, ESNet's levels); stride-2
+depthwise-separable convolutions between stages instead of shrink attention;
+:class:`~mmvisattn.models.attentions.LinearAngularAttention` with a 3x3 convolution over the map
+(``conv='spatial'``). Each arch's PicoDet is within 2 % of PicoDet with the ESNet of its letter
+(0.99 M, 2.15 M, 3.30 M)."""
 from typing import List, Optional, Sequence, Tuple
 
 import torch.nn as nn

@@ -27,10 +27,9 @@ DEFAULT_ATTN_CFG = dict(type='LinearAngularAttention')
 
 
 class RecomputedLayer(TransformerEncoderLayer):
-    """mmseg's ViT layer recomputed in the backward by the non-reentrant checkpoint (mmseg's takes
-    the reentrant one, which breaks under DDP with
-    ``find_unused_parameters=True``): :class:`CastlingViT` turns its layers into this class, weights
-    unchanged, when ``with_cp`` is set."""
+    """mmseg's ViT layer recomputed in the backward by the non-reentrant checkpoint (mmseg's
+    reentrant one breaks under DDP with ``find_unused_parameters=True``); :class:`CastlingViT` uses
+    it when ``with_cp`` is set."""
 
     def forward(self, x: Tensor) -> Tensor:
         return checkpointed(super().forward, True, x)
@@ -41,14 +40,10 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
     """mmseg's ``VisionTransformer`` whose attentions come from ``ATTENTIONS``.
 
     Takes every argument of mmseg's ``VisionTransformer``, so a stock ViT config switches by
-    changing ``type``; embeddings, class token, FFNs, norms, ``out_indices``, ``with_cp`` and the
-    forward are mmseg's. The class token reaches every attention as its one extra token
-    (``num_extra_tokens``); the token grid is recorded from the patch embedding (mmseg's layers call
-    their attention without it). Parameter names are mmseg's but for the attention internals
-    (``layers.{i}.attn.attn.{qkv, proj, dconv}``); ``init_cfg=dict(type='Pretrained')`` reads timm /
-    DeiT / MAE, mmseg and mmpretrain ViT weights, converted while loading (:mod:`.pretrained`).
-    ``out_indices`` counts layers (negative from the last) and ``frozen_stages`` freezes the
-    embeddings (0) and the first layers (the contract of :mod:`.contract`).
+    changing ``type``; all but the attentions is mmseg's. The class token reaches every attention as
+    its one extra token; the token grid is recorded from the patch embedding.
+    ``init_cfg=dict(type='Pretrained')`` reads timm / DeiT / MAE, mmseg and mmpretrain ViT weights
+    (:mod:`.pretrained`). ``out_indices`` counts layers.
 
     Args:
         attn_cfg: The attention of every layer, any type of ``ATTENTIONS``; ``embed_dims``,
@@ -62,8 +57,7 @@ class CastlingViT(LoadsPretrained, BackboneContract, VisionTransformer):
 
     attention_args = ('attn_cfg',)
     pretrained_formats = (
-        # its own weights, as an mmpretrain classifier's backbone too, at whatever input size they
-        # were trained
+        # its own weights, as an mmpretrain classifier's backbone too, at any trained input size
         CheckpointFormat('CastlingViT (this project, position embedding resized)',
                          any_key(r'^layers\.\d+\.attn\.attn\.(qkv|dconv)\.'),
                          lambda state_dict, backbone: backbone.fit_pos_embed(state_dict)),
@@ -147,8 +141,7 @@ TIMM_TO_CASTLING = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
                     (r'^norm\.', 'ln1.'), (r'^(cls_token|pos_embed)$', r'\1')]
 
 
-# mmseg ViT (mmcv's MultiheadAttention) and mmpretrain ViT names -> CastlingViT names; other keys
-# are kept
+# mmseg ViT (mmcv MultiheadAttention) and mmpretrain ViT names -> CastlingViT's; others kept
 MMSEG_TO_CASTLING = [(r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$',
                       r'layers.\1.attn.attn.qkv.\2'),
                      (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'layers.\1.attn.attn.proj.'),

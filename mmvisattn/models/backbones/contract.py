@@ -1,28 +1,22 @@
 """The contract every backbone of the project keeps, as timm holds its models to one
-(``tests/test_models/test_backbones/test_contract.py`` checks every registered backbone):
+(``tests/test_models/test_backbones/test_contract.py`` checks each):
 
 * ``arch``: a name of the class's ``arch_zoo`` or a dict of the same keys (:func:`resolve_arch`);
-* ``out_indices``: the stages whose outputs are returned, in stage order, negative ones from the
-  last; the stages after the last of them are not built
-  (:meth:`~BackboneContract.drop_stages_after`), so every trainable parameter gets a gradient, as
-  DDP's default ``find_unused_parameters=False`` needs;
-* ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages
-  (no gradient, eval mode: mmdet's Swin and ResNet);
-* ``norm_eval``: the normalisation layers stay in eval mode while training;
+* ``out_indices``: the stages returned, in order, negative from the last; later stages are not
+  built, so every parameter gets a gradient (DDP's ``find_unused_parameters=False``);
+* ``frozen_stages``: ``-1`` nothing, ``0`` the stem, ``k >= 1`` the stem and the first ``k`` stages;
+* ``norm_eval``: normalisation layers stay in eval mode while training;
 * ``out_channels`` and ``out_strides`` of each returned output;
-* ``forward(images)`` returns contiguous maps (mmcv's C++ ops, RoIAlign among them, read a map's
-  memory as NCHW whatever its strides);
+* ``forward(images)`` returns contiguous maps (mmcv's C++ ops read memory as NCHW);
 * ``with_cp``: a block is recomputed in the backward when its input needs a gradient
-  (:func:`checkpointed`, the rule of mmcv's and mmseg's layers), by the non-reentrant checkpoint,
-  which works under DDP with or without ``find_unused_parameters``;
-* ``attn_cfg`` (where the backbone has attentions; ``attention_args`` names every constructor
-  argument that holds an attention config, so a tool swaps them all): any type of ``ATTENTIONS``,
-  built with the extra-token contract (:func:`mmvisattn.registry.build_attention`: the count of
-  extra tokens passed, each stage's settings offered, :func:`stage_attention_options`).
+  (:func:`checkpointed`, non-reentrant, so DDP works either way);
+* ``attn_cfg`` (``attention_args`` names every argument holding an attention config): any type of
+  ``ATTENTIONS``, built with the extra-token contract (:func:`mmvisattn.registry.build_attention`,
+  :func:`stage_attention_options`).
 
-:class:`BackboneContract` implements freezing and ``norm_eval`` once; a backbone names its stem and
+:class:`BackboneContract` implements freezing and ``norm_eval``; a backbone names its stem and
 stages (:meth:`~BackboneContract.stem_parts`, :meth:`~BackboneContract.stage_parts`) and calls
-:meth:`~BackboneContract.set_contract` at the end of its ``__init__``."""
+:meth:`~BackboneContract.set_contract` at the end of ``__init__``."""
 from numbers import Integral
 from typing import Callable, Dict, List, Sequence, Tuple, Union
 
@@ -41,17 +35,16 @@ REDUCED_KEY_STRIDE = 32
 
 
 def stage_attention_options(stride: int) -> Dict[str, int]:
-    """The settings a backbone offers the attention of a stage at ``stride``: the spatial reduction
-    ratio that leaves keys at stride 32, as PVT's and SegFormer's (strides 4, 8, 16, 32: ratios 8,
-    4, 2, 1), so a reduced attention keeps a useful number of keys on every map."""
+    """The settings a backbone offers a stage's attention at ``stride``: the reduction ratio leaving
+    keys at stride 32, as PVT and SegFormer (8, 4, 2, 1)."""
     return dict(sr_ratio=max(1, REDUCED_KEY_STRIDE // stride))
 
 
 def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict],
                  keys: Sequence[str]) -> Dict:
-    """The settings ``arch`` names in ``arch_zoo``, or ``arch`` itself when it is a dict holding
-    every key of ``keys``; otherwise a one-line ``ValueError`` naming ``owner``, the value and what
-    is accepted. Backbones check the values themselves (one entry per stage...)."""
+    """The settings ``arch`` names in ``arch_zoo``, or ``arch`` itself as a dict of every key of
+    ``keys``; otherwise a one-line ``ValueError`` naming ``owner``, the value and what is
+    accepted."""
     if isinstance(arch, str) and arch in arch_zoo:
         return dict(arch_zoo[arch])
     if not isinstance(arch, dict):
@@ -65,9 +58,8 @@ def resolve_arch(owner: str, arch: Union[str, Dict], arch_zoo: Dict[str, Dict],
 
 def check_out_indices(owner: str, out_indices: Union[int, Sequence[int]],
                       num_stages: int) -> Tuple[int, ...]:
-    """``out_indices`` (one index or several) as non-negative stage indices in stage order; a
-    one-line ``ValueError`` for an index outside ``-num_stages .. num_stages - 1``, a repeated stage
-    or none at all."""
+    """``out_indices`` as non-negative stage indices in order; a one-line ``ValueError`` for an
+    index out of range, a repeated stage or none."""
     indices = (out_indices,) if isinstance(out_indices, Integral) else tuple(out_indices)
     valid = all(isinstance(i, Integral) and not isinstance(i, bool) and
                 -num_stages <= i < num_stages
@@ -131,10 +123,8 @@ class BackboneContract:
         self.freeze_stages()
 
     def switch_to_deploy(self) -> None:
-        """The deploy form: every train-only branch of the backbone removed (Castling's auxiliary
-        softmax; nothing for backbones without one). mmdeploy calls
-        ``model.backbone.switch_to_deploy()`` where it exists before it exports, as
-        ``CastlingScheduleHook`` does at the end of its fade."""
+        """The deploy form: every train-only branch removed (Castling's auxiliary softmax), as
+        mmdeploy and ``CastlingScheduleHook`` call it."""
         switch_to_deploy(self)
 
     def stem_parts(self) -> List[Part]:
@@ -158,11 +148,9 @@ class BackboneContract:
         ]
 
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
-        """mmpretrain's protocol of layer-wise decay (its
-        ``LearningRateDecayOptimWrapperConstructor``): ``(depth, count)`` of the parameter
-        ``prefix + param_name``; 0 for the stem, ``i + 1`` for the i-th part of :meth:`depth_parts`,
-        ``count - 1`` for the rest (parameters several stages share, and the modules after the
-        backbone, whose names lack ``prefix``)."""
+        """mmpretrain's layer-wise decay protocol: ``(depth, count)`` of ``prefix + param_name``; 0
+        for the stem, ``i + 1`` for the i-th of :meth:`depth_parts`, ``count - 1`` for the rest
+        (shared parameters, modules after the backbone)."""
         parts = self.depth_parts()
         count = len(parts) + 1
         if not param_name.startswith(prefix):

@@ -17,11 +17,10 @@ OUT_TYPES = ('featmap', 'avg_featmap')
 
 @register_model
 class DeiTRipple(CastlingViT):
-    """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`) with DeiT-Tiny's sizes and the
-    hybrid attention of C.5. As C.5 there is no class token by default: classification mean-pools
-    the tokens (``out_type='avg_featmap'``), dense heads take the maps of ``out_indices``
-    (``'featmap'``). The other arguments of mmseg's ``VisionTransformer`` pass through. A tool that
-    swaps the attention sets both ``ripple_cfg`` and ``attn_cfg`` (``attention_args``).
+    """mmseg's ``VisionTransformer`` (through :class:`CastlingViT`) with DeiT-Tiny's sizes and C.5's
+    hybrid attention. No class token by default: classification mean-pools
+    (``out_type='avg_featmap'``), dense heads take the maps of ``out_indices``. A tool swapping the
+    attention sets ``ripple_cfg`` and ``attn_cfg`` (``attention_args``).
 
     Args:
         num_ripple_layers: How many of the lowest layers use ``ripple_cfg`` (9, C.5 and Table 7);
@@ -33,7 +32,7 @@ class DeiTRipple(CastlingViT):
         qkv_bias, drop_rate, attn_drop_rate: as in mmseg's ``VisionTransformer``.
         drop_path_rate: Stochastic depth, DeiT-Tiny's 0.1.
         with_cls_token, final_norm, norm_cfg: as in mmseg's ``VisionTransformer`` (LayerNorm eps
-        1e-6).
+            1e-6).
         **kwargs: The other arguments of mmseg's ``VisionTransformer``.
     """
 

@@ -1,12 +1,10 @@
-"""ESNet, the "Enhanced ShuffleNet" backbone of PP-PicoDet v1 (Yu et al. 2021, "PP-PicoDet: a better
-real-time object detector on mobile devices", §3.1; PaddleDetection release/2.6), the detector the
-Castling-ViT talk (arXiv:2211.10526) reports on COCO.
+"""ESNet, the "Enhanced ShuffleNet" backbone of PP-PicoDet v1 ("PP-PicoDet: a better real-time
+object detector on mobile devices", arXiv:2111.00902, §3.1; PaddleDetection release/2.6), the
+detector the Castling-ViT talk (arXiv:2211.10526) reports on COCO.
 
-mmdet 3 has no ESNet (mmpretrain's ShuffleNetV2 lacks the SE module, the ghost-style depthwise
-concat and the per-block widths), so the blocks are written here from mmcv's ``ConvModule`` and
-mmdet's ``SELayer``. Layout per arch: a 3x3 stride-2 stem to 24 channels and a stride-2 max-pool,
-then three stages of [3, 7, 3] blocks whose first block halves the resolution; outputs are the
-three stage ends at strides 8, 16 and 32.
+mmdet 3 has none (mmpretrain's ShuffleNetV2 lacks the SE module, the ghost-style concat and
+per-block widths), so the blocks are built from mmcv's ``ConvModule`` and mmdet's ``SELayer``: a 3x3
+stride-2 stem to 24 channels, a max-pool, then stages of [3, 7, 3] blocks at strides 8, 16 and 32.
 """
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -24,8 +22,7 @@ from .contract import BackboneContract, checkpointed, resolve_arch
 STAGE_STRIDES = (8, 16, 32)  # the stem takes 4 (a stride-2 conv and max pooling), each stage 2
 
 HSWISH = dict(type='HSwish')
-# SE of PP-PicoDet: squeeze by 4, ReLU, then a hard sigmoid (relu6(x + 3) / 6; torch's, registered
-# in compat).
+# PP-PicoDet's SE: squeeze by 4, ReLU, hard sigmoid (torch's, registered in compat)
 SE_ACTIVATIONS = (dict(type='ReLU'), dict(type='Hardsigmoid'))
 
 # PaddleDetection's per-block ratios of the middle width to the block width (13 blocks).
@@ -40,8 +37,7 @@ def make_divisible(value: float, divisor: int = 16) -> int:
 
 
 def channel_shuffle(x: Tensor, groups: int) -> Tensor:
-    """Interleave the channels of ``groups`` groups (ShuffleNet), so the two halves of a block
-    mix."""
+    """Interleave the channels of ``groups`` groups (ShuffleNet): a block's halves mix."""
     batch, channels, height, width = x.shape
     return x.view(batch, groups, channels // groups, height, width).transpose(1, 2).reshape(
         batch, channels, height, width)
@@ -49,8 +45,7 @@ def channel_shuffle(x: Tensor, groups: int) -> Tensor:
 
 def conv_bn(in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1,
             groups: int = 1, act: Optional[dict] = HSWISH) -> ConvModule:
-    """Bias-free convolution, BatchNorm and (optionally) an activation: PaddleDetection's
-    ConvBNLayer."""
+    """Bias-free convolution, BatchNorm, optional activation (PaddleDetection's ConvBNLayer)."""
     return ConvModule(in_channels, out_channels, kernel_size, stride=stride,
                       padding=kernel_size // 2,
                       groups=groups, norm_cfg=dict(type='BN'), act_cfg=act)

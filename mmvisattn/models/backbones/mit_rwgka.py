@@ -38,17 +38,15 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
     """MiT (mmseg's ``MixVisionTransformer``) whose attentions come from ``ATTENTIONS``.
 
     Takes every argument of mmseg's ``MixVisionTransformer``, so a stock SegFormer config switches
-    by changing ``type``; patch embeddings, Mix-FFNs, norms, drop path, ``with_cp`` and the forward
-    are mmseg's. Parameter names are mmseg's but for the attention internals
-    (``attn.attn.{q,kv,proj,anchor_q,anchor_k}``), so ``init_cfg=dict(type='Pretrained')`` reads
-    mmseg's and NVlabs' MiT and SegFormer weights, converted while loading (:mod:`.pretrained`).
+    by changing ``type``; all but the attentions is mmseg's, and
+    ``init_cfg=dict(type='Pretrained')`` reads mmseg's and NVlabs' weights (:mod:`.pretrained`).
 
     Args:
-        attn_cfg: The attention of every block (any type of ``ATTENTIONS``; no extra tokens), one
-            for all stages or one per stage (Table 5). ``embed_dims``, ``num_heads``, ``qkv_bias``,
-            ``attn_drop``, ``proj_drop`` and, where taken, the stage's ``sr_ratio`` are filled in
-            (``dict(type='SpatialReductionAttention')`` rebuilds stock SegFormer). Defaults to
-            ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5, first row).
+        attn_cfg: The attention of every block (any type of ``ATTENTIONS``), one for all stages or
+            one per stage (Table 5); ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop``,
+            ``proj_drop`` and, where taken, ``sr_ratio`` are filled in
+            (``dict(type='SpatialReductionAttention')`` rebuilds SegFormer). Defaults to
+            ``RWGKAttention`` with 64 learnable anchors and ``lam=0.5`` (Table 5).
         frozen_stages: -1 freezes nothing, 0 the first patch embedding, ``k`` that and the first
             ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
@@ -105,9 +103,7 @@ class MixVisionTransformerRWGKA(LoadsPretrained, BackboneContract, MixVisionTran
         del self.layers[last + 1:]
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        """mmseg's forward, with the non-reentrant checkpoint (mmseg's blocks take the reentrant
-        one, which breaks under DDP with ``find_unused_parameters=True``) and contiguous maps, as
-        the contract asks."""
+        """mmseg's forward with the non-reentrant checkpoint and contiguous maps."""
         outs = []
         for index, (patch_embed, blocks, norm) in enumerate(self.layers):
             x, hw_shape = patch_embed(x)
@@ -126,11 +122,9 @@ def convert_mit_state_dict(
     state_dict: Dict[str, Tensor], keep_spatial_reduction: bool = False
 ) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
     """Stock mmseg MiT keys -> MixVisionTransformerRWGKA keys (``in_proj`` split into ``q`` and
-    ``kv``, ``out_proj`` renamed ``proj``); returns the converted dict and the dropped keys.
-
-    ``keep_spatial_reduction`` moves ``sr`` and ``norm`` into the attention instead of dropping
-    them, for a backbone built with ``attn_cfg=dict(type='SpatialReductionAttention')``.
-    """
+    ``kv``, ``out_proj`` as ``proj``); returns the converted dict and the dropped keys.
+    ``keep_spatial_reduction`` keeps ``sr`` and ``norm`` for a ``SpatialReductionAttention``
+    backbone."""
     converted, dropped = OrderedDict(), []
     for key, value in state_dict.items():
         match = MIT_ATTENTION_KEY.match(key)
@@ -156,13 +150,11 @@ def convert_mit_state_dict(
 
 
 def keeps_spatial_reduction(backbone: MixVisionTransformer) -> bool:
-    """Whether the backbone's attentions have mmseg's spatial reduction
-    (``SpatialReductionAttention``)."""
+    """Whether the backbone's attentions keep mmseg's spatial reduction."""
     return any('.attn.attn.sr.' in key for key in backbone.state_dict())
 
 
-# NVlabs SegFormer (mix_transformer.py) names -> mmseg MiT names, as mmseg's
-# tools/model_converters/mit2mmseg.py
+# NVlabs SegFormer names -> mmseg MiT names, as mmseg's tools/model_converters/mit2mmseg.py
 NVLABS_KEY = re.compile(r'^(?P<part>patch_embed|block|norm)(?P<stage>\d+)\.(?P<rest>.+)$')
 NVLABS_BLOCK_PARTS = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.',
                       'attn.norm.': 'attn.norm.',
@@ -172,8 +164,7 @@ NVLABS_BLOCK_PARTS = {'attn.proj.': 'attn.attn.out_proj.', 'attn.sr.': 'attn.sr.
 
 def _nvlabs_block(prefix: str, rest: str, value: Tensor, state_dict: Dict[str, Tensor],
                   key: str) -> Optional[Tuple[str, Tensor]]:
-    """One block tensor of an NVlabs MiT as ``(mmseg key, value)``; ``None`` for ``kv``, joined with
-    ``q``."""
+    """One NVlabs MiT block tensor as ``(mmseg key, value)``; ``None`` for ``kv`` (joined)."""
     if rest.startswith('attn.q.'):
         kind = rest.rsplit('.', 1)[1]
         return f'{prefix}attn.attn.in_proj_{kind}', torch.cat(
@@ -188,9 +179,8 @@ def _nvlabs_block(prefix: str, rest: str, value: Tensor, state_dict: Dict[str, T
 
 
 def convert_segformer_state_dict(state_dict: Dict[str, Tensor]) -> 'OrderedDict[str, Tensor]':
-    """NVlabs SegFormer MiT keys (``patch_embed1``, ``block1.0.attn.q``, ``norm1`` ...) -> mmseg MiT
-    keys: ``q`` and ``kv`` joined into ``in_proj``, the MLP's linear layers as 1x1 convolutions; the
-    classification head and anything else without a place dropped."""
+    """NVlabs SegFormer MiT keys -> mmseg MiT keys (``q`` and ``kv`` joined into ``in_proj``, MLP
+    linears as 1x1 convolutions); the head and anything without a place dropped."""
     converted = OrderedDict()
     for key, value in state_dict.items():
         match = NVLABS_KEY.match(key)

@@ -1,13 +1,11 @@
 """PerViT backbone, "Peripheral Vision Transformer" (Min et al., NeurIPS 2022; arXiv:2206.06801,
 §3.2, Eq. 10, Appendix E Table A5) for detection and segmentation.
 
-A columnar ViT: a convolutional stem makes stride-16 tokens, then 12 blocks
-``x' = x + MPA(LN(CPE(x)))``, ``x'' = res(x') + FFN(LN(x'))`` in four stages; the last block of a
-stage changes the width in its FFN and a linear residual path. Every output has stride 16, so dense
-heads take a simple feature pyramid (stock ``ChannelMapper`` + ``Feature2Pyramid`` + ``FPN``).
-Parameter names follow the official code (``stem``,
-``blocks.{i}.{cpe, norm1, attn, norm2, res_path, mlp}``, one shared ``rpe_proj``);
-``tools/model_converters/pervit2mmvisattn.py`` maps official checkpoints onto them."""
+A columnar ViT: a convolutional stem makes stride-16 tokens, then 12 blocks ``x' = x +
+MPA(LN(CPE(x)))``, ``x'' = res(x') + FFN(LN(x'))`` in four stages, the last block of each changing
+the width. Dense heads take a simple feature pyramid (stock ``ChannelMapper`` + ``Feature2Pyramid``
++ ``FPN``). Parameter names follow the official code; ``tools/model_converters/pervit2mmvisattn.py``
+maps its checkpoints."""
 import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -46,12 +44,9 @@ STEM_STRIDE = 16
 
 
 class PerViTBlock(nn.Module):
-    """Eq. 10 with the official width change: ``x = x + MPA(LN(CPE(x)))`` then
-    ``x = res_path(x) + FFN(LN(x))``, ``FFN: dims -> mlp_ratio * dims -> out_dims``.
-
-    A new class because mmcv's ``FFN`` keeps the width and mmseg's transformer layers have no
-    convolutional position encoding inside the attention branch.
-    """
+    """Eq. 10 with the official width change: ``x = x + MPA(LN(CPE(x)))`` then ``x = res_path(x) +
+    FFN(LN(x))``. A new class: mmcv's ``FFN`` keeps the width and mmseg's layers have no position
+    encoding inside the attention branch."""
 
     def __init__(self, dims: int, out_dims: int, attn: nn.Module, mlp_ratio: float = 4.0,
                  drop: float = 0.0, drop_path: float = 0.0) -> None:
@@ -217,9 +212,8 @@ OFFICIAL_KEY = re.compile(r'^blocks\.\d+\.attn\.activation\.')
 
 def convert_pervit_state_dict(state_dict: Dict[str, Tensor], num_stem_convs: int = 4,
                               last_stage: int = 3) -> Tuple[Dict[str, Tensor], List[str]]:
-    """Rename an official PerViT checkpoint (``juhongm999/pervit``) to :class:`PerViT` keys; returns
-    the converted dict and the dropped keys (the ImageNet head). Raises ``KeyError`` for a key no
-    rule knows."""
+    """Rename an official PerViT checkpoint to :class:`PerViT` keys; returns the converted dict and
+    the dropped keys (the ImageNet head). ``KeyError`` for a key no rule knows."""
     rules = [(pattern, target if target is None
               else target.format(stem_proj=num_stem_convs, last_stage=last_stage))
              for pattern, target in OFFICIAL_TO_PERVIT]

@@ -1,14 +1,12 @@
-"""Weights in from ``init_cfg``: a backbone named with ``init_cfg=dict(type='Pretrained',
-checkpoint=PATH_OR_URL)`` recognises the formats its family is published in from the key layout, and
-converts while loading with the functions of ``tools/model_converters/``, as mmdet's Swin does.
+"""Weights in from ``init_cfg=dict(type='Pretrained', checkpoint=PATH_OR_URL)``: a backbone
+recognises its family's published formats by their key layout and converts while loading
+(``tools/model_converters/``), as mmdet's Swin does.
 
-Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout is
-always read, an mmpretrain ``ImageClassifier``'s (``backbone.`` prefix) too, and of an ``EMAHook``
-checkpoint the raw weights (the averaged ones with ``use_ema=True``). Loading logs one line: the
-format, the tensors loaded, the parameters left newly initialised and the tensors dropped. A
-checkpoint of no known layout, of another model or of another width fails in one line naming the
-file; URLs go through torch's hub cache, a hash in the file name is checked, and reading is always
-``weights_only``."""
+Each backbone lists its :class:`CheckpointFormat` s (``pretrained_formats``); its own layout, an
+mmpretrain classifier's (``backbone.``) and an ``EMAHook`` checkpoint's are always read. Loading
+logs one line (format, tensors loaded, left new, dropped); an unknown layout, another model or width
+fails in one line naming the file. URLs go through torch's hub cache with their hash checked;
+reading is always ``weights_only``."""
 import os.path as osp
 import re
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -58,9 +56,8 @@ def split_pretrained(init_cfg) -> Tuple[Optional[dict], Optional[list]]:
 
 
 def read_pretrained(path: str, use_ema: bool = False) -> Tuple[StateDict, str]:
-    """The state dict of a local file or a URL (through torch's hub cache, its hash checked where
-    the file name carries one), read ``weights_only``, and a note on which weights of an EMA
-    checkpoint were taken; one-line :class:`CheckpointError` otherwise."""
+    """The state dict of a local file or URL, read ``weights_only``, and a note on the EMA weights
+    taken; one-line :class:`CheckpointError` otherwise."""
     if not path.startswith(('http://', 'https://')):
         return raw_or_ema_weights(read_checkpoint(path, WRAPPERS), path, use_ema)
     check_hash = HASHED_NAME.search(osp.basename(path)) is not None
@@ -81,10 +78,8 @@ def read_pretrained(path: str, use_ema: bool = False) -> Tuple[StateDict, str]:
 
 
 def raw_or_ema_weights(checkpoint: object, path: str, use_ema: bool) -> Tuple[StateDict, str]:
-    """The weights to hand on from a checkpoint that mmengine's ``EMAHook`` wrote (its
-    ``state_dict`` holds the averaged weights, ``ema_state_dict`` the raw ones under ``module.``,
-    swapped so): the raw ones unless ``use_ema``. Any other checkpoint's state dict as it is
-    (``use_ema`` refused)."""
+    """The weights of an ``EMAHook`` checkpoint (``state_dict`` averaged, ``ema_state_dict`` raw):
+    the raw ones unless ``use_ema``; any other checkpoint's as it is (``use_ema`` refused)."""
     ema = checkpoint.get('ema_state_dict') if isinstance(checkpoint, dict) else None
     if ema is None:
         if use_ema:
@@ -104,9 +99,8 @@ CLASSIFIER_PARTS = ('neck.', 'head.', 'data_preprocessor.')
 
 
 def backbone_of_classifier(state_dict: StateDict) -> Tuple[StateDict, List[str]]:
-    """The ``backbone.`` weights of an mmpretrain ``ImageClassifier`` checkpoint without the prefix,
-    and the keys of its other parts (head, neck); a checkpoint of anything else comes back as it
-    is."""
+    """An mmpretrain ``ImageClassifier`` checkpoint's ``backbone.`` weights unprefixed, and its
+    other keys; anything else as it is."""
     is_classifier = (any(key.startswith('head.') for key in state_dict)
                      and all(key.startswith(('backbone.',)
                                             + CLASSIFIER_PARTS) for key in state_dict))
@@ -163,10 +157,8 @@ def find_layout(owner: str, path: str, state_dict: StateDict, target: StateDict,
 
 def load_pretrained(backbone: nn.Module, cfg: dict,
                     formats: Sequence[CheckpointFormat]) -> List[str]:
-    """Load ``cfg['checkpoint']`` (``prefix`` kept as mmengine's ``Pretrained`` reads it;
-    ``use_ema`` for the averaged weights of an EMA checkpoint) into ``backbone`` in whichever of its
-    own layout and ``formats`` it is, an mmpretrain classifier's backbone included; returns the
-    parameters that stay newly initialised."""
+    """Load ``cfg['checkpoint']`` into ``backbone`` from its own layout or one of ``formats`` (a
+    classifier's backbone included); returns the parameters left newly initialised."""
     owner, path = type(backbone).__name__, str(cfg['checkpoint'])
     state_dict, ema_note = read_pretrained(path, cfg.get('use_ema', False))
     if cfg.get('prefix'):
@@ -196,10 +188,8 @@ def load_pretrained(backbone: nn.Module, cfg: dict,
 
 
 class LoadsPretrained:
-    """``init_weights`` for a ``Pretrained`` ``init_cfg``: the class's whole ``init_weights`` chain
-    runs first as it would without one (every weight initialised, the ones the checkpoint lacks
-    included), then :func:`load_pretrained` loads the checkpoint with the class's
-    ``pretrained_formats``. Mixed in before the backbone's base class."""
+    """``init_weights`` for a ``Pretrained`` ``init_cfg``: the class's whole chain runs first, then
+    :func:`load_pretrained` loads the checkpoint. Mixed in before the backbone's base class."""
 
     pretrained_formats: Sequence[CheckpointFormat] = ()
 

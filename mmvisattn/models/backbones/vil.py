@@ -32,9 +32,9 @@ _SIZES = {
     'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12)),
     'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12)),
 }
-# Table 8 (4-stage models), Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts,
-# whose last stage has no global token; the ``-cls`` layouts are the ImageNet models (Tables 12,
-# 13), whose last stage keeps one as the class token the linear head reads (Table 10, "CLS").
+# Table 8, Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts (no global token in
+# the last stage); the ``-cls`` layouts are the ImageNet models (Tables 10, 12, 13), whose last
+# stage keeps its class token.
 ARCH_ZOO = {
     **{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
     **{
@@ -83,9 +83,8 @@ class ViLBlock(BaseModule):
 
 
 def linear_resize(embed: Tensor, size: int) -> Tensor:
-    """``F.interpolate(mode='linear', align_corners=False)`` along ``L`` of ``(B, L, C)``, by
-    gathers: their backward is deterministic on CUDA under ``torch.use_deterministic_algorithms``,
-    the interpolation's not."""
+    """``F.interpolate(mode='linear')`` along ``L`` of ``(B, L, C)`` by gathers, whose backward is
+    deterministic on CUDA."""
     length = embed.shape[1]
     steps = torch.arange(size, device=embed.device,
                          dtype=torch.promote_types(embed.dtype, torch.float32))
@@ -96,9 +95,9 @@ def linear_resize(embed: Tensor, size: int) -> Tensor:
 
 
 class ViLStage(BaseModule):
-    """Patch embedding (conv + LayerNorm, any input size through adaptive padding), global tokens,
-    optional 2-D absolute position embedding (half the channels along each axis, resized to the
-    map), then the blocks; returns the tokens, the global ones first."""
+    """Patch embedding (conv + LayerNorm, adaptive padding), global tokens, optional 2-D absolute
+    position embedding resized to the map, then the blocks; returns the tokens, global ones
+    first."""
 
     def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int,
                  abs_pos: bool, blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
@@ -278,8 +277,7 @@ _MLP_NAMES = {'norm.': 'norm2.', 'mlp.fc1.': 'ffn.layers.0.0.', 'mlp.fc2.': 'ffn
 
 
 def _official_name(key: str) -> Optional[str]:
-    """The ViL name of one official key, or ``None`` when it has no place (head, final norm,
-    FPN)."""
+    """The ViL name of one official key, or ``None`` without a place (head, final norm, FPN)."""
     match = _OFFICIAL_KEY.match(key)
     if match is None:
         return None
@@ -310,12 +308,11 @@ def _resize_tokens(value: Tensor, size: int, dim: int) -> Tensor:
 def _recentre_table(name: str, table: Tensor, entries: int) -> Tensor:
     """A ``((2a - 1)^2, heads)`` relative-position table re-centred to ``entries`` rows.
 
-    Both tables are indexed by the same token offsets (``-(a - 1) .. a - 1`` per axis), so the
-    offsets both cover keep their bias exactly: a full-attention stage's ``(2n - 1)^2`` table (the
-    official classification models' last stage) lands inside a sliding-chunk table of side
-    ``4w - 1``, and the converted model equals the official one wherever the official one is
-    defined. Offsets only the larger table covers take the nearest edge value; a smaller table
-    keeps its centre. (Stretching the table instead would move every bias to another offset.)"""
+    Both tables are indexed by token offsets, so the offsets both cover keep their bias exactly (a
+    full-attention stage's ``(2n - 1)^2`` table lands inside a sliding-chunk table of side ``4w -
+    1``, and the converted model equals the official one where it is defined); offsets only the
+    larger table covers take the nearest edge value. Stretching would move every bias to another
+    offset."""
     old, new = math.isqrt(table.shape[0]), math.isqrt(entries)
     if old * old != table.shape[0] or new * new != entries or (new - old) % 2:
         raise ValueError(f'{name}: a relative-position table of {table.shape[0]} rows does not '
@@ -370,11 +367,10 @@ def _expand_attention(name: str, value: Tensor, target: Dict[str, Tensor]) -> Di
 def convert_vil_state_dict(
     state_dict: Dict[str, Tensor], target: Dict[str, Tensor]
 ) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
-    """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``)
-    -> the ViL backbone whose state dict is ``target``; returns the converted dict and the
-    official keys without a place (head, FPN, ``relative_position_index``, the final norm unless the
-    target has one (``out_type='cls_token'``), and ``*_global`` copies when the target shares the
-    global projections)."""
+    """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``) ->
+    the backbone whose state dict is ``target``; returns the converted dict and the official keys
+    without a place (head, FPN, position indices, an unused final norm, shared ``*_global``
+    copies)."""
     converted, unmapped = OrderedDict(), []
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key

@@ -1,12 +1,10 @@
-"""PicoHead, the detection head of PP-PicoDet v1 (Yu et al. 2021, §3.3-3.4; PaddleDetection
-release/2.6, the model the Castling-ViT talk reports on COCO).
+"""PicoHead, the detection head of PP-PicoDet v1 (arXiv:2111.00902, §3.3-3.4; PaddleDetection
+release/2.6).
 
-mmdet 3 has the pieces but not the head: GFL's integral box regression (``GFLHead``,
-``DistributionFocalLoss``), ``VarifocalLoss``, ``GIoULoss`` and ``SimOTAAssigner``. ``GFLHead``
-shares one tower over all levels and assigns anchors with ATSS; PicoDet gives every level its own
-tower of depthwise-separable 5x5 convolutions (shared by classification and regression), places
-one point prior at each cell centre and assigns with SimOTA. This class keeps GFLHead's integral,
-DFL and prediction code and replaces its layers and loss.
+mmdet 3 has the pieces but not the head: ``GFLHead`` shares one tower over all levels and assigns
+with ATSS, where PicoDet gives each level its own tower of depthwise-separable 5x5 convolutions, one
+point prior per cell and SimOTA. This class keeps GFLHead's integral, DFL and prediction code and
+replaces its layers and loss.
 """
 from typing import List, Optional, Sequence, Tuple
 
@@ -85,8 +83,7 @@ class PicoHead(GFLHead):
             predictor.bias.data[:self.cls_out_channels] = bias_init_with_prob(0.01)
 
     def forward(self, x: Tuple[Tensor, ...]) -> Tuple[List[Tensor], List[Tensor]]:
-        """Per level: class logits ``(B, classes, H, W)`` and bin logits
-        ``(B, 4 (reg_max + 1), H, W)``."""
+        """Per level: ``(B, classes, H, W)`` class and ``(B, 4 (reg_max + 1), H, W)`` bin logits."""
         if len(x) != len(self.towers):
             raise ValueError(f'PicoHead: got {len(x)} feature levels; expected {len(self.towers)} '
                              f'(strides {[s[0] for s in self.prior_generator.strides]})')

@@ -18,13 +18,10 @@ from ..layers.smca_transformer import SMCATransformerDecoder, SMCATransformerEnc
 
 
 def reference_scale(batch_data_samples: OptSampleList, feat: Tensor) -> Tensor:
-    """``(B, 2)`` unpadded width and height of each image in feature cells, ``(W, H) / stride``:
-    the span of SMCA's normalised centres (the official ``h_w / 32``).
-
-    The stride is the backbone's (a power of two: 32 for the C5 maps SMCA uses), read from the
-    padded batch and its map, which ``ceil`` makes slightly coarser than the stride when the batch
-    is not a multiple of it; dividing each image by the stride itself keeps an image's centres the
-    same whatever it is batched with."""
+    """``(B, 2)`` unpadded width and height of each image in feature cells, ``(W, H) / stride``: the
+    span of SMCA's normalised centres (the official ``h_w / 32``). Dividing by the backbone's
+    stride, not the padded map's ratio, keeps an image's centres the same whatever it is batched
+    with."""
     batch_h, batch_w = batch_data_samples[0].batch_input_shape
     stride = 2 ** round(math.log2(max(batch_h, batch_w) / max(feat.shape[-2:])))
     # (H, W) each; a traced tensor under mmdeploy's dynamic-shape export, which must stay one
@@ -39,10 +36,9 @@ class SMCA(DETR):
     around centres and scales predicted from every object query
     (:mod:`mmvisattn.models.layers.smca_transformer`).
 
-    mmdet has no SMCA. ``DETR`` supplies the backbone, neck, positional encoding and query flow, and
-    ``ConditionalDETRHead`` is SMCA's head unchanged (reference centres added to the box-centre
-    logits; sigmoid focal, L1 and GIoU under Hungarian matching). New: the encoder's attention comes
-    from ``ATTENTIONS`` (``encoder.layer_cfg.attn_cfg``), and the decoder gets each image's grid and
+    mmdet has no SMCA: ``DETR`` supplies the backbone, neck, positional encoding and query flow,
+    ``ConditionalDETRHead`` is SMCA's head unchanged. New: the encoder's attention comes from
+    ``ATTENTIONS`` (``encoder.layer_cfg.attn_cfg``), and the decoder gets each image's grid and
     reference span.
 
     Args: those of mmdet's ``DETR``; ``encoder`` configures :class:`SMCATransformerEncoder`,
@@ -60,11 +56,9 @@ class SMCA(DETR):
                              f'expected half of embed_dims={self.embed_dims}')
 
     def init_weights(self) -> None:
-        """DETR's Xavier initialisation of the transformer (C.6: "Xavier initialization") on the
-        weights of linear layers and of the stock attentions' input projections, which are all the
-        matrices of DETR's transformer; other parameters of an attention (the Gaussian feature-map
-        weights and stick-unit embeddings of ripple attention) keep their own start. Scales start at
-        1."""
+        """DETR's Xavier initialisation (C.6) of linear layers and the stock attentions' input
+        projections; other attention parameters (ripple's feature maps and stick embeddings) keep
+        their own start."""
         super(DETR, self).init_weights()
         for coder in self.encoder, self.decoder:
             for module in coder.modules():

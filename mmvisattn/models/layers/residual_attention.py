@@ -7,11 +7,8 @@ from torch import Tensor
 
 
 class TokenGrid:
-    """The ``(H, W)`` token grid of the image being processed, shared by a backbone's adapters.
-
-    mmseg's ViT layers call their attention without the grid; the backbone records it here from
-    its patch embedding's output (a forward hook) before the layers run.
-    """
+    """The ``(H, W)`` token grid of the image being processed: mmseg's ViT layers call their
+    attention without it, so the backbone records it from its patch embedding (a forward hook)."""
 
     def __init__(self) -> None:
         self.hw_shape: Optional[Tuple[int, int]] = None

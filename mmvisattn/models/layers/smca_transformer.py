@@ -1,16 +1,15 @@
-"""Transformer of single-scale SMCA (Gao et al., "Fast convergence of DETR with spatially modulated
-co-attention", ICCV 2021, Eq. 2-5), as used by the ripple-attention paper (arXiv:2110.02453, C.4)
-with the encoder attention taken from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple
+"""Transformer of single-scale SMCA ("Fast convergence of DETR with spatially modulated
+co-attention", arXiv:2101.07448, Eq. 2-5), as the ripple-attention paper uses it (arXiv:2110.02453,
+C.4), the encoder attention from ``ATTENTIONS``: softmax (SMCA), linearized (SMCA-LA) or ripple
 (SMCA-Ripple).
 
-Decoder: each object query predicts a normalised centre in its first decoder layer; every layer adds
-a per-head offset and predicts per-head scales, and the cross-attention logits of head ``h`` get the
-log of a Gaussian-like weight map over the integer cell indices ``g`` (Eq. 3-4)::
+Decoder: each object query predicts a normalised centre in the first layer; every layer adds
+per-head offsets and scales, and head ``h``'s cross-attention logits get the log of a Gaussian-like
+map over the cell indices ``g`` (Eq. 3-4), in cells of each image's unpadded size as the official
+code::
 
     log G_h(i, j) = -sum_d s_{h,d} (p_{h,d} - g_d(i, j))^2 / smooth
-
-Centres are in cells of each image's unpadded size, as the official code
-(``gaopengcuhk/SMCA-DETR``)."""
+"""
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -83,19 +82,14 @@ def valid_sizes(key_padding_mask: Optional[Tensor],
 
 
 class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
-    """DETR's post-norm encoder layer whose self-attention comes from ``ATTENTIONS``.
-
-    mmcv's ``MultiheadAttention`` cannot hold a linearized or ripple attention; this layer keeps the
-    stock FFN and norms and calls the attention through ``forward(x, hw_shape)``: the positional
-    encoding is added to the tokens first (DETR adds it to queries and keys only), and a padded
-    batch runs each image's unpadded grid on its own (key padding for softmax, the true borders for
-    ripple).
+    """DETR's post-norm encoder layer whose self-attention comes from ``ATTENTIONS`` (mmcv's
+    ``MultiheadAttention`` cannot hold a linearized or ripple one). The positional encoding is added
+    to the tokens first, and a padded batch runs each image's unpadded grid on its own.
 
     Args:
-        attn_cfg: Config of the attention (any type of ``ATTENTIONS``; no extra tokens);
-            ``embed_dims``, ``num_heads``, ``attn_drop`` and ``proj_drop`` are filled in from the
-            arguments below, and ``sr_ratio`` 1 where taken (the encoder's map is already at stride
-            32).
+        attn_cfg: Config of the attention (any type of ``ATTENTIONS``); ``embed_dims``,
+            ``num_heads``, ``attn_drop`` and ``proj_drop`` are filled in, and ``sr_ratio`` 1 where
+            taken (the map is at stride 32).
         embed_dims: Token channels.
         num_heads: Attention heads.
         dropout: Dropout on the attention weights (where the attention has them) and on its output.
@@ -125,8 +119,7 @@ class SMCATransformerEncoderLayer(DetrTransformerEncoderLayer):
 
     def attend(self, x: Tensor, hw_shape: Sequence[int],
                sizes: Optional[List[Tuple[int, int]]]) -> Tensor:
-        """The attention on the whole batch, or image by image on the unpadded cells (zero on
-        padding)."""
+        """The attention on the batch, or image by image on the unpadded cells (zero on padding)."""
         if sizes is None:
             return self.self_attn(x, hw_shape)
         out = x.new_zeros(x.shape)
@@ -165,13 +158,11 @@ class SMCATransformerEncoder(DetrTransformerEncoder):
 
 
 class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
-    """DETR's post-norm decoder layer with SMCA's spatially modulated co-attention.
-
-    The stock attentions, FFN and norms are kept; from ``LayerNorm(query + query_pos)`` the layer
-    predicts per-head centre offsets (``offset_proj``, official ``point2``), per-head scales
-    (``scale_proj``, ``point3``; squared, starting at scale 1) and, in the first layer, the
-    reference centre (``ref_point_head``, ``point1``). The Gaussian log-weights reach the stock
-    cross-attention as its float ``attn_mask``.
+    """DETR's post-norm decoder layer with SMCA's spatially modulated co-attention: from
+    ``LayerNorm(query + query_pos)`` it predicts per-head centre offsets (``offset_proj``, official
+    ``point2``), scales (``scale_proj``, ``point3``) and, first, the reference centre
+    (``ref_point_head``, ``point1``); the Gaussian log-weights reach the stock cross-attention as
+    its ``attn_mask``.
 
     Args:
         scale_type: ``'fixed'`` (official ``type1``), ``'per_head'`` (``type2``), ``'per_head_xy'``
@@ -248,13 +239,9 @@ class SMCATransformerDecoderLayer(DetrTransformerDecoderLayer):
 
 
 class SMCATransformerDecoder(DetrTransformerDecoder):
-    """DETR's decoder of :class:`SMCATransformerDecoderLayer`; the first layer predicts the
-    reference centres, every layer modulates its co-attention around them.
-
-    ``forward`` returns the stacked (post-normed) hidden states of every layer, as DETR's, and the
-    ``(B, Q, 2)`` normalised references, which ``ConditionalDETRHead`` adds (as logits) to the box
-    centre logits of every layer, as SMCA does.
-    """
+    """DETR's decoder of :class:`SMCATransformerDecoderLayer`s; ``forward`` returns every layer's
+    hidden states and the ``(B, Q, 2)`` normalised references, which ``ConditionalDETRHead`` adds to
+    the box-centre logits."""
 
     def _init_layers(self) -> None:
         self.layers = ModuleList(

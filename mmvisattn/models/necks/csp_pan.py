@@ -1,10 +1,9 @@
-"""CSP-PAN, the neck of PP-PicoDet v1 (Yu et al. 2021, §3.2; PaddleDetection release/2.6).
+"""CSP-PAN, the neck of PP-PicoDet v1 (arXiv:2111.00902, §3.2; PaddleDetection release/2.6).
 
-mmdet 3 has PAFPN variants with CSP blocks (``YOLOXPAFPN``, ``CSPNeXtPAFPN``) but none with
-PicoDet's layout: every level first mapped to one width by a 1x1 conv, depthwise-separable 5x5
-convolutions throughout (mmdet's ``DarknetBottleneck`` fixes its kernel at 3) and the extra P6
-level made of two stride-2 convolutions, one from the last input and one from the last output. The
-CSP blocks themselves are mmdet's ``CSPLayer``.
+mmdet's PAFPNs with CSP blocks (``YOLOXPAFPN``, ``CSPNeXtPAFPN``) lack PicoDet's layout: every level
+mapped to one width by a 1x1 conv, depthwise-separable 5x5 convolutions (mmdet's
+``DarknetBottleneck`` fixes 3) and a P6 from two stride-2 convolutions. The CSP blocks are mmdet's
+``CSPLayer``.
 """
 from typing import List, Sequence, Tuple
 

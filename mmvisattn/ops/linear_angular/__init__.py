@@ -1,15 +1,12 @@
 """Linear-angular attention, "Castling-ViT" (arXiv:2211.10526): the angular kernel between
-L2-normalised queries and keys keeps only its constant and linear terms,
-``Sim(q, k) = 1/2 + (1/pi) q^ . k^`` (always positive, so attention normalised by its row sums is a
-weighted average). The kernel is linear in ``q^`` and ``k^``, so the ``N x N`` matrix is never
-needed::
+L2-normalised queries and keys keeps its constant and linear terms, ``Sim(q, k) = 1/2 + (1/pi) q^ .
+k^`` (positive, so row-normalised attention is a weighted average), linear in ``q^`` and ``k^``::
 
     out_i = (1/2 sum_j v_j + 1/pi q^_i (K^T V)) / (N/2 + 1/pi q^_i . sum_j k^_j)
 
-Backends, in ``auto``'s order (:data:`OP`): ``triton`` (two fused passes, CUDA) and ``torch``;
-:func:`linear_angular_attention_reference` (the explicit ``N x N`` kernel) is what they are tested
-against. :func:`linear_angular_unnormalised` is the official module's form without the row-sum
-division."""
+Backends in ``auto``'s order (:data:`OP`): ``triton`` and ``torch``, tested against
+:func:`linear_angular_attention_reference`; :func:`linear_angular_unnormalised` is the official
+module's form without the division."""
 from torch import Tensor
 
 from ..utils.dispatch import Backend, Op, Request, interpreted, triton_kernels

@@ -1,11 +1,8 @@
-"""Linear-angular attention in O(N d^2) with torch operations and a hand-written backward.
+"""Linear-angular attention in O(N d^2) with torch operations and a hand-written backward: one
+matmul ``q^ S`` with ``S = [K^T V, sum_j k^_j] / pi`` gives numerator and normaliser; the backward
+saves ``q``, ``k``, ``v`` and recomputes ``S``.
 
-The keys and values are summarised once per head into ``S = [K^T V, sum_j k^_j] / pi``; one matmul
-``q^ S`` gives the numerator's linear term and the normaliser together. The backward saves ``q``,
-``k`` and ``v`` only and recomputes the summaries.
-
-Mixed precision: autocast off inside the Function, float32 arithmetic (``K^T V`` sums over every
-token and leaves float16's range); the norm clamp
+Mixed precision: autocast off, float32 arithmetic (``K^T V`` leaves float16's range); the norm clamp
 follows :func:`~mmvisattn.ops.utils.amp.norm_eps`."""
 import math
 from typing import Tuple
@@ -36,8 +33,7 @@ def _mix(q_hat: Tensor, k_hat: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tenso
 
 
 def normalise_backward(grad_hat: Tensor, x_hat: Tensor, norm: Tensor) -> Tensor:
-    """Gradient through ``x / ||x||``: the component of ``grad_hat`` orthogonal to ``x^``, over
-    ``||x||``."""
+    """Gradient through ``x / ||x||``: ``grad_hat``'s part orthogonal to ``x^``, over ``||x||``."""
     return (grad_hat - x_hat * (x_hat * grad_hat).sum(dim=-1, keepdim=True)) / norm
 
 
@@ -82,15 +78,13 @@ def linear_angular_backward(q: Tensor, k: Tensor, v: Tensor,
 
 
 def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)`` with no division by the kernel's
-    row sums (its caller normalises each output token), in float32 with autocast off; ``v``'s
-    dtype."""
+    """The official module's form, ``1/2 v + (1/pi) q^ (K^T V)``, unnormalised, float32 with
+    autocast off; ``v``'s dtype."""
     with no_autocast(q.device.type):
         (q_hat, _), (k_hat, _), (values,) = normalise(q), normalise(k), upcast(v)
         return (0.5 * values + q_hat @ (k_hat.transpose(-1, -2) @ values) / math.pi).to(v.dtype)
 
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values ->
-    ``(B, heads, N, d_v)``."""
+    """``(B, heads, N, d)`` queries, keys and values -> ``(B, heads, N, d)``."""
     return apply_function(LinearAngularFunction, q, k, v)

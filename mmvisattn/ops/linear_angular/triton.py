@@ -1,14 +1,11 @@
-"""Triton kernels for the linear-angular core: two passes per (batch, head). ``_summarise``
-normalises blocks of keys and accumulates the means of ``K^T V``, ``k^`` and ``v`` over the ``N``
-tokens; ``_mix`` normalises each block of queries into
-``(1/2 mean v + 1/pi q^ mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)`` (the paper's ratio with ``N``
-divided out, so the summary stays in the values' range). The backward is the torch one
-(:func:`.pytorch.linear_angular_backward`), which recomputes the O(d^2) summaries.
+"""Triton kernels for the linear-angular core, two passes per (batch, head): ``_summarise``
+accumulates the means of ``K^T V``, ``k^`` and ``v``; ``_mix`` gives ``(1/2 mean v + 1/pi q^
+mean(K^T V)) / (1/2 + 1/pi q^ . mean k^)`` (``N`` divided out, keeping the summary in the values'
+range). The backward is :func:`.pytorch.linear_angular_backward`.
 
-Mixed precision: the kernels read float32, float16 or bfloat16 and normalise and accumulate in
-float32; both products take their operands in the inputs' precision (half tensor cores, TF32 for
-float32). The result in ``v``'s dtype; autocast off in the Function, whose backward computes in
-float32."""
+Mixed precision: the kernels read float32, float16 or bfloat16 and accumulate in float32, the
+products on the inputs' precision (half tensor cores, TF32); the result in ``v``'s dtype; autocast
+off in the Function."""
 import math
 
 import torch
@@ -23,12 +20,8 @@ from .pytorch import linear_angular_backward
 
 @triton.jit
 def _unit_rows(x, eps):
-    """Rows of a float32 block divided by ``max(||row||, eps)`` (every column of a row is in the
-    block).
-
-    ``eps`` is cast because ``torch.compile`` passes a Python float as a float64 scalar, which would
-    promote the block to float64 and fail the ``tl.dot`` that follows.
-    """
+    """Rows of a float32 block divided by ``max(||row||, eps)``; ``eps`` cast, as ``torch.compile``
+    passes a float64 scalar that would break ``tl.dot``."""
     return x / tl.maximum(tl.sqrt(tl.sum(x * x, axis=1)), tl.cast(eps, tl.float32))[:, None]
 
 

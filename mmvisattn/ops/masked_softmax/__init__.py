@@ -1,16 +1,12 @@
-"""The auxiliary masked softmax attention of Castling-ViT, "Castling-ViT: Compressing self-attention
-via switching towards linear-angular attention during vision transformer inference"
-(arXiv:2211.10526): softmax weights at or below a threshold ``t`` dropped, the rest kept as they are
-(not renormalised)::
+"""The auxiliary masked softmax attention of Castling-ViT (arXiv:2211.10526): softmax weights at or
+below a threshold ``t`` dropped, the rest kept as they are (not renormalised)::
 
     P = softmax(s Q K^T),    out = (P * [P > t]) V
 
-It trains beside the linear-angular branch and is removed for inference (an ONNX export of it
-refuses). Backends, in ``auto``'s order (:data:`OP`): ``dense`` (:mod:`.dense`), the whole weights
-under autograd, for dropout on the weights (a recomputed block would draw another mask) and under
-``torch.compile``; ``torch`` (:mod:`.pytorch`), blocks of queries recomputed in the backward, so no
-``N x N`` matrix outlives its block. :func:`masked_softmax_attention_reference` is the literal form
-in float32."""
+It trains beside the linear-angular branch and is removed for inference (ONNX export refuses it).
+Backends in ``auto``'s order (:data:`OP`): ``dense`` (the whole weights under autograd, for dropout
+and ``torch.compile``) and ``torch`` (blocks of queries recomputed in the backward, no ``N x N``
+matrix kept); :func:`masked_softmax_attention_reference` is the literal form."""
 from typing import NamedTuple, Optional
 
 from torch import Tensor

@@ -1,8 +1,5 @@
-"""Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``;
-see :mod:`mmvisattn.ops.masked_softmax`): only the inputs saved, each block's weights recomputed in
-the backward. Products in the inputs' precision giving float32 (:func:`product`), logits, softmax
-and mask in float32.
-"""
+"""Masked softmax attention by blocks of queries with the backward written out (``impl='torch'``):
+only the inputs saved, each block's weights recomputed; logits, softmax and mask in float32."""
 from typing import Optional
 
 import torch
@@ -18,10 +15,8 @@ BLOCK_WEIGHTS = 2 ** 25
 
 
 def product(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` of ``(..., M, K)`` and ``(..., K, N)`` (the same leading dims) in float32: half
-    operands as they are on CUDA (cuBLAS accumulates in float32), elsewhere upcast first (the same
-    arithmetic: a product of two halves is exact in float32); float32 and float64 multiply as they
-    are. Strided views are copied for the product only."""
+    """``a @ b`` with the same leading dims in float32: half operands as they are on CUDA (cuBLAS
+    accumulates in float32), upcast first elsewhere; float32 and float64 as they are."""
     lead = a.shape[:-2]
     a, b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
     if a.dtype not in HALF_DTYPES:
@@ -34,8 +29,7 @@ def product(a: Tensor, b: Tensor) -> Tensor:
 
 
 def query_block(q: Tensor, k: Tensor) -> int:
-    """Queries per block: :data:`BLOCK_WEIGHTS` weights over every batch and head, at least one
-    query."""
+    """Queries per block: :data:`BLOCK_WEIGHTS` weights over all batches and heads, at least one."""
     return max(1, BLOCK_WEIGHTS // (q.shape[:-2].numel() * k.shape[-2]))
 
 
@@ -44,18 +38,15 @@ def _join(parts, dim: int) -> Tensor:
 
 
 def _weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    """A block's softmax weights in float32, the same arithmetic in both passes (so the mask is
-    too)."""
+    """A block's softmax weights in float32, the same arithmetic (so mask) in both passes."""
     logits = product(q, k.transpose(-1, -2)).mul_(scale)
     return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True)).exp_()
 
 
 class MaskedSoftmax(torch.autograd.Function):
-    """``(P * [P > t]) V`` of ``(..., N, D)`` queries, ``(..., M, D)`` keys and ``(..., M, E)``
-    values by blocks of queries, each block's weights recomputed in the backward; only the inputs
-    are saved, as given (views of the caller's projection, which the linear-angular branch keeps
-    anyway). The mask is piecewise constant: its gradient is that of the kept weights. Autocast off
-    in both passes."""
+    """``(P * [P > t]) V`` by blocks of queries, each block's weights recomputed in the backward;
+    only the inputs are saved (views of the caller's projection). The mask is piecewise constant:
+    its gradient is the kept weights'. Autocast off in both passes."""
 
     @staticmethod
     @autocast_off
@@ -95,9 +86,8 @@ class MaskedSoftmax(torch.autograd.Function):
 def masked_softmax_attention_torch(q: Tensor, k: Tensor, v: Tensor, threshold: float,
                                    scale: Optional[float] = None,
                                    dropout: float = 0.0, block: Optional[int] = None) -> Tensor:
-    """:class:`MaskedSoftmax` with the logits' ``scale`` (``D ** -0.5`` by default) and ``block``
-    queries a block (:func:`query_block` by default); ``dropout`` must be 0 (a recomputed block
-    would draw another mask)."""
+    """:class:`MaskedSoftmax` with the logits' ``scale`` and ``block`` queries a block
+    (:func:`query_block` by default); ``dropout`` must be 0."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     block = query_block(q, k) if block is None else block
     return apply_function(MaskedSoftmax, q, k, v, scale, threshold, block)

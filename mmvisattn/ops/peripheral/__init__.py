@@ -1,11 +1,8 @@
-"""Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): content
-attention ``Phi_c = exp(tau q k^T)`` times a position attention ``Phi_p`` learnt from query-key
-distances, normalised over the keys:
-``out = Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V``. Two ops, each tested
-against its reference (:mod:`.reference`): :func:`peripheral_attention` (``torch``: SDPA with
-``log Phi_p`` as additive bias) and :func:`position_logits`, ``Phi_p``'s pre-sigmoid logits (Eq.
-7-8; ``triton``, the windows in registers on CUDA, then ``torch``, the first projection on the map
-of relative offsets and the rest by chunks of queries, :mod:`.position`)."""
+"""Peripheral attention, "Peripheral Vision Transformer" (arXiv:2206.06801, Eq. 5-8): ``out =
+Normalize[Phi_c * Phi_p] V = softmax(tau q k^T + log Phi_p) V``, content attention times a position
+attention learnt from query-key distances. Two ops: :func:`peripheral_attention` (``torch``: SDPA
+with ``log Phi_p`` as bias) and :func:`position_logits` (Eq. 7-8; ``triton`` on CUDA, then
+``torch``, :mod:`.position`), each tested against :mod:`.reference`."""
 from typing import Sequence
 
 import torch
@@ -74,8 +71,7 @@ def position_logits(params: PositionParams, hw_shape: Sequence[int], impl: str =
 def log_position_attention(params: PositionParams, hw_shape: Sequence[int], impl: str = 'auto',
                            frozen: bool = False) -> Tensor:
     """``log Phi_p = log sigmoid(position_logits)``; ``frozen``: of weights that do not train,
-    computed without autograd and, under ONNX export, held by the graph as constants (one map size's
-    table)."""
+    without autograd and, under ONNX export, graph constants of one map size."""
     if not frozen:
         return F.logsigmoid(position_logits(params, hw_shape, impl))
     with torch.no_grad(), onnx_constants():

@@ -1,20 +1,17 @@
-"""Triton kernels of PerViT's position network after the first peripheral projection
-(arXiv:2206.06801, Eq. 7-8): for every query, its key window cropped from the
-``(D_hid, 2H - 1 + P, 2W - 1 + P)`` map of the first projection (:func:`.position.query_windows`),
-the first instance norm, ReLU, the second ``K x K`` projection and its instance norm, one program
-per query, so the windows are never written. Five kernels: ``_window_stats`` (the first norm's
-statistics), ``_logits_forward`` (the second projection as a product of its weights with a tile of
-keys' neighbourhoods, then its norm), ``_logits_backward`` (the second norm's and projection's
-backward), ``_window_grad_sums`` (the neighbourhood's gradient and the first norm's sums) and
-``_window_grad`` (the window gradients added onto the map, one program per query row and map tile:
-``H`` atomic adds a cell instead of ``N``; under ``torch.use_deterministic_algorithms`` each row's
-tile is stored apart and torch's ``index_add_`` adds the rows). Parameter gradients are summed by
-torch.
+"""Triton kernels of PerViT's position network after the first projection (arXiv:2206.06801, Eq.
+7-8): per query, its window cropped from the first projection's map
+(:func:`.position.query_windows`), the first norm, ReLU, the second ``K x K`` projection and its
+norm, one program per query, the windows never written.
 
-Mixed precision: the map comes in float32 (:func:`.position.first_projection` says why); the
-products take the autocast dtype where autocast is on, else the second projection's weights'; norm
-statistics, accumulators and the logits are float32. Autocast off in the Function; each gradient in
-its input's dtype."""
+Kernels: ``_window_stats`` (first-norm statistics), ``_logits_forward`` (the second projection as
+weights times a tile of neighbourhoods, its norm), ``_logits_backward``, ``_window_grad_sums`` and
+``_window_grad`` (window gradients added onto the map per query row and tile: ``H`` atomic adds a
+cell, or with deterministic algorithms a row buffer summed by ``index_add_``). Parameter gradients
+are summed by torch.
+
+Mixed precision: the map comes in float32 (:func:`.position.first_projection`); products in the
+autocast dtype where on, else the second projection's weights'; statistics, accumulators and logits
+float32. Autocast off in the Function; each gradient in its input's dtype."""
 from typing import Sequence, Tuple
 
 import torch
@@ -33,9 +30,8 @@ FORWARD_WARPS = 8
 # the same in its backward, whose three passes hold more (64 spilled on sm_90 at 2 heads)
 BACKWARD_KEYS = 32
 BLOCK_TAPS = 16  # (channel, dy, dx) taps a product step: tl.dot's smallest side
-# numbers (channels x window cells) a tile of the statistics and the window-gradient sums holds: 128
-# cells of 16 channels (PerViT-T's), fewer cells for more channels, so the registers hold at every
-# size
+# numbers (channels x cells) a tile of the statistics and gradient sums holds: 128 cells of 16
+# channels, fewer for more, so registers hold at every size
 WINDOW_TILE = 2048
 # _window_grad's map tiles hold GRAD_TILE / channels^2 cells (256 at 16 channels): its registers per
 # cell grow with the channels too (the accumulated gradient and its recomputed factors)
@@ -113,12 +109,9 @@ def _normalised(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, offsets, cha
 @triton.jit
 def _neighbourhoods(rel_ptr, mean_ptr, rstd_ptr, g1_ptr, b1_ptr, query, origin, taps, keys, tokens,
                     width, channels, map_plane, map_cols, K: tl.constexpr):
-    """``(taps, keys)``: the ReLU of the first norm at tap ``(c, dy, dx)`` of each key's ``K x K``
-    neighbourhood in ``query``'s window; keys along the tile's contiguous axis, as along a map row.
-
-    The innermost loop of the kernels, so one multiply-add an element: the norm and its affine
-    folded into a scale and shift per tap, and no masks: taps and keys past the end are clamped to
-    the last (their weights, or the entries they would give, are masked by the caller)."""
+    """``(taps, keys)``: the first norm's ReLU at tap ``(c, dy, dx)`` of each key's neighbourhood in
+    ``query``'s window. The innermost loop: the norm folded into a scale and shift per tap, no masks
+    (indices past the end clamped; the caller masks their weights)."""
     taps = tl.minimum(taps, channels * K * K - 1)
     keys = tl.minimum(keys, tokens - 1)
     chans, tap = taps // (K * K), taps % (K * K)
@@ -270,13 +263,9 @@ def _window_grad_tile(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
                       win_col, inside, height, width, channels, heads, map_plane, map_cols,
                       K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr,
                       BLOCK_C: tl.constexpr, DOT: tl.constexpr):
-    """At ``BLOCK_P`` window cells ``(win_row, win_col)`` of ``query`` (where ``inside``): the
-    gradient of the first norm's affine output through the ReLU, ``(BLOCK_C, BLOCK_P)``, and
-    ``x_hat``.
-
-    ``dh[c, cell] = sum_{h, dy, dx} w2[h, c, dy, dx] dz[h, cell - (dy, dx)]``: the
-    ``(channels, heads K K)`` weights times the gathered ``(heads K K, cells)`` ``dz``, ``BLOCK_J``
-    at a time."""
+    """At ``BLOCK_P`` window cells of ``query`` (where ``inside``): the gradient of the first norm's
+    affine output through the ReLU, ``(BLOCK_C, BLOCK_P)``, and ``x_hat``; ``dh[c, cell] = sum_{h,
+    dy, dx} w2[h, c, dy, dx] dz[h, cell - (dy, dx)]``, ``BLOCK_J`` at a time."""
     tokens = height * width
     chans = tl.arange(0, BLOCK_C)
     in_chan = chans < channels
@@ -315,9 +304,8 @@ def _window_grad_sums(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_
                       height, width, channels, heads, map_rows, map_cols, window_rows, window_cols,
                       K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_J: tl.constexpr,
                       BLOCK_C: tl.constexpr, DOT: tl.constexpr):
-    """Per query and channel: the first norm's weight and bias gradients ``sum dpre x_hat``,
-    ``sum dpre``, which times ``g1`` are the sums ``sum dx_hat x_hat``, ``sum dx_hat`` its backward
-    needs."""
+    """Per query and channel: the first norm's weight and bias gradients ``sum dpre x_hat``, ``sum
+    dpre`` (times ``g1``, its backward's sums)."""
     query = tl.program_id(0)
     chans = tl.arange(0, BLOCK_C)
     area = window_rows * window_cols
@@ -343,11 +331,8 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
                  K: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr, BLOCK_J: tl.constexpr,
                  BLOCK_C: tl.constexpr, DOT: tl.constexpr, ORDERED: tl.constexpr):
     """The first norm's backward, ``dx = rstd (dx_hat - mean(dx_hat) - x_hat mean(dx_hat x_hat))``,
-    of the queries of query row ``i`` on a ``TILE_R x TILE_C`` tile of their windows' map rows and
-    map
-    columns: the row's windows share their map rows, so the tile sums them before one atomic add
-    into the ``(D_hid, map rows, map columns)`` gradient, or (``ORDERED``) one store into row ``i``
-    of a ``(H, D_hid, window rows, map columns)`` buffer."""
+    for query row ``i`` on a tile of map rows and columns: the row's windows share map rows, so the
+    tile sums them before one atomic add (or, ``ORDERED``, one store into row ``i`` of a buffer)."""
     query_row = tl.program_id(0)
     cells = tl.arange(0, TILE_R * TILE_C)
     win_row = tl.program_id(1) * TILE_R + cells // TILE_C
@@ -357,8 +342,7 @@ def _window_grad(dz_ptr, rel_ptr, mean1_ptr, rstd1_ptr, g1_ptr, b1_ptr, w2_ptr, 
     area = window_rows * window_cols
     gain = tl.load(g1_ptr + chans, mask=in_chan, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_C, TILE_R * TILE_C), dtype=tl.float32)
-    # the queries whose window reaches the tile's columns: column j's window starts at map column
-    # W - 1 - j
+    # the queries whose window reaches the tile's columns: column j's starts at W - 1 - j
     first_col = tl.program_id(2) * TILE_C
     first = tl.maximum(0, width - first_col - TILE_C)
     last = tl.minimum(width, width - 1 - first_col + window_cols)
@@ -395,10 +379,9 @@ def _geometry(relative: Tensor, hw_shape: Sequence[int], kernel_size: int) -> Tu
 
 
 class PositionLogitsTriton(torch.autograd.Function):
-    """The position network after the first projection (:func:`.position.position_logits`' windows),
-    one program per query forward and backward; saves the map, the parameters and the two norms'
-    per-query statistics (``N (D_hid + heads)`` numbers each). Autocast: off inside (see the
-    module)."""
+    """The position network after the first projection, one program per query forward and backward;
+    saves the map, the parameters and both norms' per-query statistics. Autocast: off inside (see
+    the module)."""
 
     @staticmethod
     @autocast_off
@@ -472,8 +455,7 @@ class PositionLogitsTriton(torch.autograd.Function):
         _window_grad[grid](dz, relative, mean1, rstd1, g1, b1, w2, sums, grad_rows, height, width,
                            channels, heads, map_rows, map_cols, window_rows, window_cols,
                            TILE_R=tile_rows, TILE_C=tile_cols, ORDERED=ordered, **window)
-        # query row i's windows start at map row H - 1 - i; index_add_ is deterministic under the
-        # mode
+        # row i's windows start at map row H - 1 - i; index_add_ is deterministic under the mode
         if ordered:
             starts = height - 1 - torch.arange(height, device=relative.device)
             map_rows_of = (starts[:, None]
@@ -490,9 +472,8 @@ class PositionLogitsTriton(torch.autograd.Function):
 def position_window_logits(relative: Tensor, norm1_weight: Tensor, norm1_bias: Tensor,
                            conv2_weight: Tensor, conv2_bias: Tensor, norm2_weight: Tensor,
                            norm2_bias: Tensor, hw_shape: Sequence[int], eps: float) -> Tensor:
-    """``(heads, HW, HW)`` logits from the ``(D_hid, 2H - 1 + P, 2W - 1 + P)`` first projection, the
-    products in the autocast dtype where autocast is on, else in the weights' of the second
-    projection."""
+    """``(heads, HW, HW)`` logits from the first projection's map, the products in the autocast
+    dtype where on, else the second projection's weights'."""
     _, autocast_dtype, autocast = autocast_state(relative.device.type)
     operands = autocast_dtype if autocast else conv2_weight.dtype
     return PositionLogitsTriton.apply(relative, norm1_weight, norm1_bias, conv2_weight, conv2_bias,
@@ -500,7 +481,6 @@ def position_window_logits(relative: Tensor, norm1_weight: Tensor, norm1_bias: T
 
 
 def position_logits_triton(params: PositionParams, hw_shape: Sequence[int], eps: float) -> Tensor:
-    """:func:`.position.position_logits` with the windows in the kernels: the first projection in
-    torch."""
+    """:func:`.position.position_logits` with the windows in the kernels."""
     return position_window_logits(first_projection(params, hw_shape), *params.window_params(),
                                   hw_shape, eps)

@@ -1,9 +1,6 @@
-"""Peripheral attention through ``F.scaled_dot_product_attention``.
-
-``Normalize[exp(tau q k^T) * Phi_p] = softmax(tau q k^T + log Phi_p)`` (the row maximum and the
-normalisation cancel), so Eq. 5 is softmax attention with ``log Phi_p`` as an additive bias, one
-``(heads, N, N)`` map shared by the batch. SDPA then runs its fused kernels instead of forming,
-exponentiating and L1-normalising the scores in separate passes.
+"""Peripheral attention through ``F.scaled_dot_product_attention``: ``Normalize[exp(tau q k^T) *
+Phi_p] = softmax(tau q k^T + log Phi_p)``, so Eq. 5 is softmax attention with one ``(heads, N, N)``
+additive bias shared by the batch, on SDPA's fused kernels.
 """
 import torch
 import torch.nn.functional as F
@@ -18,7 +15,5 @@ def peripheral_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, log_phi_p: Tensor
 
 
 def mixed_attention_weights(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
-    """The weights SDPA applies above, written out: ``(B, heads, N, M)`` from ``(B, heads, N, d)``
-    queries, ``(B, heads, M, d)`` keys and ``(heads, N, M)`` log position attention (for attention
-    maps)."""
+    """The weights SDPA applies, written out ``(B, heads, N, M)`` (for attention maps)."""
     return torch.softmax(scale * q @ k.transpose(-2, -1) + log_phi_p, dim=-1)

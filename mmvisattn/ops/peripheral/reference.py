@@ -1,11 +1,6 @@
-"""The reference implementations of the peripheral-attention ops (what the backends and the
-attention maps are checked against).
-
-:func:`peripheral_attention_reference` writes Eq. 5 out: the content attention
-``exp(tau q k^T)`` (shifted by its row maximum, which the normalisation cancels) times the
-position attention ``Phi_p``, divided by its row sums. :func:`position_logits_reference` runs
-Eq. 7-8 literally on the ``HW x HW x D_r`` distance tensor, as the official code does: every query
-sees the padded key grid, and both peripheral projections are valid ``K x K`` convolutions over it.
+"""References of the peripheral-attention ops: :func:`peripheral_attention_reference` writes Eq. 5
+out (``exp(tau q k^T)`` times ``Phi_p`` over its row sums); :func:`position_logits_reference` runs
+Eq. 7-8 literally on the ``HW x HW x D_r`` distance tensor, as the official code does.
 """
 import torch
 import torch.nn.functional as F
@@ -16,8 +11,7 @@ from .position import PositionParams, instance_norm, key_distances, peripheral_p
 
 
 def mixed_attention_reference(q: Tensor, k: Tensor, log_phi_p: Tensor, scale: float) -> Tensor:
-    """Row-normalised ``Phi_c * Phi_p`` of ``(B, heads, N, d)`` queries and keys:
-    ``(B, heads, N, N)``."""
+    """Row-normalised ``Phi_c * Phi_p`` ``(B, heads, N, N)`` of the queries and keys."""
     logits = scale * q @ k.transpose(-2, -1)
     content = torch.exp(logits - logits.amax(dim=-1, keepdim=True))
     mixed = content * torch.exp(log_phi_p)

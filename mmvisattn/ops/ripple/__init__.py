@@ -1,18 +1,15 @@
 """Ripple attention, "Ripple attention for visual perception with sub-quadratic complexity"
 (arXiv:2110.02453, §3, Eq. 4-9): linearized attention in which the tokens of each vicinal group
-(same Chebyshev distance ``r`` to the query) share a spatial weight ``alpha_r(i, j)`` given by a
-stick-breaking transform; groups from ``r_hat`` (threshold ``tau``, at most ``R_max``) on share the
-merged stick equally (Eq. 6)::
+(Chebyshev distance ``r`` to the query) share a stick-breaking weight ``alpha_r(i, j)``; groups from
+``r_hat`` (threshold ``tau``, at most ``R_max``) on share the merged stick (Eq. 6)::
 
     out_ij = phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k) v^T
              / phi(q_ij) sum_r alpha_r(i, j) sum_{N_r(i, j)} phi(k)
 
-Every backend splits the sum into the groups inside ``R_max`` (a distance-weighted local attention)
-and the merged groups (global sums, :func:`~.local_global.local_plus_global`), and differs in the
-local part. In ``auto``'s order: ``triton`` (CUDA), ``dense`` (``N x N`` products by blocks of
-queries: small maps on CPU, and ONNX export), ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W
-R_max^2 (D + E)) time, O(H W (D + E)) memory). :func:`ripple_attention_reference`, the explicit
-O(H^2 W^2) form, is what they are tested against."""
+Every backend splits the groups inside ``R_max`` (a local attention) from the merged ones (global
+sums, :func:`~.local_global.local_plus_global`). In ``auto``'s order: ``triton`` (CUDA), ``dense``
+(small maps on CPU, ONNX export), ``cpu`` (C++ tiles) and ``torch`` (tiles, O(H W R_max^2 (D + E)));
+all are tested against :func:`ripple_attention_reference`."""
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -76,10 +73,9 @@ IMPLS = OP.impls
 
 
 def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]``
-    of each head's ``(R_max, d)`` block: one linear map with a block per head, reading ``v`` (a view
-    of a ``qkv`` projection's rows) in place; under ONNX export, which has no ``block_diag``, the
-    same products per head."""
+    """``(B, heads, N, d)`` values -> ``(B, heads, N, R_max)`` logits ``v @ blocks[h]^T + bias[h]``,
+    one block-diagonal linear map reading ``v`` in place (per head under ONNX export, which has no
+    ``block_diag``)."""
     if torch.onnx.is_in_onnx_export():
         return v @ blocks.transpose(1, 2) + bias[:, None]
     batch, heads, tokens, _ = v.shape
@@ -89,9 +85,8 @@ def stick_logits(v: Tensor, blocks: Tensor, bias: Tensor) -> Tensor:
 
 def ring_weights(logits: Tensor, hw_shape: Sequence[int], tau: float,
                  triton: bool = False) -> Tuple[Tensor, Tensor]:
-    """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)`` of the split every backend runs
-    (:func:`.local_global.ring_weights_by`), by the torch passes or, with ``triton`` (CUDA), a
-    Triton kernel a pass."""
+    """``beta`` and ``w_m`` of the split (:func:`.local_global.ring_weights_by`), by the torch
+    passes or Triton kernels."""
     if not triton:
         return local_global.ring_weights_by(logits, hw_shape, tau)
     from .triton import WEIGHT_PASSES  # Triton loads on the first call
@@ -144,9 +139,7 @@ def ripple_attention(q: Tensor, k: Tensor, v: Tensor, logits: Tensor, hw_shape: 
     return OP(impl, request, q, k, v, logits, hw_shape, tau, eps)
 
 
-# group_weights and chebyshev_distances: the explicit spatial weights the modules' attention maps
-# draw on;
-# stick_logits: the logits of Eq. 5 from the values (C.3); ring_weights: the split every backend
-# runs
+# group_weights, chebyshev_distances: the explicit weights of attention maps; stick_logits: Eq. 5's
+# logits (C.3); ring_weights: the split every backend runs
 __all__ = ['ripple_attention', 'ripple_attention_reference', 'check_tau', 'chebyshev_distances',
            'group_weights', 'ring_weights', 'stick_logits', 'IMPLS', 'OP', 'Options']

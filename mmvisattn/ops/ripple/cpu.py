@@ -1,11 +1,7 @@
 """The local part of ripple attention in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453,
-Eq. 4-6).
-
-The arithmetic of :data:`.pytorch.TILED` on the same tiles, the halos read from the maps in place
-and their gradients added straight back: one task per (slice, tile) forward, per band of tile rows
-backward, in two passes so that no two bands add into the same keys. Mixed precision:
-:func:`.local_global.local_plus_global` hands the kernels float32 (or float64) tensors, autocast
-off.
+Eq. 4-6): :data:`.pytorch.TILED`'s arithmetic on the same tiles, halos read in place and their
+gradients added back, one task per (slice, tile) forward and per band of tile rows backward (two
+passes, so no two bands add into the same keys). Float32 (or float64), autocast off.
 """
 from typing import List, Sequence, Tuple
 
@@ -55,8 +51,7 @@ def cpu_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
 
 def cpu_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int],
                  grad_num: Tensor, grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of :func:`cpu_forward` for ``q, k, v, beta``,
-    as :func:`.pytorch.tiled_backward`."""
+    """Gradients of :func:`cpu_forward` (``q, k, v, beta``), as :func:`.pytorch.tiled_backward`."""
     grads = _backward_kernel(*_operands(q, k, v, beta), *hw_shape, tile_size(beta.shape[-1]),
                              *_operands(grad_num, grad_den))
     return tuple(grads)

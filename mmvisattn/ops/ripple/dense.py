@@ -1,13 +1,11 @@
 """The local part of ripple attention in dense form, for maps small against ``R_max``
 (arXiv:2110.02453, Eq. 4).
 
-Where the window ``(2 R_max - 1)^2`` covers much of the map, one ``N x N`` product per block of
-queries is cheaper than the tiles of :mod:`.pytorch`: every key meets every query, ``beta`` is
-gathered by the pair's Chebyshev group (zero from ``R_max`` on), and the key and value gradients are
-matrix products instead of halos added back. The tiled arithmetic in another order; it saves what
-the tiled part saves (inputs, output, normaliser), holds at most :data:`SCORE_BUDGET` scores a block
-on CPU, and caches an index of ``8 N^2`` bytes. :func:`dense_is_faster` is the CPU crossover
-``auto`` follows.
+Where the ``(2 R_max - 1)^2`` window covers much of the map, one ``N x N`` product per block of
+queries beats :mod:`.pytorch`'s tiles: ``beta`` is gathered by each pair's Chebyshev group (zero
+from ``R_max`` on), key and value gradients are matrix products. It saves what the tiles save, holds
+at most :data:`SCORE_BUDGET` scores a block on CPU and caches an ``8 N^2``-byte index;
+:func:`dense_is_faster` is the CPU crossover ``auto`` follows.
 """
 from functools import lru_cache
 from typing import List, Sequence, Tuple
@@ -32,9 +30,8 @@ def dense_is_faster(hw_shape: Sequence[int], r_max: int) -> bool:
 
 @lru_cache(maxsize=4)
 def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Tensor:
-    """``(N * N,)`` flat positions in the ``(N, R_max + 1)`` weights of every (query, key) pair:
-    ``query * (R_max + 1) + min(Chebyshev distance, R_max)``. Cached: the same map recurs every
-    layer and every step."""
+    """``(N * N,)`` flat positions in the ``(N, R_max + 1)`` weights of every (query, key) pair;
+    cached, as a map recurs every layer and step."""
     with onnx_constants():  # of the map size alone: constants of an exported graph
         group = chebyshev_distances(hw_shape, device).clamp_(max=r_max)
         group += torch.arange(hw_shape[0] * hw_shape[1], device=device)[:, None] * (r_max + 1)
@@ -42,8 +39,7 @@ def pair_positions(hw_shape: Tuple[int, int], r_max: int, device: torch.device) 
 
 
 def _blocks(q: Tensor) -> List[slice]:
-    """Blocks of the queries of ``(S, N, D)`` ``q`` whose scores (all slices) fit the step
-    budget."""
+    """Query blocks of ``(S, N, D)`` ``q`` whose scores (all slices) fit the step budget."""
     slices, tokens = q.shape[:2]
     return runs(tokens, max(1, step_budget(SCORE_BUDGET, q.device) // (slices * tokens)))
 
@@ -65,8 +61,7 @@ def _weights_table(beta: Tensor) -> Tensor:
 
 def dense_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
                   hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
-    """``num``, ``den`` of the local part as :func:`.pytorch.tiled_forward`, by blocks of
-    queries."""
+    """The local part's ``num``, ``den`` as :func:`.pytorch.tiled_forward`, by query blocks."""
     slices, tokens = q.shape[:2]
     positions = pair_positions(tuple(hw_shape), beta.shape[-1], q.device)
     table = _weights_table(beta)
@@ -81,8 +76,7 @@ def dense_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
 
 def dense_backward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, hw_shape: Sequence[int],
                    grad_num: Tensor, grad_den: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of :func:`dense_forward` for ``q, k, v, beta``, the scores recomputed block by
-    block."""
+    """Gradients of :func:`dense_forward` for ``q, k, v, beta``, scores recomputed by blocks."""
     slices, tokens = q.shape[:2]
     r_max = beta.shape[-1]
     positions = pair_positions(tuple(hw_shape), r_max, q.device)

@@ -1,19 +1,18 @@
 """The split of ripple attention every backend runs (arXiv:2110.02453, Eq. 4-6): the stick-breaking
-weights (Eq. 5, C.3) cut into a local part ``beta_r`` on the groups ``r < R_max`` and a merged
-weight ``w_m`` on every token (:func:`ring_weights_by`), so::
+weights (Eq. 5, C.3) cut into a local part ``beta_r`` on groups ``r < R_max`` and a merged weight
+``w_m`` on every token (:func:`ring_weights_by`)::
 
     num_ij = w_m(i, j) phi(q_ij) sum_all phi(k) v^T
              + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} (phi(q_ij) . phi(k)) v
     den_ij = the same with v = 1
 
-The global part is Eq. 2 (``D x E`` statistics per head); a backend brings the local part as a pair
-of plain functions, ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
-``backward(q, k, v, beta, hw_shape, grad_num, grad_den) -> (dq, dk, dv, dbeta)``, on ``(S, N, C)``
-float32 (or float64) tensors, and :func:`local_plus_global` adds the global sums and normalises.
+A backend brings the local part as plain ``forward(q, k, v, beta, hw_shape) -> (num, den)`` and
+``backward(..., grad_num, grad_den) -> (dq, dk, dv, dbeta)`` on ``(S, N, C)`` float32 tensors;
+:func:`local_plus_global` adds the global sums (Eq. 2) and normalises.
 
-Mixed precision: autocast off and float32 arithmetic whatever the inputs' dtype (the global sums run
-over every token and leave float16's range; the stick products run down to tau and decide ``r_hat``,
-too close for bfloat16); the output in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off, float32 arithmetic (the global sums leave float16's range; the stick
+products decide ``r_hat`` too finely for bfloat16); the output in ``v``'s dtype, gradients in their
+inputs'.
 """
 from functools import lru_cache
 from typing import Callable, List, Sequence, Tuple
@@ -27,8 +26,7 @@ from ..utils.recompute import runs, step_budget
 from ..utils.token_grid import grid_coordinates
 from ..utils.tracing import apply_function, onnx_constants
 
-# Numbers per step of the token-sized (and, in the tiles, score-sized) temporaries: bounds a step's
-# memory
+# numbers per step of the token- (and, in the tiles, score-) sized temporaries: bounds memory
 CHUNK_ELEMENTS = 2 ** 17
 
 
@@ -56,10 +54,9 @@ def stick_breaking(logits: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
-    """Stick breaking stopped by ``tau`` (§3.2): ``r_hat`` (long, ``(...)``, at most ``R_max``) is
-    the first group after which less than ``tau`` is left; groups from ``r_hat`` on share the stick
-    left before it. Returns ``alpha`` ``(..., R_max + 1)``, ``r_hat`` and that merged mass
-    ``(...)``."""
+    """Stick breaking stopped by ``tau`` (§3.2): ``r_hat`` (at most ``R_max``) is the first group
+    after which less than ``tau`` is left, and later groups share the stick left before it. Returns
+    ``alpha`` ``(..., R_max + 1)``, ``r_hat`` and that merged mass."""
     alpha, remaining = stick_breaking(logits)
     r_hat = (remaining >= tau).sum(dim=-1)  # remaining never grows, so this counts the kept groups
     left_before = torch.cat([torch.ones_like(remaining[..., :1]), remaining], dim=-1)
@@ -68,8 +65,7 @@ def truncate(logits: Tensor, tau: float) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 def chebyshev_distances(hw_shape: Sequence[int], device=None) -> Tensor:
-    """``(N, N)`` distances ``max(|m - i|, |n - j|)`` between all tokens: the group index of Eq.
-    4."""
+    """``(N, N)`` Chebyshev distances between all tokens: the group index of Eq. 4."""
     rows, cols = grid_coordinates(hw_shape, device)
     return torch.maximum((rows[:, None] - rows[None]).abs(), (cols[:, None] - cols[None]).abs())
 
@@ -85,11 +81,9 @@ def query_reach(hw_shape: Tuple[int, int], device=None) -> Tensor:
 
 
 def group_weights(logits: Tensor, hw_shape: Sequence[int], tau: float) -> Tensor:
-    """``(..., N, R + 1)`` weight of every group ``r = 0 .. R`` (``R = max(H, W) - 1``) of each
-    query: ``alpha_r`` before ``r_hat``, and from ``r_hat`` on
-    ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)`` (Eq. 6; ``reach`` is the query's
-    farthest non-empty group). Explicit, for the reference and the attention maps; the backends
-    weight the groups without it."""
+    """``(..., N, R + 1)`` weight of every group of each query: ``alpha_r`` before ``r_hat``, then
+    ``(1 - sum_{r < r_hat} alpha_r) / (reach - r_hat + 1)`` (Eq. 6). Explicit, for the reference and
+    attention maps."""
     alpha, r_hat, _ = truncate(logits, tau)
     groups = max(hw_shape)  # R + 1 groups, R = max(H, W) - 1
     padded = torch.cat([alpha, alpha.new_zeros(*alpha.shape[:-1],
@@ -105,8 +99,7 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
     """``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N, 1)`` of :func:`ring_weights_by` under
     autograd, from the logits and the ``(N, 1)`` reach of every query (:func:`query_reach`)."""
     alpha, r_hat, merged = truncate(upcast(logits)[0], tau)
-    # groups counted in floats: a traced integer clamp is ONNX's Clip, which ONNX Runtime runs on
-    # floats only
+    # groups counted in floats: a traced integer clamp is ONNX's Clip, float-only in ONNX Runtime
     merged_weight = merged / (reach.squeeze(-1) - r_hat + 1).to(merged.dtype).clamp(min=1)
     rings = torch.arange(logits.shape[-1], device=logits.device)
     beta = torch.where(rings < r_hat.unsqueeze(-1), alpha[..., :-1] - merged_weight.unsqueeze(-1),
@@ -115,9 +108,8 @@ def ring_weights_reference(logits: Tensor, reach: Tensor, tau: float) -> Tuple[T
 
 
 def reverse_cumsum(x: Tensor) -> Tensor:
-    """``sum_{r' >= r} x_r'`` along the last (``R_max``, small) axis by sums over a triangle: CUDA's
-    float ``cumsum`` has no deterministic kernel (torch refuses it under
-    ``torch.use_deterministic_algorithms``)."""
+    """``sum_{r' >= r} x_r'`` along the small last axis by a triangle of sums (CUDA's float
+    ``cumsum`` is not deterministic)."""
     index = torch.arange(x.shape[-1], device=x.device)
     return torch.where(index[None] >= index[:, None], x.unsqueeze(-2), 0).sum(dim=-1)
 
@@ -148,10 +140,9 @@ def ring_weights_backward(logits: Tensor, reach: Tensor, tau: float, grad_beta: 
 
 
 class RingWeights(torch.autograd.Function):
-    """The ring weights by a pair of passes, ``forward(logits, reach, tau) -> (beta, w_m)`` and
-    ``backward(logits, reach, tau, grad_beta, grad_w_m) -> grad_logits``, saving only the logits
-    (the backward recomputes the sticks). Autocast off, float32 arithmetic (float64 stays); the
-    logits' gradient in their dtype."""
+    """The ring weights by ``forward(logits, reach, tau) -> (beta, w_m)`` and ``backward(...,
+    grad_beta, grad_w_m) -> grad_logits``, saving only the logits. Autocast off, float32 arithmetic
+    (float64 stays)."""
 
     @staticmethod
     @autocast_off
@@ -174,14 +165,12 @@ TORCH_PASSES = (ring_weights_reference, ring_weights_backward)
 
 def ring_weights_by(logits: Tensor, hw_shape: Sequence[int], tau: float,
                     passes: Tuple[Callable, Callable] = TORCH_PASSES) -> Tuple[Tensor, Tensor]:
-    """The weights in the form the backends use: every token gets the merged weight ``w_m``, and a
-    token in group ``r < R_max`` gets ``beta_r = alpha_r - w_m`` on top when ``r < r_hat`` (0
-    otherwise).
+    """The backends' form of the weights: every token gets ``w_m``, and one in group ``r <
+    min(r_hat, R_max)`` gets ``beta_r = alpha_r - w_m`` on top.
 
-    ``w_m`` is Eq. 6: the merged mass shared equally by the ``reach - r_hat + 1`` non-empty groups
-    ``r_hat .. reach`` of the query (Eq. 6 prints ``+ 2``; ``+ 1`` keeps the weights of the
-    non-empty groups on the simplex). Returns ``beta`` ``(..., N, R_max)`` and ``w_m`` ``(..., N)``
-    in float32, by a pair of passes (:class:`RingWeights`), torch's unless given.
+    ``w_m`` is Eq. 6's merged mass shared by the ``reach - r_hat + 1`` non-empty groups (Eq. 6
+    prints ``+ 2``; ``+ 1`` keeps the weights on the simplex). Returns float32 ``beta`` ``(..., N,
+    R_max)`` and ``w_m`` ``(..., N)`` by :class:`RingWeights`'s passes, torch's unless given.
     """
     reach = query_reach(tuple(hw_shape), logits.device).unsqueeze(-1)
     beta, merged_weight = apply_function(RingWeights, logits, reach, tau, passes)
@@ -189,9 +178,8 @@ def ring_weights_by(logits: Tensor, hw_shape: Sequence[int], tau: float,
 
 
 def _tile_costs(r_max: int) -> Tuple[float, int]:
-    """The least work per query over the tile sides ``T``, and that ``T``: ``(T + 2 R_max - 2)^2``
-    scores, plus gathering the halo's keys and values (about four score passes' worth spread over
-    ``T^2`` queries)."""
+    """The least work per query over tile sides ``T`` (``(T + 2 R_max - 2)^2`` scores plus about
+    four score passes of halo gathering over ``T^2`` queries), and that ``T``."""
     costs = [((tile + 2 * r_max - 2) ** 2 * (1 + 4 / tile ** 2), tile) for tile in (1, 2, 4, 8, 16)]
     return min(costs)  # no key=: torch.compile's tracer does not take min(key=...)
 
@@ -207,8 +195,8 @@ def tiled_cost(r_max: int) -> float:
 
 
 def _flat(*tensors: Tensor) -> Tuple[Tensor, ...]:
-    """``(..., N, C)`` tensors as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``: the layout of the
-    kernels (a copy where the input is a permuted view; made in each pass, never kept)."""
+    """``(..., N, C)`` as ``(S, N, C)`` and ``(..., N)`` as ``(S, N)``, the kernels' layout (copied
+    per pass where permuted)."""
     return tuple(t.reshape(-1, *t.shape[-2:]) if t.dim() > 2 else t for t in tensors)
 
 
@@ -221,9 +209,8 @@ def _slice_groups(q: Tensor, v: Tensor) -> List[slice]:
 
 def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor],
                *args) -> Tuple[Tensor, ...]:
-    """``fn(*tensors, *args)`` over the groups of slices of ``tensors`` (their first axis), the
-    results joined by ``cat`` (traced with gradients, this runs as is); one group runs on the
-    tensors as given."""
+    """``fn(*tensors, *args)`` over groups of slices of ``tensors``, joined by ``cat``; one group
+    runs on the tensors as given."""
     if len(groups) == 1:
         return fn(*tensors, *args)
     results = [fn(*(t[part] for t in tensors), *args) for part in groups]
@@ -231,11 +218,9 @@ def _by_groups(fn: Callable, groups: List[slice], tensors: Sequence[Tensor],
 
 
 class RippleLocalGlobal(torch.autograd.Function):
-    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` on ``(..., N, .)``
-    tensors (``merged_weight`` ``(S, N)``) with a local part's ``(forward, backward)`` pair, the
-    backward written out: only the inputs as given (views of the caller's projections), the output
-    and the normaliser are saved. Both passes run over groups of slices, so their token-sized
-    temporaries exist for one group at a time. Float32 arithmetic with autocast off."""
+    """``out = (w_m q (K^T V) + num_local) / (w_m q . sum k + den_local + eps)`` with a local part's
+    ``(forward, backward)`` pair. Saves the inputs as given, the output and the normaliser; both
+    passes run over groups of slices to bound temporaries. Float32 arithmetic, autocast off."""
 
     @staticmethod
     @autocast_off
@@ -264,8 +249,7 @@ class RippleLocalGlobal(torch.autograd.Function):
 def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor,
                     hw_shape: Sequence[int],
                     eps: float, local_forward: Callable) -> Tuple[Tensor, Tensor]:
-    """The output and the normaliser of :class:`RippleLocalGlobal` for a group of slices (batched
-    products written as such: ``@`` on 3-D tensors adds views around each)."""
+    """The output and normaliser of :class:`RippleLocalGlobal` for a group of slices."""
     num, den = local_forward(q, k, v, beta, hw_shape)
     weighted_q = merged_weight.unsqueeze(-1) * q
     num.baddbmm_(weighted_q, torch.bmm(k.transpose(1, 2), v))
@@ -276,8 +260,7 @@ def _forward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight
 def _backward_slices(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, merged_weight: Tensor,
                      out: Tensor, den: Tensor, grad_out: Tensor, hw_shape: Sequence[int],
                      local_backward: Callable) -> Tuple[Tensor, ...]:
-    """Gradients of :class:`RippleLocalGlobal` for a group of slices:
-    ``q, k, v, beta, merged_weight``."""
+    """Gradients of :class:`RippleLocalGlobal` for a group of slices (q, k, v, beta, w_m)."""
     grad_num = grad_out / den
     grad_den = -(grad_num * out).sum(dim=-1, keepdim=True)
     # (S, D, E), (S, D, 1)

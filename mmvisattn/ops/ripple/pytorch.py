@@ -1,12 +1,9 @@
-"""The local part of ripple attention on torch tiles (``impl='torch'``; arXiv:2110.02453, Eq. 4),
-for :func:`~.local_global.local_plus_global`, which adds the global sums.
+"""The local part of ripple attention on torch tiles (``impl='torch'``; arXiv:2110.02453, Eq. 4).
 
 Each tile of ``T x T`` queries meets its halo of ``(T + 2 R_max - 2)^2`` keys in two batched
-products, the scores weighted by ``beta`` of their Chebyshev group (zero from ``R_max`` on), in
-chunks of slices (or of tile rows on large maps), so the scores exist for one chunk at a time; the
-backward recomputes them: O(H W R_max^2) time, O(H W) memory. The halos' key and value gradients are
-added back by one ``index_add_`` per step. The C++ kernels (:mod:`.cpu`) run the same arithmetic on
-the same tiles (:func:`~.local_global.tile_size`).
+products, the scores weighted by their group's ``beta``, chunk by chunk, recomputed in the backward:
+O(H W R_max^2) time, O(H W) memory. The halos' gradients go back by one ``index_add_`` per step.
+:mod:`.cpu` runs the same arithmetic on the same tiles (:func:`~.local_global.tile_size`).
 """
 from functools import cached_property, lru_cache
 from typing import List, NamedTuple, Sequence, Tuple
@@ -26,9 +23,8 @@ class Chunk(NamedTuple):
 
 
 class Geometry:
-    """Index tensors of one (map, tile, R_max): the Chebyshev group of every (query, halo key) pair
-    of a tile, and the cutting of a map into overlapping halos and the adding of them back, for any
-    run of tile rows (a chunk). Built once per (map, R_max, device) and cached
+    """Index tensors of one (map, tile, R_max): every (query, halo key) pair's group, and the
+    cutting of a map into halos and adding them back, for any run of tile rows; cached
     (:func:`cached_geometry`)."""
 
     def __init__(self, hw_shape: Sequence[int], r_max: int, tile: int, device) -> None:
@@ -43,12 +39,10 @@ class Geometry:
         distance = torch.maximum((rows_q[:, None] - rows_k[None]).abs(),
                                  (cols_q[:, None] - cols_k[None]).abs())
         group = distance.clamp(max=r_max)  # (T * T, K); r_max points at a zero weight
-        # flat positions in a tile's (T * T, R_max + 1) weights, so gathering them is one
-        # index_select
+        # flat positions in a tile's (T * T, R_max + 1) weights: one index_select gathers them
         self.weight_index = (torch.arange(tile * tile, device=device)[:, None] * (r_max + 1)
                              + group).reshape(-1)
-        # (T * T, K, R_max) one-hot groups: summing gradients by group is one product per query of a
-        # tile
+        # (T * T, K, R_max) one-hot groups: gradients summed by group in one product per tile
         self.group_masks = (group[..., None] == torch.arange(r_max, device=device)).float()
         self.device = device
 
@@ -85,17 +79,15 @@ class Geometry:
         return from_windows(tiles.flatten(1, 2), self.hw_shape, self.tile)
 
     def pad(self, x: Tensor) -> Tensor:
-        """``(s, H * W, C) -> (s, H', W', C)``: the map with ``R_max - 1`` zeros around and whole
-        tiles."""
+        """``(s, H * W, C) -> (s, H', W', C)``: the map padded by ``R_max - 1`` to whole tiles."""
         (height, width), channels, halo = self.hw_shape, x.shape[-1], self.halo
         return F.pad(x.reshape(-1, height, width, channels),
                      (0, 0, halo, self.padded[1] - width - halo, halo,
                       self.padded[0] - height - halo))
 
     def halos(self, padded: Tensor, tile_rows: slice) -> Tensor:
-        """``(s, H', W', C)`` padded maps -> ``(s * n, K, C)``: the keys of the ``n`` tiles of
-        ``tile_rows`` with ``R_max - 1`` around (strided windows, copied once into the layout of the
-        matrix products)."""
+        """``(s, H', W', C)`` padded maps -> ``(s * n, K, C)``: the halo keys of the ``n`` tiles of
+        ``tile_rows``, copied once into the products' layout."""
         band = padded[:, tile_rows.start * self.tile:tile_rows.stop * self.tile + 2 * self.halo]
         # (s, n, cols, C, side, side)
         windows = band.unfold(1, self.side, self.tile).unfold(2, self.side, self.tile)
@@ -130,39 +122,32 @@ class Geometry:
 
 @lru_cache(maxsize=32)
 def cached_geometry(hw_shape: Tuple[int, int], r_max: int, device: torch.device) -> Geometry:
-    """The :class:`Geometry` of a map at ``R_max`` on ``device``, with the tile side of
-    :func:`~.local_global.tile_size`: the same maps recur every layer and every step, whose index
-    tensors are then neither rebuilt nor
-    copied."""
+    """The :class:`Geometry` of a map at ``R_max`` on ``device``, cached (maps recur)."""
     return Geometry(hw_shape, r_max, tile_size(r_max), device)
 
 
 def _part(tiles: Tensor, rows: slice) -> Tensor:
-    """The ``(s * n, T * T, C)`` tiles of the tile ``rows`` of ``(s, rows, cols, T * T, C)``
-    tiles."""
+    """The ``(s * n, T * T, C)`` tiles of tile ``rows`` of ``(s, rows, cols, T * T, C)`` tiles."""
     return tiles[:, rows].flatten(0, 2)
 
 
 def _put(tiles: Tensor, rows: slice, part: Tensor) -> None:
-    """Write the ``(s * n, T * T, C)`` tiles of the tile ``rows`` into ``(s, rows, cols, T * T, C)``
-    tiles."""
+    """Write ``(s * n, T * T, C)`` tiles of tile ``rows`` into ``(s, rows, cols, T * T, C)``."""
     target = tiles[:, rows]
     target.copy_(part.view(target.shape))
 
 
 def _tiled_inputs(geometry: Geometry, q: Tensor, k: Tensor, v: Tensor, beta: Tensor):
-    """Query tiles, ``beta`` tiles with the zero column far groups point at, padded keys and
-    values."""
+    """Query tiles, ``beta`` tiles with the far groups' zero column, padded keys and values."""
     return (geometry.tiles(q), geometry.tiles(F.pad(beta, (0, 1))), geometry.pad(k),
             geometry.pad(v))
 
 
 def tiled_forward(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
                   hw_shape: Sequence[int]) -> Tuple[Tensor, Tensor]:
-    """Local part: ``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and
-    ``den_ij = sum beta_r(i, j) (q_ij . k_mn)`` over the tokens ``(m, n)`` of groups ``r < R_max``;
-    ``q, k`` ``(S, N, D)``, ``v`` ``(S, N, E)``, ``beta`` ``(S, N, R_max)`` -> ``(S, N, E)``,
-    ``(S, N, 1)``. Runs in steps (:meth:`Geometry.chunks`), whose temporaries end with each step."""
+    """Local part: ``num_ij = sum beta_r(i, j) (q_ij . k_mn) v_mn`` and ``den_ij`` without ``v``
+    over the groups ``r < R_max``; ``(S, N, D)``, ``(S, N, E)``, ``(S, N, R_max)`` -> ``(S, N, E)``,
+    ``(S, N, 1)``, in steps (:meth:`Geometry.chunks`)."""
     geometry = cached_geometry(tuple(hw_shape), beta.shape[-1], q.device)
     num, den = q.new_empty(*v.shape), q.new_empty(*v.shape[:-1], 1)
     for chunk in geometry.chunks(q.shape[0]):

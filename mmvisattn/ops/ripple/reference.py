@@ -1,8 +1,6 @@
-"""The reference implementation of ripple attention: Eq. 4 with every vicinal group
-weighted explicitly. Each query gets the Chebyshev distance to every token, hence its group, and the
-group's weight -- ``alpha_r`` for ``r < r_hat``, Eq. 6's equal share of the merged stick beyond --
-so the sums over groups are written out token by token: ``N x N`` weights, O(H^2 W^2) time and
-memory, no summed-area tables and no local/global split.
+"""The reference implementation of ripple attention: Eq. 4 with each token's group weight written
+out (``alpha_r`` before ``r_hat``, Eq. 6's equal share beyond), ``N x N`` weights, O(H^2 W^2), no
+local/global split.
 """
 from typing import Sequence
 
@@ -16,8 +14,7 @@ from .local_global import chebyshev_distances, group_weights
 def ripple_attention_reference(q: Tensor, k: Tensor, v: Tensor, logits: Tensor,
                                hw_shape: Sequence[int],
                                tau: float = 1e-3, eps: float = 1e-6) -> Tensor:
-    """Eq. 4 with explicit group weights; arguments
-    as :func:`mmvisattn.ops.ripple.ripple_attention`."""
+    """Eq. 4 with explicit group weights; arguments as :func:`.ripple_attention`."""
     distances = chebyshev_distances(hw_shape, q.device)
     weights = group_weights(logits, hw_shape, tau)
     token_weights = weights.gather(-1, distances.expand(*weights.shape[:-2], -1, -1))

@@ -1,13 +1,10 @@
 """Triton kernels for the local part of ripple attention (see :mod:`.pytorch`): every query visits
-the ``(2 R_max - 1)^2`` offsets of its groups ``r < R_max`` in registers, so nothing beyond the
-inputs and outputs is written, forward and backward; the merged groups stay global sums in torch
-(:func:`.local_global.local_plus_global`). ``_forward`` gives ``num`` and ``den``,
-``_backward_queries`` ``dq`` and ``dbeta``, ``_backward_keys`` ``dk`` and ``dv`` through the queries
-``i = j - offset`` of each key (groups are symmetric, Appendix B: no two programs write one row).
-``_ring_weights_forward`` and ``_ring_weights_backward`` compute the ring weights
-(:func:`.local_global.ring_weights_by`) a block of query rows at a time, each row's sticks one
-tile.
-Mixed precision: :func:`.local_global.local_plus_global` hands the kernels float32."""
+the ``(2 R_max - 1)^2`` offsets of its groups in registers, so nothing beyond inputs and outputs is
+written. ``_forward`` gives ``num`` and ``den``, ``_backward_queries`` ``dq`` and ``dbeta``,
+``_backward_keys`` ``dk`` and ``dv`` through the queries ``i = j - offset`` of each key (symmetric
+groups, Appendix B: no two programs write one row). ``_ring_weights_forward`` / ``_backward``
+compute :func:`.local_global.ring_weights_by` a block of query rows at a time. The kernels get
+float32 from :func:`.local_global.local_plus_global`."""
 from typing import Sequence, Tuple
 
 import torch
@@ -21,8 +18,7 @@ from .local_global import local_plus_global
 
 @triton.jit
 def _rows(base, index, valid, size, BLOCK_C: tl.constexpr):
-    """``(BLOCK, BLOCK_C)`` float32 rows ``index`` of a row-major ``(tokens, size)`` array, 0 where
-    invalid."""
+    """``(BLOCK, BLOCK_C)`` float32 rows ``index`` of a ``(tokens, size)`` array, 0 invalid."""
     cols = tl.arange(0, BLOCK_C)
     return tl.load(base + index[:, None] * size + cols[None, :],
                    mask=valid[:, None] & (cols[None, :] < size), other=0.0).to(tl.float32)
@@ -45,8 +41,7 @@ def _program(height, width, BLOCK: tl.constexpr):
 
 @triton.jit
 def _shifted(row, col, dy, dx, inside, height, width):
-    """Index of the token ``(dy, dx)`` away, whether it is on the map, and its group
-    ``max(|dy|, |dx|)``."""
+    """The token ``(dy, dx)`` away: its index, whether on the map, its group ``max(|dy|, |dx|)``."""
     shifted_row, shifted_col = row + dy, col + dx
     valid = (
         inside
@@ -143,9 +138,8 @@ def _stick_lengths(logits_ptr, rows, live, cols, r_max):
 
 @triton.jit
 def _sticks(logits_ptr, rows, live, r_max, tau, BLOCK_R: tl.constexpr):
-    """The groups ``r``, the sticks ``s_r``, the stick left before group ``r`` (``c_{r-1}``, a scan
-    of the sticks one column back) and after it (``c_r``), ``r_hat`` (how many ``c_r`` reach
-    ``tau``) and ``tau`` in the logits' dtype."""
+    """The groups ``r``, sticks ``s_r``, the stick left before (``c_{r-1}``) and after (``c_r``)
+    each group, ``r_hat`` and ``tau`` in the logits' dtype."""
     cols = tl.arange(0, BLOCK_R)
     sticks = _stick_lengths(logits_ptr, rows, live, cols, r_max)
     # torch.compile passes a float64 scalar; torch compares in the logits' dtype
@@ -202,7 +196,7 @@ def _ring_weights_backward(logits_ptr, reach_ptr, grad_beta_ptr, grad_merged_wei
                    / _shared_groups(reach_ptr, rows, live, tokens, r_hat))
     into_remaining = (_kept_grads(grad_beta_ptr, rows, live, cols + 1, r_max, r_hat)
                       * _stick_lengths(logits_ptr, rows, live, cols + 1, r_max)
-                      + tl.where(cols[None, :] == r_hat[:, None] - 1, grad_merged[:, None], 0.0))
+                        + tl.where(cols[None, :] == r_hat[:, None] - 1, grad_merged[:, None], 0.0))
     tail_sums = tl.cumsum(into_remaining * remaining, axis=1, reverse=True)
     grad_remaining = tl.where(cols[None, :] < r_hat[:, None],
                               tail_sums / tl.maximum(remaining, tau), 0.0)
@@ -222,8 +216,7 @@ def _launch_weights(kernel, logits: Tensor, reach: Tensor, tau: float, *tensors:
 
 
 def triton_weights_forward(logits: Tensor, reach: Tensor, tau: float) -> Tuple[Tensor, Tensor]:
-    """:func:`.local_global.ring_weights_reference` in one launch: ``beta`` and ``w_m``
-    ``(..., N, 1)``."""
+    """:func:`.local_global.ring_weights_reference` in one launch: ``beta`` and ``w_m``."""
     logits = logits.contiguous()
     beta, merged_weight = torch.empty_like(logits), logits.new_empty(*logits.shape[:-1], 1)
     _launch_weights(_ring_weights_forward, logits, reach.contiguous(), tau, beta, merged_weight)

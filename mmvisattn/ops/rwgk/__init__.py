@@ -6,15 +6,15 @@ Queries and keys are joined through ``M`` anchors by a bipartite graph (Eq. 6)::
     G_Q = softmax(Q B_K^T * s)   (N x M, rows sum to 1)
     G_K = softmax(B_Q K^T * s)   (M x N, rows sum to 1)
 
-and the one-step attention ``A = G_Q G_K`` (Eq. 7) is replaced by the normalised random-walk kernel
-of Eq. (5), ``(1 - lam) / lam * ((I - lam A)^-1 - I)``, whose rows still sum to 1 (Lemma 1); by the
-push-through identity it is Eq. (8), which inverts an ``M x M`` matrix only::
+and ``A = G_Q G_K`` (Eq. 7) becomes the normalised random-walk kernel ``(1 - lam) / lam * ((I - lam
+A)^-1 - I)`` (Eq. 5, rows summing to 1), by the push-through identity Eq. (8), an ``M x M``
+inverse::
 
     (1 - lam) * G_Q (I_M - lam G_K G_Q)^-1 (G_K V)
 
-``s`` is ``1 / sqrt(d)`` as in Eq. (2) (Eq. 6 omits it, which saturates the graphs as ``d`` grows).
-One backend, ``torch`` (:mod:`.pytorch`): Algorithm 1 with a linear solve, O(N M d + N M^2 + M^3);
-:func:`rwgk_attention_reference` inverts the ``N x N`` kernel (Eq. 5)."""
+``s = 1 / sqrt(d)`` as in Eq. (2) (Eq. 6 omits it and saturates the graphs). One backend, ``torch``
+(:mod:`.pytorch`), O(N M d + N M^2 + M^3); :func:`rwgk_attention_reference` inverts the ``N x N``
+kernel."""
 from torch import Tensor
 
 from ..utils.dispatch import Backend, Op, Request

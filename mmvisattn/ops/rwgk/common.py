@@ -1,5 +1,4 @@
-"""What both implementations of RWGK attention share: the decay check and the bipartite graphs
-of Eq. (6)."""
+"""What both RWGK implementations share: the decay check and the bipartite graphs of Eq. (6)."""
 from typing import Tuple
 
 import torch

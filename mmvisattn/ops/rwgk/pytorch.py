@@ -1,13 +1,9 @@
-"""RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``).
+"""RWGK attention in linear time: Algorithm 1 / Eq. (8) with a linear solve (``impl='torch'``). The
+Function saves the inputs, the ``M x M`` system and its solution, never the ``N x M`` graphs
+(recomputed), in slices of images and heads on CPU.
 
-One autograd Function: the forward saves the inputs, the ``M x M`` system and its ``M x d``
-solution, never the ``N x M`` graphs, which the backward recomputes, so the saved memory is the
-inputs', as SDPA's. On CPU both passes run in slices of images and heads; on a GPU the batch is one
-slice up to a larger budget.
-
-Mixed precision: autocast off inside the Function, float32 arithmetic (``I - lam G_K G_Q`` in half
-would lose the digits that make it invertible); the output in ``q``'s dtype, each gradient in its
-input's."""
+Mixed precision: autocast off, float32 arithmetic (``I - lam G_K G_Q`` in half loses the digits that
+keep it invertible); the output in ``q``'s dtype, gradients in their inputs'."""
 from types import EllipsisType
 from typing import Callable, Iterator, Optional, Tuple, Union
 
@@ -31,11 +27,9 @@ Index = Union[EllipsisType, Tuple[int, slice]]
 
 
 def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Index, Index]]:
-    """Indices ``(images and heads, anchor images and heads)`` of slices of ``(B, h, N, d)`` whose
-    graphs hold at most the device's budget (:func:`~mmvisattn.ops.utils.recompute.step_budget` of
-    :data:`GRAPH_BUDGET`): ``...`` (one aten call, where ``[:, :]`` is two on some torch releases)
-    for the whole batch where it fits, else one image and a run of heads at a time; the anchor image
-    is 0 where one set of anchors serves all images."""
+    """Indices ``(images and heads, anchor images and heads)`` of slices whose graphs fit the
+    device's budget (:data:`GRAPH_BUDGET`): ``...`` for the whole batch where it fits, else an image
+    and a run of heads at a time; anchor image 0 where one set serves all."""
     batch, heads, tokens = q.shape[:3]
     budget = step_budget(GRAPH_BUDGET, q.device)
     if batch * heads * tokens * anchor.shape[-2] <= budget:
@@ -47,20 +41,17 @@ def _slices(q: Tensor, anchor: Tensor) -> Iterator[Tuple[Index, Index]]:
 
 
 def solve(system: Tensor, rhs: Tensor) -> Tensor:
-    """``system^-1 rhs`` without the error check of ``torch.linalg.solve``, which reads the
-    factorisation's status back from the device (a synchronisation every layer, every step): the
-    systems here are strictly diagonally dominant (rows of ``lam G_K G_Q`` sum to ``lam < 1``), so
-    never singular. Traced (ONNX export, mmengine's FLOP counter), ``torch.linalg.solve``, the
-    operator both know."""
+    """``system^-1 rhs`` without ``torch.linalg.solve``'s error check, which reads the status back
+    from the device every layer: the systems are strictly diagonally dominant, never singular.
+    Traced (ONNX, FLOP counter): ``torch.linalg.solve``."""
     if torch.jit.is_tracing():
         return torch.linalg.solve(system, rhs)
     return torch.linalg.solve_ex(system, rhs, check_errors=False)[0]
 
 
 def neumann_factors(lam: float, tolerance: float = 2.0 ** -24) -> int:
-    """Factors of :func:`neumann_solve` for walks of weight ``lam``: after ``f`` of them the
-    remainder of the series is at most ``lam^(2^f) / (1 - lam)`` of the solution, which must fall
-    below ``tolerance`` (float32's resolution by default; 5 factors at ``lam = 0.5``)."""
+    """Factors of :func:`neumann_solve` for ``lam``: after ``f`` the remainder is at most
+    ``lam^(2^f) / (1 - lam)``, below ``tolerance`` (5 factors at ``lam = 0.5``)."""
     factors, remainder = 0, lam
     while remainder / (1.0 - lam) > tolerance:
         remainder, factors = remainder * remainder, factors + 1
@@ -68,10 +59,8 @@ def neumann_factors(lam: float, tolerance: float = 2.0 ** -24) -> int:
 
 
 def neumann_solve(system: Tensor, rhs: Tensor, lam: float) -> Tensor:
-    """``system^-1 rhs`` for RWGK's ``system = I - W``, ``W = lam G_K G_Q`` (rows summing to
-    ``lam < 1``), by the product form of the Neumann series ``(I - W)^-1 = prod_j (I + W^(2^j))`` in
-    matrix products only: the solve of deploy backends without one (TensorRT, OpenVINO, ncnn). Float
-    rounding away from :func:`solve` with :func:`neumann_factors` factors."""
+    """``(I - W)^-1 rhs``, ``W = lam G_K G_Q``, by the Neumann product ``prod_j (I + W^(2^j))`` in
+    matrix products only: the solve for deploy backends without one (TensorRT, OpenVINO, ncnn)."""
     walk = torch.eye(system.shape[-1], dtype=system.dtype, device=system.device) - system
     out = rhs
     for _ in range(neumann_factors(lam)):

@@ -8,8 +8,7 @@ from .common import bipartite_graphs, check_lam
 
 def rwgk_kernel_reference(q: Tensor, k: Tensor, anchor_q: Tensor, anchor_k: Tensor,
                           lam: float = 0.5) -> Tensor:
-    """The ``(B, heads, N, N)`` normalised kernel of Eq. (5),
-    ``(1 - lam)/lam ((I - lam A)^-1 - I)``."""
+    """``(B, heads, N, N)`` normalised kernel of Eq. (5), ``(1-lam)/lam ((I - lam A)^-1 - I)``."""
     check_lam(lam)
     graph_q, graph_k = bipartite_graphs(q, k, anchor_q, anchor_k)
     one_step = graph_q @ graph_k

@@ -1,22 +1,17 @@
 """Vision Longformer attention, "Multi-Scale Vision Longformer" (arXiv:2103.15358, Sec. 3.2, App. C,
 D).
 
-Tokens are ``G`` global tokens followed by an ``h x w`` map. A local query attends to the global
-tokens and to a 2-D window of the map, a global query to every token. The window comes from sliding
-chunks: the map is cut into ``w x w`` chunks and the queries of a chunk attend to the ``3 x 3``
-chunks around it, masked as ``'exact'`` (keys within ``w`` along both axes: the ``(2w+1)^2``
-window), ``'chunk'`` (whole neighbour chunks, none beyond the border; the default) or ``'cyclic'``
-(the chunk grid wrapped around). ``mode`` selects the neighbour chunks (App. D): 0 all eight, -1
-none, ``i`` in 1..8 one of them (random shifting passes the drawn ``i`` as a 0-dim integer tensor on
-the device: nothing read back, one graph for every draw). Relative-position bias
-``rel_pos = (table, g2l, g2g)`` as in the official code: ``table`` ``((4w-1)^2, heads)``, ``g2l``
-``(2, heads, G)`` (global query to local key, local query to global key), ``g2g`` ``(heads, G, G)``.
+``G`` global tokens, then an ``h x w`` map. A local query attends to the global tokens and a 2-D
+window; a global query to every token. The map is cut into ``w x w`` chunks whose queries attend to
+the ``3 x 3`` chunks around, masked as ``'exact'`` (the ``(2w+1)^2`` window), ``'chunk'`` (whole
+chunks, none beyond the border; default) or ``'cyclic'`` (wrapped). ``mode`` (App. D): 0 all eight
+neighbours, -1 none, ``i`` in 1..8 one (random shifting passes it as a 0-dim device tensor: one
+graph for every draw). ``rel_pos = (table, g2l, g2g)`` as the official code: ``((4w-1)^2, heads)``,
+``(2, heads, G)``, ``(heads, G, G)``.
 
-Backends, in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention over whole
-chunks, CUDA), ``dense`` (one SDPA call with the pattern as a bias, CPU maps no larger than a
-query's window), ``cpu`` (the sliding chunks in C++) and ``torch`` (sliding chunks, hand-written
-backward). :func:`sliding_chunk_attention_reference` (masked full attention) is what they are tested
-against."""
+Backends in ``auto``'s order (:data:`OP`): ``triton`` (block-sparse flash attention, CUDA),
+``dense`` (one SDPA call with the pattern as bias, small CPU maps), ``cpu`` (C++) and ``torch``, all
+tested against :func:`sliding_chunk_attention_reference`."""
 from numbers import Integral
 from typing import NamedTuple, Optional, Sequence, Tuple
 
@@ -176,10 +171,8 @@ def sliding_chunk_attention(q: Tensor, k: Tensor, v: Tensor, hw_shape: Sequence[
     return OP(impl, request, q, k, v, hw_shape, window, num_global, masking, mode, rel_pos, scale)
 
 
-# global_rows: the global tokens' own attention (queries and keys in full), which modules with
-# separate global projections compute themselves; dense_bias: the attention map's additive bias; the
-# chunk layout (DRAWN to visited_neighbours) for backends built outside the package
-# (lab/experimental).
+# global_rows: the global tokens' own attention; dense_bias: the attention map's bias; the chunk
+# layout (DRAWN to visited_neighbours) for backends outside the package (lab/experimental)
 __all__ = ['sliding_chunk_attention', 'sliding_chunk_attention_reference', 'check_window',
            'check_masking', 'dense_bias', 'global_rows', 'IMPLS', 'OP', 'Options', 'DRAWN',
            'NEIGHBOURS', 'Mode', 'from_chunks', 'is_drawn', 'neighbour_chunk', 'pick_drawn',

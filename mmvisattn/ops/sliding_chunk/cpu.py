@@ -1,11 +1,9 @@
-"""Sliding-chunk local attention in C++ on CPU (``cpu.cpp``; App. C of arXiv:2103.15358).
+"""Sliding-chunk local attention in C++ on CPU (``cpu.cpp``; arXiv:2103.15358, App. C):
+:class:`.pytorch.SlidingChunkAttention`'s arithmetic fused per query chunk while its scores are in
+cache; the forward keeps each query's log-sum-exp for the backward.
 
-The arithmetic of :class:`.pytorch.SlidingChunkAttention` fused per query chunk while its
-``w^2 x S`` scores are in cache, one task per (row of ``B*H``, chunk) forward and per row backward;
-the forward keeps each query's log-sum-exp, from which the backward rebuilds the probabilities.
-
-Mixed precision: autocast off inside the Function, float32 kernels (float64 stays, for
-``gradcheck``); the output in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off, float32 kernels (float64 stays); the output in ``v``'s dtype,
+gradients in their inputs'.
 """
 from typing import List, Optional, Sequence, Tuple
 
@@ -60,9 +58,8 @@ def _float_inputs(*tensors: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
 
 
 class SlidingChunkCpu(torch.autograd.Function):
-    """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk, with the inputs and output of
-    :class:`.pytorch.SlidingChunkAttention`. Saves the inputs, the output and the ``(B*H, C, w^2)``
-    log-sum-exp."""
+    """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk; saves the inputs, the output and
+    the log-sum-exp."""
 
     @staticmethod
     @autocast_off

@@ -1,14 +1,9 @@
 """Vision Longformer attention in dense form, for maps no larger than a query's window
-(arXiv:2103.15358, App. C).
-
-One SDPA call over all ``G + N`` tokens with an additive ``(heads, G + N, G + N)`` bias: the
-relative-position bias of each allowed pair and ``-inf`` on the others, gathered from one row per
-head by a cached index of the pattern (:func:`.pattern.visited_pairs`). :func:`dense_is_faster` is
-the CPU crossover ``auto`` follows (``G + N <= 0.8 S``, ``S`` the slots of a query); a layout that
-visits a key twice (cyclic wrapping on a grid of fewer than three chunks) has no single bias per
-pair (:func:`visits_once`).
-
-Mixed precision: autocast off and float32 arithmetic, as the other backends."""
+(arXiv:2103.15358, App. C): one SDPA call over all ``G + N`` tokens with an additive bias (each
+allowed pair's relative-position bias, ``-inf`` elsewhere) gathered by a cached index of the pattern
+(:func:`.pattern.visited_pairs`). :func:`dense_is_faster` is the CPU crossover ``auto`` follows; a
+layout visiting a key twice has no single bias per pair (:func:`visits_once`). Float32 arithmetic,
+autocast off."""
 from functools import lru_cache
 from typing import Optional, Sequence, Tuple
 
@@ -27,8 +22,7 @@ DENSE_SHARE = 0.8
 
 
 def query_slots(window: int, num_global: int, mode: int) -> int:
-    """``S``: the key slots of a local query in ``mode`` (the globals and ``w^2`` per visited
-    chunk)."""
+    """``S``: a local query's key slots in ``mode`` (the globals and ``w^2`` per visited chunk)."""
     return num_global + len(visited_neighbours(mode)) * window * window
 
 
@@ -83,9 +77,8 @@ def pair_index(hw_shape: Tuple[int, int], window: int, num_global: int, masking:
 
 def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int,
               heads: int, like: Tensor) -> Tensor:
-    """``(heads, E)``: each head's local table ``(4w-1)^2``, global query to local key ``G``, local
-    query to global key ``G``, global to global ``G^2``, then ``0`` (no bias) and ``-inf``
-    (forbidden)."""
+    """``(heads, E)``: each head's local table, global-to-local, local-to-global and
+    global-to-global biases, then ``0`` and ``-inf``."""
     side = 4 * window - 1
     table = like.new_zeros(heads,
                            side * side) if rel_pos is None or rel_pos[0] is None else rel_pos[0].t()
@@ -98,9 +91,8 @@ def bias_rows(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
 
 
 class GatherBias(torch.autograd.Function):
-    """``rows[:, index]`` with the backward adding the pairs' gradients back by one ``index_add_``
-    (the gradient of advanced indexing, ``index_put_`` with accumulation, is slower on CPU).
-    Autocast off in both passes; a gather keeps its input's dtype."""
+    """``rows[:, index]`` whose backward adds the gradients back by one ``index_add_`` (cheaper on
+    CPU than indexing's ``index_put_``). Autocast off; a gather keeps its dtype."""
 
     @staticmethod
     @autocast_off

@@ -1,18 +1,13 @@
-"""Where each query chunk looks: the key slots of the sliding-chunk form (App. C of
-arXiv:2103.15358).
+"""Where each query chunk looks: the key slots of the sliding-chunk form (arXiv:2103.15358, App. C).
 
-The map (padded with zeros to a multiple of ``w`` on both sides) is cut into ``w x w`` chunks. The
-queries of a chunk share one list of key *slots*: first the ``G`` global tokens, then ``w^2`` slots
-for each neighbour chunk the mode visits (all 3 x 3 for mode 0, the own chunk for -1, the own chunk
-and neighbour ``i`` for mode ``i`` in 1..8, App. D), in the neighbour order of the official code:
+The zero-padded map is cut into ``w x w`` chunks; a chunk's queries share one list of key *slots*:
+the ``G`` global tokens, then ``w^2`` per neighbour chunk the mode visits, in the official order
 (-1,-1), (-1,0), (-1,1), (0,-1), (0,0), (0,1), (1,-1), (1,0), (1,1). Slots index a flat key table
-``[globals, padded local map, one zero row]``; the masking mode decides which slots a query may use.
-The torch and C++ backends read these tables; the reference builds its mask independently.
+``[globals, padded map, one zero row]``; the masking decides which a query may use. The reference
+builds its mask independently.
 
-Every table is built once per (map, window, mode, device) and cached on that device, so a step reads
-nothing back. A neighbour drawn on the device (random shifting: a 0-dim integer tensor ``mode``
-holding one of :data:`DRAWN`) picks its tables from the eight modes' stacked ones by
-``index_select``: one graph for every draw.
+Tables are cached per (map, window, mode, device), so a step reads nothing back; a neighbour drawn
+on the device (:data:`DRAWN`) picks its tables by ``index_select``.
 """
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence, Tuple, Union
@@ -47,8 +42,7 @@ def is_drawn(mode: Mode) -> bool:
 
 
 def pick_drawn(stacked: Tensor, mode: Tensor) -> Tensor:
-    """The entry of the drawn ``mode`` (1..8) of tables stacked over :data:`DRAWN`, picked on the
-    device."""
+    """The entry of drawn ``mode`` (1..8) of tables stacked over :data:`DRAWN`, picked on device."""
     return stacked.index_select(0, (mode - 1).view(1))[0]
 
 
@@ -96,9 +90,8 @@ def _drawn_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, 
 
 
 class ChunkGroup(NamedTuple):
-    """Chunks whose live slots are the same columns of the slot tables: the slots their queries may
-    use. Border chunks lose the neighbours outside the map (5 of 9 at a corner), so computing only
-    the live columns saves a third of the work on a 4x4 chunk grid and a sixth on 8x8."""
+    """Chunks whose live slots are the same columns: border chunks lose the neighbours outside the
+    map, so computing live columns only saves a third of the work on a 4x4 chunk grid."""
     chunks: Optional[Tensor]  # (c,) chunk numbers; None: every chunk, in order
     columns: Optional[Tensor]  # (s,) the live slot columns; None: all of them
     index: Tensor  # (c, s) table rows of the live slots
@@ -109,9 +102,8 @@ class ChunkGroup(NamedTuple):
 @torch.compiler.assume_constant_result
 def chunk_groups(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str, mode: int,
                  device: torch.device) -> Tuple[ChunkGroup, ...]:
-    """The chunks of :func:`mode_slot_tables` grouped by their live columns (a column is dead where
-    every query of the chunk masks it), found on the host from the tables of the layout alone and
-    cached on ``device``: no step reads the device for them."""
+    """The chunks grouped by their live columns, found on the host from the layout alone and cached
+    on ``device``."""
     return _chunk_groups(hw_shape, window, num_global, masking, mode, device)
 
 
@@ -158,12 +150,10 @@ def neighbour_chunk(grid: Tuple[int, int], masking: str,
 @lru_cache(maxsize=64)
 def mode_slot_tables(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str,
                      mode: int, device: torch.device) -> Tuple[Tensor, Tensor]:
-    """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk.
-
-    ``C`` is the number of chunks and ``S = G + len(visited) * w^2``. Masked slots point at the
-    zero row. ``'chunk'`` drops neighbours outside the chunk grid and padded positions; ``'cyclic'``
-    wraps the chunk grid around (padded positions stay masked); ``'exact'`` also drops keys farther
-    than ``w`` from the query along either axis, giving the conv-like ``(2w+1)^2`` window.
+    """Key-table indices ``(C, S)`` and invalid-slot mask ``(C, 1 or w^2, S)`` of every chunk, ``S =
+    G + len(visited) * w^2``, masked slots at the zero row. ``'chunk'`` drops neighbours outside the
+    grid and padding, ``'cyclic'`` wraps the grid, ``'exact'`` also drops keys farther than ``w``
+    along either axis.
     """
     height, width = hw_shape
     rows, cols = window_grid(hw_shape, window)
@@ -200,15 +190,13 @@ def to_chunks(x: Tensor, hw_shape: Sequence[int], window: int) -> Tensor:
 
 
 def from_chunks(x: Tensor, batch: int, hw_shape: Sequence[int], window: int) -> Tensor:
-    """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)`` (padding
-    cropped)."""
+    """Inverse of :func:`to_chunks`: ``(B*H, C, w^2, d)`` -> ``(B, H, h*w, d)``, padding cropped."""
     return from_windows(x, hw_shape,
                         window).reshape(batch, -1, hw_shape[0] * hw_shape[1], x.shape[-1])
 
 
 def key_table(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int) -> Tensor:
-    """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded tokens + 1, d)``: globals, padded map, zero
-    row."""
+    """``(B, H, G + h*w, d)`` -> ``(B*H, G + padded + 1, d)``: globals, padded map, zero row."""
     batch, heads, _, dims = x.shape
     local = to_chunks(x[:, :, num_global:], hw_shape, window)
     rows, cols = window_grid(hw_shape, window)
@@ -252,13 +240,9 @@ def table_padding(hw_shape: Tuple[int, int], window: int, num_global: int,
 def global_rows(q_global: Tensor, k: Tensor, v: Tensor,
                 rel_pos: Optional[Sequence[Optional[Tensor]]],
                 padding: Optional[Tensor] = None) -> Tensor:
-    """The ``G`` global queries ``(B, H, G, d)`` (already scaled) attend to every token ->
+    """The ``G`` scaled global queries ``(B, H, G, d)`` attend to every token of ``k``, ``v``
+    (globals first, the rest in any order, ``padding`` marking empty rows: :func:`table_padding`) ->
     ``(B, H, G, d)``.
-
-    ``k`` and ``v`` are ``(B, H, T, d)`` with the global tokens first; the order of the rest is free
-    (the global-to-local bias is one value per head and global token), so the op passes the key
-    tables the local attention saves anyway, with ``padding`` ``(T,)`` marking the rows that hold
-    no token (:func:`table_padding`).
     """
     scores = q_global @ k.transpose(-1, -2)
     if rel_pos is not None and rel_pos[1] is not None:

@@ -1,8 +1,6 @@
-"""The sliding-chunk pattern of Vision Longformer from token coordinates alone (arXiv:2103.15358,
-App. C): which key each query meets through each visited neighbour chunk, and where the backends
-place it in the relative-position table. The reference and the dense backend are built from it,
-independently of the slot tables (:mod:`.layout`) the sliding chunks run on, so each checks the
-other.
+"""The sliding-chunk pattern from token coordinates alone (arXiv:2103.15358, App. C): which key each
+query meets through each visited chunk, and its relative-position index. The reference and the dense
+backend use it, independently of the slot tables (:mod:`.layout`), so each checks the other.
 """
 from typing import Iterator, Sequence, Tuple
 
@@ -15,9 +13,8 @@ from .layout import NEIGHBOURS, visited_neighbours
 
 def visited_pairs(hw_shape: Sequence[int], window: int, masking: str, mode: int,
                   device=None) -> Iterator[Tuple[Tensor, Tensor]]:
-    """For each neighbour chunk the mode visits: ``(N, N)`` whether key ``j`` is the query ``i``'s
-    in that chunk, and the pair's index into the ``(4w-1)^2`` relative-position table (where the
-    fast paths place the key). Defined from token coordinates alone: the pattern of App. C."""
+    """Per visited neighbour chunk: ``(N, N)`` whether key ``j`` is query ``i``'s there, and the
+    pair's index into the ``(4w-1)^2`` table."""
     x, y = grid_coordinates(hw_shape, device)
     rows, cols = window_grid(hw_shape, window)
     side = 4 * window - 1

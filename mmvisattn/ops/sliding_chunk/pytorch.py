@@ -1,13 +1,12 @@
-"""Sliding-chunk local attention in torch with a hand-written backward (App. C of arXiv:2103.15358).
+"""Sliding-chunk local attention in torch with a hand-written backward (arXiv:2103.15358, App. C).
 
-Every query chunk multiplies its ``w^2`` queries with the ``S <= G + 9 w^2`` keys its slots gather
-(:mod:`.layout`). The forward keeps the inputs, the output and the slot tables; the probabilities
-and the gathered keys and values are rebuilt slice by slice in the backward, so the saved tensors
-grow with ``N * d`` as SDPA's and the transient ones are bounded by :data:`SCORE_BUDGET`. Chunks run
-in groups by their live slots (:func:`.layout.chunk_groups`).
+Each query chunk multiplies its ``w^2`` queries with the ``S <= G + 9 w^2`` keys its slots gather
+(:mod:`.layout`), in groups by live slots (:func:`.layout.chunk_groups`). The forward keeps inputs,
+output and slot tables; the backward rebuilds the probabilities slice by slice within
+:data:`SCORE_BUDGET`, so saved memory grows as SDPA's.
 
-Mixed precision: autocast off inside the Function, float32 arithmetic (half logits of large inputs
-overflow before the softmax); the output in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off, float32 arithmetic (half logits overflow); the output in ``v``'s
+dtype, gradients in their inputs'.
 """
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -20,8 +19,7 @@ from ..utils.token_grid import add_rows_
 from .layout import ChunkGroup, Mode
 from .local_global import local_plus_global
 
-# Score entries of one slice (rows of B*H by chunks): bounds the transient memory; larger slices
-# leave the cache
+# score entries of one slice (rows of B*H by chunks): bounds transient memory within cache
 SCORE_BUDGET = 1 << 18
 
 
@@ -72,10 +70,9 @@ def _put_chunks(x: Tensor, part: Slice, values: Tensor) -> None:
 
 
 def _gather(table: Tensor, part: Slice) -> Tensor:
-    """The ``(b, c, s, d)`` slot keys (or values) of the chunks of ``part`` from the ``(B*H, T, d)``
-    token table: one ``index_select`` of token rows, the global tokens included, so no concatenation
-    (a ``cat`` of the globals onto chunk-wise gathers cost more than the gathers themselves); its
-    adjoint is :func:`~mmvisattn.ops.utils.token_grid.add_rows_`."""
+    """The ``(b, c, s, d)`` slot keys (or values) of ``part``'s chunks by one ``index_select`` of
+    the token table, globals included (no ``cat``); adjoint
+    :func:`~mmvisattn.ops.utils.token_grid.add_rows_`."""
     rows = table[part.rows]
     slots = part.group.index[part.span]
     return rows.index_select(1, slots.reshape(-1)).view(rows.shape[0], *slots.shape, rows.shape[-1])
@@ -114,12 +111,10 @@ def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], part: Slice) -> Tensor
 class SlidingChunkAttention(torch.autograd.Function):
     """``softmax(q k_slots^T + bias, masked) v_slots`` per chunk.
 
-    Inputs: ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token
-    tables (:func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or ``None``; ``groups``, the chunk
-    groups of the slot tables (:func:`.layout.chunk_groups`), each run on its live slots. Output
-    ``(B*H, C, w^2, d)``. The forward saves the inputs and the output; the backward recomputes the
-    probabilities slice by slice of heads and chunks (:data:`SCORE_BUDGET`): ``O(N d)`` saved, as
-    SDPA.
+    ``q`` ``(B*H, C, w^2, d)`` scaled query chunks; ``k``, ``v`` ``(B*H, T, d)`` token tables
+    (:func:`.layout.key_table`); ``bias`` ``(H, w^2, S)`` or ``None``; ``groups``
+    (:func:`.layout.chunk_groups`) run on their live slots. Saves inputs and output; the backward
+    recomputes probabilities within :data:`SCORE_BUDGET`.
     """
 
     @staticmethod
@@ -187,9 +182,8 @@ def _add_bias_grad_(grad_bias: Tensor, group: ChunkGroup, grad: Tensor) -> None:
 
 def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
             groups: Tuple[ChunkGroup, ...]) -> Tensor:
-    """The Function's arithmetic as plain ops, group by group on all rows of ``B*H``; the groups'
-    outputs are joined and put back in chunk order by one ``index_select`` (no writes into a
-    preallocated output)."""
+    """The Function's arithmetic as plain ops, group by group, joined back in chunk order by one
+    ``index_select``."""
     outputs = []
     for group in groups:
         part = Slice(slice(0, q.shape[0]), group, slice(0, group.index.shape[0]))
@@ -204,13 +198,9 @@ def _traced(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
 def sliding_chunk_local_torch(q: Tensor, k: Tensor, v: Tensor, index: Tensor, invalid: Tensor,
                               bias: Optional[Tensor],
                               groups: Optional[Tuple[ChunkGroup, ...]]) -> Tensor:
-    """The local attention of every chunk (:class:`SlidingChunkAttention`) on the slot tables
-    ``index``, ``invalid``, by the layout's chunk ``groups`` (:func:`.layout.chunk_groups`); tables
-    picked on the device for a drawn mode (``groups=None``) run as one group of every chunk on all
-    slots. Traced (``torch.onnx.export``, mmengine's FLOP counter), the same arithmetic runs as
-    plain ops (:func:`_traced`): not through :func:`mmvisattn.ops.utils.tracing.apply_function`,
-    because the Function's forward writes slice by slice into a preallocated output, which tracing
-    records wrongly."""
+    """The local attention of every chunk on the slot tables by the layout's ``groups`` (a drawn
+    mode, ``groups=None``, runs one group on all slots). Traced, as plain ops (:func:`_traced`): the
+    Function writes into a preallocated output, which tracing records wrongly."""
     groups = (ChunkGroup(None, None, index, invalid),) if groups is None else groups
     if torch.jit.is_tracing():
         dtype = v.dtype

@@ -1,11 +1,7 @@
-"""The reference implementation: one full softmax attention over all ``G + h*w`` tokens with an
-explicit additive ``(G + N) x (G + N)`` bias that is ``-inf`` where the sliding-chunk pattern
-forbids a pair (quadratic in the number of tokens, App. C of arXiv:2103.15358).
-
-It is built from token coordinates, not from the slot tables of the fast paths. A local key may
-lie in several visited neighbour chunks of a query (cyclic wrapping on grids of fewer than three
-chunks); the fast paths then see it once per chunk, each time with that chunk's relative-position
-bias, which equals one entry of bias ``log(sum_copies exp(b))``.
+"""The reference: one full softmax attention over all ``G + h*w`` tokens with an explicit bias,
+``-inf`` where the pattern forbids a pair (arXiv:2103.15358, App. C), built from token coordinates,
+not the slot tables. A key in several visited chunks (cyclic wrapping on small grids) is seen by the
+fast paths once per chunk, which equals one bias ``log(sum_copies exp(b))``.
 """
 from typing import Optional, Sequence
 
@@ -18,8 +14,7 @@ from .pattern import visited_pairs
 
 def _local_weights(hw_shape: Sequence[int], window: int, masking: str, mode: int,
                    table: Tensor) -> Tensor:
-    """``(heads, N, N)`` sum over the visited chunks holding key ``j`` of ``exp(bias)`` (0 =
-    forbidden)."""
+    """``(heads, N, N)`` sum of ``exp(bias)`` over visited chunks holding key ``j`` (0: none)."""
     tokens = hw_shape[0] * hw_shape[1]
     weights = table.new_zeros(table.shape[1], tokens, tokens)
     for match, rel in visited_pairs(hw_shape, window, masking, mode, table.device):

@@ -1,21 +1,18 @@
 """Triton kernels of the sliding-chunk attention (arXiv:2103.15358, Sec. 3.2, App. C) as
 block-sparse flash attention, forward and backward.
 
-The local queries of one ``w x w`` chunk form a query tile; each chunk the mode visits (App. D) is a
-key tile read straight from the ``(B, heads, G + h*w, d)`` keys and values, its masks computed from
-the chunks' coordinates (no slot table, no padded copy of the map); the ``G`` global keys are one
-more tile. The forward keeps the output and each row's log-sum-exp; the backward recomputes the
-probabilities (FlashAttention-2) in three kernels, each owning what it writes, so the gradients are
-deterministic: ``_grad_keys`` (one program per key chunk), ``_grad_queries`` (per query chunk, with
-the global keys' score gradients torch turns into their gradients) and ``_grad_bias`` (per head,
-visited neighbour and share of the chunks, summed over :data:`BIAS_SHARES` shares by torch). The
-global queries' rows are torch's (:func:`.layout.global_rows`).
+A ``w x w`` chunk's local queries form a query tile; each visited chunk (App. D) is a key tile read
+straight from the keys and values, masked from the chunks' coordinates (no slot table, no padded
+copy); the ``G`` global keys are one more tile. The forward keeps the output and each row's
+log-sum-exp; the backward recomputes the probabilities (FlashAttention-2) in three kernels that each
+own what they write, so gradients are deterministic: ``_grad_keys``, ``_grad_queries`` and
+``_grad_bias`` (summed over :data:`BIAS_SHARES` by torch). The global queries' rows are torch's
+(:func:`.layout.global_rows`).
 
-Mixed precision: every ``tl.dot`` takes its operands in the inputs' precision
-(:func:`~mmvisattn.ops.utils.triton_launch.dot_operands`: half on the tensor cores, float32 as TF32)
-and accumulates in float32 (float64 for the interpreter's gradchecks); scores, softmax statistics
-and accumulators stay float32. The output in ``q``'s dtype, gradients in their inputs'; autocast off
-in the Function."""
+Mixed precision: ``tl.dot`` operands in the inputs' precision
+(:func:`~mmvisattn.ops.utils.triton_launch.dot_operands`), float32 accumulation (float64 for the
+interpreter's gradchecks), scores and statistics float32. The output in ``q``'s dtype, gradients in
+their inputs'; autocast off in the Function."""
 from functools import lru_cache
 from typing import NamedTuple, Optional, Sequence, Tuple
 
@@ -30,8 +27,7 @@ from ..utils.token_grid import to_windows, window_grid
 from ..utils.triton_launch import head_block, num_warps
 from .layout import CENTRE, Mode, global_rows, is_drawn, slot_bias, visited_neighbours
 
-# keys per product: blocks of 64 x 32 scores spilled registers on sm_80 (compile_kernels.py's
-# report)
+# keys per product: 64 x 32 score blocks spilled registers on sm_80 (compile_kernels.py)
 KEY_BLOCK = 16
 # programs per (head, neighbour) summing the bias gradient; their partial tables are summed after
 BIAS_SHARES = 32
@@ -48,8 +44,7 @@ def _chunk_tile(row, col, offs, height, width, WINDOW: tl.constexpr):
 
 @triton.jit
 def _tile(base, first, x, y, ok, width, offs_c, columns):
-    """The rows of tokens ``first + x * width + y`` of a ``(tokens, columns)`` table, zero where not
-    ``ok``."""
+    """Rows ``first + x * width + y`` of a ``(tokens, columns)`` table, zero where not ``ok``."""
     rows = first + x * width + y
     return tl.load(base + rows[:, None] * columns + offs_c[None, :],
                    mask=ok[:, None] & (offs_c[None, :] < columns), other=0.0)
@@ -57,9 +52,8 @@ def _tile(base, first, x, y, ok, width, offs_c, columns):
 
 @triton.jit
 def _neighbour(row, col, neighbour, sign, rows, cols, CYCLIC: tl.constexpr):
-    """The chunk ``sign`` times neighbour offset ``neighbour`` (0..8, row-major over -1..1 x -1..1)
-    away from ``(row, col)``, wrapped around the grid when ``CYCLIC``, and whether it lies on the
-    grid."""
+    """The chunk ``sign`` times neighbour offset ``neighbour`` (0..8) away from ``(row, col)``,
+    wrapped when ``CYCLIC``, and whether it is on the grid."""
     row = row + sign * (neighbour // 3 - 1)
     col = col + sign * (neighbour % 3 - 1)
     if CYCLIC:
@@ -109,8 +103,7 @@ def _key_block(q, k_base, v_base, bias_base, key_row, key_col, j, start, slots, 
 def _global_tile(q, k_base, v_base, bias_base, slots, num_global, q_ok, offs_l, offs_d, offs_dv,
                  dims, value_dims, HAS_BIAS: tl.constexpr, DOT: tl.constexpr, ACC: tl.constexpr,
                  BLOCK_G: tl.constexpr):
-    """Scores of a query chunk against the global keys (``-inf`` where masked), the keys and
-    values."""
+    """A query chunk's scores against the global keys (``-inf`` where masked), keys and values."""
     offs_g = tl.arange(0, BLOCK_G)
     g_ok = offs_g < num_global
     keys = tl.load(k_base + offs_g[:, None] * dims + offs_d[None, :],
@@ -337,9 +330,7 @@ def _meta(layout: Layout, dims: int, value_dims: int, dtype: torch.dtype) -> dic
 
 def _warps(kernel, meta: dict, dtype: torch.dtype) -> int:
     """Warps per program: the fewest that compile_kernels.py found without register spills on sm_80
-    and sm_90. The query-side kernels hold a chunk's 64 query rows (windows 6 to 8) of the head in
-    registers, the key side (``_grad_keys``) :data:`KEY_BLOCK` key rows and one query chunk at a
-    time."""
+    and sm_90."""
     head = max(meta['BLOCK_D'], meta['BLOCK_DV'])
     if meta['BLOCK_L'] < 64 or (kernel is _forward and head <= 32):
         return num_warps(head)
@@ -363,10 +354,9 @@ def _global_tile_args(layout: Layout) -> dict:
 
 
 class SlidingChunkTriton(torch.autograd.Function):
-    """The local queries' attention: ``q``, ``k``, ``v`` ``(B, heads, G + h*w, d)``, ``bias`` the
-    slots' relative-position bias ``(heads, w^2, G + len(visited) * w^2)``
-    (:func:`.layout.slot_bias`) or ``None``, ``visited`` the neighbour indices (int32, on the
-    device) -> ``(B, heads, h*w, d)``."""
+    """The local queries' attention: ``q``, ``k``, ``v`` ``(B, heads, G + h*w, d)``, ``bias``
+    (:func:`.layout.slot_bias`) or ``None``, ``visited`` the int32 neighbour indices -> ``(B, heads,
+    h*w, d)``."""
 
     @staticmethod
     @autocast_off
@@ -455,9 +445,7 @@ def _visited(mode: int, device: torch.device) -> Tensor:
 
 
 def visited_on_device(mode: Mode, device: torch.device) -> Tensor:
-    """The neighbour indices the chunks visit in ``mode``, int32 on ``device``; a drawn mode's
-    (:data:`.layout.DRAWN`) are formed on the device, in :func:`.layout.visited_neighbours`'
-    order."""
+    """The neighbour indices visited in ``mode``, int32 on ``device``."""
     if not is_drawn(mode):
         return _visited(int(mode), device)
     return torch.stack([torch.full_like(mode, CENTRE),

@@ -3,10 +3,9 @@ perception with sub-quadratic complexity" (arXiv:2110.02453, Appendix C.1, Eq. 1
 
     phi(x) = ReLU(W2 [sin(W1 s x); cos(W1 s x)] + b2)
 
-with ``s`` the temperature the modules split between queries and keys. Backends, in ``auto``'s order
-(:data:`OP`): ``cpu`` (C++ by blocks of rows, the heads read in place from the ``qkv`` projection)
-and ``torch`` (the backward written out, saving the input and the
-output); :func:`trig_relu_features_reference` is Eq. 13 under autograd."""
+``s`` is the temperature the modules split between queries and keys. Backends in ``auto``'s order
+(:data:`OP`): ``cpu`` (C++, heads read in place from ``qkv``) and ``torch``;
+:func:`trig_relu_features_reference` is Eq. 13 under autograd."""
 from typing import NamedTuple, Optional
 
 from torch import Tensor

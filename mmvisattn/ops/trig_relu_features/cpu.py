@@ -1,10 +1,6 @@
 """The feature map's passes in C++ on CPU (``impl='cpu'``, ``cpu.cpp``; arXiv:2110.02453, Eq. 13):
-the arithmetic of :func:`.pytorch.torch_forward` by blocks of 256 rows, each block's projections,
-sines and cosines and products in cache, the heads read in place from the ``qkv`` projection (a last
-dimension of stride 1).
-
-Mixed precision: :class:`.passes.TrigReLUFeatures` hands float32 (or float64) tensors to the
-kernels, with autocast off.
+:func:`.pytorch.torch_forward`'s arithmetic by blocks of 256 rows in cache, the heads read in place.
+Float32 (or float64) kernels, autocast off.
 """
 from typing import List, Tuple
 

@@ -1,13 +1,9 @@
-"""What the fast feature maps share: the autograd Function that runs a pair of passes of Eq. 13
-(arXiv:2110.02453, Appendix C.1) on tensors of one floating dtype,
-``forward(x, w1, w2, b2, scale) -> features`` and
-``backward(x, w1, w2, features, grad_out, scale) -> (dx, dw1, dw2, db2)`` (:mod:`.pytorch`
-and :mod:`.cpu` bring theirs), saving only the input (the caller's view) and the output (which the
-attention keeps anyway).
+"""The autograd Function the fast feature maps share: a pair of passes of Eq. 13 (arXiv:2110.02453,
+C.1), ``forward(x, w1, w2, b2, scale)`` and ``backward(x, w1, w2, features, grad_out, scale) -> (dx,
+dw1, dw2, db2)`` from :mod:`.pytorch` or :mod:`.cpu`, saving only the input view and the output.
 
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): autocast off in both passes and float32 arithmetic
-(the arguments of ``sin`` and ``cos`` are of size ``|x| sqrt(d)`` and keep none of their digits in
-half precision); the output comes back in ``x``'s dtype, each gradient in its input's.
+Mixed precision: autocast off, float32 arithmetic (``sin`` and ``cos`` of ``|x| sqrt(d)`` keep no
+digits in half); the output in ``x``'s dtype, gradients in their inputs'.
 """
 from typing import Callable, Optional, Tuple
 

@@ -1,9 +1,7 @@
 """The feature map's passes in torch (``impl='torch'``; arXiv:2110.02453, Eq. 13): the forward
-without a graph, and the backward written out, which recomputes ``W1 s x`` and its sine and cosine
-once, by chunks of :data:`~mmvisattn.ops.utils.recompute.CHUNK_TOKENS` rows of tokens on CPU (larger
-on a GPU, :func:`~mmvisattn.ops.utils.recompute.step_budget`), so its temporaries stay small. The
-reference recomputed by :func:`~mmvisattn.ops.utils.recompute.checkpointed_chunks` would save as
-little but evaluate six sines and cosines instead of four and replay a graph.
+without a graph, the backward written out, recomputing ``W1 s x`` and its sine and cosine once by
+chunks of rows (:func:`~mmvisattn.ops.utils.recompute.step_budget`), four transcendentals where a
+recomputed reference takes six.
 """
 from typing import Tuple
 
@@ -44,8 +42,7 @@ def torch_backward(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out
 
 def _chunk_gradients(x: Tensor, w1: Tensor, w2: Tensor, features: Tensor, grad_out: Tensor,
                      scale: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The four gradients from the rows ``x``: ``dx`` and this chunk's share of
-    ``dW1, dW2, db2``."""
+    """The four gradients from rows ``x``: ``dx`` and this chunk's share of ``dW1, dW2, db2``."""
     num_features = w1.shape[0]
     scaled = x * scale
     projected = scaled @ w1.t()

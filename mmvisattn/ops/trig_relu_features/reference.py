@@ -1,5 +1,4 @@
-"""The reference implementation of the feature map: Eq. 13 of arXiv:2110.02453 (Appendix C.1) under
-autograd."""
+"""The reference feature map: Eq. 13 of arXiv:2110.02453 (Appendix C.1) under autograd."""
 import torch
 import torch.nn.functional as F
 from torch import Tensor

@@ -1,18 +1,15 @@
 """How the ops meet mixed precision (``torch.autocast`` in float16 or bfloat16, or a ``.half()``
-model): **inputs may be half, arithmetic is float32**.
+model): **inputs may be half, arithmetic is float32**, because the sums these ops form (``K^T V``
+over all tokens, large logits) leave float16's range and normalisers underflow in it.
 
-* Every hand-written ``torch.autograd.Function`` wraps its ``forward`` and ``backward`` in
-  :func:`autocast_off` (autocast disabled on the tensors' device: ``torch.amp.custom_fwd`` takes one
-  fixed device type), so the Function alone decides its dtypes.
-* Inside, torch code computes on :func:`upcast` copies (float64 stays, for ``gradcheck``); Triton
-  kernels load half tensors and accumulate in float32. Results come back in the values' dtype,
-  gradients in their inputs'. Plain tensor functions of the same kind are decorated
-  with :func:`float32_math`.
-* Why: the sums these ops form (``K^T V`` over all tokens, softmax logits of large inputs) leave
-  float16's range, and normalisers underflow in it.
+* Every hand-written ``torch.autograd.Function`` wraps ``forward`` and ``backward`` in
+  :func:`autocast_off`, so the Function alone decides its dtypes.
+* Inside, torch code computes on :func:`upcast` copies (float64 stays); Triton kernels load half and
+  accumulate in float32. Results come back in the values' dtype, gradients in their inputs'; plain
+  functions of the kind use :func:`float32_math`.
 
-:func:`norm_eps` is the one epsilon that depends on the dtype; :func:`no_autocast` gives devices
-without autocast (``meta``) none."""
+:func:`norm_eps` is the one dtype-dependent epsilon; :func:`no_autocast` covers devices without
+autocast (``meta``)."""
 import contextlib
 import functools
 from typing import Callable, ContextManager, Tuple
@@ -23,15 +20,13 @@ from torch import Tensor
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
-# Devices with autocast in every torch of the range. Asking torch only about the others keeps
-# torch.compile's graph whole: torch 2.6's dynamo cannot trace ``torch.amp.is_autocast_available``
-# and breaks the graph there.
+# devices with autocast in every torch of the range: asking torch only about the others keeps
+# torch.compile's graph whole (torch 2.6 cannot trace is_autocast_available)
 AUTOCAST_DEVICES = ('cpu', 'cuda')
 
 
 def has_autocast(device_type: str) -> bool:
-    """Whether ``device_type`` has autocast (``meta``, where tools run models with no data, has
-    none)."""
+    """Whether ``device_type`` has autocast (``meta`` has none)."""
     return device_type in AUTOCAST_DEVICES or torch.amp.is_autocast_available(device_type)
 
 
@@ -43,8 +38,7 @@ def no_autocast(device_type: str) -> ContextManager:
 
 
 def autocast_state(device_type: str) -> Tuple[str, torch.dtype, bool]:
-    """``(device type, autocast dtype, enabled)`` of ``device_type`` now,
-    for :func:`restore_autocast`."""
+    """``(device type, autocast dtype, enabled)`` now, for :func:`restore_autocast`."""
     if has_autocast(device_type):
         return (device_type, torch.get_autocast_dtype(device_type),
                 torch.is_autocast_enabled(device_type),)
@@ -88,11 +82,8 @@ def upcast(*tensors: Tensor) -> Tuple[Tensor, ...]:
 
 
 def norm_eps(dtype: torch.dtype) -> float:
-    """Clamp of ``||x||`` in ``x / max(||x||, eps)`` for inputs of ``dtype``.
-
-    ``1e-12`` (``F.normalize``'s, the official code's) wherever the gradient ``g / eps`` of a zero
-    row fits the dtype; for float16 (largest value 65504), ``1 / sqrt(65504)``, so that gradients up
-    to 256 through a zero row stay finite once cast back to float16 (a zero row carries no direction
-    anyway).
+    """Clamp of ``||x||`` in ``x / max(||x||, eps)`` for ``dtype``: ``1e-12`` (``F.normalize``'s,
+    the official code's) where a zero row's gradient ``g / eps`` fits the dtype; for float16 ``1 /
+    sqrt(65504)``, so gradients up to 256 through a zero row stay finite.
     """
     return max(1e-12, torch.finfo(dtype).max ** -0.5) if dtype in HALF_DTYPES else 1e-12

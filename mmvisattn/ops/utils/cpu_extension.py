@@ -1,12 +1,10 @@
 """The ops' C++ CPU kernels, compiled on first use.
 
-An op with a ``cpu`` backend keeps its kernels in ``<op>/cpu.cpp``, registered as
-``torch.ops.mmvisattn_<op>_cpu.*``, beside the ``cpu.py`` that exposes them as custom operators
-(with fake implementations for ``torch.compile``) in an autograd Function. :func:`load_cpu_kernels`
-compiles a source into torch's extension cache (``$TORCH_EXTENSIONS_DIR``), rebuilt when the source
-changes; ``make install`` compiles every kernel once, so a compiler problem surfaces there. On CPU
-the kernels do a chunk's softmax, masks and gathers while its scores are in cache, where the torch
-path passes over them in memory."""
+An op with a ``cpu`` backend keeps its kernels in ``<op>/cpu.cpp`` as
+``torch.ops.mmvisattn_<op>_cpu.*``, exposed by ``cpu.py`` as custom operators (with fake
+implementations for ``torch.compile``). :func:`load_cpu_kernels` compiles into torch's extension
+cache, rebuilt when the source changes; ``make install`` compiles each once, so a compiler problem
+surfaces there."""
 import functools
 import os
 import shutil
@@ -16,15 +14,13 @@ from typing import Any, List
 import torch
 
 OPS_DIR = Path(__file__).parents[1]  # the op packages, each with its cpu.cpp
-# in each build's name: one build folder per torch release, as a kernel built against one does not
-# load into another, and two environments of one machine (make install's and make test-oldest's)
-# share the cache
+# one build folder per torch release (a build does not load into another; make install's and make
+# test-oldest's environments share the cache)
 TORCH_TAG = 'torch' + torch.__version__.split('+')[0].replace('.', '_')
 
-# -fopenmp: at::parallel_for and the `omp simd` loops (the library joins the OpenMP runtime torch
-# loaded: same soname). -fno-trapping-math, -fno-math-errno: without them GCC keeps float selects
-# and reductions scalar for the sake of floating-point exception flags and errno; the values are
-# IEEE's either way, and torch builds itself with both.
+# -fopenmp: at::parallel_for and `omp simd` (joining torch's OpenMP runtime); -fno-trapping-math,
+# -fno-math-errno: otherwise GCC keeps selects and reductions scalar for exception flags and errno
+# (torch builds with both)
 CFLAGS = ('-O3', '-fopenmp', '-fno-trapping-math', '-fno-math-errno')
 
 
@@ -34,9 +30,8 @@ class CpuKernelBuildError(RuntimeError):
 
 @functools.lru_cache(maxsize=None)
 def load_cpu_kernels(op: str) -> Any:
-    """Compile (or find in the cache) ``<op>/cpu.cpp`` and return its
-    ``torch.ops.mmvisattn_<op>_cpu`` namespace; a failed build raises :class:`CpuKernelBuildError`
-    naming the source and the way round it."""
+    """Compile (or find cached) ``<op>/cpu.cpp`` and return its ``torch.ops`` namespace; a failed
+    build raises :class:`CpuKernelBuildError` naming the source and the way round it."""
     from torch.utils import cpp_extension
     source = OPS_DIR / op / 'cpu.cpp'
     _put_ninja_on_path()
@@ -58,13 +53,10 @@ def load_cpu_kernels(op: str) -> Any:
 
 
 def _put_ninja_on_path() -> None:
-    """torch builds with the ``ninja`` first on ``PATH``; this puts the pip ``ninja``
-    (``make install`` installs it) there whenever it is installed. One ninja for every process,
-    whatever its ``PATH``: two versions hash a build command differently (1.13 changed its log's
-    hash), so each would rebuild what the other built last, and a machine's own ninja is often
-    another version than pip's. A pip ninja found through a relative ``PATH`` entry
-    (``PATH=.venv/bin:...``) does not count: torch runs ninja in the build folder, where that entry
-    names nothing and the machine's ninja answers."""
+    """Put the pip ``ninja`` (``make install`` installs it) first on ``PATH`` for torch's builds:
+    two ninja versions hash a build command differently, so each would rebuild what the other built.
+    A pip ninja found through a relative ``PATH`` entry does not count (torch runs ninja in the
+    build folder)."""
     try:
         import ninja
     except ImportError:
@@ -79,8 +71,7 @@ def _put_ninja_on_path() -> None:
 
 
 def load_every_cpu_kernel() -> List[str]:
-    """Compile the kernels of every op with a ``cpu.cpp`` (``make install`` calls it); returns the
-    ops."""
+    """Compile every op's ``cpu.cpp`` (``make install`` calls it); returns the ops."""
     ops = sorted(source.parent.name for source in OPS_DIR.glob('*/cpu.cpp'))
     for op in ops:
         load_cpu_kernels(op)

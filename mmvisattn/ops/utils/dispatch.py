@@ -1,20 +1,17 @@
 """How an op picks its implementation: one chain of backends per op (NATTEN's ``choose_backend``).
 
-An op lists its backends in :class:`Op`, in the order ``impl='auto'`` tries them. Each backend has
-two checks of a :class:`Request` (the call without its data), each returning a reason or ``None``:
+An :class:`Op` lists its backends in the order ``impl='auto'`` tries them, each with two checks of a
+:class:`Request` (the call without its data) returning a reason or ``None``:
 
-* ``unsupported``: why the backend cannot run the call (a device, a dtype, a head width, tracing);
-* ``passed_over``: why ``auto`` takes a later backend although this one could run the call (a
-  crossover measured on CPU, dropout, an export form).
+* ``unsupported``: why the backend cannot run the call (device, dtype, head width, tracing);
+* ``passed_over``: why ``auto`` takes a later backend although this one could run (a CPU crossover,
+  dropout, an export form).
 
-``auto`` runs the first backend that neither check stops, logging (at ``DEBUG``, logger
-``mmvisattn.ops.utils.dispatch``) why it passed the earlier ones over; the last backend of every
-chain supports whatever reaches it, and a chain that runs out raises :class:`UnsupportedInput` in
-one line. A backend asked for by name runs wherever it is supported and
-raises :class:`UnsupportedInput` in one line where it is not: no backend falls back on its
-own. :meth:`Op.explain` gives ``auto``'s choice and why each other backend was passed over, which
-``tools/analysis_tools/print_dispatch.py`` prints for every layer of a config from the
-calls :func:`observing` shows it.
+``auto`` runs the first backend neither check stops, logging at ``DEBUG`` why it passed the earlier
+ones over; a chain's last backend supports what reaches it, and one that runs out raises
+:class:`UnsupportedInput` in one line, as does a named backend where it is unsupported: nothing
+falls back on its own. :meth:`Op.explain` gives the choice and the reasons, which
+``print_dispatch.py`` prints for every layer from the calls :func:`observing` shows it.
 """
 import contextlib
 import logging
@@ -37,8 +34,7 @@ LOGGER = logging.getLogger(__name__)
 
 
 class UnsupportedInput(ValueError):
-    """A call the backend asked for by name cannot run (a device, a dtype, a head width, a
-    window)."""
+    """A backend asked for by name cannot run the call (device, dtype, head width, window)."""
 
 
 def current_context() -> str:
@@ -54,12 +50,10 @@ def current_context() -> str:
 
 
 class Request(NamedTuple):
-    """An op call as its backends see it, without its data (a named tuple: ``torch.compile`` traces
-    it): the inputs' device type and dtype, the widest last dimension among them (the head width),
-    whether a gradient is wanted, what runs the call (one of :data:`CONTEXTS`: a tracer records no
-    kernel of its own, a dispatch mode sees one as a single opaque call) and ``options``, the op's
-    own arguments that
-    decide (window, map size, ...): a named tuple of the op's, or ``None``."""
+    """An op call as its backends see it, without its data (a named tuple, so ``torch.compile``
+    traces it): device type, dtype, the widest last dimension (the head width), whether a gradient
+    is wanted, what runs the call (one of :data:`CONTEXTS`) and ``options``, the op's own deciding
+    arguments or ``None``."""
     device: str
     dtype: torch.dtype
     head_dims: int
@@ -76,8 +70,7 @@ class Request(NamedTuple):
 
     @property
     def traced(self) -> bool:
-        """Under ``torch.jit`` tracing or ONNX export, whose graphs cannot hold a C++ or Triton
-        kernel."""
+        """Under ``torch.jit`` tracing or ONNX export, whose graphs hold no C++ or Triton kernel."""
         return self.context in TRACERS
 
     def describe(self) -> str:
@@ -116,9 +109,8 @@ _OBSERVERS: List[Observer] = []
 @contextlib.contextmanager
 def observing(observer: Observer) -> Iterator[None]:
     """Inside, every op call is shown to ``observer(op, impl, request)`` before it runs; a function
-    it returns runs on the call's arguments in place of the backend (``print_dispatch`` records a
-    model's calls on the meta device and runs ``auto``'s choice; tests run an op's reference inside
-    a module)."""
+    it returns runs in place of the backend (``print_dispatch`` on the meta device; tests running a
+    reference inside a module)."""
     _OBSERVERS.append(observer)
     try:
         yield
@@ -195,8 +187,7 @@ class Op:
                         for name, reason in self.reasons(request).items() if name != chosen}
 
     def __call__(self, impl: str, request: Request, *args: Any) -> Any:
-        """Run the backend :meth:`choose` picks on ``args`` (or what an :func:`observing` observer
-        gives)."""
+        """Run the backend :meth:`choose` picks (or what an :func:`observing` observer gives)."""
         for observer in _OBSERVERS:
             function = observer(self, impl, request)
             if function is not None:
@@ -232,9 +223,8 @@ def interpreted(request: Request) -> Optional[str]:
     return opaque_to_dispatch(request)
 
 
-# the kernels' tiles and warps are chosen and compiled ahead of time for sm_80 and sm_90 (Ampere and
-# later: bfloat16, 100 KB or more of shared memory a block); older GPUs (V100 sm_70, T4 sm_75) take
-# the torch paths
+# the kernels are tuned and compiled ahead of time for sm_80 and sm_90 (bfloat16, 100 KB of shared
+# memory a block); older GPUs take the torch paths
 MIN_CAPABILITY = (8, 0)
 
 

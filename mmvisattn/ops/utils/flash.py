@@ -1,12 +1,7 @@
-"""What the flash-attention kernels of :mod:`mmvisattn.ops` share ("FlashAttention-2",
-arXiv:2307.08691, Alg. 1 and 2): the online softmax of the forward, the probabilities and score
-gradients the backward recomputes from the forward's row log-sum-exp, and the precision of their
-products and accumulators.
-
-Mixed precision: products take their operands in the inputs' precision (``DOT``,
-:func:`~mmvisattn.ops.utils.triton_launch.dot_operands`) and accumulate in float32 (``ACC``);
-float64 inputs, which only the tests' ``gradcheck`` passes under ``TRITON_INTERPRET=1``, keep
-float64 throughout.
+"""What the flash-attention kernels share ("FlashAttention-2", arXiv:2307.08691, Alg. 1 and 2): the
+forward's online softmax, and the probabilities and score gradients the backward recomputes from the
+row log-sum-exp. Products take the inputs' precision (``DOT``) and accumulate in float32 (``ACC``);
+float64 inputs (the interpreter's gradchecks) stay float64.
 """
 import torch
 import triton
@@ -16,8 +11,7 @@ from .triton_launch import dot_operands
 
 
 def precision(dtype: torch.dtype) -> dict:
-    """``DOT`` and ``ACC``, the kernels' compile-time product and accumulator dtypes for inputs of
-    ``dtype``."""
+    """``DOT`` and ``ACC``, the compile-time product and accumulator dtypes for ``dtype`` inputs."""
     if dtype == torch.float64:
         return dict(DOT=tl.float64, ACC=tl.float64)
     return dict(DOT=dot_operands(dtype), ACC=tl.float32)

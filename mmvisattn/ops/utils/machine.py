@@ -13,8 +13,7 @@ T = TypeVar('T')
 
 
 def _fact(function: Callable[[], T]) -> Callable[[], T]:
-    """``function`` read once (``functools.lru_cache`` without the wrapper Dynamo would trace
-    through)."""
+    """``function`` read once (``lru_cache`` without the wrapper Dynamo would trace through)."""
     kept = []
 
     @torch.compiler.assume_constant_result

@@ -1,8 +1,6 @@
-"""Recomputation by chunks of tokens, shared by the ops and the modules whose per-token
-intermediates (ripple's stick weights, feature maps) would otherwise be kept for the backward:
-the forward runs without a graph, the backward recomputes one chunk at a time; :func:`runs`, the
-cutting of an axis into steps that every op's memory budget uses, and :func:`step_budget`, the
-budget by device."""
+"""Recomputation by chunks of tokens: the forward without a graph, the backward one chunk at a time,
+for ops and modules whose per-token intermediates would otherwise be kept; :func:`runs` cuts an axis
+into steps and :func:`step_budget` sizes them by device."""
 from typing import Callable, List, Sequence, Tuple
 
 import torch
@@ -12,17 +10,15 @@ from .amp import autocast_state, restore_autocast
 from .tracing import apply_function
 
 CHUNK_TOKENS = 4096  # tokens per chunk of the per-token weight computations
-# Elements one step's temporaries may hold off the CPU (128 MB of float32). The ops' budgets are
-# tuned for a CPU's cache, where more and smaller steps cost little; on a GPU each step costs its
-# launches (tens of aten calls, 5-10 us each), so there the shipped sizes run in one step.
+# elements one step's temporaries may hold off the CPU (128 MB of float32): budgets are tuned for a
+# CPU's cache; on a GPU each step costs its launches, so shipped sizes run in one step
 DEVICE_BUDGET = 1 << 25
 CACHE_BUDGETED = ('cpu',)  # device types whose steps the ops' CPU budgets size
 
 
 def step_budget(cpu_budget: int, device: torch.device, item_elements: int = 1) -> int:
-    """Items (elements, or rows of ``item_elements``) per step: ``cpu_budget`` on the devices of
-    :data:`CACHE_BUDGETED`, elsewhere as many as :data:`DEVICE_BUDGET` elements hold (at least
-    ``cpu_budget``)."""
+    """Items per step: ``cpu_budget`` on :data:`CACHE_BUDGETED` devices, elsewhere what
+    :data:`DEVICE_BUDGET` elements hold (at least ``cpu_budget``)."""
     if device.type in CACHE_BUDGETED:
         return cpu_budget
     return max(cpu_budget, DEVICE_BUDGET // item_elements)
@@ -34,15 +30,11 @@ def runs(count: int, step: int) -> List[slice]:
 
 
 class ChunkedRecompute(torch.autograd.Function):
-    """``fn(span, *parts)`` over the ``spans`` of the token axis (dim -2), ``parts`` the spans of
-    the chunked inputs, keeping none of ``fn``'s intermediates: the forward runs without a graph,
-    the backward recomputes one span at a time (``torch.utils.checkpoint`` would do the same but
-    pulls in the compiler stack on first use, some 100 MB of modules). The span is a ``slice`` known
-    to the host, so ``fn`` can cut its own tensors by it without reading a position back from the
-    device.
+    """``fn(span, *parts)`` over ``spans`` of the token axis (dim -2), keeping none of ``fn``'s
+    intermediates: no graph forward, each span recomputed backward (as ``torch.utils.checkpoint``,
+    without importing the compiler stack). Spans are host ``slice`` s, so nothing is read back.
 
-    Autocast: as a checkpoint, the forward runs ``fn`` under the caller's autocast state and the
-    backward replays that state, so the recomputed dtypes equal the forward's; ``fn`` itself picks
+    Autocast: as a checkpoint, the backward replays the forward's autocast state; ``fn`` picks
     float32 where it needs it."""
 
     @staticmethod
@@ -80,12 +72,9 @@ class ChunkedRecompute(torch.autograd.Function):
 
 def checkpointed_chunks(fn: Callable, length: int, chunk: int, tensors: Sequence[Tensor] = (),
                         *args, params: Sequence[Tensor] = ()):
-    """``fn(span, *parts, *args)`` over the spans of ``chunk`` positions of a token axis of
-    ``length`` (dim -2), ``parts`` those spans of ``tensors``, each span recomputed in the backward,
-    the outputs (a tensor or a tuple of them, ``span``-long along dim -2) concatenated: the
-    intermediates of ``fn`` never exist for more than one span. ``params`` are the other tensors
-    ``fn`` uses (parameters, or whole tensors shared by the spans), which receive their
-    gradients."""
+    """``fn(span, *parts, *args)`` over spans of ``chunk`` positions of a ``length``-long token
+    axis, each recomputed in the backward, outputs concatenated along dim -2; ``params``
+    (parameters, shared tensors) receive their gradients."""
     def call(span: slice, *parts: Tensor) -> Tuple[Tensor, ...]:
         out = fn(span, *parts, *args)
         return out if isinstance(out, tuple) else (out,)

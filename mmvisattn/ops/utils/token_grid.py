@@ -1,8 +1,6 @@
-"""The geometry of a row-major ``H x W`` token map, shared by the ops and modules: the coordinates
-of its tokens, and its cutting into square windows and back (sliding-chunk attention's chunks and
-ripple attention's tiles). Windows zero-pad the map at the bottom and the right; the padding is
-cropped on the way back. :func:`add_rows_` is the adjoint of gathering token rows, which both ops'
-backwards use to add gradients back."""
+"""The geometry of a row-major ``H x W`` token map: token coordinates, and cutting into square
+windows and back (zero-padded bottom and right, cropped on return); :func:`add_rows_` is the adjoint
+of gathering token rows."""
 from typing import Sequence, Tuple
 
 import torch
@@ -13,16 +11,14 @@ from torch import Tensor
 def grid_coordinates(hw_shape: Sequence[int], device=None) -> Tuple[Tensor, Tensor]:
     """Row and column of every token, ``(N,)`` each, row-major."""
     height, width = hw_shape
-    # broadcasts rather than repeat_interleave: ONNX opset 11 (mmdeploy's) has no form of it for
-    # traced sizes
+    # broadcasts, not repeat_interleave: ONNX opset 11 (mmdeploy's) has none for traced sizes
     rows = torch.arange(height, device=device)[:, None].expand(height, width).reshape(-1)
     cols = torch.arange(width, device=device)[None, :].expand(height, width).reshape(-1)
     return rows, cols
 
 
 def window_grid(hw_shape: Sequence[int], window: int) -> Tuple[int, int]:
-    """Rows and columns of ``window x window`` windows covering an ``H x W`` map (ceiling
-    division)."""
+    """Rows and columns of ``window x window`` windows covering an ``H x W`` map (rounded up)."""
     return -(-hw_shape[0] // window), -(-hw_shape[1] // window)
 
 
@@ -47,11 +43,9 @@ def from_windows(windows: Tensor, hw_shape: Sequence[int], window: int) -> Tenso
 
 
 def add_rows_(tables: Tensor, index: Tensor, rows: Tensor) -> None:
-    """Adjoint of ``tables.index_select(1, index)``: add ``rows`` ``(S, n, C)`` into the contiguous
-    ``(S, P, C)`` ``tables`` at the positions ``index`` ``(n,)``, the same in every slice.
-
-    One ``index_add_`` along dim 0 of the flattened tables, the index offset per slice where there
-    are several (on CPU faster than along dim 1, a loop of one call per slice, or ``F.fold``)."""
+    """Adjoint of ``tables.index_select(1, index)``: add ``rows`` ``(S, n, C)`` into ``(S, P, C)``
+    ``tables`` at ``index`` by one ``index_add_`` on the flattened tables (the cheapest form on
+    CPU)."""
     slices, positions, channels = tables.shape
     if slices > 1:
         index = (index + torch.arange(slices, device=index.device)[:, None] * positions).view(-1)

@@ -1,11 +1,7 @@
-"""Hand-written ``autograd.Function`` s under tracing.
-
-``torch.jit.trace`` (behind ``torch.onnx.export`` and mmengine's FLOP counter, which mmdet's and
-mmseg's ``get_flops.py`` call) cannot record a Python ``autograd.Function``. Traced inference needs
-none of the backward, so while tracing :func:`apply_function` runs the Function's own ``forward``
-as plain ops, with a context that keeps nothing: the same arithmetic, one copy of it. (The
-sliding-chunk and RWGK ops have their own traced forms, whole-tensor formulas: their Functions
-write slice by slice into preallocated outputs.)
+"""Hand-written ``autograd.Function`` s under tracing: ``torch.jit.trace`` (behind ONNX export and
+mmengine's FLOP counter) cannot record one, so while tracing :func:`apply_function` runs its
+``forward`` as plain ops with a context that keeps nothing. (Sliding-chunk and RWGK have their own
+traced forms.)
 """
 from contextlib import nullcontext
 from typing import Any, ContextManager, Type
@@ -35,8 +31,7 @@ def apply_function(function: Type[torch.autograd.Function], *args: Any) -> Any:
 
 
 class _TracingPaused:
-    """The context of :func:`onnx_constants` under ONNX export: the tracer's state set aside, then
-    restored."""
+    """:func:`onnx_constants` under ONNX export: the tracer's state set aside, then restored."""
 
     def __enter__(self) -> None:
         self.state = torch._C._get_tracing_state()
@@ -47,10 +42,7 @@ class _TracingPaused:
 
 
 def onnx_constants() -> ContextManager:
-    """Under ONNX export, tracing paused: what is computed inside enters the graph as constants. For
-    tensors of the weights and the map size alone (PerViT's position attention, ripple attention's
-    ring index), which a model exported for one input size holds as initializers. Other tracing
-    (mmengine's FLOP counter) records them as usual. Outside export a ``nullcontext``, which
-    torch.compile traces through in every torch of the range (torch 2.6's dynamo cannot enter a
-    generator's context)."""
+    """Under ONNX export, tracing paused: what is computed inside enters the graph as constants
+    (tensors of the weights and map size alone, e.g. PerViT's position attention). Elsewhere a
+    ``nullcontext``."""
     return _TracingPaused() if torch.onnx.is_in_onnx_export() else nullcontext()

@@ -1,8 +1,6 @@
-"""What the Triton kernels of :mod:`mmvisattn.ops` accept and how many warps they launch with.
-
-The kernels load float32, float16 or bfloat16, multiply in that precision (:func:`dot_operands`) and
-accumulate in float32 (float64 would silently lose its precision: use ``impl='torch'``). Heads are
-at most :data:`MAX_HEAD_DIMS` wide, or less where an op's kernels keep more rows in registers.
+"""What the Triton kernels accept and how many warps they launch with: float32, float16 or bfloat16
+loaded, multiplied in that precision (:func:`dot_operands`) and accumulated in float32 (float64:
+``impl='torch'``); heads at most :data:`MAX_HEAD_DIMS` wide.
 """
 from typing import Optional
 
@@ -28,17 +26,14 @@ def unsupported_kernel_input(dtype: torch.dtype, head_dims: int,
 
 
 def head_block(width: int) -> int:
-    """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``'s minimum
-    side)."""
+    """Columns a head of ``width`` is padded to: a power of two, at least 16 (``tl.dot``)."""
     return max(16, 1 << (width - 1).bit_length())
 
 
 def dot_operands(dtype: torch.dtype):
-    """The ``triton.language`` dtype a kernel's ``tl.dot`` operands take for inputs of ``dtype``:
-    the inputs' own, so half inputs run on half-precision tensor cores and float32 ones as TF32. The
-    one exception is bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies the bit
-    patterns as integers (numpy has no bfloat16): there the operands are float32, as the interpreter
-    computes."""
+    """The ``tl.dot`` operand dtype for inputs of ``dtype``: their own (half tensor cores, TF32),
+    but float32 for bfloat16 under ``TRITON_INTERPRET=1``, whose ``tl.dot`` multiplies bit patterns
+    as integers."""
     import triton.language as tl
     if dtype == torch.bfloat16 and machine.triton_interpreted():
         return tl.float32
