@@ -1,32 +1,19 @@
-"""Every family's demo through mmdeploy's own tools on ONNX Runtime, and the deployed latency of the
-project's models beside the stock ones (``make bench-deploy``).
+"""Every family's demo through mmdeploy's own tools on ONNX Runtime, and the deployed latency of our
+models beside the stock ones (``make bench-deploy``).
 
     python tools/analysis_tools/benchmark_deploy.py --mmdeploy-dir MMDEPLOY_CHECKOUT [--cases
         NAME ...] [--latency PAIR ...] [--iters N] [--latency-runs 10] [--tools-dir tools]
         [--configs-dir configs] [--out-dir work_dirs/bench_deploy] [--record-dir
         docs/records/bench_deploy]
 
-Per case (:data:`CASES`, a demo config of each family on the shapes data) in the working directory,
-which holds ``data/shapes`` (``tools/misc/make_demo_data.py``), with the project's tools and configs
-of ``--tools-dir`` and ``--configs-dir`` (those of the checkout it runs from by default):
+Per case of :data:`CASES`, where ``data/shapes`` is: the demo trains ``--iters`` through
+``tools/train.py``; ``tools/test.py`` scores it; mmdeploy's ``tools/deploy.py`` exports it with
+``configs/_deploy_/`` and its ``tools/test.py`` scores the ONNX Runtime model; both run on one image
+for the largest difference (:func:`parity`). Per pair of :data:`LATENCY_PAIRS` both are exported at
+one static size and timed alternately (median of ``--latency-runs``).
 
-1. the demo trains ``--iters`` iterations through ``tools/train.py``;
-2. ``tools/test.py`` gives the metric of that checkpoint;
-3. mmdeploy's ``tools/deploy.py`` exports it with the project's deploy config
-   (``configs/_deploy_/``) and mmdeploy's ``tools/test.py`` gives the metric of the ONNX Runtime
-   model;
-4. the PyTorch model (through mmdeploy's rewriters, as exported) and ONNX Runtime run on the same
-   demo
-   image: the largest difference of their outputs (:func:`parity`).
-
-Per pair of :data:`LATENCY_PAIRS` both models are exported from their configs with random weights at
-one static size and timed in ONNX Runtime, alternately, on one input: the median of
-``--latency-runs`` runs.
-
-Writes ``results.json`` (after every case) and the run's record (``record_bench_deploy.json``) into
-``--out-dir``, and the record under its name into ``--record-dir`` where given; the docs render its
-tables (``docs/user_guides/deployment.md``). A case that fails keeps its one-line error in the
-record.
+Writes ``results.json`` and the record (a failed case keeps its one-line error) into ``--out-dir``
+(and ``--record-dir``, rendered by ``docs/user_guides/deployment.md``).
 """
 import argparse
 import json
@@ -44,8 +31,7 @@ from mmvisattn.analysis.demo_spread import NO_DETECTIONS, tested_runs
 
 
 class Checkout(NamedTuple):
-    """Where the tools run from: the project's ``tools/`` and ``configs/`` and mmdeploy's
-    checkout."""
+    """Where the tools run from: our ``tools/`` and ``configs/``, and mmdeploy's checkout."""
     tools: Path
     configs: Path
     mmdeploy: Path
@@ -63,8 +49,7 @@ class DeployCase(NamedTuple):
     override: str = ''  # appended to a config derived from ``config`` (the variant deployed)
 
 
-# Mask2Former-Castling at 128x128, its ViT-B from random weights: ADE20K has no demo data to train
-# on here
+# Mask2Former-Castling at 128x128 from random weights: there is no ADE20K demo data to train on
 SMALL_MASK2FORMER = ("model = dict(data_preprocessor=dict(size=(128, 128)), "
                      "backbone=dict(img_size=(128, 128), init_cfg=None))\n")
 RIPPLE_ENCODER = ("model = dict(encoder=dict(layer_cfg=dict(attn_cfg=dict(_delete_=True, "
@@ -145,8 +130,7 @@ def metric_of(work_dir: Path, key: str) -> Optional[float]:
 
 
 def record_metric(row: Dict, side: str, value: Optional[float]) -> None:
-    """``row[side]``: the metric, 0 for a run without detections (listed in
-    ``row['no_detections']``)."""
+    """``row[side]``: the metric, 0 for a run without detections (``row['no_detections']``)."""
     row[side] = 0.0 if value is None else value
     if value is None:
         row.setdefault('no_detections', []).append(side)
@@ -175,9 +159,8 @@ def demo_image(config: Path) -> Path:
 
 def parity(deploy_cfg: str, config: str, checkpoint: str, onnx_file: str, image: str) -> float:
     """The largest difference between ONNX Runtime and the PyTorch model (through mmdeploy's
-    rewriters, as exported) on ``image``, relative to the larger of 1 and the output's largest
-    entry; detections compare their sorted scores (boxes of equal scores may come in either
-    order)."""
+    rewriters) on ``image``, relative to max(1, the largest entry); detections compare sorted
+    scores."""
     import onnxruntime
     import torch
     from mmdeploy.apis.utils import build_task_processor
@@ -245,8 +228,7 @@ def deploy_case(name: str, case: DeployCase, checkout: Checkout, out_dir: Path, 
 
 
 def trained_checkpoint(config: Path, folder: Path, iters: int, tools: Path) -> str:
-    """``config`` trained ``iters`` iterations and tested through the project's tools; the
-    checkpoint."""
+    """``config`` trained ``iters`` iterations and tested through our tools; the checkpoint."""
     run_or_raise([sys.executable, tools / 'train.py', config, '--work-dir', folder / 'train',
                   '--cfg-options',
                   f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
@@ -286,8 +268,7 @@ def random_image(path: Path, height: int, width: Optional[int] = None) -> Path:
 
 def exported(config: str, deploy: Path, size: Tuple[int, int], opset: int, folder: Path,
              configs: Path) -> Path:
-    """``config`` with random weights (no pretrained ones) exported by mmdeploy at ``size``; the
-    ONNX file."""
+    """``config`` with random weights exported by mmdeploy at ``size``; the ONNX file."""
     from mmdeploy.apis import torch2onnx
     from mmengine.config import Config
     from mmengine.hub import get_config
@@ -306,8 +287,7 @@ def exported(config: str, deploy: Path, size: Tuple[int, int], opset: int, folde
 
 def latency_pair(name: str, pair: LatencyPair, checkout: Checkout, out_dir: Path,
                  runs: int) -> Dict:
-    """Both models of ``pair`` in ONNX Runtime at its size, timed alternately: median
-    milliseconds."""
+    """Both models of ``pair`` in ONNX Runtime, timed alternately: median milliseconds."""
     import onnxruntime
     folder = out_dir / 'latency' / name.split(',')[0].replace(' ', '_')
     deploy = checkout.deploy_config(pair.deploy)

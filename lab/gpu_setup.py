@@ -2,18 +2,14 @@
 
     python tools/misc/gpu_setup.py [--wheelhouse .gpu_wheelhouse] [--target .gpu_site] [--rehearse]
 
-Checks the wheelhouse of ``make gpu-wheelhouse`` (each file against its ``MANIFEST.json``, the set
-complete), installs its wheels with ``pip install --no-index --no-deps`` into ``--target`` (an
-ignored folder of the repository; a warm machine reuses it while the manifest, the torch and the GPU
-are the same), and mmcv 2.1.0: the wheelhouse's CUDA build where its torch, CUDA version and
-architecture are this machine's, else compiled here from the carried source for this GPU's compute
-capability on every core (the build time printed; a failed build names its first failing source file
-and the compiler's last lines). Then mmcv's ops are run on CUDA (``check_mmcv_ops.py``). The last
-line printed is the ``PYTHONPATH`` the ``gpu-*`` targets use.
+Checks the wheelhouse against its ``MANIFEST.json``, installs its wheels with ``pip --no-index
+--no-deps`` into ``--target`` (reused while manifest, torch and GPU stay), and mmcv 2.1.0: the
+wheelhouse's CUDA build where it matches this machine, else compiled here from the carried source (a
+failure names its first failing file). Then ``check_mmcv_ops.py`` runs mmcv's ops on CUDA; the last
+line is the ``PYTHONPATH`` of the ``gpu-*`` targets.
 
-``--rehearse`` (``make test``, on a machine without a GPU, with CPython 3.12): every carried wheel
-but mmcv, installed the same way into a fresh ``--target``, and those of them that need nothing of
-the machine's image imported from it.
+``--rehearse`` (``make test``, no GPU, CPython 3.12): every wheel but mmcv installed the same way
+and the machine-independent ones imported.
 """
 import argparse
 import json
@@ -140,8 +136,7 @@ def setup(wheelhouse: Path, target: Path) -> None:
 
 
 def rehearse(wheelhouse: Path, target: Path) -> None:
-    """The carried wheels (mmcv aside) into a fresh target, then imported from it in a fresh
-    interpreter."""
+    """The carried wheels (mmcv aside) into a fresh target, imported from a fresh interpreter."""
     check_folder(wheelhouse)
     manifest = json.loads((wheelhouse / MANIFEST).read_text())
     if target.exists():

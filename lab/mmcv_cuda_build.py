@@ -1,11 +1,7 @@
-"""mmcv 2.1.0 compiled with CUDA here for a lent GPU machine (``gpu_wheelhouse.py``), and what a
-failed build said (``gpu_setup.py`` too).
-
-The machine runs torch 2.11.0+cu130 on sm_90 GPUs (H100, H200). This machine has nvcc 13.0 but only
-the toolkit's compiler and runtime: torch 2.11 from PyPI, installed into a CPython 3.12 venv under
-``~/.cache/mmvisattn``, brings the CUDA wheels whose headers (cuBLAS, cuSPARSE, ...) torch's own
-headers include. The wheel, its extension stripped of symbols, is cached by torch, CUDA and
-architecture, so only the first ``make gpu-wheelhouse`` compiles.
+"""mmcv 2.1.0 compiled with CUDA here for a lent GPU machine (torch 2.11.0+cu130, sm_90), and what a
+failed build said. torch 2.11 from PyPI in a CPython 3.12 venv under ``~/.cache/mmvisattn`` brings
+the CUDA headers this machine's nvcc lacks; the stripped wheel is cached by torch, CUDA and
+architecture.
 """
 import base64
 import hashlib
@@ -51,8 +47,7 @@ def build_tag() -> str:
 
 
 def build_venv() -> Path:
-    """A venv of CPython 3.12 with the machine's torch (from PyPI, CUDA 13.0 build) to compile
-    against."""
+    """A CPython 3.12 venv with the machine's torch (PyPI, CUDA 13.0) to compile against."""
     venv = CACHE.parent / f'build-venv-{build_tag()}'
     python = venv / 'bin' / 'python'
     if not python.exists():
@@ -69,9 +64,8 @@ def build_venv() -> Path:
 
 
 def find_cuda_home() -> str:
-    """The CUDA toolkit's folder: ``$CUDA_HOME``, ``/usr/local/cuda`` or nvcc's (a folder with
-    ``bin/nvcc`` and ``include/cuda_runtime_api.h``; ``/usr/local/bin/nvcc`` may be a wrapper
-    outside it)."""
+    """The CUDA toolkit's folder: ``$CUDA_HOME``, ``/usr/local/cuda`` or nvcc's (with ``bin/nvcc``
+    and ``include/cuda_runtime_api.h``)."""
     nvcc = shutil.which('nvcc')
     candidates = [os.environ.get('CUDA_HOME'), '/usr/local/cuda',
                   *(str(p) for p in Path(nvcc).resolve().parents[1:2] if nvcc),]
@@ -100,8 +94,7 @@ def cuda_environment(venv: Path) -> Dict[str, str]:
 
 
 def strip_extension(wheel: Path) -> None:
-    """The wheel with its compiled extension stripped of symbols (a fifth of its size) and RECORD
-    updated."""
+    """The wheel with its extension stripped of symbols (a fifth of the size), RECORD updated."""
     rebuilt = wheel.with_suffix('.stripped')
     with (
         zipfile.ZipFile(wheel) as source,
@@ -164,9 +157,7 @@ def built_mmcv(source: Path) -> Path:
 
 
 def failed_source(log: str, lines: int = 15) -> str:
-    """The source file of the first failed compile step of a setuptools/ninja log, and what the
-    compiler said of it (the lines after its command, up to the next step), not the pip
-    traceback."""
+    """The source of a build log's first failed compile step and what the compiler said."""
     match = re.search(r'FAILED: \S+\.o\s*\n.*?(\S+\.(?:cu|cpp|c))\b', log) or \
         re.search(r'^\s*(\S+\.(?:cu|cpp|c)):\d+:\d+: (?:fatal )?error', log, re.M) or \
         re.search(r'^\s*(\S+\.(?:cu|cpp|c))\(\d+\): error', log, re.M)

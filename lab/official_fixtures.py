@@ -2,21 +2,16 @@
 
     python tools/analysis_tools/make_official_fixtures.py PEERS_DIR [--out tests/data/official]
 
-``PEERS_DIR`` holds checkouts of the official repositories, each in a folder named ``owner+name``
-(as ``bench_peers.py`` takes them): ``microsoft+vision-longformer``, ``gaopengcuhk+SMCA-DETR``,
-``juhongm999+pervit`` and ``GATECH-EIC+Castling-ViT``. Their modules are imported from there at run
-time, unmodified (:mod:`.official_code`); the only stand-ins are a minimal ``timm.models.layers``
-(``trunc_normal_``, an identity ``DropPath``, ``to_2tuple``), no-op ``.cuda()`` while PerViT is
-built (its code hard-codes CUDA), SMCA's layer-0 ``MLP(256, 256, 2, 3)`` built at the fixture's
-``d_model``, and ViL's ``random.randrange`` returning a fixed neighbour for the random-shift runs.
-``einops`` must be installed (``pip install einops``).
+``PEERS_DIR`` holds the checkouts as ``owner+name`` folders (``microsoft+vision-longformer``,
+``gaopengcuhk+SMCA-DETR``, ``juhongm999+pervit``, ``GATECH-EIC+Castling-ViT``), imported unmodified
+(:mod:`.official_code`); stand-ins: a minimal ``timm.models.layers``, no-op ``.cuda()`` for PerViT,
+SMCA's layer-0 MLP at the fixture's ``d_model`` and a fixed ``random.randrange`` for ViL's random
+shift. Needs ``einops``.
 
-Each fixture holds the official module's ``state_dict`` (every parameter randomised with N(0, 0.2)
-noise on top of the official init, BatchNorm statistics too), float64 inputs, the eval-mode output,
-a fixed upstream gradient and the input gradient, and loads with ``torch.load(weights_only=True)``.
-``tests/test_models/test_official_golden.py`` reproduces every file with the project's modules;
-``MMVISATTN_OFFICIAL_FIXTURES=DIR`` points it at freshly written ones. The commit of every checkout
-is written into the README of ``--out``.
+Each fixture holds the official module's randomised ``state_dict``, float64 inputs, the eval output,
+an upstream gradient and the input gradient (``weights_only`` loadable);
+``tests/test_models/test_official_golden.py`` reproduces them (``MMVISATTN_OFFICIAL_FIXTURES=DIR``
+for fresh ones). The checkouts' commits go into ``--out``'s README.
 """
 import argparse
 import functools
@@ -148,9 +143,8 @@ def vil_train_run(module: nn.Module, longformer: types.ModuleType, result: dict,
     return run
 
 
-# Two small MsViTs: three sliding-chunk stages (w 3, every stage padded), and the layout of the
-# official classification models, whose last stage is full attention (s0) on a 7x7 map (as at
-# 224 x 224) with a 13x13 relative-position table.
+# two small MsViTs: three sliding-chunk stages (w 3, padded), and the classification layout, whose
+# last stage is full attention on a 7x7 map with a 13x13 table
 MSVIT_CASES = {
     'vil_msvit_tiny': (
         'l1,h2,d16,n1,s1,g1,p4,f3,a0_l2,h2,d32,n1,s1,g1,p2,f3,a0_l3,h3,d48,n1,s1,g0,p2,f3,a0', 64,

@@ -1,33 +1,20 @@
 """The lab's records: what every measurement run writes, how the GPU proof judges its rows, and the
-tables the docs build renders (``docs/_ext/records.py``) and ``tools/analysis_tools/gpu_records.py``
-prints: the newest GPU record of each kind and GPU, the CPU records newest first.
+tables the docs (``docs/_ext/records.py``) and ``tools/analysis_tools/gpu_records.py`` render.
 
     python tools/analysis_tools/gpu_records.py [--records docs/records/gpu]    # prints the tables
 
-A run's record is data, one JSON file per run, stamped with the machine, the software versions and
-the commit of this tree. The GPU proofs (``proof``, ``models``, :func:`record`) and the CPU
-benchmarks (:func:`mmvisattn.analysis.records.cpu_record`, shared with the user's tools) write one
-into their output folder as ``record_<kind>.json``; a maintainer commits it under its ``name`` in
-the repository's ``docs/records/<kind>/``, where the docs build renders its tables.
+A record is one JSON file per run, ``<date>_<machine>_<commit>_<kind>.json``, stamped with the
+machine, software and commit (:func:`mmvisattn.analysis.records.cpu_record` for the CPU benchmarks,
+:func:`record` for the GPU proofs); a maintainer commits it under ``docs/records/<kind>/``.
 
-A record is named ``<date>_<machine>_<commit>_<kind>.json``. The commit is the one of the git work
-tree the package was imported from (an editable install); ``$MMVISATTN_COMMIT`` and
-``$MMVISATTN_DIRTY`` (``0`` for a clean tree), where set, say what the tree is a copy of (a lent GPU
-machine's copy may carry another ``.git`` or none); an installed package outside any work tree
-records ``unknown`` and its version in ``software``.
+GPU records hold ``gpu``, ``date``, ``software``, ``commit``, ``dirty`` and ``rows``, per kind:
 
-GPU records hold ``gpu``, ``date``, ``software`` (torch, CUDA, Triton, Python and, for models, the
-OpenMMLab packages), ``commit``, ``dirty`` and ``rows``, one schema per kind:
+* ``proof``: ``op``, ``layer`` (:data:`lab.proof.cases.CASES`), ``impl`` (``"sdpa"`` for the
+  baseline), ``auto``, ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers``:
+  ``op``, ``tokens``, ``impl``, ``dense``, ``forward_backward_ms``;
+* ``models``: ``model``, ``stock``, ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
 
-* ``proof`` (``gpu_proof.py``'s benchmark section): ``op``, ``layer`` (the names of
-  :data:`lab.proof.cases.CASES`), ``impl`` (``"sdpa"`` for the baseline), ``auto`` (true on
-  auto's choice), ``forward_ms``, ``forward_backward_ms``, ``peak_mb``; and ``crossovers`` (its
-  crossover sweep): ``op``, ``tokens``, ``impl``, ``dense`` (true on the dense form),
-  ``forward_backward_ms``;
-* ``models`` (``gpu_proof_models.py``): ``model``, ``stock`` (true for the counterpart),
-  ``step_ms``, ``peak_mb``, ``test_images_s``, ``largest_input``.
-
-A record may carry ``invalid`` (fields of its rows known to be wrong) and ``notes``.
+A record may carry ``invalid`` (fields known to be wrong) and ``notes``.
 """
 import argparse
 import json
@@ -79,9 +66,8 @@ SDPA = 'sdpa'
 
 
 class Goal(NamedTuple):
-    """A goal against SDPA over the same tokens: at the ``layers`` (``(op, layer)`` as
-    :data:`lab.proof.cases.CASES` names them), the implementations measured fastest in forward +
-    backward, their ``field`` summed, at most ``at_most`` times the SDPA row of the first layer."""
+    """A goal against SDPA: at ``layers`` (``(op, layer)``), the fastest implementations' ``field``
+    summed is at most ``at_most`` times the first layer's SDPA row."""
     name: str
     layers: Tuple[Tuple[str, str], ...]
     field: str
@@ -91,8 +77,7 @@ class Goal(NamedTuple):
 _VIL = 'sliding_chunk_attention'
 _CASTLING = (('linear_angular_attention', 'Castling ViT-B at 512x512'),)
 _PERVIT = (('peripheral_attention', 'PerViT-T stage 3 at 800x1344'),)
-# At or ahead of FlashAttention at the shipped sizes (bfloat16; SDPA's flash backend is the
-# baseline)
+# at or ahead of FlashAttention at the shipped sizes (bfloat16, SDPA's flash backend)
 GOALS = (
     Goal('ViL-S stage 1: 30x faster than SDPA', ((_VIL, 'ViL-S stage 1 at 800x1344'),),
          'forward_backward_ms', 1 / 30),
@@ -128,8 +113,7 @@ def proof_rows(sections: Dict[str, Dict], baseline: str) -> List[Dict]:
 
 
 def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
-    """The crossover sweep of ``gpu_proof.py`` in the record's schema (skipped and failed rows left
-    out)."""
+    """``gpu_proof.py``'s crossover sweep in the record's schema (skipped, failed rows left out)."""
     return [dict(op=row['op'], tokens=row['tokens'], impl=row['impl'], dense=row['dense'],
                  forward_backward_ms=row['forward_backward_ms'])
             for row in sections.get('crossovers', {}).get('rows', [])
@@ -137,9 +121,8 @@ def crossover_rows(sections: Dict[str, Dict]) -> List[Dict]:
 
 
 def measured_crossovers(rows: Sequence[Dict]) -> Dict[str, int]:
-    """``{op: tokens}``: the largest swept size up to which the dense form was faster than the other
-    implementation at every size (0 where it lost at the smallest; ops swept at no size left
-    out)."""
+    """``{op: tokens}``: the largest swept size up to which the dense form beat the other at every
+    size (0 if it lost at the smallest)."""
     times: Dict[str, Dict[int, Dict[bool, float]]] = {}
     for row in rows:
         times.setdefault(row['op'], {}).setdefault(row['tokens'],

@@ -1,17 +1,10 @@
 """Auditing a training step on the CPU for what it would cost on a GPU: what it reads back from the
 device (:class:`HostReadCounter`) and what it launches (:class:`LaunchCounter`).
 
-
-On a GPU every value the host reads from a tensor (``item``, ``int``, ``bool``, a data-dependent
-output size as of ``nonzero`` or ``unique``, the error check of ``torch.linalg.solve``) waits for
-the stream to drain: the launches behind it stop overlapping with Python, every layer, every step.
-CUDA names these with ``torch.cuda.set_sync_debug_mode``; :class:`HostReadCounter` finds the same
-calls on CPU, where nothing synchronises, by watching the aten operators that need the data on the
-host, so the suite proves a step free of them without a GPU.
-
-What it cannot see on CPU: a copy between host and device (``tensor.to('cuda')`` of a CPU table,
-synchronous from pageable memory), which exists only where there is a device; the GPU proof's
-sync-debug audit covers those.
+On a GPU each host read of a tensor (``item``, a data-sized output as of ``nonzero``,
+``linalg.solve``'s check) drains the stream, every layer, every step. :class:`HostReadCounter` finds
+those calls on CPU by the aten operators that need the data on the host. It cannot see host-device
+copies, which the GPU proof's sync audit covers.
 """
 import traceback
 from collections import Counter
@@ -24,9 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 aten = torch.ops.aten
 
-# aten operators whose result needs the tensor's data on the host: scalar reads (item, int(),
-# bool(), float(), and what calls them: is_nonzero, equal), outputs sized by the data, and the
-# checks that raise on a value (linalg's info codes)
+# aten operators whose result needs the data on the host: scalar reads, data-sized outputs and
+# checks that raise on a value
 HOST_READ_OPS = frozenset({
     aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default,
     aten.nonzero.default, aten.nonzero_static.default, aten.argwhere.default,
@@ -38,15 +30,13 @@ HOST_READ_OPS = frozenset({
 
 
 class HostReadCounter(TorchDispatchMode):
-    """Counts host reads (:data:`HOST_READ_OPS`) while active, each by operator and by the line of
-    mmvisattn (or else the innermost Python frame) that caused it::
+    """Counts host reads (:data:`HOST_READ_OPS`) while active, by operator and by the line of
+    mmvisattn (else the innermost frame) that made them (``nonzero_static`` too: control flow must
+    not depend on data)::
 
         with HostReadCounter() as reads:
             loss = model(x).sum(); loss.backward()
         assert reads.total == 0, reads.summary()
-
-    ``nonzero_static`` is counted too although it needs no read on CUDA: the point is that the
-    step's control flow does not depend on data at all.
     """
 
     def __init__(self) -> None:
@@ -88,13 +78,10 @@ def _caller() -> str:
 
 
 class LaunchCounter(TorchDispatchMode):
-    """Aten calls by operator and Triton launches by kernel while active. On a GPU every aten call
-    is at least one kernel launch (5-10 us of host time), and a layer whose step issues thousands is
-    bound by launches before it is bound by arithmetic. The Triton launches are counted by patching
-    Triton's own launch (``JITFunction.run``, and the interpreter's under ``TRITON_INTERPRET=1``);
-    with ``dry_kernels`` they are counted and not run (their outputs left as allocated): the glue
-    around them, which decides the count, runs at the shipped sizes on CPU tensors, where the
-    interpreter would take minutes::
+    """Aten calls by operator and Triton launches by kernel while active (each aten call is a GPU
+    launch, so a step issuing thousands is launch-bound). Triton launches are counted by patching
+    ``JITFunction.run`` (and the interpreter's); ``dry_kernels`` counts them without running, so the
+    glue runs at the shipped sizes on CPU::
 
         with LaunchCounter(dry_kernels=True) as launches:
             attention(x, hw_shape).sum().backward()

@@ -1,25 +1,18 @@
-"""Runs command-line tools in forked copies of a process that has already imported the stock stack,
-so that a tool run costs what the tool does, not the seconds of importing torch, mmengine, mmcv,
-mmdet and mmseg again (most of a short run's time). The test suite runs its tools through it, and
-through it the children the package's measurements start (``gpu_proof_models.py --smoke``'s train,
-test and resume runs among them).
+"""Runs command-line tools in forked copies of a process that has imported the stock stack already,
+so a tool run costs what the tool does, not the imports. The test suite runs its tools through it,
+and the children of the package's measurements too.
 
-Each run is still a process of its own: forked from this server, in its own session, with the run's
-working directory, environment, ``sys.argv`` and standard streams, the script executed as
-``__main__``; ``mmvisattn`` and the tools' own modules are imported afresh in it (never by the
-server, which is started from this file's path, not as a module of the package), so a tool that
-forgot an import of the project still fails as it would for a user. Only the stock packages below
-come pre-imported, as ``register_all_modules`` would import them anyway. Runs that set a variable
-read at start-up otherwise than the server (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter.
-A run finds the server's socket in ``$MMVISATTN_TOOL_SERVER`` and, in ``$MMVISATTN_PYTHON_RUNNER``,
-this module's :func:`run_python` as the runner of the package's measurement children
-(:func:`lab.bench.processes.run_python`), so that they are forked from the server too.
+Each run is a process of its own: forked, in its own session, with the run's directory, environment,
+``sys.argv`` and streams, the script as ``__main__``; ``mmvisattn`` and the tools are imported
+afresh (never by the server), so a missing import fails as for a user. Runs setting a start-up
+variable the server read otherwise (:data:`IMPORT_TIME_VARIABLES`) need a fresh interpreter. A run
+finds the socket in ``$MMVISATTN_TOOL_SERVER`` and :func:`run_python` in
+``$MMVISATTN_PYTHON_RUNNER``.
 
-Protocol, one connection per run over a Unix socket: the client sends one JSON line (``argv``,
-``cwd``, ``env``, ``stdout``, ``stderr``: paths of the files the streams go to, the same path for
-both merges them); the server answers ``{"pid": ...}`` when the run starts and
-``{"returncode": ...}`` when it ends (negative: killed by that signal, as ``subprocess`` reports
-it). ``python lab/tool_server.py SOCKET`` serves until its parent is gone."""
+Protocol, one Unix-socket connection per run: the client sends a JSON line (``argv``, ``cwd``,
+``env``, ``stdout``, ``stderr``); the server answers ``{"pid": ...}`` at the start and
+``{"returncode": ...}`` at the end (negative: killed by that signal). ``python lab/tool_server.py
+SOCKET`` serves until its parent is gone."""
 import atexit
 import importlib
 import json
@@ -36,12 +29,8 @@ import traceback
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-# What `register_all_modules` of mmdet and mmseg import, and the Runner: the bulk of a tool's start.
-# Not their
-# models: mmdet's and mmseg's import mmpretrain, which imports torchvision, and where torchvision's
-# compiled ops do not load (a CPU torch) it imports only after mmvisattn's patch
-# (compat.import_torchvision_without_its_ops), which the server never imports; each run imports them
-# after mmvisattn (about a second).
+# what register_all_modules of mmdet and mmseg import, and the Runner: most of a tool's start; not
+# their models, which import torchvision only after mmvisattn's patch (each run imports them)
 PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engine',
            'mmdet.evaluation', 'mmdet.visualization', 'mmseg.datasets', 'mmseg.engine',
            'mmseg.evaluation', 'mmseg.visualization')
@@ -49,9 +38,7 @@ PRELOAD = ('torch', 'mmengine.runner', 'mmcv.ops', 'mmdet.datasets', 'mmdet.engi
 
 # where a run forked from a server finds it (:func:`run_python`)
 SERVER_VARIABLE = 'MMVISATTN_TOOL_SERVER'
-# the package's measurements start their children through the runner this names
-# (lab.bench.processes) (named here, not imported: the server never imports mmvisattn; the runner by
-# its module's name, as the server itself runs as __main__)
+# the runner of the package's measurement children (named: the server never imports mmvisattn)
 RUNNER_VARIABLE, RUNNER = 'MMVISATTN_PYTHON_RUNNER', 'lab.tool_server:run_python'
 
 
@@ -104,10 +91,8 @@ def supervise(connection: socket.socket) -> None:
 
 
 def run(request: dict) -> None:
-    """Become the run: a new session (the client kills its group on a time-out), the request's
-    directory, environment, streams and arguments, then the script (or ``-m`` module) as
-    ``__main__``. The interpreter's own shutdown ends the process (threads joined, atexit, streams
-    flushed)."""
+    """Become the run: a new session, the request's directory, environment, streams and arguments,
+    then the script (or ``-m`` module) as ``__main__``."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request['cwd'])
@@ -146,9 +131,8 @@ def run(request: dict) -> None:
 
 
 def fresh_random_states() -> None:
-    """A new process seeds Python's and numpy's generators from the OS; a fork inherits the
-    server's. Torch's threads follow the run's ``OMP_NUM_THREADS``, which OpenMP read when the
-    server loaded it."""
+    """Reseed Python's and numpy's generators from the OS as a new process does; torch's threads
+    follow the run's ``OMP_NUM_THREADS``."""
     import numpy
     import torch
     random.seed()
@@ -215,9 +199,8 @@ class ToolServer:
 
     def run(self, command: List[str], timeout: float, cwd: Path, env: Dict[str, str],
             output: Optional[Path] = None) -> subprocess.CompletedProcess:
-        """``command`` (``python script args`` or ``python -m module args``) forked from the server,
-        as ``subprocess.run`` would report it (``output``: both streams written to that file
-        instead, and reported as None); past ``timeout`` seconds its process group is killed and
+        """``command`` forked from the server, reported as ``subprocess.run`` would (``output``:
+        both streams to that file, then None); past ``timeout`` the group is killed and
         TimeoutExpired raised."""
         self.started()
         streams = Path(tempfile.mkdtemp(dir=self.folder))
@@ -255,9 +238,8 @@ class ToolServer:
 def run_python(args: List[str], timeout: Optional[float] = None,
                env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
                output: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """``python args`` (a script or ``-m module``), as :func:`lab.bench.processes.run_python` runs
-    it: forked from the tool server this process was forked from, where
-    ``env`` keeps its start-up variables, else a fresh interpreter."""
+    """``python args`` as :func:`lab.bench.processes.run_python` runs it: forked from this process's
+    tool server where ``env`` keeps its start-up variables, else a fresh interpreter."""
     env = dict(os.environ if env is None else env)
     env.pop(RUNNER_VARIABLE, None)
     command = [sys.executable, *map(str, args)]

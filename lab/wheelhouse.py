@@ -3,28 +3,20 @@
     python tools/misc/gpu_wheelhouse.py [--out .gpu_wheelhouse] [--mmcv-build | --no-mmcv-build]
     [--check-only]
 
-A lent GPU machine has torch, triton and numpy but no OpenMMLab and no network. This tool writes,
-into ``--out`` (an ignored folder of the repository, which travels with the working tree):
+Into ``--out`` (an ignored folder that travels with the working tree):
 
-* the wheels pinned in ``requirements/gpu_wheelhouse.txt`` (mmengine 0.10.7, mmdet 3.3.0,
-  mmsegmentation 1.2.2 and each of their requirements the machine's image lacks, for CPython 3.12
-  manylinux x86_64), downloaded with ``pip download --no-deps``;
-* mmcv 2.1.0's source, for a build there when no prebuilt wheel fits the GPU (with setuptools < 80:
-  the image's setuptools has no ``pkg_resources``, which mmcv's ``setup.py`` imports);
-* mmcv 2.1.0 compiled with CUDA against the image's torch (2.11.0+cu130) for sm_90, the H100's and
-  H200's, where the cache holds that build (``mmcv_cuda_build.py``). Compiling it here takes over an
-  hour on 2 cores and the GPU machine compiles the carried source in minutes, so only
-  ``--mmcv-build`` compiles it here (once: then cached); ``--no-mmcv-build`` leaves out even a
-  cached one;
-* ``MANIFEST.json``: every file with its size and sha256, and the prebuilt mmcv's torch, CUDA and
-  architecture, which ``gpu_setup.py`` matches against the machine.
+* the wheels of ``requirements/gpu_wheelhouse.txt`` (mmengine, mmdet, mmsegmentation and what the
+  machine's image lacks, CPython 3.12 manylinux), by ``pip download --no-deps``;
+* mmcv 2.1.0's source, for a build there (with setuptools < 80);
+* mmcv 2.1.0 built with CUDA for the image's torch and sm_90 where cached (``mmcv_cuda_build.py``;
+  only ``--mmcv-build`` compiles, over an hour here);
+* ``MANIFEST.json``: every file's size and sha256, and the prebuilt mmcv's torch, CUDA and
+  architecture.
 
-Before anything is written the set is checked complete: every ``Requires-Dist`` of every wheel
-(markers evaluated for CPython 3.12 on Linux) is either in the set or on the machine
-(``requirements/gpu_machine.txt``; its ``opencv-python-headless`` stands for the ``opencv-python``
-that mmengine and mmcv declare), and so are the modules mmseg imports without declaring them (ftfy,
-regex). ``--check-only`` checks an existing folder. The folder is at most 40 MiB; its path is the
-last line printed. Only files this tool wrote (``MANIFEST.json``) are ever replaced or removed.
+The set is first checked complete: every ``Requires-Dist`` (markers for CPython 3.12 on Linux) is in
+it or on the machine (``requirements/gpu_machine.txt``), as are mmseg's undeclared imports.
+``--check-only`` checks a folder. At most 40 MiB; only files this tool wrote are replaced or
+removed.
 """
 import argparse
 import hashlib
@@ -93,8 +85,7 @@ def wheel_metadata(wheel: Path):
 
 
 def requirements_of(wheel: Path) -> List[str]:
-    """The canonical names of the wheel's ``Requires-Dist`` that apply on CPython 3.12 / Linux, no
-    extras."""
+    """The canonical ``Requires-Dist`` names applying on CPython 3.12 / Linux, no extras."""
     try:
         from packaging.requirements import Requirement
     except ImportError:  # a bare Python (the rehearsal's): pip's own copy
@@ -150,10 +141,8 @@ def pip_download(spec: str, dest: Path) -> Path:
 
 
 def download_sdist(spec: str, dest: Path) -> Path:
-    """The source archive of ``spec`` from the index's simple page, its sha256 checked.
-
-    ``pip download`` would run the archive's ``setup.py`` to read its metadata, which for mmcv
-    2.1.0 needs torch and a setuptools older than this machine's."""
+    """The source archive of ``spec`` from the index's simple page, its sha256 checked (``pip
+    download`` would run mmcv's ``setup.py``, which needs torch)."""
     name, version = spec.split('==')
     page = urllib.request.urlopen(f'{SIMPLE_INDEX}/{name}/', timeout=60).read().decode()
     match = re.search(rf'href="([^"]*/{name}-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"',
@@ -178,8 +167,7 @@ def sha256(path: Path) -> str:
 
 
 def check_out_folder(out: Path) -> Optional[Dict]:
-    """The folder's earlier manifest, or ``None`` for a new folder; refuses what the tool did not
-    write."""
+    """The folder's earlier manifest, or ``None`` for a new one; refuses what it did not write."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise SystemExit(f'error: {out} is a link or a file; expected a folder this tool writes')
     if not out.exists():
@@ -234,9 +222,8 @@ def check_folder(out: Path) -> None:
 
 
 def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
-    """Downloads into a staging folder beside ``out`` with the mmcv CUDA build (``mmcv_build``:
-    ``cached`` where there is one, ``compile`` where there is none, ``none``); returns its files and
-    the mmcv build."""
+    """Download into a staging folder beside ``out`` with the mmcv build (``cached``, ``compile`` or
+    ``none``); returns its files and the build."""
     staging = out.with_name(f'.{out.name}.partial')
     if staging.exists():
         shutil.rmtree(staging)  # this tool's own staging folder, left by an interrupted run
@@ -265,8 +252,7 @@ def gather(out: Path, mmcv_build: str) -> Tuple[List[Path], Optional[Path]]:
 
 def install(staging_files: Sequence[Path], out: Path, earlier: Optional[Dict],
             mmcv: Optional[Path]) -> None:
-    """Moves the staged files into ``out``, removing only the files of the earlier manifest it
-    replaces."""
+    """Move the staged files into ``out``, removing only the earlier manifest's replaced files."""
     out.mkdir(parents=True, exist_ok=True)
     for name in (earlier or {}).get('files', {}):
         if not (out / name).is_symlink() and (out / name).is_file():

@@ -1,6 +1,5 @@
-"""The cases of the side-by-side benchmark (``benchmark_suite.py``): each op of the project against
-its peers (torch SDPA, mmseg's spatial-reduction attention, the official modules) on a few grids,
-and whole models on one input size."""
+"""The cases of ``benchmark_suite.py``: each op against its peers (SDPA, mmseg's SRA, the official
+modules) on a few grids, and whole models at one size."""
 from dataclasses import dataclass
 from typing import Dict, Tuple
 

@@ -1,18 +1,15 @@
-"""Images per second of every family's demo beside its stock twin (``make bench-demos``), each
-measured by ``tools/analysis_tools/benchmark.py`` (random weights, the test dataloader of the shapes
-data, one image at a time, on the CPU) in a fresh process:
+"""Images per second of every family's demo beside its stock twin (``make bench-demos``), each by
+``tools/analysis_tools/benchmark.py`` (random weights, the shapes test set, one image at a time,
+CPU) in a fresh process:
 
     python tools/analysis_tools/benchmark_demos.py [--pairs NAME ...] [--max-iter 40] [--num-warmup
         5] [--rounds 3] [--out-dir work_dirs/bench_demos] [--record-dir docs/records/bench_demos]
 
-Run where ``data/shapes`` is (``tools/misc/make_demo_data.py`` writes it). The twin is the stock
-model the demo's attention or backbone replaces, with the demo's heads and recipe: the stock demos
-of ``configs/demo`` where they are one, else the demo config with its backbone (or attention)
-swapped back by ``--cfg-options``. Per pair the two run in rounds whose order alternates (the demo
-first, then last), and each side's figure is the median of its rounds. Each run's output stays in
-``--out-dir/PAIR/SIDE_ROUND/benchmark.log``. Writes ``results.json`` (after every pair) and the
-run's record (``record_bench_demos.json``) into ``--out-dir``, and the record under its name into
-``--record-dir`` where given; the docs render its table (``docs/user_guides/inference.md``)."""
+Run where ``data/shapes`` is. The twin is the stock model the demo's attention or backbone replaces,
+with the demo's heads and recipe (a ``configs/demo`` config, or the demo with its backbone swapped
+back by ``--cfg-options``). The two run in rounds of alternating order; each figure is the median of
+its rounds. Writes ``results.json`` and the record into ``--out-dir`` (and ``--record-dir``), which
+``docs/user_guides/inference.md`` renders."""
 import argparse
 import json
 import statistics

@@ -4,11 +4,9 @@ threads), each project model beside its stock counterpart.
     python tools/analysis_tools/benchmark_inference.py [--models NAME ...] [--shape H W] [--repeats
         5] [--out-dir work_dirs/benchmark_inference]
 
-Every model is built from its config with random weights (latency does not depend on them),
-switched to deploy, and exported in memory up to its raw head outputs as
-``tools/deployment/pytorch2onnx.py`` does. One image of the config's size (or ``--shape``) runs
-``--warmup`` times, then ``--repeats`` times per engine; the table gives the medians in
-milliseconds. PyTorch runs with 2 threads. Writes ``results.json`` into ``--out-dir``.
+Each model, random weights and deploy form, is exported in memory up to its raw head outputs; one
+image runs ``--warmup`` times, then ``--repeats`` per engine (medians in ms). Writes
+``results.json`` into ``--out-dir``.
 """
 import argparse
 import json

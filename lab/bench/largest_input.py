@@ -4,10 +4,10 @@ process (``gpu_proof_models.py --largest``):
     python -m lab.bench.largest_input '{"config": ..., "deploy": false, "stride": 32,
         "start": 256, "ceiling": 8192, "memory_cap_mb": null}'
 
-One float32 training step (loss, backward, AdamW) on synthetic targets (:mod:`.model_pairs`) per
-side: doubling from ``start`` until a side fails (or ``ceiling``), then bisection on the stride. A
-try that runs out of memory is caught and the allocator's cache emptied; ``memory_cap_mb`` caps the
-process first (:func:`cap_memory`). Prints the result as one JSON line.
+One float32 AdamW training step on synthetic targets (:mod:`.model_pairs`) per side, doubling from
+``start`` until a side fails (or ``ceiling``), then bisection on the stride; out-of-memory is caught
+and the cache emptied; ``memory_cap_mb`` caps the process (:func:`cap_memory`). Prints one JSON
+line.
 """
 import json
 import os
@@ -23,8 +23,7 @@ CAPPED_CPU_OOM_SIGNS = (*OOM_SIGNS, 'could not create a primitive')
 
 
 def out_of_memory(text: str, capped_cpu: bool) -> bool:
-    """The error text is the allocator's refusal; ``capped_cpu``: the run's address space was
-    capped."""
+    """The allocator's refusal; ``capped_cpu``: the run's address space was capped."""
     return any(sign in text for sign in (CAPPED_CPU_OOM_SIGNS if capped_cpu else OOM_SIGNS))
 
 

@@ -1,12 +1,10 @@
-"""The measurements of the side-by-side benchmark (``benchmark_suite.py``), each in a process of its
-own:
+"""The measurements of ``benchmark_suite.py``, each in a process of its own:
 
     python -m lab.bench.measure '{"kind": "time", ...}'
 
-prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds (the order
-reversed every other round, :func:`mmvisattn.analysis.timing.rounds`; ratios are medians of
-per-round ratios); memory is the growth of the peak resident set over one step
-(:func:`mmvisattn.analysis.timing.peak_growth_mb`).
+prints one JSON line (:data:`CHILDREN` names the kinds). Ops are timed in paired rounds
+(:func:`mmvisattn.analysis.timing.rounds`; ratios are medians of per-round ratios); memory is the
+peak resident set's growth over one step (:func:`mmvisattn.analysis.timing.peak_growth_mb`).
 """
 import json
 import statistics
@@ -96,8 +94,7 @@ def median_ratio(times: Sequence[float], peer_times: Sequence[float]) -> float:
 
 def ratio_summary(times: Dict[str, List[float]],
                   ratios: Dict[str, Tuple[str, str]]) -> Dict[str, object]:
-    """Median times in ms and, for each ``name: (label, peer label)`` of ``ratios``, the median
-    ratio."""
+    """Median times in ms and, per ``name: (label, peer label)`` of ``ratios``, the median ratio."""
     return {
         'ms': {label: 1e3 * statistics.median(t) for label, t in times.items()},
         'ratio': {
@@ -133,10 +130,9 @@ def child_memory(payload: dict) -> dict:
     torch.manual_seed(0)
     case = OP_CASES[payload['case']]
     peers = Path(payload['peers']) if payload['peers'] else None
-    # one step on a small map first: the libraries' lazily allocated workspaces (BLAS, thread pools;
-    # 10-40 MB on the first call of some ops; 20-25 MB for loading the C++ kernels and
-    # torch.utils.cpp_extension) are not the op's memory. On a map that small 'auto' takes an op's
-    # dense form, so the linear paths, which the benchmark grids take, warm up too.
+    # one step on a small map first: the libraries' lazy workspaces (BLAS, thread pools, the C++
+    # kernels) are not the op's memory; 'auto' takes the dense forms there, so the linear paths warm
+    # up too
     for impl in ('torch', 'cpu', None):
         training_step(payload['spec'], case, WARM_UP_GRID, peers, impl)()
     return {
@@ -182,9 +178,8 @@ def child_model_memory(payload: dict) -> dict:
 
 def measured_step(step) -> Dict[str, float]:
     """One call of a ``model_pairs.TrainingStep``: the bytes its forward saves for the backward
-    (storages a recomputing backward packs again, one block at a time, are transient and not
-    counted), the growth of the peak resident set over the whole step (reset first, so several
-    models can be measured in one process) and its seconds."""
+    (transient recomputed blocks not counted), the peak resident set's growth over the step (reset
+    first) and its seconds."""
     from lab.bench.saved_tensors import saved_for_backward
     saved = []
 
@@ -199,11 +194,9 @@ def measured_step(step) -> Dict[str, float]:
 
 
 def child_train_pair(payload: dict) -> dict:
-    """A pair of ``benchmark_models.py`` at one input size, both models in this process (after a
-    step each at a small size, which allocates the libraries' workspaces): parameters, one measured
-    training step each (the order reversed at every other size), with ``macs`` the
-    multiply-accumulates of one image, then ``rounds`` more paired rounds of steps (the order
-    reversed every other round)."""
+    """A pair of ``benchmark_models.py`` at one size, both in this process after a warm-up step
+    each: parameters, one measured step each (order reversed every other size), ``macs`` of one
+    image, then ``rounds`` more paired rounds."""
     import torch
 
     from lab.bench.model_pairs import PAIRS, TrainingStep, build_training_model, model_scope
@@ -254,10 +247,9 @@ MMAP_THRESHOLD = 128 * 1024
 
 
 def fixed_mmap_threshold() -> None:
-    """glibc's allocator maps every block of 128 KiB or more on its own and unmaps it when freed (a
-    fixed threshold instead of its adaptive one, ``mallopt(M_MMAP_THRESHOLD)``), so that the peak
-    resident set follows the tensors alive, not the allocator's history (timings keep the default,
-    which is faster)."""
+    """glibc maps every block of 128 KiB or more on its own (``mallopt(M_MMAP_THRESHOLD)``), so the
+    peak resident set follows the live tensors, not the allocator's history (timings keep the
+    default)."""
     import ctypes
     ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 

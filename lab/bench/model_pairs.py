@@ -1,6 +1,5 @@
-"""The model pairs of ``benchmark_models.py``: every project model beside the stock model it
-replaces, and one training step of either on synthetic targets (random images, a few boxes with
-their masks, or a label map of rectangles), a real loss through ``model.loss``."""
+"""The model pairs of ``benchmark_models.py``: each project model beside the stock one it replaces,
+and one training step on synthetic targets through ``model.loss``."""
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -133,10 +132,9 @@ def synthetic_samples(model, batch: int, height: int, width: int) -> list:
 
 
 class TrainingStep:
-    """One optimiser-free training step of ``model`` on a fixed synthetic batch on ``device``:
-    ``step()`` clears the gradients, computes the loss and runs the backward; ``step.loss()`` and
-    ``step.backward(loss)`` are its two halves (what autograd saves for the backward is saved in the
-    first)."""
+    """One optimiser-free training step of ``model`` on a fixed synthetic batch: ``step()`` clears
+    the gradients, computes the loss and runs the backward; ``step.loss()`` and
+    ``step.backward(loss)`` are its halves."""
 
     def __init__(self, model, batch: int, height: int, width: int, device: str = 'cpu'):
         import torch

@@ -1,36 +1,24 @@
-"""Whole models in training, each project model beside the stock model it replaces (``make
-bench-models``): what a user pays at model level, and the largest input each trains at on a GPU.
+"""Whole models in training, each project model beside the stock one it replaces (``make
+bench-models``), and the largest input each trains at on a GPU.
 
     python tools/analysis_tools/benchmark_models.py [--families F ...] [--pairs KEY ...]
         [--scales 0.5 0.75 1 1.25 | --sizes HxW ...] [--batch 2] [--rounds 1] [--threads 2]
         [--out-dir work_dirs/bench_models] [--resume] [--record-dir docs/records/bench_models]
 
-Every model is built from its config with random weights and trained one step at a time on
-synthetic targets (:mod:`.model_pairs`: batch 2, boxes with masks, or a label map), the real loss of
-its head. For each pair and input size (fractions ``--scales`` of the size it trains at, on its
-stride) one process builds both models, runs a step of each at a small size (the libraries'
-workspaces), then measures one step of each, the order reversed at every other size: parameters,
-the bytes autograd saves for the backward (each storage once: the activations a training step
-holds, the same on a GPU), the growth of the peak resident set over the step (reset before it) and
-its seconds; at the training size also the multiply-accumulates of one image and ``--rounds`` more
-paired rounds (the ratio is the median of the per-round ratios). Memory is measured with glibc's
-allocator mapping every block of 128 KiB or more on its own, for both models alike.
+Random weights, one step at a time on synthetic targets (:mod:`.model_pairs`). Per pair and size
+(``--scales`` of its training size) one process builds both, warms up, then measures a step of each
+in alternating order: parameters, the bytes autograd saves (each storage once), the peak resident
+set's growth and seconds; at the training size also MACs and ``--rounds`` paired rounds. glibc maps
+large blocks on their own for both alike.
 
-**Largest trainable input.** Per model the saved bytes are fitted against input pixels
-(``a + b P + c P^2``, ``c >= 0``, least squares over the measured sizes); float32 training with
-AdamW holds 16 bytes a parameter (weights, gradients, two moments) besides them. The largest
-square side on the stride whose sum fits 24, 40 and 80 GB is the prediction; the CUDA context, the
-allocator's fragmentation and the backward's transient buffers are not counted, so read it as an
-upper bound. The stated error is the extrapolation's: the fit over all sizes but the largest,
-predicting the largest.
+**Largest trainable input.** The saved bytes are fitted against pixels (``a + b P + c P^2``, ``c >=
+0``) plus 16 bytes a parameter for AdamW; the largest square side fitting 24, 40 and 80 GB is an
+upper bound (context, fragmentation and transient buffers not counted), its error the fit's without
+the largest size.
 
-Writes ``results.json`` (after every pair; ``--resume`` keeps the pairs it holds that were measured
-with the same settings, and those not selected, so a run may be split by ``--pairs``),
-``tables.md``, ``saved_bytes.png`` (saved MB against pixels per pair) and the run's record
-(``record_bench_models.json``: the pairs this run measured, batch and threads, stamped with the
-machine, date and commit) into ``--out-dir``, and the record under its name into ``--record-dir``
-where given (``make bench-models``: ``docs/records/bench_models``, from which the docs build renders
-the tables of ``docs/records/models.md`` and of each family's page).
+Writes ``results.json`` (``--resume`` keeps pairs measured with the same settings), ``tables.md``,
+``saved_bytes.png`` and the record into ``--out-dir`` (and ``--record-dir``, which
+``docs/records/models.md`` and the family pages render).
 """
 import argparse
 import json
@@ -169,8 +157,7 @@ def fit_saved(pixels: Sequence[float], saved: Sequence[float]):
 
 
 def largest_side(coefficients, params: int, gigabytes: float, stride: int) -> int:
-    """The largest square side on ``stride`` whose training memory fits ``gigabytes`` (0 if
-    none)."""
+    """The largest square side on ``stride`` whose training memory fits ``gigabytes`` (or 0)."""
     a, b, c = coefficients
 
     def fits(side: int) -> bool:

@@ -1,10 +1,8 @@
-"""Loading the official implementations from their checkouts, unmodified (for the golden fixtures of
-``make_official_fixtures.py`` and the official columns of ``benchmark_suite.py``).
-
-A peers folder holds one checkout per repository, named ``owner+name`` (as ``bench_peers.py`` takes
-them). The only stand-ins are a minimal ``timm.models.layers`` (:func:`stub_timm`) and no-op CUDA
-calls while PerViT is built (:func:`cuda_calls_stay_on_cpu`); a checkout's own packages are
-importable only inside :func:`checkout_on_path`.
+"""The official implementations, imported unmodified from their checkouts (``owner+name`` folders of
+a peers folder), for the golden fixtures and the official columns of ``benchmark_suite.py``. The
+only stand-ins are a minimal ``timm.models.layers`` (:func:`stub_timm`) and no-op CUDA calls while
+PerViT is built (:func:`cuda_calls_stay_on_cpu`); a checkout's packages import only inside
+:func:`checkout_on_path`.
 """
 import contextlib
 import importlib.util
@@ -22,8 +20,7 @@ VIL, SMCA, PERVIT, CASTLING = ('microsoft+vision-longformer', 'gaopengcuhk+SMCA-
 
 
 def stub_timm() -> None:
-    """The three helpers of ``timm.models.layers`` the official files import (all drop paths are
-    0)."""
+    """The three ``timm.models.layers`` helpers the official files import (drop paths all 0)."""
     layers = types.ModuleType('timm.models.layers')
     layers.trunc_normal_ = lambda tensor, std=1.0, **kwargs: nn.init.trunc_normal_(tensor, std=std)
     layers.DropPath = lambda *args, **kwargs: nn.Identity()
@@ -51,8 +48,7 @@ def import_file(name: str, path: Path, package_dir: Path = None) -> types.Module
 
 @contextlib.contextmanager
 def checkout_on_path(root: Path) -> Iterator[None]:
-    """``root`` importable (its top-level packages, e.g. PerViT's ``model``) while the block
-    runs."""
+    """``root``'s top-level packages (e.g. PerViT's ``model``) importable while the block runs."""
     sys.path.insert(0, str(root))
     try:
         yield

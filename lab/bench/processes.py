@@ -1,9 +1,6 @@
-"""Each measurement in a process of its own: ``python args`` (a script or ``-m module``) started as
-a user starts it, or by the runner ``$MMVISATTN_PYTHON_RUNNER`` names (``module:function``, called
-with the arguments of :func:`run_python`). The repository's test suite names one there that forks
-the children from a process that has imported the stock stack already, so that a short measurement
-does not pay the imports each time; nothing in the package sets it. :func:`run_or_raise` runs a
-command as given, its output kept in a log, a failure raised as its one line
+"""Each measurement in a process of its own: ``python args`` started as a user starts it, or by the
+runner ``$MMVISATTN_PYTHON_RUNNER`` names (``module:function``; the test suite's forks from a
+process with the stack imported). :func:`run_or_raise` runs a command with its output in a log
 (:mod:`mmvisattn.analysis.processes`)."""
 import importlib
 import os
@@ -20,9 +17,8 @@ RUNNER_VARIABLE = 'MMVISATTN_PYTHON_RUNNER'
 def run_python(args: Sequence[str], timeout: Optional[float] = None,
                env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
                output: Optional[Path] = None) -> subprocess.CompletedProcess:
-    """``python args`` in ``cwd`` (default: this directory) and ``env`` (default: this one), its
-    output captured as text, or both streams written to ``output`` (then reported as None); past
-    ``timeout`` seconds ``subprocess.TimeoutExpired``."""
+    """``python args`` in ``cwd`` and ``env``, output captured as text or written to ``output``
+    (then None); ``subprocess.TimeoutExpired`` past ``timeout``."""
     runner = os.environ.get(RUNNER_VARIABLE)
     if runner:
         module, _, name = runner.partition(':')

@@ -1,15 +1,12 @@
-"""Where a model's training step spends its time and its saved-for-backward memory, module by
-module: the per-module profile behind the explanation in docs/records/models.md of a pair of
-``benchmark_models.py`` that is heavier than its stock counterpart.
+"""Where a training step spends its time and saved memory, module by module, for a
+``benchmark_models.py`` pair heavier than its stock twin.
 
     python tools/analysis_tools/profile_training.py PAIR [--side project|stock] [--shape H W]
         [--batch 2] [--depth 3]
 
-One training step (the synthetic targets of :mod:`.model_pairs`) after a warm-up step at a small
-size. Every module down to ``--depth`` dots in its name gets the seconds of its forward (inclusive
-of its children) and the bytes autograd saves while it is the innermost such module running and
-still holds when the forward ends (each storage once); the step's backward seconds are given whole.
-Prints a Markdown table.
+One step after a small warm-up: each module to ``--depth`` gets its forward seconds (children
+included) and the bytes autograd saves while it is the innermost running module and still holds at
+the end; the backward is given whole. Prints a Markdown table.
 """
 import argparse
 import time

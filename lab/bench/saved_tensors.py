@@ -8,11 +8,9 @@ import torch
 
 
 class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
-    """Records what autograd saves for the backward while the context is active, each tensor under
-    ``label()`` (for example the module running); :meth:`alive` counts the storages still held once
-    the graph has been built. Each storage counts once, whole, however many views of it are saved (a
-    view keeps its whole storage alive); what was saved for a graph that has died (a cost computed
-    and thrown away, a block recomputed and freed) is not counted."""
+    """Records what autograd saves for the backward while active, under ``label()`` (e.g. the
+    running module); :meth:`alive` counts the storages still held. Each storage counts once, whole;
+    what a dead graph saved is not counted."""
 
     def __init__(self, label: Callable[[], str] = str):
         self.saved = []
@@ -47,9 +45,8 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
 
 
 def saved_for_backward(run: Callable[[], object], in_elements: bool = False) -> int:
-    """Bytes (or elements) that autograd holds for the backward once ``run()`` has returned (its
-    result kept alive until they are counted): the activations a training step holds at its peak,
-    the same on any device (:class:`SavedTensors` says what counts)."""
+    """Bytes (or elements) autograd holds for the backward once ``run()`` returns: a step's peak
+    activations, the same on any device."""
     with SavedTensors() as saved:
         result = run()  # holds the graph, and what it saved, alive until they are counted
     total = sum(saved.alive(in_elements).values())

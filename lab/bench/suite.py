@@ -1,29 +1,21 @@
-"""The side-by-side benchmark of the docs' records (``make bench``): every attention of the project
-beside torch SDPA, mmseg's spatial-reduction attention (SRA) and, given ``--peers``, the official
-modules; then whole models end to end.
+"""The side-by-side benchmark of the docs' records (``make bench``): every attention beside SDPA,
+mmseg's SRA and, with ``--peers``, the official modules; then whole models.
 
     python tools/analysis_tools/benchmark_suite.py [--peers PEERS_DIR] [--out-dir work_dirs/bench]
         [--only ops memory models] [--rounds 25] [--record-dir docs/records/bench]
 
-``PEERS_DIR`` holds checkouts of the official repositories named ``owner+name``
-(``microsoft+vision-longformer``, ``GATECH-EIC+Castling-ViT``, ``juhongm999+pervit``), imported at
-run time only; without it the official columns are left out.
+``PEERS_DIR`` holds the official checkouts as ``owner+name`` folders; without it the official
+columns are left out.
 
-* **Time** (CPU, 2 threads): forward + backward of ``out.sum()``. For each grid one process builds
-  the op and its peers and runs them in rounds, alternating the order every round (ours first,
-  then last); the ratio is the median of the per-round ratios ours / peer, the times the medians.
-* **Memory**: the growth of the peak resident set over one forward + backward, each module and
-  grid in a fresh process, measured after the module and input exist and after a step on an
-  8x8 map (which allocates the libraries' workspaces, the same for every module), one per path
-  of an op with a dense form (``auto`` takes that one on so small a map).
-* **Models**: one image, inference (``model._forward``, the raw head outputs; the backbone alone
-  beside it), paired in rounds the same way against the first model of the group.
+* **Time** (CPU, 2 threads): forward + backward in rounds of alternating order per grid; the ratio
+  is the median of per-round ratios.
+* **Memory**: the peak resident set's growth over one step, each module and grid in a fresh process
+  after an 8x8 warm-up step.
+* **Models**: one image of inference (raw head outputs; the backbone beside it), paired in rounds
+  against the group's first model.
 
-Prints the tables (Markdown), writes ``results.json``, ``tables.md``, ``bench.png`` and the run's
-record (``record_bench.json``: the results stamped with the machine, date and commit,
-:func:`mmvisattn.analysis.records.cpu_record`) into ``--out-dir``, and the record under its name
-into ``--record-dir`` where given (``make bench``: ``docs/records/bench``, from which the docs build
-renders the tables of ``docs/records/benchmarks.md``). About 20 minutes on two cores.
+Prints Markdown tables and writes ``results.json``, ``tables.md``, ``bench.png`` and the record into
+``--out-dir`` (and ``--record-dir``, rendered by ``docs/records/benchmarks.md``).
 """
 import argparse
 import importlib.util

@@ -1,14 +1,8 @@
-"""The flash-attention building blocks only the experimental kernels use: tiles of row-major tables,
-the batch-shared bias and the threshold mask of the scores, and the backward's two kernels over
-``(B * heads, N, d)`` tables, each owning what it writes (no atomics):
-
-* :func:`grad_queries`, one program per block of queries of an image x head, over the key blocks;
-* :func:`grad_keys`, one program per block of keys, over the query blocks (key and value gradients).
-
-Their compile-time switches: ``BIASED`` adds the batch-shared ``(heads, N, M)`` bias to the scores
-(PerViT's ``log Phi_p``); ``MASKED`` drops the weights at or below ``threshold`` (Castling's
-auxiliary softmax), whose gradient is then ``dS = P ([P > t] dO V^T - delta)`` with
-``delta_i = dO_i . O_i``.
+"""The flash-attention blocks only the experimental kernels use: tiles of row-major tables, the
+batch-shared bias and threshold mask of the scores, and the backward's two kernels, each owning what
+it writes: :func:`grad_queries` (per query block) and :func:`grad_keys` (per key block). ``BIASED``
+adds a ``(heads, N, M)`` bias (PerViT's ``log Phi_p``); ``MASKED`` drops weights at or below
+``threshold`` (Castling), then ``dS = P ([P > t] dO V^T - delta)``, ``delta_i = dO_i . O_i``.
 """
 from typing import Dict, Optional
 
@@ -23,12 +17,9 @@ from mmvisattn.ops.utils.triton_launch import head_block, num_warps
 def launch_meta(kernel, dims: int, value_dims: int, dtype: torch.dtype, block_m: int, block_n: int,
                 launch: Optional[Dict] = None, wide_launch: Optional[Dict] = None,
                 stages: Optional[Dict[int, int]] = None) -> dict:
-    """The meta-parameters of a launch of ``kernel`` over heads ``dims`` and values ``value_dims``
-    wide: ``block_m`` queries and ``block_n`` keys, the head's blocks, its warps
-    (:func:`num_warps`), software- pipelining ``stages`` by warps where given, the product dtypes
-    (:func:`precision`), then ``kernel``'s entry of ``launch`` and, for heads over 64 wide, of
-    ``wide_launch``: the tables of settings each op keeps from ptxas's reports
-    (``compile_kernels.py``)."""
+    """Meta-parameters of ``kernel``'s launch for heads ``dims`` and values ``value_dims`` wide:
+    blocks, warps (:func:`num_warps`), stages, product dtypes (:func:`precision`), from each op's
+    ``launch`` / ``wide_launch`` tables (``compile_kernels.py``)."""
     block_d, block_dv = head_block(dims), head_block(value_dims)
     warps = num_warps(max(block_d, block_dv))
     meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, BLOCK_DV=block_dv,
@@ -76,9 +67,8 @@ def key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_
 @triton.jit
 def normalised_output_grads(grad_out_ptr, out_ptr, sums_ptr, bh, offs_q, queries, offs_dv,
                             value_dims, ACC: tl.constexpr):
-    """What the backward of a row-normalised ``out = (A V) / r`` (no softmax: Castling's dense form,
-    ripple's fused form) reads of a block of queries: ``dO``, ``delta_i = dO_i . O_i`` and the row
-    sums ``r`` (1 past the queries)."""
+    """What the backward of a row-normalised ``out = (A V) / r`` reads of a query block: ``dO``,
+    ``delta_i = dO_i . O_i`` and ``r`` (1 past the queries)."""
     grad_out = rows(grad_out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv,
                     value_dims).to(ACC)
     out = rows(out_ptr + bh * queries * value_dims, offs_q, queries, offs_dv, value_dims).to(ACC)
@@ -102,9 +92,8 @@ def query_block(q_ptr, grad_out_ptr, lse_ptr, delta_ptr, bh, offs_q, queries, of
 @triton.jit
 def biased(products, bias_ptr, head, offs_q, offs_k, queries, keys_count, scale, ACC: tl.constexpr,
            BIASED: tl.constexpr):
-    """``scale q k^T`` of a tile from its products ``q k^T``, the tile of the ``(heads, N, M)`` bias
-    of ``head`` added where ``BIASED``; ``-inf`` outside the keys (and in zero-query rows past the
-    queries)."""
+    """``scale q k^T`` of a tile, ``head``'s bias tile added where ``BIASED``; ``-inf`` outside the
+    keys and past the queries."""
     inside = (offs_q[:, None] < queries) & (offs_k[None, :] < keys_count)
     scores = products * scale
     if BIASED:

@@ -1,33 +1,15 @@
-"""Linear-angular attention in dense form, for small maps (arXiv:2211.10526, Eq. 3): Castling's
-deploy kernel ``phi(Q) phi(K)^T V`` in one Triton program per block of queries.
+"""Linear-angular attention in dense form for small maps (arXiv:2211.10526, Eq. 3): ``phi(Q)
+phi(K)^T V`` in one Triton program per query block.
 
-The program normalises its queries, then for each block of keys normalises them, forms that tile of
-the angular kernel ``1/2 + q^ k^T / pi`` by one product and adds the tile times the values, and its
-row sums, to float32 accumulators; the output is their ratio. Like a flash-attention forward, with
-the kernel's entries (in [0.18, 0.82]) needing no running maximum, and nothing ``N x M`` in memory.
-Quadratic: meant for small maps, where one launch of tensor-core products may beat the summaries of
-:mod:`.pytorch` / :mod:`.triton`; up to where it does is measured per GPU
-(:mod:`mmvisattn.ops.utils.crossover`).
+Each program normalises its queries, then per key block forms the kernel tile ``1/2 + q^ k^T / pi``
+and accumulates tile times values and row sums in float32 (entries in [0.18, 0.82]: no running
+maximum), nothing ``N x M`` in memory. The backward's :func:`_grad_queries` (``dq^ = dA k^ / pi``)
+and :func:`_grad_keys` (``dk^ = dA^T q^ / pi``, ``dV = (A / r)^T dO``), with ``dA_ij = (dO_i . v_j -
+delta_i) / r_i``, recompute the tiles and go through the normalisation (:func:`_unit_backward`). The
+GPU proof times it beside ``auto``'s choice.
 
-The backward is two programs that recompute the kernel's tiles from the inputs, the output and the
-row sums ``r_i``, each owning what it writes (no atomics): with ``delta_i = dO_i . O_i``,
-``dA_ij = (dO_i . v_j - delta_i) / r_i``,
-
-* :func:`_grad_queries`, per block of queries over the keys: ``dq^ = dA k^ / pi``;
-* :func:`_grad_keys`, per block of keys over the queries: ``dk^ = dA^T q^ / pi`` and
-  ``dV = (A / r)^T dO``;
-
-each then through its rows' normalisation (:func:`_unit_backward`, as
-:func:`.pytorch.normalise_backward`), so nothing ``N x M`` is held in the backward either.
-
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
-too (``gradcheck``).
-
-Mixed precision (:mod:`mmvisattn.ops.utils.flash`): the kernels normalise in float32 and take their
-products' operands in the inputs' precision (half-precision tensor cores, TF32 for float32),
-accumulating in float32; the row scalings (``1 / r``, ``delta``) and the normalisation's backward
-are float32. The output comes back in ``v``'s dtype, each gradient in its input's. Autocast is off
-in the Function.
+Mixed precision: normalisation, accumulators and row scalings float32, products on the inputs'
+precision; output in ``v``'s dtype, gradients in their inputs'; autocast off in the Function.
 """
 import math
 from typing import Tuple
@@ -98,8 +80,7 @@ def _grad_queries(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_q_p
                   keys_count, dims, value_dims, inv_pi, eps, DOT: tl.constexpr, ACC: tl.constexpr,
                   BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """``dq`` of a block of queries over the key blocks: ``dq^ = dA k^ / pi``, then through the
-    norm."""
+    """``dq`` of a query block over the key blocks: ``dq^ = dA k^ / pi``, then through the norm."""
     bh, block = tl.program_id(0), tl.program_id(1)
     inv_pi = tl.cast(inv_pi, ACC)  # compiled: a float64 scalar
     offs_q, offs_d, offs_dv = block_offsets(block, BLOCK_M, BLOCK_D, BLOCK_DV)
@@ -158,11 +139,9 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, out_ptr, sums_ptr, grad_out_ptr, grad_k_ptr,
                grad_v)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
-# memory a block): _grad_keys over tiles of 32 queries spilled on sm_90 in float32 (at 64-wide heads
-# with 4 warps, at 128 with 8), takes them 16 at a time, and heads over 64 wide for blocks of 16
-# keys (over 32, 8 warps spilled in float32 and 4 in half precision); heads over 64 wide,
-# _grad_queries over 32 queries.
+# launch settings from ptxas's reports (compile_kernels.py): _grad_keys takes 16 queries a tile (32
+# spilled on sm_90 in float32) and heads over 64 wide 16 keys a block; _grad_queries 32 queries for
+# wide heads
 LAUNCH = {_grad_keys: dict(BLOCK_M=16, BLOCK_N=32)}
 WIDE_LAUNCH = {_grad_keys: dict(BLOCK_N=16), _grad_queries: dict(BLOCK_M=32)}
 
@@ -210,6 +189,5 @@ class DenseAngular(torch.autograd.Function):
 
 
 def linear_angular_attention_dense(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries and keys, ``(B, heads, N, d_v)`` values ->
-    ``(B, heads, N, d_v)``."""
+    """``(B, heads, N, d)`` queries, keys and values -> ``(B, heads, N, d)``."""
     return DenseAngular.apply(q, k, v)

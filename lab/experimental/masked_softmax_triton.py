@@ -1,30 +1,15 @@
-"""Triton kernels of the masked softmax attention (``impl='triton'``;
-see :mod:`mmvisattn.ops.masked_softmax`): ``(P * [P > t]) V`` with ``P = softmax(s Q K^T)`` by
-blocks of queries and keys, after "FlashAttention-2" (arXiv:2307.08691, Alg. 1 and 2), so no
-``N x M`` weights exist in memory in either pass.
+"""Triton kernels of the masked softmax attention (see :mod:`mmvisattn.ops.masked_softmax`): ``(P *
+[P > t]) V``, ``P = softmax(s Q K^T)``, by query and key blocks after "FlashAttention-2"
+(arXiv:2307.08691, Alg. 1 and 2), no ``N x M`` weights in memory.
 
-The mask compares each weight with ``t``, so it needs the row's final normaliser before any weight
-is
-kept: the forward runs over the keys twice in one program, first for each row's log-sum-exp (the
-online maximum and sum, no values read), then for the kept weights ``exp(s q.k - lse)`` times the
-values; it stores the output and the log-sum-exp. The weights are not renormalised after masking
-(Castling-ViT keeps them as they are), so the output is the accumulated sum itself.
+The mask needs the row's final normaliser, so the forward runs over the keys twice: the log-sum-exp
+first, then the kept weights times the values (not renormalised, as Castling-ViT). The backward is
+FlashAttention's with the mask on the weights' gradient, ``dP = [P > t] (dO V^T)``, ``dS = P (dP -
+delta)``, ``delta_i = dO_i . O_i`` (:func:`.flash.grad_queries`, :func:`.flash.grad_keys` with
+``MASKED``); recomputed weights give the forward's mask up to a weight a few ulps from ``t``.
 
-The backward is FlashAttention's with the mask on the weights' gradient: ``dP = [P > t] (dO V^T)``
-and ``dS = P (dP - delta)``, where ``delta_i = sum_j P_ij dP_ij = dO_i . O_i`` as in the unmasked
-case (the kept weights are exactly what formed ``O``): the flash backward's two kernels
-(:func:`~mmvisattn.ops.utils.flash.grad_queries`, :func:`~mmvisattn.ops.utils.flash.grad_keys`) with
-``MASKED``. The mask is piecewise constant, so it has no gradient of its own; the backward
-recomputes each weight from the same products, so its mask is the forward's up to the rounding of a
-weight a few ulps from ``t``.
-
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
-too (``gradcheck``).
-
-Mixed precision (:mod:`mmvisattn.ops.utils.flash`): products take the inputs' precision as operands
-(half-precision tensor cores, TF32 for float32) and accumulate in float32, where the logits, the
-softmax and the mask are; the output comes back in ``v``'s dtype, each gradient in its input's.
-Autocast is off in the Function.
+Mixed precision: products on the inputs' precision, logits, softmax and mask in float32; output in
+``v``'s dtype, gradients in their inputs'; autocast off in the Function.
 """
 from typing import Optional, Tuple
 
@@ -52,8 +37,7 @@ BLOCK_N = 32
 
 @triton.jit
 def _scores(q, keys, offs_k, keys_count, scale, ACC: tl.constexpr):
-    """The scaled scores of the queries ``q`` against the keys ``offs_k``, ``-inf`` past the
-    keys."""
+    """The scaled scores of queries ``q`` against keys ``offs_k``, ``-inf`` past the keys."""
     scores = tl.dot(q, tl.trans(keys), out_dtype=ACC) * scale
     return tl.where(offs_k[None, :] < keys_count, scores, float('-inf'))
 
@@ -89,12 +73,9 @@ def _forward(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, queries, keys_count, dims, v
     tl.store(lse_ptr + bh * queries + offs_q, lse, mask=offs_q < queries)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
-# memory a block). grad_keys takes its queries 32 at a time with 4 warps: over blocks of 64 it
-# spilled on sm_90 in float32 at 64-wide heads and took 164864 B at 128. Heads over 64 wide:
-# _forward at Triton's 3 software-pipelining stages took 131072 B in float32 (98304 at 2);
-# grad_queries with 8 warps spilled on sm_80 in half precision and took 114688 B over blocks of 64
-# queries with 4 (81920 over 32, at 2 stages).
+# launch settings from ptxas's reports (compile_kernels.py): grad_keys 32 queries a tile with 4
+# warps (64 spilled on sm_90); heads over 64 wide: _forward at 2 stages, grad_queries over 32
+# queries with 4 warps
 LAUNCH = {grad_keys: dict(BLOCK_M=32, num_warps=4)}
 WIDE_LAUNCH = {_forward: dict(num_stages=2),
                grad_queries: dict(BLOCK_M=32, num_warps=4, num_stages=2)}

@@ -1,28 +1,15 @@
-"""Triton kernels of peripheral attention (arXiv:2206.06801, Eq. 5): flash attention with the
-batch-shared ``log Phi_p`` bias, forward and backward.
+"""Triton kernels of peripheral attention (arXiv:2206.06801, Eq. 5): ``softmax(tau q k^T + log
+Phi_p) v`` as flash attention with the batch-shared bias ("FlashAttention-2", arXiv:2307.08691).
 
-``softmax(tau q k^T + log Phi_p) v`` (:mod:`.pytorch`) by blocks of queries and keys
-("FlashAttention-2", arXiv:2307.08691, Alg. 1 and 2, :mod:`mmvisattn.ops.utils.flash`): the forward
-folds each block of scores, its ``log Phi_p`` tile added, into an online softmax and stores the
-output and each row's log-sum-exp; neither the scores nor the mixed attention is stored. The
-backward recomputes each tile's probabilities from them in three kernels, each of which owns what it
-writes (nothing is added atomically):
+The forward folds each score block and its bias tile into an online softmax, storing the output and
+the row log-sum-exp. The backward recomputes the probabilities in three kernels that each own what
+they write: :func:`.flash.grad_queries` and :func:`.flash.grad_keys` with ``BIASED``, and
+``_grad_bias``, one program per bias tile summing over the images (SDPA's autograd writes an ``N x
+M`` gradient per image).
 
-* the flash backward's :func:`~mmvisattn.ops.utils.flash.grad_queries` and
-  :func:`~mmvisattn.ops.utils.flash.grad_keys` with the bias (``BIASED``), per block of queries and
-  of keys;
-* ``_grad_bias``, one program per tile of the ``(heads, N, M)`` bias: its gradient summed over the
-  images inside the program and written once, so no ``N x M`` gradient is formed per image (autograd
-  through SDPA with a bias that takes a gradient writes one per image, then sums them).
-
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
-too (``gradcheck``).
-
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): the kernels read float32, float16 or bfloat16
-queries, keys and values and a bias of any of them; products take their operands in the inputs'
-precision (half-precision tensor cores, or TF32 for float32) and accumulate in float32, where the
-bias is added and the softmax runs. The output comes back in ``v``'s dtype, gradients in their
-inputs'. Autocast is off in the Function.
+Mixed precision: float32, float16 or bfloat16 inputs and bias, products on their precision, the bias
+and softmax in float32; output in ``v``'s dtype, gradients in their inputs'; autocast off in the
+Function.
 """
 from typing import Optional, Tuple
 
@@ -44,8 +31,7 @@ from mmvisattn.ops.utils.amp import autocast_off
 from mmvisattn.ops.utils.flash import log_sum_exp, online_softmax, precision
 from mmvisattn.ops.utils.triton_launch import head_block, num_warps
 
-# queries and keys per block (PerViT's maps have thousands of tokens; a 32 x 32 tile keeps
-# registers)
+# queries and keys per block (maps of thousands of tokens; a 32 x 32 tile keeps registers)
 BLOCK = 32
 # head columns per product in _grad_bias, which reads four blocks of every image a step
 HEAD_SLICE = 32
@@ -69,9 +55,8 @@ def _products(a_base, b_base, offs_a, count_a, offs_b, count_b, width, DOT: tl.c
 @triton.jit
 def _key_block(q, k_ptr, v_ptr, bias_ptr, bh, heads, offs_q, offs_k, queries, keys_count, offs_d,
                offs_dv, dims, value_dims, scale, DOT: tl.constexpr, ACC: tl.constexpr):
-    """``tau q k^T + log Phi_p`` of a block of queries against the keys ``offs_k`` of image x head
-    ``bh`` (``-inf`` outside the keys, and in zero-query rows past the queries), and those keys'
-    values."""
+    """``tau q k^T + log Phi_p`` of a query block against keys ``offs_k`` of image x head ``bh``
+    (``-inf`` outside), and their values."""
     keys, values = key_rows(k_ptr, v_ptr, bh, offs_k, keys_count, offs_d, offs_dv, dims, value_dims,
                             DOT)
     scores = biased(tl.dot(q, tl.trans(keys), out_dtype=ACC), bias_ptr, bh % heads, offs_q, offs_k,
@@ -129,10 +114,8 @@ def _grad_bias(q_ptr, k_ptr, v_ptr, bias_ptr, grad_out_ptr, lse_ptr, delta_ptr, 
                total)
 
 
-# Warps and software-pipelining stages of the backward kernels: settings with which none spilled
-# registers on sm_80 or sm_90, at heads 34 to 128 wide (70: rows not 16-byte aligned), float32 and
-# half inputs, token counts divisible by 16 and not (compile_kernels.py). 8 warps with 2 stages
-# spilled in grad_queries and _grad_bias, 4 warps with 2 stages in grad_keys and _grad_bias.
+# backward warps and stages with no spills on sm_80 or sm_90 at heads 34 to 128 wide, float32 and
+# half (compile_kernels.py); 8 warps x 2 stages spilled in grad_queries and _grad_bias
 BACKWARD_LAUNCH = {grad_queries: dict(num_warps=4, num_stages=2),
                    grad_keys: dict(num_warps=8, num_stages=1),
                    _grad_bias: dict(num_warps=4, num_stages=1)}

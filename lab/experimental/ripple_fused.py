@@ -1,40 +1,21 @@
-"""Ripple attention in one Triton program per block of queries, for small maps (arXiv:2110.02453,
-Eq. 4-6).
+"""Ripple attention in one Triton program per query block, for small maps (arXiv:2110.02453, Eq.
+4-6).
 
-With the weights of :func:`mmvisattn.ops.ripple.ring_weights` the local and the global parts
-of ripple attention are one ``N x N`` weighting: the pair ``(i, j)`` in Chebyshev group ``r``
-carries ``W_ij = w_m(i) + beta_r(i)`` for ``r < R_max`` and ``w_m(i)`` beyond, so::
+With :func:`mmvisattn.ops.ripple.ring_weights` the local and global parts are one ``N x N``
+weighting, ``W_ij = w_m(i) + beta_r(i)`` in group ``r < R_max`` and ``w_m(i)`` beyond::
 
     out_i = sum_j W_ij (q_i . k_j) v_j / (sum_j W_ij (q_i . k_j) + eps)
 
-``W_ij`` is entry ``min(r, R_max)`` of query ``i``'s row of a ``(..., N, R_max + 1)`` table
-(:func:`weight_table`). The forward program loads its queries and their table rows once, and for
-each block of keys forms the scores by one product, weights them by the pairs' groups (computed from
-the token coordinates) and adds the tile times the values, and its row sums, to float32
-accumulators: flash-attention's loop without a softmax (the weights are non-negative, so no running
-maximum), one launch where the local/global split takes a dozen, nothing ``N x N`` in memory.
-Quadratic: meant for small maps (SMCA's 25x42 encoder), where it may beat the O(H W R_max^2) kernels
-of :mod:`.triton`; up to where it does is measured per GPU (:mod:`mmvisattn.ops.utils.crossover`).
+``W_ij`` is entry ``min(r, R_max)`` of query ``i``'s row of :func:`weight_table`. The forward is
+flash attention's loop without a softmax (non-negative weights), one launch where the split takes a
+dozen. The backward's :func:`_grad_queries` (``dq`` and the table's gradient, summed per group in
+registers) and :func:`_grad_keys` (``dk``, ``dv``) recompute the tiles, with ``dnum_i = dO_i /
+den_i``, ``dden_i = -dnum_i . out_i``, ``dA_ij = dnum_i . v_j + dden_i``. The GPU proof times it
+beside ``auto``'s choice.
 
-The backward is two programs that recompute the tiles from the inputs, the output and the
-normaliser, each owning what it writes (no atomics): with ``dnum_i = dO_i / den_i``,
-``dden_i = -dnum_i . out_i`` and ``dA_ij = dnum_i . v_j + dden_i``,
-
-* :func:`_grad_queries`, per block of queries over the keys: ``dq = (dA * W) k`` and the table's
-  gradient, ``dA * (q k^T)`` summed over each group's pairs in registers and stored once;
-* :func:`_grad_keys`, per block of keys over the queries: ``dk = (dA * W)^T q``, ``dv = A^T dnum``;
-
-the table's gradient flows back into the ring weights (their Triton passes) under autograd.
-
-Used for CUDA tensors; the tests run the kernels on CPU under ``TRITON_INTERPRET=1``, float64 there
-too (``gradcheck``).
-
-Mixed precision (:mod:`mmvisattn.ops.utils.flash`): autocast is off in the Function. The scores'
-product takes the inputs' precision (half-precision tensor cores, TF32 for float32) and accumulates
-in float32; the weighted scores and the output's gradients meet the values, keys and queries
-(``VALUES``) in bfloat16 for bfloat16 inputs and in float32 (TF32) for float16 ones, whose range
-scores of non-negative features may pass; the table, the sums and the normaliser are float32. The
-output comes back in ``v``'s dtype, each gradient in its input's.
+Mixed precision: autocast off; scores on the inputs' precision with float32 accumulation; the
+weighted scores meet values, keys and queries (``VALUES``) in bfloat16 for bfloat16 and float32 for
+float16 inputs (whose range the scores may pass); table, sums and normaliser float32.
 """
 from typing import Sequence
 
@@ -62,9 +43,8 @@ STAGES = {4: 2, 8: 1}
 
 @triton.jit
 def _weighted_scores(q, keys, table, offs_q, offs_k, tokens, width, groups, ACC: tl.constexpr):
-    """A tile's scores ``q k^T``, its pairs' groups ``min(r, groups - 1)`` (``r`` the Chebyshev
-    distance on a map ``width`` tokens wide) and their weights from the queries' rows of ``table``
-    (0 outside the map)."""
+    """A tile's scores ``q k^T``, its pairs' groups ``min(r, groups - 1)`` and their ``table``
+    weights (0 off the map)."""
     group = tl.minimum(tl.maximum(tl.abs(offs_q[:, None] // width - offs_k[None, :] // width),
                                   tl.abs(offs_q[:, None] % width - offs_k[None, :] % width)),
                        groups - 1)
@@ -103,8 +83,7 @@ def _forward(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, tokens, width, di
 @triton.jit
 def _output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q, tokens, offs_dv, value_dims,
                   ACC: tl.constexpr):
-    """What the loss sends a block of queries' sums: ``dnum = dO / den`` and
-    ``dden = -dnum . out``."""
+    """What the loss sends a query block's sums: ``dnum = dO / den``, ``dden = -dnum . out``."""
     grad_out, delta, den = normalised_output_grads(grad_out_ptr, out_ptr, den_ptr, bh, offs_q,
                                                    tokens, offs_dv, value_dims, ACC)
     return grad_out / den[:, None], -delta / den
@@ -175,18 +154,14 @@ def _grad_keys(q_ptr, k_ptr, v_ptr, table_ptr, out_ptr, den_ptr, grad_out_ptr, g
     store_rows(grad_v_ptr + bh * tokens * value_dims, offs_k, tokens, offs_dv, value_dims, grad_v)
 
 
-# Launch settings from ptxas's reports (compile_kernels.py; sm_86 and sm_89 allow 101376 B of shared
-# memory a block). _grad_keys over blocks of 64 keys spilled on sm_90 in float32 at 32-wide heads,
-# and at 128 wherever it ran 8 warps with 32 queries a tile; _grad_queries over 64 queries took
-# 122880 B at 128 in float32.
+# launch settings from ptxas's reports (compile_kernels.py): _grad_keys over 64 keys spilled on
+# sm_90 in float32; _grad_queries over 64 queries took 122880 B at 128-wide heads
 LAUNCH = {_grad_keys: dict(BLOCK_M=32, BLOCK_N=32)}
 WIDE_LAUNCH = {_grad_keys: dict(BLOCK_M=16), _grad_queries: dict(BLOCK_M=32)}
 
 
 def _meta(kernel, dims: int, value_dims: int, dtype: torch.dtype) -> dict:
-    """Blocks, dtypes (``VALUES``: the dtype the weighted scores and their gradients meet the
-    values, keys and queries in, see the module docstring), warps and stages of ``kernel``'s
-    launch."""
+    """Blocks, dtypes (``VALUES``: see the module), warps and stages of ``kernel``'s launch."""
     meta = launch_meta(kernel, dims, value_dims, dtype, BLOCK_M, BLOCK_N, LAUNCH, WIDE_LAUNCH,
                        STAGES)
     meta['VALUES'] = tl.float32 if dtype == torch.float16 else meta['DOT']
@@ -206,9 +181,8 @@ def _launch(kernel, tensors: Sequence[Tensor], hw_shape: Sequence[int], groups: 
 
 
 class FusedRipple(torch.autograd.Function):
-    """``(A V) / (A 1 + eps)`` with ``A_ij = (q_i . k_j) W_ij`` of ``(..., N, D)`` features,
-    ``(..., N, E)`` values and the ``(..., N, R_max + 1)`` float32 :func:`weight_table`; saves the
-    inputs, the output and the normaliser."""
+    """``(A V) / (A 1 + eps)``, ``A_ij = (q_i . k_j) W_ij``, with the float32 :func:`weight_table`;
+    saves the inputs, output and normaliser."""
 
     @staticmethod
     @autocast_off
@@ -235,9 +209,8 @@ class FusedRipple(torch.autograd.Function):
 
 
 def weight_table(beta: Tensor, merged_weight: Tensor) -> Tensor:
-    """``(..., N, R_max + 1)`` weights of the groups ``0 .. R_max - 1`` and of every farther token,
-    from :func:`mmvisattn.ops.ripple.ring_weights`' ``beta`` ``(..., N, R_max)`` and ``w_m``
-    ``(..., N)``."""
+    """``(..., N, R_max + 1)`` weights of groups ``0 .. R_max - 1`` and of every farther token, from
+    ``ring_weights``' ``beta`` and ``w_m``."""
     merged = merged_weight.unsqueeze(-1)
     return torch.cat([beta + merged, merged], dim=-1)
 

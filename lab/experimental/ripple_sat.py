@@ -1,23 +1,15 @@
 """Ripple attention by dynamic programming over summed-area tables (§3.3, Eq. 7-9, Algorithm 1) with
 the hand-written backward of Appendix B.
 
-The generalised pixels ``x = [phi(k) v^T; phi(k)]`` (``D E + D`` channels) get one summed-area
-table; the sum over the square window of radius ``r`` around every position is then four look-ups
-(Eq. 8), and a group sum is the difference of two windows. With the weights in the form of
-:func:`mmvisattn.ops.ripple.ring_weights` (``beta_r`` on groups ``r < R_max``, ``w_m`` on every
-token) and ``beta_{R_max} = 0``, summing by parts gives::
+The generalised pixels ``x = [phi(k) v^T; phi(k)]`` get one summed-area table, a window sum is four
+look-ups (Eq. 8) and a group sum the difference of two windows. With
+:func:`mmvisattn.ops.ripple.ring_weights`' form and ``beta_{R_max} = 0``, summing by parts::
 
     y_ij = w_m(i, j) S(H, W) + sum_{r < R_max} (beta_r(i, j) - beta_{r+1}(i, j)) W(i, j, r)
 
--- O(H W R_max) look-ups, one window at a time, so O(H W) memory per channel (Algorithm 1 keeps only
-``W_cur`` and ``W_prev`` too). The backward (Appendix B): ``dL/dbeta_r`` is the gradient dotted with
-group sums of ``x`` (the same tables again), and by the symmetry ``(m, n) in N_r(i, j) <=>
-(i, j) in N_r(m, n)`` the gradient of ``x`` is again window sums, of a table of
-``(beta_r - beta_{r+1}) dL/dy`` per ``r``. Nothing of size ``H W R`` is stored.
-
-Mixed precision (:mod:`mmvisattn.ops.utils.amp`): summed-area tables add up the whole map, far
-beyond float16's range and bfloat16's precision, so everything here runs in float32 with autocast
-off.
+O(H W R_max) look-ups and O(H W) memory per channel. The backward (Appendix B) is window sums again,
+by the symmetry ``(m, n) in N_r(i, j) <=> (i, j) in N_r(m, n)``; nothing of size ``H W R`` is
+stored. Float32 with autocast off (the tables sum the whole map).
 """
 from typing import Sequence, Tuple
 
@@ -31,15 +23,13 @@ from mmvisattn.ops.utils.tracing import apply_function
 
 
 def summed_area_table(x: Tensor) -> Tensor:
-    """``(S, H, W, C) -> (S, H + 1, W + 1, C)`` with ``table[:, a, b] = x[:, :a, :b].sum()`` (Eq. 7;
-    two cumulative sums, footnote 6); the zero first row and column make the look-ups
-    branch-free."""
+    """``(S, H, W, C) -> (S, H + 1, W + 1, C)``, ``table[:, a, b] = x[:, :a, :b].sum()`` (Eq. 7);
+    the zero first row and column make look-ups branch-free."""
     return F.pad(x.cumsum(dim=1).cumsum(dim=2), (0, 0, 1, 0, 1, 0))
 
 
 def window_sums(table: Tensor, radius: int) -> Tensor:
-    """Sums over the square windows of ``radius`` around every position, clipped to the map (Eq.
-    8)."""
+    """Sums over the square windows of ``radius`` around every position, clipped (Eq. 8)."""
     height, width = table.shape[1] - 1, table.shape[2] - 1
     rows = torch.arange(height, device=table.device)
     cols = torch.arange(width, device=table.device)
@@ -56,9 +46,8 @@ def window_weights(beta: Tensor) -> Tensor:
 
 
 class VicinalSum(torch.autograd.Function):
-    """``y_ij = w_m(i, j) sum_all x + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} x`` (Eq. 11 with
-    the merged groups) for ``x`` ``(S, H, W, C)``, ``beta`` ``(S, H, W, R_max)``, ``w_m``
-    ``(S, H, W)``."""
+    """``y_ij = w_m(i, j) sum_all x + sum_{r < R_max} beta_r(i, j) sum_{N_r(i, j)} x`` (Eq. 11) for
+    ``x`` ``(S, H, W, C)``."""
 
     @staticmethod
     @autocast_off

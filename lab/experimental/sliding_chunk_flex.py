@@ -1,35 +1,18 @@
 """Vision Longformer attention through PyTorch's FlexAttention (arXiv:2103.15358, Sec. 3.2, App. C,
 D).
 
-FlexAttention (``torch.nn.attention.flex_attention``) is a maintained FlashAttention template driven
-by a block mask. Its blocks follow the sliding chunks: the local queries and keys are laid out chunk
-by chunk, each chunk's ``w^2`` tokens padded to ``P`` rows (a power of two of at least 16, or a
-multiple of 128), the ``G`` global keys first, padded to whole blocks of :data:`BLOCK` rows. A block
-of queries (one chunk or several consecutive ones) visits the global blocks and the blocks holding
-the neighbour chunks its chunks' mode visits: the block mask is built from the chunk grid once per
-(map, window, globals, masking, mode, device) and cached; a drawn neighbour (random shifting) picks
-its block tables among the eight stacked ones on the device. Blocks of one 64-row chunk would waste
-less, but inductor skips every backward configuration whose tiles do not divide the blocks before it
-applies ``kernel_options``, and its half-precision defaults on Hopper are 128 rows wide. The tiles
-are
-set (:data:`CUDA_TILES`): for head width 64 on Hopper every configuration of inductor's own asks
-more shared memory than the GPU has.
-Inside the visited blocks ``mask_mod`` keeps the pairs of the pattern (padding, the border, the
-``'exact'`` window) and ``score_mod`` adds the relative-position bias, gathered per (query slot,
-neighbour, key slot) so that its gradient spreads over ``9 P^2`` entries per head instead of the
-``(4w-1)^2`` of the table. The global queries attend to every token through
-:func:`mmvisattn.ops.sliding_chunk.global_rows`, as in the other paths.
+FlexAttention's blocks follow the sliding chunks: local tokens laid out chunk by chunk, each chunk
+padded to ``P`` rows, the ``G`` global keys first in whole :data:`BLOCK` s; a query block visits the
+global blocks and its chunks' visited neighbours (a block mask cached per layout; a drawn neighbour
+picks among eight stacked ones on the device). Blocks are 128 rows as inductor's half-precision
+Hopper defaults, tiles set in :data:`CUDA_TILES`. ``mask_mod`` keeps the pattern's pairs,
+``score_mod`` adds the bias gathered per (query slot, neighbour, key slot). Global queries go
+through :func:`mmvisattn.ops.sliding_chunk.global_rows`.
 
-Where a key is visited twice (cyclic wrapping on a grid of fewer than three chunks, where the
-reference merges the copies' biases) there is no single pair to mask: the flex path refuses such
-layouts, as the dense form does. FlexAttention has no backward on CPU: there the path runs
-forward only, eagerly (a score matrix per call; for inference and tests); on CUDA it runs the
-compiled kernel, forward and backward, compiled once per map size (static shapes: with symbolic ones
-the template found no configuration), so multi-scale training bounds its sizes as for
-``torch.compile`` (docs/records/gpu_runs.md).
+A key visited twice (cyclic wrapping on small grids) is refused, as the dense form does. On CPU
+FlexAttention runs forward only, eagerly; on CUDA compiled per map size (static shapes).
 
-Mixed precision: the inputs' dtype (float16/bfloat16 operands under AMP) with scores, softmax and
-bias in float32 inside the kernel; autocast does not change what runs.
+Mixed precision: the inputs' dtype with scores, softmax and bias in float32 inside the kernel.
 """
 import warnings
 from functools import lru_cache
@@ -79,8 +62,7 @@ def whole_blocks(rows: int) -> int:
 
 
 def chunk_rows(window: int) -> int:
-    """``P``: the rows a chunk's ``w^2`` tokens take, a power of two >= 16 up to 128, else a
-    multiple of 128."""
+    """``P``: rows a chunk's ``w^2`` tokens take, a power of two >= 16 up to 128, else 128 k."""
     tokens = window * window
     if tokens <= BLOCK:
         return max(16, 1 << (tokens - 1).bit_length())
@@ -93,10 +75,9 @@ def local_rows(grid: Tuple[int, int], window: int) -> int:
 
 
 def neighbour_table(grid: Tuple[int, int], masking: str, mode: int) -> Optional[Tensor]:
-    """Which visited neighbour (index into :data:`mmvisattn.ops.sliding_chunk.NEIGHBOURS`) holds a
-    key chunk, by the chunk offset from the query's: ``(3, 3)`` indexed by ``offset + 1``, or for
-    ``'cyclic'`` ``(rows, cols)`` indexed by the offset modulo the grid. :data:`NO_NEIGHBOUR` where
-    none; ``None`` where two visited neighbours are one chunk (a key visited twice)."""
+    """Which visited neighbour holds a key chunk, by its offset from the query's: ``(3, 3)`` by
+    ``offset + 1`` (``'cyclic'``: the grid modulo); :data:`NO_NEIGHBOUR` for none, ``None`` where
+    two neighbours are one chunk."""
     shape = grid if masking == 'cyclic' else (3, 3)
     table = torch.full(shape, NO_NEIGHBOUR, dtype=torch.long)
     for neighbour in sliding_chunk.visited_neighbours(mode):
@@ -117,9 +98,7 @@ def visits_keys_once(hw_shape: Tuple[int, int], window: int, masking: str, mode)
 
 def _kv_blocks(grid: Tuple[int, int], window: int, num_global: int, masking: str,
                mode: int) -> Tuple[Tensor, Tensor]:
-    """Visited key blocks of every query block: counts ``(Q,)`` and indices ``(Q, K)`` (``K`` all
-    key blocks; unvisited entries 0). A query block visits the blocks of every neighbour of its
-    chunks."""
+    """Visited key blocks per query block: counts ``(Q,)``, indices ``(Q, K)`` (unvisited 0)."""
     rows, cols = grid
     rows_per_chunk, global_blocks = chunk_rows(window), padded_globals(num_global) // BLOCK
     visited = _visited_chunks(grid, masking, mode)
@@ -169,9 +148,8 @@ def block_tables(hw_shape: Tuple[int, int], window: int, num_global: int, maskin
 
 def pattern_mods(hw_shape: Tuple[int, int], window: int, num_global: int, masking: str,
                  neighbours: Tensor, bias: Optional[Tensor]) -> Tuple[Callable, Optional[Callable]]:
-    """``mask_mod`` of the sliding-chunk pattern on the chunk-major layout (queries: the local
-    ones), and ``score_mod`` adding the relative-position ``bias`` of :func:`flex_bias` (``None``
-    without one)."""
+    """``mask_mod`` of the pattern on the chunk-major layout, and ``score_mod`` adding
+    :func:`flex_bias` (``None`` without one)."""
     rows, cols = window_grid(hw_shape, window)
     rows_per_chunk, tokens, first_local = (chunk_rows(window), window * window,
                                            padded_globals(num_global),)
@@ -238,11 +216,9 @@ def _all_relative_index(window: int, device: torch.device) -> Tensor:
 
 def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_global: int,
               heads: int) -> Optional[Tensor]:
-    """The relative-position bias as ``score_mod`` reads it, float32
-    ``(heads, P * 9 * P + G_padded)``: per (query slot, neighbour, key slot) for local keys, then
-    per global key; ``None`` without one. One gather per score, and its gradient spreads over
-    ``9 P^2`` entries per head, not the ``(4w-1)^2`` of the table (fewer colliding atomic adds in
-    the backward)."""
+    """The bias as ``score_mod`` reads it, float32 ``(heads, P * 9 * P + G_padded)``, per (query
+    slot, neighbour, key slot) then per global key (fewer colliding atomic adds than the table's);
+    ``None`` without one."""
     if rel_pos is None or rel_pos[0] is None:
         return None
     table, tokens, rows_per_chunk = rel_pos[0].float(), window * window, chunk_rows(window)
@@ -260,9 +236,8 @@ def flex_bias(rel_pos: Optional[Sequence[Optional[Tensor]]], window: int, num_gl
 
 def chunk_major(x: Tensor, hw_shape: Sequence[int], window: int, num_global: int,
                 with_globals: bool) -> Tensor:
-    """``(B, H, G + h*w, d)`` -> ``(B, H, [G_padded +] L, d)``: the map chunk by chunk, each chunk's
-    ``w^2`` tokens padded to ``P`` rows and the chunks to :func:`local_rows`, the global tokens
-    first (padded to whole blocks) if asked."""
+    """``(B, H, G + h*w, d)`` -> ``(B, H, [G_padded +] L, d)``: the map chunk by chunk, chunks
+    padded to ``P`` rows, globals first if asked."""
     batch, heads, _, dims = x.shape
     chunks = sliding_chunk.to_chunks(x[:, :, num_global:], hw_shape, window)
     chunks = F.pad(chunks,
@@ -298,8 +273,7 @@ def _compiled_flex() -> Callable:
 
 def run_flex(q: Tensor, k: Tensor, v: Tensor, score_mod: Optional[Callable], block_mask,
              scale: float) -> Tensor:
-    """FlexAttention: inside a compiled graph as traced, compiled on CUDA, eagerly on CPU
-    (forward)."""
+    """FlexAttention: traced inside a compiled graph, compiled on CUDA, eager forward on CPU."""
     from torch.nn.attention.flex_attention import flex_attention
     tiles = CUDA_TILES if q.device.type == 'cuda' else None
     if torch.compiler.is_compiling():

@@ -1,9 +1,6 @@
-"""The op calls ``gpu_proof.py`` checks and times: the package's cases (:mod:`mmvisattn.ops.check`:
-inputs at a test size, every backend, the float64 reference) with the sizes of the layers of the
-shipped models, the experimental kernels of :mod:`lab.experimental` beside the backends, and a call
-of the same shape through SDPA (the baseline).
-
-Imports torch, Triton and :mod:`mmvisattn.ops` alone, as the proof runs on a bare GPU machine.
+"""The op calls ``gpu_proof.py`` checks and times: the package's cases (:mod:`mmvisattn.ops.check`)
+at the shipped models' layer sizes, the :mod:`lab.experimental` kernels beside the backends, and the
+SDPA baseline. Imports torch, Triton and :mod:`mmvisattn.ops` alone.
 """
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -45,13 +42,10 @@ def _peripheral_triton(size: Size, q, k, v, bias) -> Tensor:
 
 
 class ProofCase(NamedTuple):
-    """An op under proof: its package case, the ``shipped`` sizes the benchmarks time (named after
-    the layer of the model each comes from), the ``experimental`` kernels timed beside its backends
-    (``name -> call(size, *leaves)``), the one of them that is a dense ``N x N`` form the crossover
-    sweep times against ``auto``'s choice (``dense``), the head width of the CPU smoke run (as small
-    as the kernels take: the position network's hidden channels are loops in its kernels) and
-    whether the leaves are activations (autocast hands them over in half precision) or parameters
-    (kept in float32)."""
+    """An op under proof: its package case, the ``shipped`` sizes (named after their layers), the
+    ``experimental`` kernels (``name -> call(size, *leaves)``), the ``dense`` one the crossover
+    sweep times against ``auto``, the CPU smoke run's head width and whether the leaves are
+    activations (half under autocast) or parameters (float32)."""
     check: Case
     shipped: Dict[str, Size]
     experimental: Dict[str, Callable[..., Tensor]]
@@ -108,14 +102,12 @@ def smoke_size(size: Size, dims: int = 16) -> Size:
 
 
 def baseline_inputs(size: Size, device, dtype, generator) -> List[Tensor]:
-    """``q, k, v`` of SDPA over the same tokens, heads and head width (the baseline of the
-    benchmarks)."""
+    """``q, k, v`` of SDPA over the same tokens, heads and head width (the baseline)."""
     return check.qkv(size, device, dtype, generator)
 
 
 def flash_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The baseline of every benchmark layer: softmax attention over the same tokens, flash
-    backend."""
+    """Every benchmark layer's baseline: softmax over the same tokens, flash backend."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)

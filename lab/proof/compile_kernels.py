@@ -1,35 +1,21 @@
-"""Compile every Triton kernel of ``mmvisattn.ops`` ahead of time for named GPU architectures, on a
-machine without a GPU, at every configuration the shipped models launch.
+"""Compile every Triton kernel of ``mmvisattn.ops`` ahead of time for named GPU architectures,
+without a GPU, at every configuration the shipped models launch.
 
     python tools/analysis_tools/compile_kernels.py [--arch sm_80 sm_90] [--dtypes float32 float16
         bfloat16] [--configs CONFIG ...] [--out-dir DIR]
 
-* **Kernels** are discovered, not listed: every ``triton.jit`` function defined in a module of
-  ``mmvisattn.ops``.
-* **Launches** are recorded from the models themselves: each config's model is built (by default
-  every config under ``configs/`` and the backbones that the papers' tables size without a config:
-  DeiT-Ripple and PerViT-M), and each distinct attention module whose op has a Triton backend
-  runs forward and backward with ``impl='triton'`` on CPU tensors at two grids, once per dtype
-  (float16 and bfloat16 both under autocast on float32 weights, as AMP training, and as a half
-  model). ``JITFunction.run`` is replaced by a recorder, so nothing launches: Triton's own binder
-  turns each call into the signature, constexprs (block sizes) and specialisation (alignment,
-  divisibility by 16) a GPU launch would compile. Each kernel with float scalars is also compiled
-  once per architecture with them typed ``fp64``, as ``torch.compile`` (inductor) passes Python
-  floats to user-defined Triton kernels (source ``torch.compile``).
-* **Compilation**: each distinct launch goes through ``triton.compile(ASTSource(...),
-  target=GPUTarget('cuda', cc, 32))`` in a fresh cache, to PTX and cubin; ptxas's report gives
-  registers and spills, the metadata the shared memory, the Triton IR the operand dtype of each
-  ``tl.dot`` (``dots``: ``bf16`` or ``f16`` where half inputs reach the tensor cores, ``f32`` for
-  TF32).
+* **Kernels**: every ``triton.jit`` function of ``mmvisattn.ops``, discovered.
+* **Launches**: recorded from the models (every config, plus DeiT-Ripple and PerViT-M): each
+  distinct attention with a Triton backend runs forward and backward with ``impl='triton'`` on CPU
+  at two grids per dtype (half under autocast and as a half model), ``JITFunction.run`` replaced by
+  a recorder, so Triton's binder gives each launch's signature, constexprs and specialisation;
+  kernels with float scalars also compile with them ``fp64``, as inductor passes them.
+* **Compilation**: ``triton.compile`` per distinct launch to cubin in a fresh cache; ptxas's report
+  gives registers and spills, the metadata shared memory, the IR each ``tl.dot``'s operand dtype.
 
-Prints a table (kernel, arch, dtype, dot operands, block sizes, warps, shared memory, registers,
-spills, compile time), writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile,
-on shared memory above the architecture's per-block limit, on register spills, or on a kernel of the
-package that no launch reached (neither launched nor called from a launched kernel). The tool unsets
-``TRITON_INTERPRET`` before triton loads (the interpreter compiles nothing); :func:`main` refuses a
-process where it was set when the kernels were made. The recorder follows Triton's own launch path
-(``triton.knobs``, ``JITFunction._pack_args``: Triton 3.6 and 3.9 have them); an older Triton is
-refused in one line.
+Prints a table, writes ``kernels.json`` into ``--out-dir`` and exits 1 on a failed compile, shared
+memory over the limit, spills, or a kernel no launch reached. ``TRITON_INTERPRET`` is unset before
+triton loads; a Triton older than 3.6 is refused in one line.
 """
 import argparse
 import contextlib
@@ -74,8 +60,7 @@ def _aux_op():
 OP_ARGUMENTS = {'position_impl': _position_op, 'aux_impl': _aux_op}
 
 
-# What JITFunction.run passes from triton.knobs.compilation to the compiler, where the release has
-# it
+# what JITFunction.run passes from triton.knobs.compilation to the compiler, where present
 RUN_KNOBS = ('instrumentation_mode', 'fpsan_homomorphic_casts')
 
 
@@ -114,8 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def discover_kernels() -> Dict[str, object]:
-    """``{module.name: JITFunction}`` for every ``triton.jit`` function defined in
-    ``mmvisattn.ops``."""
+    """``{module.name: JITFunction}`` of every ``triton.jit`` function in ``mmvisattn.ops``."""
     from triton.runtime.jit import JITFunction
 
     import mmvisattn.ops
@@ -147,9 +131,8 @@ class Launch:
 
 
 class LaunchRecorder:
-    """Within ``with recorder.recording(workload, dtype):`` every ``kernel[grid](...)`` is turned
-    into :class:`Launch` records, one per architecture, and nothing runs; ``launches`` holds the
-    distinct ones."""
+    """Within ``recorder.recording(workload, dtype)`` every ``kernel[grid](...)`` becomes
+    :class:`Launch` records, one per architecture, and nothing runs."""
 
     def __init__(self, archs: Sequence[str]) -> None:
         from triton.backends.compiler import GPUTarget
@@ -161,9 +144,8 @@ class LaunchRecorder:
 
     @contextlib.contextmanager
     def recording(self, source: str, dtype: str) -> Iterator[None]:
-        """Every kernel launch inside is recorded instead of run (``JITFunction.run`` replaced for
-        the block only, as a test double: this is instrumentation, not a patch of triton); the ops
-        take the CPU tensors for their Triton backends as under the interpreter."""
+        """Record every launch inside instead of running it (``JITFunction.run`` replaced for the
+        block only, as a test double)."""
         from triton.runtime.jit import JITFunction
 
         from mmvisattn.ops.utils.dispatch import observing
@@ -182,8 +164,7 @@ class LaunchRecorder:
     def add(self, kernel, args: tuple, kwargs: dict) -> None:
         from triton import knobs
         from triton.runtime.jit import create_function_from_signature
-        # the options JITFunction.run adds from the compilation knobs, those of this Triton's
-        # release
+        # the options JITFunction.run adds from this Triton release's compilation knobs
         knobbed = {name: getattr(knobs.compilation, name) for name in RUN_KNOBS
                    if hasattr(knobs.compilation, name)}
         kwargs = dict(kwargs, debug=kwargs.get('debug', kernel.debug) or knobs.runtime.debug,
@@ -202,10 +183,8 @@ class LaunchRecorder:
 
 
 def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
-    """The first launch of each (kernel, arch) with ``fp32`` scalars, those retyped ``fp64``:
-    inductor passes a Python float argument so, and a kernel that lets it promote a block to float64
-    fails to compile there (a ``tl.dot`` of float64 and float32 operands) while it compiles in eager
-    mode."""
+    """Each (kernel, arch)'s first launch with ``fp32`` scalars retyped ``fp64``, as inductor passes
+    Python floats (a promoted block fails ``tl.dot`` there)."""
     firsts = {}
     for launch in launches:
         if 'fp32' in launch.signature.values():
@@ -216,8 +195,7 @@ def as_inductor_passes(launches: Iterable[Launch]) -> List[Launch]:
 
 
 def config_models(paths: Optional[Sequence[Path]]) -> Iterator[Tuple[str, object]]:
-    """``(name, model)`` of each config (default: every one the package ships) and
-    of :data:`EXTRA_MODELS`."""
+    """``(name, model)`` of each config (default: every shipped one) and :data:`EXTRA_MODELS`."""
     from mmvisattn.configs import config_file, model_configs
     from mmvisattn.registry import build_from_config, models_of_scope
     if paths is None:
@@ -254,9 +232,8 @@ def record_widest_heads(recorder: LaunchRecorder, dtypes: Sequence[str]) -> None
 
 
 def triton_attentions(models: Iterator[Tuple[str, object]]) -> Iterator[Tuple[str, object, object]]:
-    """``(source, attention, model)`` for the distinct attention modules with a Triton
-    implementation (the same type and settings once); the model owns what the attention shares
-    (PerViT's distance projection), so dtypes are changed on it."""
+    """``(source, attention, model)`` of the distinct attentions with a Triton implementation; the
+    model owns what they share, so dtypes change on it."""
     from mmvisattn.models.attentions import BaseAttention
     seen = set()
     for name, model in models:
@@ -285,9 +262,8 @@ def triton_impls(attn) -> List[str]:
 
 def record_attention(recorder: LaunchRecorder, source: str, attn, model,
                      dtypes: Sequence[str]) -> None:
-    """Forward and backward of ``attn`` with every op that has a Triton backend on it
-    (:func:`triton_impls`) at :data:`GRIDS`, per dtype: float32; half under autocast (float32
-    weights) and as a half model."""
+    """Forward and backward of ``attn`` with each Triton-backed op (:func:`triton_impls`) at
+    :data:`GRIDS` per dtype."""
     import torch
     for name in triton_impls(attn):
         setattr(attn, name, 'triton')
@@ -312,8 +288,7 @@ def record_attention(recorder: LaunchRecorder, source: str, attn, model,
 
 PTXAS_REGISTERS = re.compile(r'Used (\d+) registers')
 PTXAS_SPILLS = re.compile(r'(\d+) bytes spill stores, (\d+) bytes spill loads')
-# a product of the Triton IR:
-# ``tt.dot %a, %b, %acc ... : tensor<MxKxbf16> * tensor<KxNxbf16> -> ...``
+# a product of the IR: ``tt.dot %a, %b, %acc ... : tensor<MxKxbf16> * tensor<KxNxbf16> -> ...``
 TTIR_DOT = re.compile(r'tt\.dot .*?: tensor<(?:\d+x)+(\w+)> \* tensor<(?:\d+x)+(\w+)>')
 
 

@@ -1,6 +1,5 @@
-"""The data and the configs of ``gpu_proof_models.py``: synthetic shapes images at a dataset's own
-size in its own layout (:mod:`mmvisattn.utils.demo_data`), and a shipped config derived to train on
-them for a few iterations through the stock tools with the probe hook of :mod:`.model_probe`."""
+"""The data and configs of ``gpu_proof_models.py``: shapes images at a dataset's size and layout,
+and a shipped config derived to train on them briefly with :mod:`.model_probe`'s hook."""
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -9,8 +8,7 @@ from mmvisattn.utils import demo_data
 
 
 def read_config(name: str):
-    """A config: a stock one named ``mmdet::...`` / ``mmseg::...``, a file, or one the package
-    ships."""
+    """A config: stock ``mmdet::...`` / ``mmseg::...``, a file, or one the package ships."""
     from mmengine.config import Config
     from mmengine.hub import get_config
     return get_config(name) if '::' in name else Config.fromfile(str(config_file(name)))
@@ -84,9 +82,9 @@ def rewrite_data(node, roots: Dict[str, Path], coco_classes: bool):
 
 
 def derive_config(job: Dict, iters: int, smoke: bool, roots: Dict[str, Path], work: Path) -> Path:
-    """The shipped config on the synthetic data, ``iters`` iterations with a checkpoint at the end,
-    no pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``;
-    its path."""
+    """The shipped config on the synthetic data for ``iters`` iterations, a final checkpoint, no
+    pretrained weights, the probe hook (``smoke``: batch 2, no workers), written into ``work``; its
+    path."""
     cfg = read_config(job['config'])
     cfg.merge_from_dict(job.get('options', {}))
     for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):

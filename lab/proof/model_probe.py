@@ -1,29 +1,24 @@
 """The hook ``gpu_proof_models.py`` adds to a model's config: what one run of ``tools/train.py`` or
-``tools/test.py`` did on the device, written as JSON into ``out_dir`` (``probe_train.json``,
+``tools/test.py`` did on the device, as JSON in ``out_dir`` (``probe_train.json``,
 ``probe_test.json``).
 
-In training it records the first iteration (a resumed run starts at its checkpoint's), each
-iteration's loss and its synchronised time (the step after its batch is loaded: forward, backward,
-optimizer, the safeguard hooks) and the peak of ``torch.cuda.max_memory_allocated`` from the start
-of training (weights and optimizer state included; read every iteration before mmengine's logger
-resets it; on a CPU the peak resident set, :mod:`mmvisattn.analysis.timing`). At iteration
-``probe_iter`` of the run, with nothing that changes what ``impl='auto'`` picks:
+Training: the first iteration, each iteration's loss and synchronised step time, and the peak
+``max_memory_allocated`` from the start (the peak resident set on a CPU,
+:mod:`mmvisattn.analysis.timing`). At iteration ``probe_iter``, with nothing that changes ``auto``'s
+picks:
 
-* every attention op call with the implementation that ran, beside the one ``print_dispatch.py``
-  names for this device, the attention's input dtype and this input size;
-* on CUDA, the backbone's forward under ``torch.cuda.set_sync_debug_mode('warn')`` (every wait for
-  the device in it, with its line, is a finding) and the step's synchronisations as the profiler saw
-  them: the runtime's waits counted, the operators that read the device from the host each
-  attributed to the innermost frame of the project or of OpenMMLab.
+* every attention op call with the implementation that ran beside ``print_dispatch.py``'s, the input
+  dtype and size;
+* on CUDA, the backbone's forward under ``torch.cuda.set_sync_debug_mode('warn')`` and the step's
+  synchronisations from the profiler, each host read attributed to the innermost frame of the
+  project or OpenMMLab.
 
-On a CPU, where nothing waits, the two steps after it run under mmvisattn's :class:`HostReadCounter`
-(a dispatch mode, hence not in the dispatch step): the second one's reads, each with the line that
-made it, those of the backbone's forward apart.
+On a CPU the two steps after it run under :class:`HostReadCounter`, the second one's reads kept, the
+backbone's apart.
 
-In testing it records the images per second of the test loop after its first batch (a warm-up) and
-its metrics. ``memory_cap_mb``
-caps the process (CUDA: the allocator's fraction of the GPU; CPU: its address space above the
-current), so that a proof can show what running out of memory looks like.
+Testing: images per second after the first batch, and the metrics. ``memory_cap_mb`` caps the
+process (CUDA: the allocator's fraction; CPU: the address space), so a proof can show running out of
+memory.
 """
 import json
 import math
@@ -50,9 +45,8 @@ OUR_FRAMES = ('/mmvisattn/', '/mmdet/', '/mmseg/', '/mmengine/', '/mmcv/')
 
 
 class OpCalls:
-    """Every op call made while active: ``(layer, Choice)``, the layer the name the caller sets in
-    ``layer`` (so its own observer, not :func:`recording_choices`, which knows no layers); the ops'
-    decision watched from outside (no dispatch mode, which would change what ``auto`` picks)."""
+    """Every op call made while active as ``(layer, Choice)``, ``layer`` set by the caller; watched
+    from outside (a dispatch mode would change ``auto``'s picks)."""
 
     def __init__(self) -> None:
         self.layer, self.calls = '', []
@@ -85,10 +79,8 @@ def watch(module, before: Callable, after: Optional[Callable]) -> Callable:
 
 
 def profiled_syncs(profile) -> Dict[str, object]:
-    """A profiled step's synchronisations: the runtime's waits (``runtime``, counted), and the
-    operators that read the device from the host (:data:`HOST_READ_OPS`: ``item``,
-    ``nonzero``, ...), each attributed to its stack's innermost frame of the project or OpenMMLab
-    (``by_line``)."""
+    """A profiled step's synchronisations: the runtime's waits (``runtime``) and the host reads of
+    :data:`HOST_READ_OPS`, each by its innermost frame of the project or OpenMMLab (``by_line``)."""
     reading = {f'aten::{op.overloadpacket.__name__}' for op in HOST_READ_OPS}
     runtime, by_line = 0, Counter()
     for event in profile.events():
@@ -164,9 +156,8 @@ class ModelProofProbe(Hook):
         self.write()
 
     def open_dispatch_probe(self, runner) -> ExitStack:
-        """The dispatch step's recorders (none a dispatch mode, which would change what ``auto``
-        picks): every attention op call, and on CUDA the backbone under the sync debug mode and the
-        profiler."""
+        """The dispatch step's recorders (no dispatch mode): every op call, and on CUDA the backbone
+        under the sync debug mode and the profiler."""
         from mmvisattn.models.attentions.base import BaseAttention
         stack = ExitStack()
         model = getattr(runner.model, 'module', runner.model)
@@ -210,9 +201,8 @@ class ModelProofProbe(Hook):
             self.record['profiled_syncs'] = profiled_syncs(self.profile)
 
     def open_host_read_probe(self, runner) -> ExitStack:
-        """On a CPU, where nothing synchronises: the step's host reads (the counter is a dispatch
-        mode, so ``auto`` may pick another implementation under it than in the dispatch step), and
-        those of the backbone's forward, told apart by the counter's totals around it."""
+        """On a CPU: the step's host reads (the counter is a dispatch mode, so ``auto`` may pick
+        otherwise), the backbone's forward told apart."""
         stack = ExitStack()
         model = getattr(runner.model, 'module', runner.model)
         self.reads = stack.enter_context(HostReadCounter())
@@ -232,9 +222,8 @@ class ModelProofProbe(Hook):
                                              at=sorted(self.backbone_lines))
 
     def dispatch_check(self, runner) -> List[Dict]:
-        """Each (layer, op) of the dispatch step: the implementation that ran and the one
-        ``print_dispatch.py`` names for this device, the attention's input dtype and this input
-        size."""
+        """Each (layer, op) of the dispatch step: the implementation that ran and
+        ``print_dispatch.py``'s, the input dtype and size."""
         from mmvisattn.analysis.print_dispatch import attention_requests, dispatch_rows
         calls = self.dispatch.calls
         if not calls:
@@ -274,8 +263,7 @@ class ModelProofProbe(Hook):
         self.write()
 
     def write(self) -> None:
-        """The record so far, in ``out_dir/probe_<mode>.json`` (a crash leaves what was
-        measured)."""
+        """The record so far in ``out_dir/probe_<mode>.json`` (a crash keeps what was measured)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / f'probe_{self.record["mode"]}.json'
         path.with_suffix('.partial').write_text(json.dumps(self.record, indent=1))

@@ -1,41 +1,29 @@
 """Whole models on a GPU through the stock tools (``make gpu-proof-models``): every family's shipped
-config trained by the train tool (``python -m mmvisattn.launch.train``, what ``tools/train.py``
-runs: the real Runner, hooks and optimizer wrapper), tested by the test tool and resumed, beside the
-stock model it replaces.
+config trained, tested and resumed by the project's train and test tools (the real Runner, hooks and
+optimizer wrapper), beside the stock model it replaces.
 
     python tools/analysis_tools/gpu_proof_models.py [--out-dir DIR] [--families F ...] [--pairs
         KEY ...] [--stages project stock amp rest] [--budget SECONDS] [--largest] [--smoke]
         [--fresh]
 
-For each model (one process per run) the tool writes synthetic data at the config's training size in
-the dataset's own layout (:mod:`mmvisattn.utils.demo_data`: COCO 1333x800, Cityscapes 2048x1024,
-ADE20K 512x512), derives a config from the shipped one (the data there, ``--iters`` iterations with
-one checkpoint at the end, no pretrained weights, the probe hook of :mod:`.model_probe`) and runs:
+Per model, one process per run, on synthetic data at the config's size and layout
+(:mod:`.model_data`) with the probe hook (:mod:`.model_probe`):
 
-1. ``tools/train.py`` for ``--iters`` iterations in float32: finite losses, the synchronised step
-   time (median of the last 10), peak ``max_memory_allocated``; at one step the backbone's forward
-   under CUDA's sync debug mode, the step's synchronisations counted and attributed, and every
-   attention op's implementation beside the one ``print_dispatch.py`` names;
-2. ``tools/test.py`` on the validation images (mAP / mIoU computed, any value): images per second;
-3. ``tools/train.py --resume`` for ``--resume-iters`` more: it must start at the checkpoint's
-   iteration;
-4. (stage ``amp``) ``tools/train.py --amp`` for ``--iters`` iterations.
+1. ``tools/train.py`` for ``--iters`` in float32: finite losses, step time (median of the last 10),
+peak memory, the synchronisation audit and every op's implementation;
+2. ``tools/test.py`` on the validation images: images per second;
+3. ``tools/train.py --resume`` for ``--resume-iters``: it must start at the checkpoint's iteration;
+4. (stage ``amp``) ``tools/train.py --amp``.
 
-The Castling pair's deploy form has no run of its own: ``CastlingScheduleHook`` switches the model
-to it at 3/4 of training, so the Castling run's test is of the deploy form.
+Castling's test is of its deploy form (``CastlingScheduleHook`` switches at 3/4 of training). Stages
+``project``, ``stock``, ``amp``, ``rest`` run in order, skipped once ``--budget`` is spent;
+``--largest`` searches the largest input per model (:mod:`lab.bench.largest_input`). Results
+accumulate in ``models.json`` (``--fresh`` restarts), tabled in ``models.md``, recorded in
+``record_models.json``.
 
-Stages, in order, skipped with a note once ``--budget`` seconds have passed: ``project`` (one pair
-per family), ``stock`` (their stock models), ``amp`` (both, ``--amp``), ``rest`` (the other pairs).
-``--largest`` is a separate run: the largest square training input with batch 2 per model
-(``largest_input.py``). Results accumulate in ``models.json`` (a later run skips what is there
-unless ``--fresh``), tabled in ``models.md``; ``record_models.json`` is the record for
-``docs/records/gpu/``.
-
-``--smoke`` runs the same code on a CPU at tiny sizes inside ``make test``: every family's shapes
-config (128 px, batch 2, 6 iterations, 2 after the resume) through train, test and resume, a
-largest-input search under a simulated memory cap, and one run under a cap too small to train, which
-must come out as an out-of-memory row; two runs at a time, each a process of its own
-(:mod:`lab.bench.processes`). Without CUDA (and without ``--smoke``) the tool fails in one line.
+``--smoke`` runs it on a CPU at tiny sizes inside ``make test`` (every family through train, test
+and resume, a largest-input search under a simulated cap, and an out-of-memory row). Without CUDA
+and ``--smoke`` it fails in one line.
 """
 import argparse
 import json
@@ -80,8 +68,7 @@ SMOKE_CONFIGS = {
     'picodet': 'configs/picodet/picodet-s_castling_1xb16-600i_shapes-coco-128.py',
     'pervit': 'configs/pervit/upernet_pervit-t_1xb8-600i_shapes-cityscapes-128.py',
 }
-# what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its family's op is
-# ripple's)
+# what a smoke config sets otherwise (the SMCA demo's encoder is softmax; its op is ripple)
 SMOKE_OPTIONS = {
     'smca': {'model.encoder.layer_cfg.attn_cfg': dict(type='RippleAttention', attn_drop=0.0)}
 }
@@ -211,9 +198,8 @@ def run_tool(command: Sequence[str], log: Path, timeout: float, threads: Optiona
 
 
 def read_probe(work: Path, mode: str, keep_as: Optional[str] = None) -> Dict:
-    """What the probe hook wrote of a run ({} if it wrote nothing), moved to
-    ``probe_<keep_as>.json`` where given, so that the next run of the mode cannot be read as this
-    one."""
+    """What the probe hook wrote of a run ({} if nothing), moved to ``probe_<keep_as>.json`` where
+    given, so the next run cannot be read as this one."""
     path = work / f'probe_{mode}.json'
     if not path.exists():
         return {}
@@ -236,8 +222,7 @@ def checks(train: Dict, resume: Dict, job: Dict, args: argparse.Namespace) -> Di
 
 
 def threads_per_run(args: argparse.Namespace) -> Optional[int]:
-    """The cores a run's CPU operators take when ``--parallel`` runs share them (None: torch's
-    default)."""
+    """The cores a run's CPU operators take when ``--parallel`` runs share them (None: default)."""
     return max(1, (os.cpu_count() or 1) // args.parallel) if args.parallel > 1 else None
 
 
@@ -343,8 +328,7 @@ def settings(args: argparse.Namespace) -> Dict:
 
 
 def load_results(args: argparse.Namespace) -> Dict[str, Dict]:
-    """The rows of an earlier run with the same settings that need no rerun (done, or out of
-    memory)."""
+    """The rows of an earlier same-settings run needing no rerun (done, or out of memory)."""
     path = args.out_dir / 'models.json'
     if args.fresh or not path.exists():
         return {}

@@ -1,46 +1,32 @@
 """The GPU proof: every op of mmvisattn on CUDA, in one command of a few minutes on a bare GPU
-machine.
+machine (torch, Triton and this repository; no OpenMMLab).
 
-    make gpu-proof                      # = python tools/analysis_tools/gpu_proof.py --out-dir
-    work_dirs/gpu_proof python tools/analysis_tools/gpu_proof.py [--out-dir DIR] [--sections ...]
-    [--budget SECONDS] [--cpu-smoke]
+    make gpu-proof          # = python tools/analysis_tools/gpu_proof.py --out-dir
+    work_dirs/gpu_proof
+    python tools/analysis_tools/gpu_proof.py [--out-dir DIR] [--sections ...] [--budget SECONDS]
+        [--cpu-smoke]
 
-Needs torch, triton and this repository only (no OpenMMLab: the ops layer stands alone). Sections:
+Sections:
 
-* ``correctness``: every op x backend (and experimental kernel, :mod:`lab.experimental`) that runs
-  on CUDA x dtype (float32, float16, bfloat16) against the float64 reference of the same inputs, the
-  output and every gradient, on odd maps with batch 2 (:func:`mmvisattn.ops.check.compare`);
-* ``races``: three backward passes on the same inputs agree to float32 rounding (some Triton
-  backwards add gradients atomically; the sliding-chunk and peripheral ones write each once);
-* ``autocast``: float16 inputs under autocast, the gradient of a mean loss scaled by 2^16
-  (``GradScaler``'s start): every gradient finite, and unscaled within the bound of the float32
-  run's;
-* ``syncs``: a training step (after a warm-up step) of each backend under
-  ``torch.cuda.set_sync_debug_mode('error')``: nothing waits for the device;
-* ``random_states``: the CPU and CUDA generator states saved, loaded mapped to the device (as
-  mmengine's resume does) and restored: the same draws;
-* ``compile``: ``torch.compile`` (inductor) of each op's forward and backward: graph breaks, and the
-  largest error against eager;
-* ``benchmarks``: each op at the sizes of the shipped models' layers, in bfloat16, in every backend
-  and experimental kernel that runs on CUDA (``auto``'s choice marked), beside
-  ``F.scaled_dot_product_attention`` (flash backend) over the same tokens: forward and forward +
-  backward, CUDA-event medians and ``torch.cuda.max_memory_allocated`` above the inputs; the fastest
-  forward + backward marked, and the op's own fastest (``fastest_impl``), printed where it is not
-  ``auto``'s choice;
-* ``crossovers``: each op with an experimental dense ``N x N`` form, that form beside ``auto``'s
-  choice, forward + backward in bfloat16 on square maps of :data:`CROSSOVER_SIDES` (the first
-  shipped layer's batch, heads and width); the largest token count up to which the dense form was
-  faster at every size goes into the record (``crossovers``) and is printed.
+* ``correctness``: every op x backend (and :mod:`lab.experimental` kernel) x dtype against the
+  float64 reference, output and gradients, odd maps, batch 2 (:func:`mmvisattn.ops.check.compare`);
+* ``races``: three backward passes on the same inputs agree to float32 rounding;
+* ``autocast``: float16 under autocast with a 2^16-scaled loss: gradients finite and within the
+  float32 run's bound;
+* ``syncs``: a training step of each backend under ``set_sync_debug_mode('error')``;
+* ``random_states``: generator states saved, loaded to the device and restored give the same draws;
+* ``compile``: ``torch.compile`` of each op forward and backward: graph breaks and error against
+  eager;
+* ``benchmarks``: each op at the shipped layers' sizes in bfloat16, every backend and experimental
+  kernel beside SDPA's flash backend: CUDA-event medians and peak memory, the fastest marked;
+* ``crossovers``: each experimental dense form beside ``auto``'s choice on square maps of
+  :data:`CROSSOVER_SIDES`; the largest token count where dense wins everywhere goes into the record.
 
-Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` (for ``docs/records/gpu/``,
-:mod:`.records`) into ``--out-dir`` and prints the record's judgement of the goals against SDPA
-(:data:`.records.GOALS`); exits 1 when a check fails (the benchmarks only measure).
-Sections and benchmark rows left when ``--budget`` runs out are reported as skipped.
-
-``--cpu-smoke`` runs the same code on CPU at tiny sizes (Triton interpreted, the host-read counter
-in place of the sync debug mode, ``aot_eager`` in place of inductor), inside ``make test``, so the
-proof cannot rot between GPU sessions. Without CUDA (and without ``--cpu-smoke``), or with a Triton
-too old for the kernels, it fails in one line naming what is missing.
+Writes ``gpu_proof.json``, ``gpu_proof.md`` and ``record_proof.json`` into ``--out-dir``, prints the
+record's judgement of :data:`lab.records.GOALS` and exits 1 when a check fails; what ``--budget``
+leaves is reported as skipped. ``--cpu-smoke`` runs the same code on a CPU (Triton interpreted, the
+host-read counter, ``aot_eager``) inside ``make test``. Without CUDA, or with too old a Triton, it
+fails in one line.
 """
 import argparse
 import io
@@ -387,8 +373,7 @@ class Proof:
         return rows
 
     def timed(self, forward: Callable, leaves: Sequence) -> Dict:
-        """Median forward and forward + backward times (ms) and the peak memory above the inputs
-        (MB)."""
+        """Median forward and forward + backward ms, and the peak memory above the inputs (MB)."""
         torch = self.torch
         wanted = [t for t in leaves if t.requires_grad]
         try:
