@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from lab.bench.cases import MODEL_GROUPS, OP_CASES, OpCase
 from lab.bench.official_code import (
     CASTLING,
     PERVIT,
@@ -23,6 +22,7 @@ from lab.bench.official_code import (
     import_file,
     stub_timm,
 )
+from lab.bench.suite_cases import MODEL_GROUPS, OP_CASES, OpCase
 from mmvisattn.analysis import timing
 
 WARM_UP_GRID = 8  # grid of the step that precedes each memory measurement

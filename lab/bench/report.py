@@ -3,7 +3,7 @@ render them from a record, and a PNG of time against tokens per op."""
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from lab.bench.cases import MODEL_GROUPS, OP_CASES
+from lab.bench.suite_cases import MODEL_GROUPS, OP_CASES
 
 
 def _fmt(value: Optional[float], unit: str = '') -> str:

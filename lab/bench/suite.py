@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Dict
 
-from lab.bench.cases import MODEL_GROUPS, OP_CASES
 from lab.bench.measure import OFFICIAL_REPOS, in_child, runnable
 from lab.bench.report import model_tables, op_tables, plot
+from lab.bench.suite_cases import MODEL_GROUPS, OP_CASES
 from mmvisattn.analysis.records import cpu_record, write_cpu_record
 
 
