@@ -79,8 +79,8 @@ def by_newest_record(records: List[dict], keys: List, held) -> Tuple[List[Tuple[
 def bench_tables(_: Optional[str]) -> str:
     """The side-by-side tables, each op and model group from the newest record that measured it (a
     run may measure some: ``--cases``)."""
-    from lab.bench.suite_cases import MODEL_GROUPS, OP_CASES
     from lab.bench.suite import tables
+    from lab.bench.suite_cases import MODEL_GROUPS, OP_CASES
     from lab.records import cpu_records, cpu_stamp
     records = cpu_records(RECORDS / 'bench')
     if not records:
