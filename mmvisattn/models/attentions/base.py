@@ -1,15 +1,10 @@
-"""The one attention interface of mmvisattn.
+"""The one attention interface of mmvisattn: tokens ``x`` ``(B, num_extra_tokens + H * W, C)``,
+extra tokens (global, class) first, and the grid ``hw_shape = (H, W)``, in; the same shape out.
 
-Every attention takes tokens ``x`` of shape ``(B, num_extra_tokens + H * W, C)`` and the grid
-``hw_shape = (H, W)`` of the spatial tokens, and returns a tensor of the same shape. Extra tokens
-(global tokens, a class token) come first.
-
-The extra-token contract: a backbone passes every attention it builds ``num_extra_tokens``, the
-count of extra tokens it puts in front of the map (:func:`mmvisattn.registry.build_attention`), and
-offers its per-stage settings (a window, a reduction ratio...), which an attention takes where its
-constructor has the argument. An attention states in ``extra_tokens`` how it treats them. So any
-attention of ``ATTENTIONS`` goes into any backbone of the project through
-``attn_cfg=dict(type=...)``.
+The extra-token contract: a backbone passes each attention it builds ``num_extra_tokens`` and offers
+its per-stage settings (window, reduction ratio), taken where the constructor has the argument
+(:func:`mmvisattn.registry.build_attention`); an attention states in ``extra_tokens`` how it treats
+them. So any attention goes into any backbone through ``attn_cfg=dict(type=...)``.
 """
 from typing import Optional, Sequence, Tuple
 

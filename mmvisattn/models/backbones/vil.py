@@ -1,8 +1,7 @@
 """Multi-scale Vision Longformer (ViL), "Multi-Scale Vision Longformer: A New Vision Transformer for
-High-Resolution Image Encoding" (arXiv:2103.15358): a stack of E-ViT stages (Sec. 3.1, Fig. 1), each
-a patch embedding with LayerNorm, global tokens and optional 2-D absolute position embedding,
-followed by blocks of pre-norm attention and MLP; Table 8 gives the layouts, Table 15 the
-windows."""
+High-Resolution Image Encoding" (arXiv:2103.15358): E-ViT stages (Sec. 3.1, Fig. 1), each a patch
+embedding with LayerNorm, global tokens and optional 2-D absolute position embedding, then pre-norm
+attention and MLP blocks (layouts: Table 8, windows: Table 15)."""
 import math
 import re
 from collections import OrderedDict
@@ -32,9 +31,8 @@ _SIZES = {
     'medium': dict(embed_dims=(96, 192, 384, 768), depths=(1, 4, 16, 1), num_heads=(3, 3, 6, 12)),
     'base': dict(embed_dims=(96, 192, 384, 768), depths=(1, 8, 24, 1), num_heads=(3, 3, 6, 12)),
 }
-# Table 8, Table 15 (window 15 = 2 * 7 + 1) and the official detection layouts (no global token in
-# the last stage); the ``-cls`` layouts are the ImageNet models (Tables 10, 12, 13), whose last
-# stage keeps its class token.
+# Table 8, Table 15 and the official detection layouts (no global token in the last stage);
+# ``-cls``: the ImageNet models (Tables 10, 12, 13), whose last stage keeps its class token
 ARCH_ZOO = {
     **{name: {**size, **_DETECTION} for name, size in _SIZES.items()},
     **{
@@ -95,9 +93,8 @@ def linear_resize(embed: Tensor, size: int) -> Tensor:
 
 
 class ViLStage(BaseModule):
-    """Patch embedding (conv + LayerNorm, adaptive padding), global tokens, optional 2-D absolute
-    position embedding resized to the map, then the blocks; returns the tokens, global ones
-    first."""
+    """Patch embedding, global tokens, optional absolute position embedding, then the blocks;
+    returns the tokens, global ones first."""
 
     def __init__(self, in_channels: int, embed_dims: int, patch_size: int, num_global: int,
                  abs_pos: bool, blocks: List[ViLBlock], norm_cfg: Dict, pos_size: int) -> None:
@@ -148,11 +145,9 @@ class ViLStage(BaseModule):
 
 @register_model
 class ViL(LoadsPretrained, BackboneContract, BaseModule):
-    """Multi-scale Vision Longformer backbone for mmdet and mmseg.
-
-    No stock backbone stacks E-ViT stages with global tokens; patch embedding, MLP, norms and drop
-    path are mmcv's. Outputs are ``(B, C_i, H / s_i, W / s_i)`` maps of the stages in
-    ``out_indices`` (global tokens dropped), strides 4, 8, 16, 32 for the 4-stage models.
+    """Multi-scale Vision Longformer backbone for mmdet and mmseg: no stock backbone stacks E-ViT
+    stages with global tokens (patch embedding, MLP, norms and drop path are mmcv's). Returns ``(B,
+    C_i, H / s_i, W / s_i)`` maps of ``out_indices`` (global tokens dropped), strides 4 to 32.
 
     Args:
         arch: ``'tiny' | 'small' | 'medium' | 'base'`` (Table 8, Table 15 windows, one global token
@@ -162,23 +157,20 @@ class ViL(LoadsPretrained, BackboneContract, BaseModule):
         in_channels: Image channels.
         drop_path_rate: Stochastic depth, rising linearly over the blocks (Table 9).
         attn_cfg: Attention of every block, any type of ``ATTENTIONS``; ``embed_dims``,
-            ``num_heads``, the stage's global tokens as ``num_extra_tokens`` (kept whatever the
-            attention: each states how it treats them) and, where taken, the stage's ``window``,
-            ``rel_pos`` (off where the stage has an absolute position embedding, as the official
-            ``rpe = not ape``) and ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are
-            filled in.
+            ``num_heads``, the stage's global tokens as ``num_extra_tokens`` and, where taken,
+            ``window``, ``rel_pos`` (off with an absolute position embedding, the official ``rpe =
+            not ape``) and ``sr_ratio`` (:func:`~.contract.stage_attention_options`) are filled in.
         out_indices: Stages whose maps are returned (default: all).
-        frozen_stages: -1 freezes nothing, 0 the stem (the first stage's patch embedding, global
-            tokens and position embeddings), ``k`` the stem and the first ``k`` stages.
+        frozen_stages: -1 freezes nothing, 0 the stem (the first patch embedding, global tokens and
+            position embeddings), ``k`` the stem and the first ``k`` stages.
         norm_eval: Keep the norm layers in eval mode while training.
         with_cp: Activation checkpointing of every block.
         pos_size: Length of the absolute position embeddings (resized to each map).
         norm_eps: LayerNorm epsilon (1e-6 as the official code).
-        out_type: ``'featmap'`` (the maps) or ``'cls_token'`` (the last stage's first global token
-            after the final LayerNorm, ``(B, C)``, for a linear head; needs ``out_indices`` of the
-            last stage alone).
-        init_cfg: mmengine init config, e.g. ``dict(type='Pretrained', checkpoint=...)`` of an
-            official MsViT or detectron2 checkpoint (converted while loading, :mod:`.pretrained`).
+        out_type: ``'featmap'`` or ``'cls_token'`` (the last stage's first global token after the
+            final LayerNorm, ``(B, C)``; needs ``out_indices`` of the last stage alone).
+        init_cfg: mmengine init config, e.g. ``Pretrained`` with an official MsViT or detectron2
+            checkpoint (:mod:`.pretrained`).
     """
 
     arch_zoo = ARCH_ZOO
@@ -367,10 +359,8 @@ def _expand_attention(name: str, value: Tensor, target: Dict[str, Tensor]) -> Di
 def convert_vil_state_dict(
     state_dict: Dict[str, Tensor], target: Dict[str, Tensor]
 ) -> Tuple['OrderedDict[str, Tensor]', List[str]]:
-    """Official ViL weights (classification ``module.*`` or detectron2 ``backbone.bottom_up.*``) ->
-    the backbone whose state dict is ``target``; returns the converted dict and the official keys
-    without a place (head, FPN, position indices, an unused final norm, shared ``*_global``
-    copies)."""
+    """Official ViL weights (``module.*`` or detectron2 ``backbone.bottom_up.*``) -> the backbone of
+    state dict ``target``; returns the converted dict and the keys without a place."""
     converted, unmapped = OrderedDict(), []
     for key, value in state_dict.items():
         short = key[len('module.'):] if key.startswith('module.') else key

@@ -50,10 +50,9 @@ def current_context() -> str:
 
 
 class Request(NamedTuple):
-    """An op call as its backends see it, without its data (a named tuple, so ``torch.compile``
-    traces it): device type, dtype, the widest last dimension (the head width), whether a gradient
-    is wanted, what runs the call (one of :data:`CONTEXTS`) and ``options``, the op's own deciding
-    arguments or ``None``."""
+    """An op call without its data (a named tuple, so ``torch.compile`` traces it): device type,
+    dtype, head width, whether a gradient is wanted, what runs it (:data:`CONTEXTS`) and the op's
+    deciding ``options`` or ``None``."""
     device: str
     dtype: torch.dtype
     head_dims: int
@@ -108,9 +107,8 @@ _OBSERVERS: List[Observer] = []
 
 @contextlib.contextmanager
 def observing(observer: Observer) -> Iterator[None]:
-    """Inside, every op call is shown to ``observer(op, impl, request)`` before it runs; a function
-    it returns runs in place of the backend (``print_dispatch`` on the meta device; tests running a
-    reference inside a module)."""
+    """Inside, each op call is shown to ``observer(op, impl, request)`` first; a function it returns
+    runs in place of the backend."""
     _OBSERVERS.append(observer)
     try:
         yield
