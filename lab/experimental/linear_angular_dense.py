@@ -189,5 +189,5 @@ class DenseAngular(torch.autograd.Function):
 
 
 def linear_angular_attention_dense(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries, keys and values -> ``(B, heads, N, d)``."""
+    """``(B, heads, N, d)`` queries and keys, ``(..., e)`` values -> ``(B, heads, N, e)``."""
     return DenseAngular.apply(q, k, v)

@@ -1,6 +1,6 @@
 """Layer-wise learning-rate decay for detectors and segmentors ("Masked Autoencoders Are Scalable
-Vision Learners", arXiv:2111.06377, App. A.1): parameters at depth ``d`` of ``L`` learn at ``base_lr
-* layer_decay_rate ** (L - d - 1)``.
+Vision Learners", arXiv:2111.06377, App. A.1): parameters at depth ``d`` of ``L`` learn at
+``base_lr * layer_decay_rate ** (L - d - 1)``.
 
 mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` asks the model for ``get_layer_depth``,
 which only its classifiers answer; mmdet's and mmseg's know their own backbones by parameter names.

@@ -1,6 +1,6 @@
 """Linearized attention, "Transformers are RNNs" (arXiv:2006.16236, Eq. 2-6), on queries and keys
-already through a non-negative feature map ``phi`` (elu + 1: :func:`linear_attention`; ripple's trig
-+ ReLU)::
+already through a non-negative feature map ``phi`` (elu + 1: :func:`linear_attention`; ripple's
+trig and ReLU map)::
 
     out_i = phi(q_i) (sum_j phi(k_j) v_j^T) / (phi(q_i) . sum_j phi(k_j) + eps)
 

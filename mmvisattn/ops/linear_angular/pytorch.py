@@ -86,5 +86,5 @@ def linear_angular_unnormalised(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def linear_angular_attention_torch(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """``(B, heads, N, d)`` queries, keys and values -> ``(B, heads, N, d)``."""
+    """``(B, heads, N, d)`` queries and keys, ``(..., e)`` values -> ``(B, heads, N, e)``."""
     return apply_function(LinearAngularFunction, q, k, v)
